@@ -1,0 +1,37 @@
+//! The pure scheduling core of hadar.
+//!
+//! Everything here is a function of its inputs: a [`Cluster`] snapshot, the jobs waiting or
+//! running in it, and the policy's own remembered state go in; a [`RoundPlan`] comes out.
+//! There is no IO, no clock and no Slurm in this crate, so that the simulator, `hadar
+//! dry-run` and the daemon all call exactly the same code and a plan can be reproduced from
+//! its inputs alone.
+//!
+//! * [`cluster`]: nodes, GPU types and capacities.
+//! * [`throughput`]: how fast a job runs on each GPU type with a given number of workers.
+//! * [`job`]: a job's fixed description and its per-round state.
+//! * [`placement`]: where a job's workers (or forked copies) run, and the rate that gives.
+//! * [`capacity`]: a ledger of free GPUs per (node, type), used while building a plan.
+//! * [`plan`]: a round's decisions, and the check that a plan respects capacity and gangs.
+//! * [`policy`]: the one trait every scheduling policy implements.
+//! * [`policies`]: Hadar, HadarE and the baselines.
+//! * [`bounds`]: fluid lower bounds on the makespan.
+//! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
+
+
+pub mod capacity;
+pub mod cluster;
+pub mod job;
+
+pub mod placement;
+pub mod plan;
+pub mod policies;
+pub mod policy;
+pub mod throughput;
+
+pub use capacity::FreeCapacity;
+pub use cluster::{Cluster, ClusterError, GpuType, Node, NodeId};
+pub use job::{Job, JobId, JobState};
+pub use placement::{Part, Placement, PlacementKind};
+pub use plan::{Assignment, PlanViolation, RoundPlan, WaitReason, Waiting};
+pub use policy::{Policy, RoundInput};
+pub use throughput::{RateCurve, ThroughputProfile};

@@ -1,0 +1,178 @@
+//! A round's decisions, and the independent check that a plan is feasible.
+
+use crate::capacity::FreeCapacity;
+use crate::cluster::{Cluster, GpuType, NodeId};
+use crate::job::{JobId, JobState};
+use crate::placement::{Placement, PlacementKind};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// One job placed for the coming round.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The job.
+    pub job: JobId,
+    /// Where it runs.
+    pub placement: Placement,
+    /// Its expected steps/s under that placement.
+    pub rate: f64,
+    /// The policy's score for this choice (Hadar: utility minus price), when it has one.
+    pub payoff: Option<f64>,
+}
+
+/// Why a job is left waiting this round.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Not enough free GPUs of any type it can use.
+    DoesNotFit,
+    /// Its best placement costs more than the utility it would gain.
+    PriceAboveUtility {
+        /// Utility of its best placement.
+        utility: f64,
+        /// Price of that placement.
+        price: f64,
+    },
+    /// The free GPUs are all of types it has no throughput on.
+    NoThroughputOnFreeTypes,
+    /// It can run on no GPU type of this cluster at all.
+    CannotRunAnywhere,
+    /// Earlier jobs in the queue are served first (FIFO head-of-line, or priority order).
+    QueuedBehind {
+        /// The job at the head of the queue, if there is a single one.
+        head: Option<JobId>,
+    },
+    /// Time-sharing: it received its share in earlier rounds and yields this one.
+    TimeShare,
+    /// Non-preemptive policies keep it waiting until GPUs free up.
+    WaitingForRelease,
+}
+
+/// A job left waiting, with the reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The job.
+    pub job: JobId,
+    /// Why.
+    pub reason: WaitReason,
+}
+
+/// A round's plan: who runs where, and who waits and why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoundPlan {
+    /// Jobs that run this round.
+    pub assignments: Vec<Assignment>,
+    /// Jobs that wait, with reasons. Policies should list every active job that is not
+    /// assigned; the simulator does not rely on it.
+    pub waiting: Vec<Waiting>,
+}
+
+/// A plan that breaks a rule every policy must respect.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanViolation {
+    /// A plan names a job that is not active.
+    #[error("job {0} is not an active job")]
+    UnknownJob(JobId),
+    /// A job is placed twice.
+    #[error("job {0} is placed twice")]
+    DuplicateJob(JobId),
+    /// A (node, type) is given out beyond its capacity.
+    #[error("node {node:?} type {gpu_type:?} is given {used} GPUs but has {capacity}")]
+    OverCapacity {
+        /// The node.
+        node: NodeId,
+        /// The type.
+        gpu_type: GpuType,
+        /// GPUs given out.
+        used: u32,
+        /// GPUs it has.
+        capacity: u32,
+    },
+    /// A gang placement with a GPU count different from the job's workers.
+    #[error("gang job {job} needs {workers} GPUs but was given {given}")]
+    PartialGang {
+        /// The job.
+        job: JobId,
+        /// Its workers.
+        workers: u32,
+        /// GPUs given.
+        given: u32,
+    },
+    /// Two copies of a forked job on one node.
+    #[error("forked job {job} has two copies on node {node:?}")]
+    CopiesShareNode {
+        /// The job.
+        job: JobId,
+        /// The node.
+        node: NodeId,
+    },
+    /// A placement that gives the job no progress at all.
+    #[error("job {0} is placed where it cannot run")]
+    UselessPlacement(JobId),
+    /// An empty placement.
+    #[error("job {0} has an empty placement")]
+    EmptyPlacement(JobId),
+}
+
+impl RoundPlan {
+    /// The placement given to `job`, if any.
+    pub fn placement_of(&self, job: JobId) -> Option<&Placement> {
+        self.assignments.iter().find(|a| a.job == job).map(|a| &a.placement)
+    }
+
+    /// Checks the rules every plan must keep: known jobs placed once, capacity per
+    /// (node, type) respected, gang jobs with exactly their workers, forked copies on
+    /// distinct nodes, and every placement able to make progress.
+    pub fn validate(&self, cluster: &Cluster, jobs: &[JobState]) -> Result<(), PlanViolation> {
+        let by_id: HashMap<JobId, &JobState> = jobs.iter().map(|j| (j.id(), j)).collect();
+        let mut seen = HashSet::new();
+        let mut cap = FreeCapacity::of(cluster);
+        for a in &self.assignments {
+            let js = by_id.get(&a.job).ok_or(PlanViolation::UnknownJob(a.job))?;
+            if !seen.insert(a.job) {
+                return Err(PlanViolation::DuplicateJob(a.job));
+            }
+            if a.placement.is_empty() {
+                return Err(PlanViolation::EmptyPlacement(a.job));
+            }
+            match a.placement.kind() {
+                PlacementKind::Gang => {
+                    if a.placement.gpus() != js.job.workers {
+                        return Err(PlanViolation::PartialGang {
+                            job: a.job,
+                            workers: js.job.workers,
+                            given: a.placement.gpus(),
+                        });
+                    }
+                }
+                PlacementKind::Forked => {
+                    let mut nodes = HashSet::new();
+                    for p in a.placement.parts() {
+                        if !nodes.insert(p.node) {
+                            return Err(PlanViolation::CopiesShareNode { job: a.job, node: p.node });
+                        }
+                    }
+                }
+            }
+            if a.placement.rate(&js.job.throughput, js.job.workers) <= 0.0 {
+                return Err(PlanViolation::UselessPlacement(a.job));
+            }
+            for p in a.placement.parts() {
+                if p.node.index() >= cluster.nodes().len() || p.gpu_type.index() >= cluster.type_count() {
+                    return Err(PlanViolation::OverCapacity {
+                        node: p.node,
+                        gpu_type: p.gpu_type,
+                        used: p.gpus,
+                        capacity: 0,
+                    });
+                }
+                if cap.take(*p).is_err() {
+                    let capacity = cluster.capacity(p.node, p.gpu_type);
+                    let used = capacity - cap.free(p.node, p.gpu_type) + p.gpus;
+                    return Err(PlanViolation::OverCapacity { node: p.node, gpu_type: p.gpu_type, used, capacity });
+                }
+            }
+        }
+        Ok(())
+    }
+}

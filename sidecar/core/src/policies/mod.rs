@@ -1,0 +1,118 @@
+//! The policies, and the registry that maps CLI names to them.
+//!
+//! Round policies implement [`crate::Policy`]. The fluid lower bounds are not round
+//! policies (they see the whole workload at once); they are listed here so that one
+//! `--policy` list can name them, and computed by [`crate::bounds`].
+
+use crate::policy::Policy;
+use std::fmt;
+use std::str::FromStr;
+
+/// Every name `--policy` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyName {
+    /// FIFO, non-preemptive, heterogeneity-agnostic, consolidated all-or-nothing.
+    YarnCs,
+    /// Discretised two-dimensional least-attained-service, preemptive at rounds.
+    Tiresias,
+    /// Gavel's heterogeneity-aware max-min fairness (`max_min_fairness_perf`).
+    Gavel,
+    /// Gavel's makespan policy (`min_total_duration_perf`).
+    GavelMakespan,
+    /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
+    Slurm,
+    /// The fluid lower bound on the makespan of any non-forking schedule.
+    LowerBound,
+}
+
+impl PolicyName {
+    /// All names, in the order results are reported.
+    pub const ALL: &'static [PolicyName] = &[
+        PolicyName::YarnCs,
+        PolicyName::Tiresias,
+        PolicyName::Gavel,
+        PolicyName::GavelMakespan,
+        PolicyName::Slurm,
+        PolicyName::LowerBound,
+    ];
+
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::YarnCs => "yarn-cs",
+            PolicyName::Tiresias => "tiresias",
+            PolicyName::Gavel => "gavel",
+            PolicyName::GavelMakespan => "gavel-makespan",
+            PolicyName::Slurm => "slurm",
+            PolicyName::LowerBound => "lower-bound",
+        }
+    }
+
+    /// True for the fluid bounds, which are computed, not simulated.
+    pub fn is_bound(self) -> bool {
+        matches!(self, PolicyName::LowerBound)
+    }
+
+    /// Parses a comma-separated list such as `gavel,hadar`, keeping order and dropping
+    /// repeats.
+    pub fn parse_list(s: &str) -> Result<Vec<PolicyName>, UnknownPolicy> {
+        let mut out = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let p: PolicyName = item.parse()?;
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        if out.is_empty() {
+            return Err(UnknownPolicy(s.to_string()));
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy name that is not known.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown policy `{0}`; known policies: {known}", known = known_names())]
+pub struct UnknownPolicy(pub String);
+
+fn known_names() -> String {
+    PolicyName::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+impl FromStr for PolicyName {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyName::ALL
+            .iter()
+            .copied()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownPolicy(s.trim().to_string()))
+    }
+}
+
+/// Settings shared by the policies.
+#[derive(Clone, Debug)]
+pub struct PolicyOptions {
+    /// Seed for policies that break ties or choose types at random.
+    pub seed: u64,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        PolicyOptions { seed: 0 }
+    }
+}
+
+/// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
+pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+    match name {
+        PolicyName::LowerBound => None,
+        _ => None,
+    }
+}

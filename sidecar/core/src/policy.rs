@@ -1,0 +1,37 @@
+//! The one interface every scheduling policy implements.
+//!
+//! A policy is called once per round with an immutable snapshot ([`RoundInput`]) and returns
+//! a [`RoundPlan`]. It may keep state between rounds in `self` (Gavel remembers its LP
+//! allocation, for instance), but it never performs IO, reads a clock or draws randomness
+//! from outside: anything random comes from a seeded generator it owns, so a simulation is
+//! reproducible from its inputs and seed.
+
+use crate::cluster::Cluster;
+use crate::job::JobState;
+use crate::plan::RoundPlan;
+
+/// Everything a policy may look at when planning a round.
+#[derive(Clone, Copy, Debug)]
+pub struct RoundInput<'a> {
+    /// The time at the round boundary, in seconds since the workload started.
+    pub now_s: f64,
+    /// The nominal round length in seconds.
+    pub round_s: f64,
+    /// Seconds a job loses when its placement changes (checkpoint and reload).
+    pub restart_s: f64,
+    /// The cluster's machines (only usable nodes: drained or down ones are left out).
+    pub cluster: &'a Cluster,
+    /// The active jobs (arrived, unfinished), in arrival order, ties by id.
+    pub jobs: &'a [JobState],
+}
+
+/// A scheduling policy: Hadar, HadarE or a baseline.
+pub trait Policy: Send {
+    /// The policy's name as the CLI spells it (`gavel`, `hadar`, ...).
+    fn name(&self) -> &str;
+
+    /// Plans the coming round. Every assignment must respect capacity and gang semantics
+    /// (see [`RoundPlan::validate`]); jobs not assigned should be listed as waiting with a
+    /// reason.
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan;
+}
