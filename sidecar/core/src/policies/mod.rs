@@ -4,6 +4,8 @@
 //! policies (they see the whole workload at once); they are listed here so that one
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
+pub mod hadar;
+
 use crate::policy::Policy;
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +23,8 @@ pub enum PolicyName {
     GavelMakespan,
     /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
     Slurm,
+    /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
+    Hadar,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
 }
@@ -33,6 +37,7 @@ impl PolicyName {
         PolicyName::Gavel,
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
+        PolicyName::Hadar,
         PolicyName::LowerBound,
     ];
 
@@ -44,6 +49,7 @@ impl PolicyName {
             PolicyName::Gavel => "gavel",
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
+            PolicyName::Hadar => "hadar",
             PolicyName::LowerBound => "lower-bound",
         }
     }
@@ -82,7 +88,11 @@ impl fmt::Display for PolicyName {
 pub struct UnknownPolicy(pub String);
 
 fn known_names() -> String {
-    PolicyName::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+    PolicyName::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl FromStr for PolicyName {
@@ -97,21 +107,18 @@ impl FromStr for PolicyName {
 }
 
 /// Settings shared by the policies.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PolicyOptions {
     /// Seed for policies that break ties or choose types at random.
     pub seed: u64,
-}
-
-impl Default for PolicyOptions {
-    fn default() -> Self {
-        PolicyOptions { seed: 0 }
-    }
+    /// Hadar's settings.
+    pub hadar: hadar::HadarConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
-pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
+        PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::LowerBound => None,
         _ => None,
     }
