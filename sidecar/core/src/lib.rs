@@ -17,6 +17,7 @@
 //! * [`bounds`]: fluid lower bounds on the makespan.
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
+
 pub mod capacity;
 pub mod cluster;
 pub mod job;

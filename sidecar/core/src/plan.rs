@@ -117,10 +117,7 @@ pub enum PlanViolation {
 impl RoundPlan {
     /// The placement given to `job`, if any.
     pub fn placement_of(&self, job: JobId) -> Option<&Placement> {
-        self.assignments
-            .iter()
-            .find(|a| a.job == job)
-            .map(|a| &a.placement)
+        self.assignments.iter().find(|a| a.job == job).map(|a| &a.placement)
     }
 
     /// Checks the rules every plan must keep: known jobs placed once, capacity per
@@ -152,10 +149,7 @@ impl RoundPlan {
                     let mut nodes = HashSet::new();
                     for p in a.placement.parts() {
                         if !nodes.insert(p.node) {
-                            return Err(PlanViolation::CopiesShareNode {
-                                job: a.job,
-                                node: p.node,
-                            });
+                            return Err(PlanViolation::CopiesShareNode { job: a.job, node: p.node });
                         }
                     }
                 }
@@ -164,9 +158,7 @@ impl RoundPlan {
                 return Err(PlanViolation::UselessPlacement(a.job));
             }
             for p in a.placement.parts() {
-                if p.node.index() >= cluster.nodes().len()
-                    || p.gpu_type.index() >= cluster.type_count()
-                {
+                if p.node.index() >= cluster.nodes().len() || p.gpu_type.index() >= cluster.type_count() {
                     return Err(PlanViolation::OverCapacity {
                         node: p.node,
                         gpu_type: p.gpu_type,
@@ -177,12 +169,7 @@ impl RoundPlan {
                 if cap.take(*p).is_err() {
                     let capacity = cluster.capacity(p.node, p.gpu_type);
                     let used = capacity - cap.free(p.node, p.gpu_type) + p.gpus;
-                    return Err(PlanViolation::OverCapacity {
-                        node: p.node,
-                        gpu_type: p.gpu_type,
-                        used,
-                        capacity,
-                    });
+                    return Err(PlanViolation::OverCapacity { node: p.node, gpu_type: p.gpu_type, used, capacity });
                 }
             }
         }

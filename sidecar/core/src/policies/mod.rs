@@ -88,11 +88,7 @@ impl fmt::Display for PolicyName {
 pub struct UnknownPolicy(pub String);
 
 fn known_names() -> String {
-    PolicyName::ALL
-        .iter()
-        .map(|p| p.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    PolicyName::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 impl FromStr for PolicyName {

@@ -82,34 +82,22 @@ pub fn gang_rate(rates: &[f64], workers: u32, placement: &Placement) -> f64 {
     for p in placement.parts() {
         rate = rate.min(rates.get(p.gpu_type.index()).copied().unwrap_or(0.0));
     }
-    if rate.is_finite() && rate > 0.0 {
-        rate
-    } else {
-        0.0
-    }
+    if rate.is_finite() && rate > 0.0 { rate } else { 0.0 }
 }
 
 /// Finds the payoff-maximising placement of `job` at the book's current prices.
 pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
     let n = job.workers;
-    let mut usable: Vec<(usize, f64)> = job
-        .rates
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| **r > 0.0)
-        .map(|(t, r)| (t, *r))
-        .collect();
+    let mut usable: Vec<(usize, f64)> =
+        job.rates.iter().enumerate().filter(|(_, r)| **r > 0.0).map(|(t, r)| (t, *r)).collect();
     if usable.is_empty() || n == 0 {
         return DualOutcome::NoPlacement(WaitReason::CannotRunAnywhere);
     }
     usable.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let free_usable: u32 = usable.iter().map(|(t, _)| book.free_of_type(*t)).sum();
     if free_usable < n {
-        let reason = if book.free_total() >= n {
-            WaitReason::NoThroughputOnFreeTypes
-        } else {
-            WaitReason::DoesNotFit
-        };
+        let reason =
+            if book.free_total() >= n { WaitReason::NoThroughputOnFreeTypes } else { WaitReason::DoesNotFit };
         return DualOutcome::NoPlacement(reason);
     }
 
@@ -120,12 +108,7 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
             && prev.nodes().len() as u32 <= job.max_nodes
             && let Some(price) = book.placement_cost(prev)
         {
-            best = Some(Offer {
-                placement: prev.clone(),
-                rate,
-                utility: job.utility.at(rate, false),
-                price,
-            });
+            best = Some(Offer { placement: prev.clone(), rate, utility: job.utility.at(rate, false), price });
         }
     }
 
@@ -159,12 +142,7 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         let is_move = job.previous.is_some_and(|p| *p != placement);
         let utility = job.utility.at(rate, is_move);
         if best.as_ref().is_none_or(|b| utility - price > b.payoff()) {
-            best = Some(Offer {
-                placement,
-                rate,
-                utility,
-                price,
-            });
+            best = Some(Offer { placement, rate, utility, price });
         }
     }
     match best {
@@ -292,22 +270,14 @@ pub fn cheapest_slots(
         for (j, node) in c.class.nodes.iter().enumerate() {
             for (t, taken) in c.taken.iter().enumerate() {
                 if *taken > 0 {
-                    parts.push(Part {
-                        node: *node,
-                        gpu_type: GpuType(t as u16),
-                        gpus: *taken,
-                    });
+                    parts.push(Part { node: *node, gpu_type: GpuType(t as u16), gpus: *taken });
                 }
             }
             if let Some((pk, m, t)) = partial
                 && pk == k
                 && (j as u32) < m
             {
-                parts.push(Part {
-                    node: *node,
-                    gpu_type: GpuType(t as u16),
-                    gpus: 1,
-                });
+                parts.push(Part { node: *node, gpu_type: GpuType(t as u16), gpus: 1 });
             }
         }
     }
@@ -348,11 +318,7 @@ fn cheapest_slots_limited(
             continue;
         }
         for node in class.nodes.iter().take(m_max) {
-            copies.push(Copy {
-                node: *node,
-                cost: cost.clone(),
-                slot_types: slot_types.clone(),
-            });
+            copies.push(Copy { node: *node, cost: cost.clone(), slot_types: slot_types.clone() });
         }
     }
     let width = n_max + 1;
@@ -397,11 +363,7 @@ fn cheapest_slots_limited(
             continue;
         }
         for t in &copies[c].slot_types[..k] {
-            parts.push(Part {
-                node: copies[c].node,
-                gpu_type: GpuType(*t as u16),
-                gpus: 1,
-            });
+            parts.push(Part { node: copies[c].node, gpu_type: GpuType(*t as u16), gpus: 1 });
         }
         m -= 1;
         placed -= k;

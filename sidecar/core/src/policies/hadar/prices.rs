@@ -88,10 +88,7 @@ impl PriceBook {
         if !lo.is_finite() {
             return Err(PriceBoundsError::NoUtilities);
         }
-        Ok(PriceBounds {
-            low: lo / 2.0,
-            high: hi,
-        })
+        Ok(PriceBounds { low: lo / 2.0, high: hi })
     }
 
     /// A book with nothing given out yet.
@@ -238,19 +235,14 @@ impl PriceBook {
 
     fn key_of(&self, n: NodeId) -> Vec<(u32, u32)> {
         let i = n.index() * self.types;
-        (0..self.types)
-            .map(|t| (self.cap[i + t], self.used[i + t]))
-            .collect()
+        (0..self.types).map(|t| (self.cap[i + t], self.used[i + t])).collect()
     }
 
     fn insert_into_class(&mut self, n: NodeId, key: Vec<(u32, u32)>) {
         let c = match self.class_index.get(&key) {
             Some(&c) => c,
             None => {
-                self.classes.push(NodeClass {
-                    key: key.clone(),
-                    nodes: Vec::new(),
-                });
+                self.classes.push(NodeClass { key: key.clone(), nodes: Vec::new() });
                 self.class_index.insert(key, self.classes.len() - 1);
                 self.classes.len() - 1
             }
@@ -278,29 +270,14 @@ mod tests {
 
     fn book() -> PriceBook {
         let c = Cluster::from_type_counts(&[("v100".into(), 8), ("k80".into(), 4)], 4).unwrap();
-        PriceBook::new(
-            &c,
-            PriceBounds {
-                low: 1.0,
-                high: 16.0,
-            },
-        )
+        PriceBook::new(&c, PriceBounds { low: 1.0, high: 16.0 })
     }
 
     #[test]
     fn bounds_are_half_the_smallest_and_the_largest() {
         let b = PriceBook::bounds_from_utilities([4.0, 0.0, f64::NAN, 10.0]).unwrap();
-        assert_eq!(
-            b,
-            PriceBounds {
-                low: 2.0,
-                high: 10.0
-            }
-        );
-        assert_eq!(
-            PriceBook::bounds_from_utilities([0.0]),
-            Err(PriceBoundsError::NoUtilities)
-        );
+        assert_eq!(b, PriceBounds { low: 2.0, high: 10.0 });
+        assert_eq!(PriceBook::bounds_from_utilities([0.0]), Err(PriceBoundsError::NoUtilities));
     }
 
     #[test]
@@ -318,22 +295,14 @@ mod tests {
     #[test]
     fn charging_raises_prices_and_moves_classes() {
         let mut b = book();
-        let p = Placement::gang([Part {
-            node: NodeId(1),
-            gpu_type: GpuType(0),
-            gpus: 2,
-        }]);
+        let p = Placement::gang([Part { node: NodeId(1), gpu_type: GpuType(0), gpus: 2 }]);
         assert!((b.placement_cost(&p).unwrap() - 3.0).abs() < 1e-12);
         b.charge(&p);
         assert!((b.next_price(NodeId(1), GpuType(0)) - 4.0).abs() < 1e-12);
         assert_eq!(b.free_of_type(0), 6);
         let live: usize = b.classes().iter().map(|c| c.nodes.len()).sum();
         assert_eq!(live, 3);
-        let of_node1 = b
-            .classes()
-            .iter()
-            .find(|c| c.nodes.contains(&NodeId(1)))
-            .unwrap();
+        let of_node1 = b.classes().iter().find(|c| c.nodes.contains(&NodeId(1))).unwrap();
         assert_eq!(of_node1.key[0], (4, 2));
         assert_eq!(of_node1.nodes, vec![NodeId(1)]);
     }

@@ -13,10 +13,7 @@ use std::sync::Arc;
 
 /// A job with `workers` workers and rate `rates[t]` (0 = cannot) on each type.
 fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobState {
-    let curves = rates
-        .iter()
-        .map(|r| RateCurve::new([(workers, *r)]))
-        .collect();
+    let curves = rates.iter().map(|r| RateCurve::new([(workers, *r)])).collect();
     let j = Job {
         id: JobId(id),
         kind: format!("job-{id}"),
@@ -32,41 +29,21 @@ fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobSta
 fn cluster(types: &[&str], nodes: &[&[u32]]) -> Cluster {
     Cluster::new(
         types.iter().map(|t| t.to_string()).collect(),
-        nodes
-            .iter()
-            .enumerate()
-            .map(|(i, g)| Node {
-                name: format!("n{i}"),
-                gpus: g.to_vec(),
-            })
-            .collect(),
+        nodes.iter().enumerate().map(|(i, g)| Node { name: format!("n{i}"), gpus: g.to_vec() }).collect(),
     )
     .unwrap()
 }
 
 fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState], restart_s: f64) -> RoundInput<'a> {
-    RoundInput {
-        now_s: 1000.0,
-        round_s: 360.0,
-        restart_s,
-        cluster,
-        jobs,
-    }
+    RoundInput { now_s: 1000.0, round_s: 360.0, restart_s, cluster, jobs }
 }
 
 fn part(n: u32, t: u16, g: u32) -> Part {
-    Part {
-        node: NodeId(n),
-        gpu_type: GpuType(t),
-        gpus: g,
-    }
+    Part { node: NodeId(n), gpu_type: GpuType(t), gpus: g }
 }
 
 fn reason(plan: &RoundPlan, id: u64) -> Option<&WaitReason> {
-    plan.waiting
-        .iter()
-        .find(|w| w.job == JobId(id))
-        .map(|w| &w.reason)
+    plan.waiting.iter().find(|w| w.job == JobId(id)).map(|w| &w.reason)
 }
 
 #[test]
@@ -105,11 +82,8 @@ fn wait_reasons_name_the_obstacle() {
 /// cannot fit; the exact optimum runs the two instead (1.28 > 0.8).
 fn head_of_line_instance() -> (Cluster, Vec<JobState>) {
     let c = cluster(&["v100"], &[&[4]]);
-    let jobs = vec![
-        job(1, 0.0, 4, 900.0, &[10.0]),
-        job(2, 1.0, 2, 2e3, &[10.0]),
-        job(3, 2.0, 2, 2e3, &[10.0]),
-    ];
+    let jobs =
+        vec![job(1, 0.0, 4, 900.0, &[10.0]), job(2, 1.0, 2, 2e3, &[10.0]), job(3, 2.0, 2, 2e3, &[10.0])];
     (c, jobs)
 }
 
@@ -118,13 +92,7 @@ fn exact_mode_beats_arrival_order_on_head_of_line_blocking() {
     let (c, jobs) = head_of_line_instance();
     let inp = input(&c, &jobs, 0.0);
     let (pd, pd_stats) = plan_round(&HadarConfig::default(), &inp);
-    let (ex, ex_stats) = plan_round(
-        &HadarConfig {
-            exact: true,
-            ..HadarConfig::default()
-        },
-        &inp,
-    );
+    let (ex, ex_stats) = plan_round(&HadarConfig { exact: true, ..HadarConfig::default() }, &inp);
     pd.validate(&c, &jobs).unwrap();
     ex.validate(&c, &jobs).unwrap();
     assert!(pd.placement_of(JobId(1)).is_some());
@@ -132,17 +100,10 @@ fn exact_mode_beats_arrival_order_on_head_of_line_blocking() {
     assert!(ex.placement_of(JobId(2)).is_some() && ex.placement_of(JobId(3)).is_some());
     assert_eq!(ex_stats.exact_proven, Some(true));
     assert!(ex_stats.objective > pd_stats.objective);
-    assert!(
-        (round_objective(&HadarConfig::default(), &inp, &ex) - ex_stats.objective).abs() < 1e-9
-    );
+    assert!((round_objective(&HadarConfig::default(), &inp, &ex) - ex_stats.objective).abs() < 1e-9);
     // Ranking by utility per GPU instead of arrival also finds the better plan here.
-    let (by_value, _) = plan_round(
-        &HadarConfig {
-            order: JobOrder::UtilityPerGpu,
-            ..HadarConfig::default()
-        },
-        &inp,
-    );
+    let (by_value, _) =
+        plan_round(&HadarConfig { order: JobOrder::UtilityPerGpu, ..HadarConfig::default() }, &inp);
     assert!(by_value.placement_of(JobId(1)).is_none());
 }
 
@@ -151,19 +112,17 @@ fn prices_turn_jobs_away_and_work_conservation_takes_them_back() {
     // Eight 1-GPU jobs of widely different value on one 8-GPU node: as the node fills its
     // price climbs towards U, above what the cheap jobs can pay.
     let c = cluster(&["v100"], &[&[8]]);
-    let jobs: Vec<JobState> = (0..8)
-        .map(|i| job(i, i as f64, 1, 10f64.powi(i as i32 % 4 + 2), &[1.0]))
-        .collect();
+    let jobs: Vec<JobState> =
+        (0..8).map(|i| job(i, i as f64, 1, 10f64.powi(i as i32 % 4 + 2), &[1.0])).collect();
     let inp = input(&c, &jobs, 0.0);
-    let strict = HadarConfig {
-        work_conservation: false,
-        ..HadarConfig::default()
-    };
+    let strict = HadarConfig { work_conservation: false, ..HadarConfig::default() };
     let (plan, stats) = plan_round(&strict, &inp);
     plan.validate(&c, &jobs).unwrap();
-    assert!(plan.waiting.iter().any(
-        |w| matches!(w.reason, WaitReason::PriceAboveUtility { utility, price } if price > utility)
-    ));
+    assert!(
+        plan.waiting
+            .iter()
+            .any(|w| matches!(w.reason, WaitReason::PriceAboveUtility { utility, price } if price > utility))
+    );
     assert_eq!(stats.filled, 0);
     let (plan, stats) = plan_round(&HadarConfig::default(), &inp);
     plan.validate(&c, &jobs).unwrap();
@@ -184,21 +143,12 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
     assert_eq!(stats.kept, 1);
     // A short restart: the 4x faster V100 wins.
     let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 10.0));
-    assert_eq!(
-        plan.placement_of(JobId(1)),
-        Some(&Placement::gang([part(0, 0, 1)]))
-    );
+    assert_eq!(plan.placement_of(JobId(1)), Some(&Placement::gang([part(0, 0, 1)])));
     assert_eq!(stats.kept, 0);
     // Without stickiness the restart is not weighed at all.
-    let loose = HadarConfig {
-        stickiness: false,
-        ..HadarConfig::default()
-    };
+    let loose = HadarConfig { stickiness: false, ..HadarConfig::default() };
     let (plan, _) = plan_round(&loose, &input(&c, &jobs, 350.0));
-    assert_eq!(
-        plan.placement_of(JobId(1)),
-        Some(&Placement::gang([part(0, 0, 1)]))
-    );
+    assert_eq!(plan.placement_of(JobId(1)), Some(&Placement::gang([part(0, 0, 1)])));
 }
 
 #[test]
@@ -207,14 +157,8 @@ fn node_limit_consolidates_but_never_strands_a_job() {
     let jobs = [job(1, 0.0, 4, 1e5, &[10.0])];
     let inp = input(&c, &jobs, 0.0);
     let (spread, _) = plan_round(&HadarConfig::default(), &inp);
-    assert!(
-        spread.assignments[0].placement.nodes().len() > 1,
-        "exponential prices spread an unlimited job"
-    );
-    let one = HadarConfig {
-        max_nodes_per_job: Some(1),
-        ..HadarConfig::default()
-    };
+    assert!(spread.assignments[0].placement.nodes().len() > 1, "exponential prices spread an unlimited job");
+    let one = HadarConfig { max_nodes_per_job: Some(1), ..HadarConfig::default() };
     let (packed, _) = plan_round(&one, &inp);
     packed.validate(&c, &jobs).unwrap();
     assert_eq!(packed.assignments[0].placement.nodes().len(), 1);
@@ -232,11 +176,7 @@ fn objectives_rank_jobs_differently() {
     let jobs = [job(1, 0.0, 1, 1e6, &[1.0]), job(2, 0.0, 1, 1e3, &[1.0])];
     let inp = input(&c, &jobs, 0.0);
     let pick = |objective| {
-        let cfg = HadarConfig {
-            objective,
-            order: JobOrder::UtilityPerGpu,
-            ..HadarConfig::default()
-        };
+        let cfg = HadarConfig { objective, order: JobOrder::UtilityPerGpu, ..HadarConfig::default() };
         plan_round(&cfg, &inp).0.assignments[0].job
     };
     assert_eq!(pick(Objective::AvgJct), JobId(2));
@@ -276,31 +216,14 @@ fn random_instance(
     for id in 0..rng.random_range(1..=max_jobs) {
         let workers = rng.random_range(1..=max_workers);
         let rates: Vec<f64> = (0..types)
-            .map(|_| {
-                if rng.random_bool(0.8) {
-                    rng.random_range(1.0..20.0)
-                } else {
-                    0.0
-                }
-            })
+            .map(|_| if rng.random_bool(0.8) { rng.random_range(1.0..20.0) } else { 0.0 })
             .collect();
         let steps = 10f64.powf(rng.random_range(2.0..6.0));
-        let mut j = job(
-            id as u64,
-            rng.random_range(0.0..900.0),
-            workers,
-            steps,
-            &rates,
-        );
+        let mut j = job(id as u64, rng.random_range(0.0..900.0), workers, steps, &rates);
         j.remaining_steps = steps * rng.random_range(0.1..1.0);
         jobs.push(j);
     }
-    jobs.sort_by(|a, b| {
-        a.job
-            .arrival_s
-            .total_cmp(&b.job.arrival_s)
-            .then(a.id().cmp(&b.id()))
-    });
+    jobs.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
     // Give some jobs the placement an earlier round chose, so stickiness is exercised.
     if rng.random_bool(0.5) {
         let (earlier, _) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 0.0));
@@ -315,23 +238,12 @@ fn random_instance(
     (c, jobs)
 }
 
-fn check_plan(
-    cfg: &HadarConfig,
-    c: &Cluster,
-    jobs: &[JobState],
-    restart: f64,
-) -> Result<(), TestCaseError> {
+fn check_plan(cfg: &HadarConfig, c: &Cluster, jobs: &[JobState], restart: f64) -> Result<(), TestCaseError> {
     let inp = input(c, jobs, restart);
     let (plan, _) = plan_round(cfg, &inp);
     prop_assert_eq!(plan.validate(c, jobs), Ok(()));
     prop_assert_eq!(plan.assignments.len() + plan.waiting.len(), jobs.len());
-    let largest = c
-        .nodes()
-        .iter()
-        .map(|n| n.gpus.iter().sum::<u32>())
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    let largest = c.nodes().iter().map(|n| n.gpus.iter().sum::<u32>()).max().unwrap_or(1).max(1);
     let mut free = crate::capacity::FreeCapacity::of(c);
     for a in &plan.assignments {
         let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
@@ -434,26 +346,14 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
         let (c, jobs) = random_instance(&mut rng, 3, 4, 6, 4);
         let inp = input(&c, &jobs, 30.0);
         let (pd, pd_stats) = plan_round(cfg, &inp);
-        let (ex, ex_stats) = plan_round(
-            &HadarConfig {
-                exact: true,
-                ..cfg.clone()
-            },
-            &inp,
-        );
+        let (ex, ex_stats) = plan_round(&HadarConfig { exact: true, ..cfg.clone() }, &inp);
         pd.validate(&c, &jobs).unwrap();
         ex.validate(&c, &jobs).unwrap();
         assert_ne!(ex_stats.exact_proven, Some(false));
-        let (p, e) = (
-            round_objective(cfg, &inp, &pd),
-            round_objective(cfg, &inp, &ex),
-        );
+        let (p, e) = (round_objective(cfg, &inp, &pd), round_objective(cfg, &inp, &ex));
         assert!((p - pd_stats.objective).abs() <= 1e-9 * p.max(1.0));
         assert!((e - ex_stats.objective).abs() <= 1e-9 * e.max(1.0));
-        assert!(
-            e >= p - 1e-9 * e.max(1.0),
-            "exact {e} below primal-dual {p}"
-        );
+        assert!(e >= p - 1e-9 * e.max(1.0), "exact {e} below primal-dual {p}");
         let gap = if e > 0.0 { (e - p) / e } else { 0.0 };
         if gap <= 1e-9 {
             optimal += 1;
@@ -483,35 +383,14 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
 fn primal_dual_gap_to_the_exact_optimum_on_small_instances() {
     let settings = [
         ("arrival", HadarConfig::default()),
-        (
-            "utility-per-gpu",
-            HadarConfig {
-                order: JobOrder::UtilityPerGpu,
-                ..HadarConfig::default()
-            },
-        ),
-        (
-            "arrival, no work conservation",
-            HadarConfig {
-                work_conservation: false,
-                ..HadarConfig::default()
-            },
-        ),
+        ("utility-per-gpu", HadarConfig { order: JobOrder::UtilityPerGpu, ..HadarConfig::default() }),
+        ("arrival, no work conservation", HadarConfig { work_conservation: false, ..HadarConfig::default() }),
     ];
     let documented = [(0.9888, 0.0789), (0.5581, 0.0166), (1.0, 0.1020)];
     for ((name, cfg), (worst_doc, mean_doc)) in settings.into_iter().zip(documented) {
         let (worst, mean, optimal) = gap_statistics(&cfg, 7, 500);
-        eprintln!(
-            "{name}: largest gap {worst:.4}, mean gap {mean:.4}, optimal on {:.0}%",
-            optimal * 100.0
-        );
-        assert!(
-            worst <= worst_doc + 1e-4,
-            "{name}: largest gap {worst} above the documented {worst_doc}"
-        );
-        assert!(
-            mean <= mean_doc + 1e-4,
-            "{name}: mean gap {mean} above the documented {mean_doc}"
-        );
+        eprintln!("{name}: largest gap {worst:.4}, mean gap {mean:.4}, optimal on {:.0}%", optimal * 100.0);
+        assert!(worst <= worst_doc + 1e-4, "{name}: largest gap {worst} above the documented {worst_doc}");
+        assert!(mean <= mean_doc + 1e-4, "{name}: mean gap {mean} above the documented {mean_doc}");
     }
 }

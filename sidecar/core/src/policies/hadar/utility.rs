@@ -55,9 +55,7 @@ impl std::str::FromStr for Objective {
             "avg-jct" | "jct" => Ok(Objective::AvgJct),
             "makespan" => Ok(Objective::Makespan),
             "fairness" => Ok(Objective::Fairness),
-            other => Err(format!(
-                "unknown Hadar objective `{other}`; known: avg-jct, makespan, fairness"
-            )),
+            other => Err(format!("unknown Hadar objective `{other}`; known: avg-jct, makespan, fairness")),
         }
     }
 }
@@ -91,16 +89,8 @@ impl JobUtility {
         restart_s: f64,
         sticky: bool,
     ) -> Self {
-        let weight = if job.job.weight.is_finite() && job.job.weight > 0.0 {
-            job.job.weight
-        } else {
-            1.0
-        };
-        let round_s = if round_s.is_finite() && round_s > 0.0 {
-            round_s
-        } else {
-            1.0
-        };
+        let weight = if job.job.weight.is_finite() && job.job.weight > 0.0 { job.job.weight } else { 1.0 };
+        let round_s = if round_s.is_finite() && round_s > 0.0 { round_s } else { 1.0 };
         let best_rate = best_rate.max(MIN_RATE);
         let move_factor = if sticky && job.placement.is_some() {
             ((round_s - restart_s.max(0.0)) / round_s).clamp(0.0, 1.0)
@@ -135,9 +125,7 @@ impl JobUtility {
             }
             Objective::Fairness => {
                 let t_best = self.remaining_steps / self.best_rate;
-                self.weight
-                    * ((self.age_s + t_best) / self.alone_s).max(MIN_RATE)
-                    * (rate / self.best_rate)
+                self.weight * ((self.age_s + t_best) / self.alone_s).max(MIN_RATE) * (rate / self.best_rate)
             }
         }
     }
@@ -168,13 +156,11 @@ mod tests {
         let mut s = JobState::arrived(Arc::new(job), 1);
         s.remaining_steps = remaining;
         if running {
-            s.placement = Some(crate::placement::Placement::gang([
-                crate::placement::Part {
-                    node: crate::cluster::NodeId(0),
-                    gpu_type: crate::cluster::GpuType(0),
-                    gpus: 1,
-                },
-            ]));
+            s.placement = Some(crate::placement::Placement::gang([crate::placement::Part {
+                node: crate::cluster::NodeId(0),
+                gpu_type: crate::cluster::GpuType(0),
+                gpus: 1,
+            }]));
         }
         s
     }
@@ -194,68 +180,21 @@ mod tests {
 
     #[test]
     fn avg_jct_ranks_shorter_remaining_work_higher() {
-        let short = JobUtility::new(
-            Objective::AvgJct,
-            &state(100.0, false),
-            1.0,
-            0.0,
-            360.0,
-            0.0,
-            false,
-        );
-        let long = JobUtility::new(
-            Objective::AvgJct,
-            &state(900.0, false),
-            1.0,
-            0.0,
-            360.0,
-            0.0,
-            false,
-        );
+        let short = JobUtility::new(Objective::AvgJct, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let long = JobUtility::new(Objective::AvgJct, &state(900.0, false), 1.0, 0.0, 360.0, 0.0, false);
         assert!(short.best() > long.best());
-        let short = JobUtility::new(
-            Objective::Makespan,
-            &state(100.0, false),
-            1.0,
-            0.0,
-            360.0,
-            0.0,
-            false,
-        );
-        let long = JobUtility::new(
-            Objective::Makespan,
-            &state(900.0, false),
-            1.0,
-            0.0,
-            360.0,
-            0.0,
-            false,
-        );
+        let short = JobUtility::new(Objective::Makespan, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let long = JobUtility::new(Objective::Makespan, &state(900.0, false), 1.0, 0.0, 360.0, 0.0, false);
         assert!(short.best() < long.best());
     }
 
     #[test]
     fn moving_a_running_job_costs_its_restart_when_sticky() {
-        let u = JobUtility::new(
-            Objective::AvgJct,
-            &state(500.0, true),
-            1.0,
-            0.0,
-            360.0,
-            36.0,
-            true,
-        );
+        let u = JobUtility::new(Objective::AvgJct, &state(500.0, true), 1.0, 0.0, 360.0, 36.0, true);
         assert!(u.at(1.0, true) < u.at(1.0, false));
         assert_eq!(u.at(1.0, true), u.at(0.9, false));
-        let not_sticky = JobUtility::new(
-            Objective::AvgJct,
-            &state(500.0, true),
-            1.0,
-            0.0,
-            360.0,
-            36.0,
-            false,
-        );
+        let not_sticky =
+            JobUtility::new(Objective::AvgJct, &state(500.0, true), 1.0, 0.0, 360.0, 36.0, false);
         assert_eq!(not_sticky.at(1.0, true), not_sticky.at(1.0, false));
     }
 }
