@@ -20,6 +20,7 @@
 pub mod dual;
 pub mod exact;
 pub mod prices;
+pub mod synthetic;
 pub mod utility;
 
 pub use utility::Objective;
