@@ -29,6 +29,43 @@ pub enum Command {
     /// With no arguments, runs every policy on an embedded 40-job multi-GPU trace on a
     /// 4 V100 + 4 P100 + 4 K80 cluster (Gavel's measured throughputs).
     Simulate(SimulateArgs),
+    /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `hadar bench` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Time whole simulations: every policy over a synthetic multi-GPU trace.
+    ///
+    /// The trace is generated (seeded) from the throughput table as Gavel's generator does:
+    /// job types uniform, 70% one worker, 10% two, 20% four for distributed types, 1-4 h
+    /// each alone on a V100, all arriving at t = 0. Prints each policy's wall time.
+    Simulate(BenchSimulateArgs),
+}
+
+/// `hadar bench simulate` arguments.
+#[derive(Args, Debug)]
+pub struct BenchSimulateArgs {
+    /// Jobs in the synthetic trace.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub jobs: usize,
+    /// The cluster (short form or TOML file). [default: v100:4,p100:4,k80:4, one GPU per node]
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub cluster: Option<String>,
+    /// GPUs per node for the short cluster form.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gpus_per_node: u32,
+    /// Policies to time, comma-separated. [default: all]
+    #[arg(long, value_name = "LIST")]
+    pub policy: Option<String>,
+    /// Seed of the synthetic trace and of the policies.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 /// Output formats.

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 2 bad input (arguments, files, policy names: nothing was run);
 //! 1 a failure while running (a policy broke a rule, output could not be written).
 
+mod bench;
 mod cli;
 mod simulate;
 mod table;
@@ -16,6 +17,7 @@ fn main() -> ExitCode {
     init_logging(args.verbose);
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
+        cli::Command::Bench(b) => bench::run(b),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

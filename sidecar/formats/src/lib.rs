@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod embedded;
 pub mod error;
+pub mod synthetic;
 pub mod throughputs;
 pub mod trace;
 
