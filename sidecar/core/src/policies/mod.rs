@@ -4,6 +4,14 @@
 //! policies (they see the whole workload at once); they are listed here so that one
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
+pub mod packing;
+pub mod slurm_backfill;
+pub mod tiresias;
+pub mod yarn_cs;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
 use crate::policy::Policy;
 use std::fmt;
 use std::str::FromStr;
@@ -111,8 +119,11 @@ impl Default for PolicyOptions {
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies,
 /// and for names whose policy is not part of this build.
-pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
+        PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
+        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
+        PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::LowerBound => None,
         _ => None,
     }
