@@ -5,6 +5,13 @@
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
 pub mod hadar;
+pub mod packing;
+pub mod slurm_backfill;
+pub mod tiresias;
+pub mod yarn_cs;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
 
 use crate::policy::Policy;
 use std::fmt;
@@ -111,11 +118,20 @@ pub struct PolicyOptions {
     pub hadar: hadar::HadarConfig,
 }
 
-/// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
+/// Builds the round policy for `name`; `None` for the bounds, which are not round policies,
+/// and for names whose policy is not part of this build.
 pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
+        PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
+        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
+        PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::LowerBound => None,
         _ => None,
     }
+}
+
+/// Computes a bound's makespan (seconds from the first arrival) for a workload.
+pub fn bound(name: PolicyName, _cluster: &crate::Cluster, _jobs: &[crate::Job]) -> Result<f64, String> {
+    Err(format!("`{name}` is not computed by this build"))
 }
