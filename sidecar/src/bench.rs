@@ -1,8 +1,10 @@
 //! `hadar bench`: speed figures, measured on this machine, printed for the README.
 
 use crate::Failure;
-use crate::cli::{BenchCommand, BenchSimulateArgs, Format};
+use crate::cli::{BenchCommand, BenchRoundArgs, BenchSimulateArgs, Format};
 use crate::table::Table;
+use hadar_core::policies::hadar::plan_round;
+use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
 use hadar_formats::{embedded, load_cluster};
@@ -14,7 +16,95 @@ use std::time::Instant;
 pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Simulate(a) => simulate_bench(a),
+        BenchCommand::Round(a) => round_bench(a),
     }
+}
+
+/// Times Hadar rounds on a synthetic workload: one untimed warm-up, then `repetitions`
+/// timed ones, each planning the same round from scratch.
+fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
+    if a.repetitions == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--repetitions: must be at least 1")));
+    }
+    let spec = SyntheticSpec {
+        jobs: a.jobs,
+        nodes: a.nodes,
+        gpus_per_node: a.gpus_per_node,
+        types: a.types,
+        seed: a.seed,
+    };
+    let workload = synthetic::generate(&spec).map_err(|e| Failure::input(anyhow::anyhow!("--{e}")))?;
+    let config = a.hadar.config();
+    let input = workload.input();
+    let (warm_plan, stats) = plan_round(&config, &input);
+    warm_plan
+        .validate(&workload.cluster, &workload.jobs)
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("hadar broke a rule: {e}")))?;
+    let mut times = Vec::with_capacity(a.repetitions as usize);
+    for _ in 0..a.repetitions {
+        let started = Instant::now();
+        let (plan, _) = plan_round(&config, &input);
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(plan);
+    }
+    times.sort_by(f64::total_cmp);
+    let median = if times.len() % 2 == 1 {
+        times[times.len() / 2]
+    } else {
+        (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+    };
+    let (min, max) = (times[0], times[times.len() - 1]);
+    let release = !cfg!(debug_assertions);
+    match a.format {
+        Format::Table => {
+            println!(
+                "hadar round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}",
+                a.jobs,
+                workload.cluster.total_gpus(),
+                a.nodes,
+                a.gpus_per_node,
+                a.types,
+                a.seed,
+                if release { "release" } else { "debug (use --release for figures)" }
+            );
+            println!(
+                "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place",
+                warm_plan.assignments.len(),
+                stats.admitted,
+                stats.filled,
+                stats.kept
+            );
+            let mut t = Table::new(&["repetitions", "median ms", "max ms", "min ms"]);
+            t.row(vec![
+                a.repetitions.to_string(),
+                format!("{median:.2}"),
+                format!("{max:.2}"),
+                format!("{min:.2}"),
+            ]);
+            print!("{}", t.render());
+        }
+        Format::Json => {
+            let v = json!({
+                "median_ms": median,
+                "max_ms": max,
+                "min_ms": min,
+                "repetitions": a.repetitions,
+                "jobs": a.jobs,
+                "nodes": a.nodes,
+                "gpus_per_node": a.gpus_per_node,
+                "types": a.types,
+                "gpus": workload.cluster.total_gpus(),
+                "seed": a.seed,
+                "release": release,
+                "placed": warm_plan.assignments.len(),
+                "admitted": stats.admitted,
+                "filled": stats.filled,
+                "kept": stats.kept,
+            });
+            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+        }
+    }
+    Ok(())
 }
 
 fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {

@@ -44,7 +44,7 @@ impl Default for SyntheticSpec {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SyntheticError {
     /// A size was zero.
-    #[error("{0} must be at least 1")]
+    #[error("{0}: must be at least 1")]
     Zero(&'static str),
 }
 
@@ -76,7 +76,7 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
     for (v, name) in [
         (spec.jobs, "jobs"),
         (spec.nodes, "nodes"),
-        (spec.gpus_per_node, "gpus per node"),
+        (spec.gpus_per_node, "gpus-per-node"),
         (spec.types, "types"),
     ] {
         if v == 0 {
