@@ -60,6 +60,17 @@ pub struct HadarArgs {
     /// Ignore restart costs: move running jobs whenever another placement pays more.
     #[arg(long, help_heading = "Hadar")]
     pub no_stickiness: bool,
+    /// Price each GPU type by what jobs gain on it (its own `U` and `L`) instead of one
+    /// price range for all types as in the paper.
+    #[arg(long, help_heading = "Hadar")]
+    pub per_type_prices: bool,
+    /// Skip the swap improvement (admitted jobs of equal size exchanging placements while
+    /// that raises total utility).
+    #[arg(long, help_heading = "Hadar")]
+    pub no_swaps: bool,
+    /// Run each job on a single GPU type (no mixed placements).
+    #[arg(long, help_heading = "Hadar")]
+    pub single_type: bool,
     /// Solve each round exactly by branch and bound (small instances only).
     #[arg(long, help_heading = "Hadar")]
     pub exact: bool,
@@ -83,6 +94,9 @@ impl HadarArgs {
             max_nodes_per_job: self.max_nodes,
             work_conservation: !self.no_work_conservation,
             stickiness: !self.no_stickiness,
+            per_type_prices: self.per_type_prices,
+            mixed_types: !self.single_type,
+            swap_improvement: !self.no_swaps,
             exact: self.exact,
             ..HadarConfig::default()
         }

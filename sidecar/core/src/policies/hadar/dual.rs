@@ -41,6 +41,8 @@ pub struct DualJob<'a> {
     pub previous: Option<&'a Placement>,
     /// The most nodes its placement may span.
     pub max_nodes: u32,
+    /// Whether one placement may mix GPU types (otherwise all workers share one type).
+    pub mixed_types: bool,
 }
 
 /// The best placement found for a job, with its economics.
@@ -122,13 +124,17 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         best.as_ref().map_or(k, |b| b.payoff().max(k))
     };
     let moved = job.previous.is_some();
-    let floor = book.bounds().low * n as f64;
+    let floor = book.lowest_price() * n as f64;
     let mut allowed = vec![false; book.type_count()];
     let mut free_allowed = 0;
     let mut i = 0;
     while i < usable.len() {
         // Types of equal speed join the allowed set together.
         let rate_b = usable[i].1;
+        if !job.mixed_types {
+            allowed.iter_mut().for_each(|a| *a = false);
+            free_allowed = 0;
+        }
         while i < usable.len() && usable[i].1 == rate_b {
             allowed[usable[i].0] = true;
             free_allowed += book.free_of_type(usable[i].0);
@@ -209,7 +215,7 @@ impl<'c> ClassCursor<'c> {
             if used >= cap {
                 continue;
             }
-            let price = book.unit_price(cap, used);
+            let price = book.unit_price(t, cap, used);
             if best.is_none_or(|(_, p)| price < p) {
                 best = Some((t, price));
             }

@@ -2,7 +2,9 @@
 //!
 //! Each round:
 //! 1. Every job that can run gets a utility function of its rate ([`utility`]); `U` and `L`
-//!    come from the jobs' best utilities per GPU ([`prices::PriceBook::bounds_from_utilities`]).
+//!    come from the jobs' utilities per GPU-round ([`prices::PriceBook::bounds_from_utilities`]):
+//!    over all types from each job's best utility, and by default per type from each job's
+//!    utility with all its workers on that type ([`prices::PriceBook::bounds_by_type`]).
 //! 2. Jobs are taken in order (arrival by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
@@ -14,12 +16,16 @@
 //!    * stickiness: a running job's old placement is a candidate that costs no restart,
 //!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
 //!      so it moves only when the gain beats the restart.
+//!    * swap improvement: admitted jobs with the same worker count exchange placements
+//!      while that raises the round's total utility, so each type goes to the jobs that
+//!      gain most from it (the online pass takes jobs in order and cannot see that).
 //!    * exact mode ([`exact`]): the whole round solved optimally by branch and bound (small
 //!      instances), to measure the primal-dual's optimality gap.
 
 pub mod dual;
 pub mod exact;
 pub mod prices;
+mod swap;
 pub mod synthetic;
 pub mod utility;
 
@@ -89,6 +95,15 @@ pub struct HadarConfig {
     pub work_conservation: bool,
     /// Keep running jobs in place unless moving gains more than the restart costs.
     pub stickiness: bool,
+    /// After admission, let admitted jobs of equal size exchange placements while that
+    /// raises the round's total utility (capacity use is unchanged, so nobody is delayed).
+    pub swap_improvement: bool,
+    /// Let one job's workers span several GPU types (Hadar's task-level heterogeneity);
+    /// off, every job runs on a single type.
+    pub mixed_types: bool,
+    /// Price each GPU type by what jobs gain on it (`U` and `L` per type) rather than one
+    /// pair for all types as in the paper.
+    pub per_type_prices: bool,
     /// Solve each round exactly by branch and bound (small instances only).
     pub exact: bool,
     /// Search nodes the exact mode may visit per round before it settles for the best
@@ -104,6 +119,9 @@ impl Default for HadarConfig {
             max_nodes_per_job: None,
             work_conservation: true,
             stickiness: true,
+            swap_improvement: true,
+            mixed_types: true,
+            per_type_prices: false,
             exact: false,
             exact_search_limit: 2_000_000,
         }
@@ -113,8 +131,10 @@ impl Default for HadarConfig {
 /// What happened in the last round, for reports and tests.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoundStats {
-    /// `L` and `U` of the round (`None` when no job could run).
+    /// `L` and `U` of the round over all types (`None` when no job could run).
     pub price_bounds: Option<PriceBounds>,
+    /// `L` and `U` of each GPU type (all equal to `price_bounds` without per-type prices).
+    pub type_price_bounds: Vec<PriceBounds>,
     /// Jobs admitted by the primal-dual test (payoff > 0).
     pub admitted: usize,
     /// Jobs placed by work conservation.
@@ -171,6 +191,7 @@ struct Prepared<'a> {
     utility: JobUtility,
     previous: Option<&'a Placement>,
     max_nodes: u32,
+    mixed_types: bool,
 }
 
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
@@ -209,7 +230,15 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             Some(m) => m.max(needed).min(workers),
             None => workers,
         };
-        ready.push(Prepared { index, workers, rates, utility, previous, max_nodes });
+        ready.push(Prepared {
+            index,
+            workers,
+            rates,
+            utility,
+            previous,
+            max_nodes,
+            mixed_types: config.mixed_types,
+        });
     }
     (ready, waiting)
 }
@@ -256,8 +285,21 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         return (RoundPlan { assignments: Vec::new(), waiting }, stats);
     };
     stats.price_bounds = Some(bounds);
+    let types = input.cluster.type_count();
+    stats.type_price_bounds = if config.per_type_prices {
+        let samples = ready.iter().flat_map(|p| {
+            p.rates
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r > 0.0)
+                .map(|(t, r)| (t, p.utility.at(*r, false) / p.workers as f64))
+        });
+        PriceBook::bounds_by_type(types, samples, bounds)
+    } else {
+        vec![bounds; types]
+    };
     order_jobs(config, input, &mut ready);
-    let mut book = PriceBook::new(input.cluster, bounds);
+    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds);
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
@@ -307,11 +349,14 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         }
     } else {
         let mut priced_out: Vec<usize> = Vec::new();
+        // owners[i]: the prepared job of assignments[i].
+        let mut owners: Vec<usize> = Vec::new();
         for (k, p) in ready.iter().enumerate() {
             let js = &input.jobs[p.index];
             match best_offer(&book, &dual_job(p)) {
                 DualOutcome::Offer(o) if o.payoff() > 0.0 => {
                     stats.admitted += 1;
+                    owners.push(k);
                     admit(&mut book, &mut assignments, &mut stats, p, js, o);
                 }
                 DualOutcome::Offer(o) => {
@@ -333,6 +378,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                     DualOutcome::Offer(o) => {
                         stats.filled += 1;
                         filled_ids.push(js.id());
+                        owners.push(k);
                         admit(&mut book, &mut assignments, &mut stats, p, js, o);
                     }
                     DualOutcome::NoPlacement(_) => {}
@@ -342,6 +388,17 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         if !filled_ids.is_empty() {
             let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
             waiting.retain(|w| !filled.contains(&w.job));
+        }
+        if config.swap_improvement {
+            swap::improve(&ready, &mut assignments, &owners);
+            stats.objective = 0.0;
+            stats.kept = 0;
+            for (a, &k) in assignments.iter().zip(&owners) {
+                let p = &ready[k];
+                let kept = p.previous.is_some_and(|q| *q == a.placement);
+                stats.kept += usize::from(kept);
+                stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
+            }
         }
     }
     assignments.sort_by_key(|a| pos(a.job));
@@ -356,6 +413,7 @@ fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
         utility: &p.utility,
         previous: p.previous,
         max_nodes: p.max_nodes,
+        mixed_types: p.mixed_types,
     }
 }
 
