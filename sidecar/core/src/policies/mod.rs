@@ -5,6 +5,7 @@
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
 pub mod hadar;
+pub mod hadare;
 pub mod packing;
 pub mod slurm_backfill;
 pub mod tiresias;
@@ -32,6 +33,8 @@ pub enum PolicyName {
     Slurm,
     /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
     Hadar,
+    /// HadarE: Hadar with job forking into copies on separate nodes.
+    HadarE,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
 }
@@ -45,6 +48,7 @@ impl PolicyName {
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
         PolicyName::Hadar,
+        PolicyName::HadarE,
         PolicyName::LowerBound,
     ];
 
@@ -57,6 +61,7 @@ impl PolicyName {
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
             PolicyName::Hadar => "hadar",
+            PolicyName::HadarE => "hadare",
             PolicyName::LowerBound => "lower-bound",
         }
     }
@@ -116,6 +121,8 @@ pub struct PolicyOptions {
     pub seed: u64,
     /// Hadar's settings.
     pub hadar: hadar::HadarConfig,
+    /// HadarE's settings.
+    pub hadare: hadare::HadarEConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies,
@@ -126,6 +133,7 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
+        PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
         PolicyName::LowerBound => None,
         _ => None,
     }
