@@ -21,7 +21,7 @@
 pub mod capacity;
 pub mod cluster;
 pub mod job;
-
+pub mod lp;
 pub mod placement;
 pub mod plan;
 pub mod policies;
