@@ -4,6 +4,8 @@
 //! policies (they see the whole workload at once); they are listed here so that one
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
+pub mod gavel;
+
 use crate::policy::Policy;
 use std::fmt;
 use std::str::FromStr;
@@ -23,6 +25,8 @@ pub enum PolicyName {
     Slurm,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
+    /// The fluid lower bound when a job may also fork over any number of GPUs.
+    LowerBoundFork,
 }
 
 impl PolicyName {
@@ -34,6 +38,7 @@ impl PolicyName {
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
         PolicyName::LowerBound,
+        PolicyName::LowerBoundFork,
     ];
 
     /// The CLI spelling.
@@ -45,12 +50,13 @@ impl PolicyName {
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
             PolicyName::LowerBound => "lower-bound",
+            PolicyName::LowerBoundFork => "lower-bound-fork",
         }
     }
 
     /// True for the fluid bounds, which are computed, not simulated.
     pub fn is_bound(self) -> bool {
-        matches!(self, PolicyName::LowerBound)
+        matches!(self, PolicyName::LowerBound | PolicyName::LowerBoundFork)
     }
 
     /// Parses a comma-separated list such as `gavel,hadar`, keeping order and dropping
@@ -112,7 +118,9 @@ impl Default for PolicyOptions {
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
 pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
-        PolicyName::LowerBound => None,
+        PolicyName::Gavel => Some(Box::new(gavel::GavelPolicy::max_min_fairness())),
+        PolicyName::GavelMakespan => Some(Box::new(gavel::GavelPolicy::min_total_duration())),
+        PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
         _ => None,
     }
 }
