@@ -18,6 +18,7 @@
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
 
+pub mod bounds;
 pub mod capacity;
 pub mod cluster;
 pub mod job;
