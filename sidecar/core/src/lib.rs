@@ -19,10 +19,11 @@
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
 
+pub mod bounds;
 pub mod capacity;
 pub mod cluster;
 pub mod job;
-
+pub mod lp;
 pub mod placement;
 pub mod plan;
 pub mod policies;
