@@ -71,7 +71,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     }
     let inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
     let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
-    let opts = PolicyOptions { seed: args.seed };
+    let opts = PolicyOptions { seed: args.seed, ..PolicyOptions::default() };
 
     let mut outcomes = Vec::new();
     for name in names {

@@ -4,6 +4,7 @@
 //! policies (they see the whole workload at once); they are listed here so that one
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
+pub mod hadar;
 pub mod packing;
 pub mod slurm_backfill;
 pub mod tiresias;
@@ -29,6 +30,8 @@ pub enum PolicyName {
     GavelMakespan,
     /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
     Slurm,
+    /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
+    Hadar,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
 }
@@ -41,6 +44,7 @@ impl PolicyName {
         PolicyName::Gavel,
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
+        PolicyName::Hadar,
         PolicyName::LowerBound,
     ];
 
@@ -52,6 +56,7 @@ impl PolicyName {
             PolicyName::Gavel => "gavel",
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
+            PolicyName::Hadar => "hadar",
             PolicyName::LowerBound => "lower-bound",
         }
     }
@@ -105,16 +110,12 @@ impl FromStr for PolicyName {
 }
 
 /// Settings shared by the policies.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PolicyOptions {
     /// Seed for policies that break ties or choose types at random.
     pub seed: u64,
-}
-
-impl Default for PolicyOptions {
-    fn default() -> Self {
-        PolicyOptions { seed: 0 }
-    }
+    /// Hadar's settings.
+    pub hadar: hadar::HadarConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies,
@@ -124,6 +125,7 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
         PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
+        PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::LowerBound => None,
         _ => None,
     }
