@@ -35,8 +35,12 @@ type RawJob = (f64, u32, f64, Vec<Option<f64>>);
 
 fn raw_jobs() -> impl Strategy<Value = Vec<RawJob>> {
     let rate = prop_oneof![1 => Just(None), 4 => (0.5f64..10.0).prop_map(Some)];
-    let job = (0.0f64..3000.0, prop_oneof![4 => 1u32..=2, 2 => 3u32..=4, 1 => Just(8u32)], 50.0f64..5000.0,
-        proptest::collection::vec(rate, 3));
+    let job = (
+        0.0f64..3000.0,
+        prop_oneof![4 => 1u32..=2, 2 => 3u32..=4, 1 => Just(8u32)],
+        50.0f64..5000.0,
+        proptest::collection::vec(rate, 3),
+    );
     proptest::collection::vec(job, 1..=12)
 }
 
@@ -137,8 +141,9 @@ fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &R
             if let Some(head) = pending.iter().find(|js| {
                 plan.placement_of(js.id()).is_none() && reason(js.id()) != Some(&WaitReason::CannotRunAnywhere)
             }) {
-                let fits =
-                    usable_types(&head.job, cluster).iter().any(|&t| pack_consolidated(&left, t, head.job.workers).is_some());
+                let fits = usable_types(&head.job, cluster)
+                    .iter()
+                    .any(|&t| pack_consolidated(&left, t, head.job.workers).is_some());
                 prop_assert!(!fits, "yarn-cs left head job {} waiting although it fits", head.id());
             }
             for a in &plan.assignments {
@@ -185,7 +190,7 @@ fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &R
 /// each plan; fails if that takes more than `MAX_ROUNDS` rounds.
 fn play(policy: PolicyName, seed: u64, cluster: &Cluster, raw: &[RawJob]) -> Result<(), TestCaseError> {
     let jobs = bind(raw, cluster);
-    let mut policy_impl = build(policy, &PolicyOptions { seed }).expect("a baseline builds");
+    let mut policy_impl = build(policy, &PolicyOptions { seed, ..PolicyOptions::default() }).expect("a baseline builds");
     let types = cluster.type_count();
     let mut active: Vec<JobState> = Vec::new();
     let mut next = 0;

@@ -248,10 +248,7 @@ mod tests {
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         plan.validate(&c, &jobs).unwrap();
         assert!(plan.placement_of(JobId(2)).is_none());
-        assert_eq!(
-            plan.waiting,
-            vec![Waiting { job: JobId(2), reason: WaitReason::WaitingForRelease }]
-        );
+        assert_eq!(plan.waiting, vec![Waiting { job: JobId(2), reason: WaitReason::WaitingForRelease }]);
         assert_eq!(requested_type(&jobs[1], &c), Some((ty(0), 3.0)));
     }
 
