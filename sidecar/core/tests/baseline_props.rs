@@ -38,7 +38,7 @@ fn raw_jobs() -> impl Strategy<Value = Vec<RawJob>> {
     let job = (
         0.0f64..3000.0,
         prop_oneof![4 => 1u32..=2, 2 => 3u32..=4, 1 => Just(8u32)],
-        50.0f64..5000.0,
+        100.0f64..20_000.0,
         proptest::collection::vec(rate, 3),
     );
     proptest::collection::vec(job, 1..=12)
