@@ -80,7 +80,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         let plan = p.plan(&input);
         (plan, Some(p.last_round().clone()))
     } else {
-        let opts = PolicyOptions { seed: 0, hadar: hadar_config.clone() };
+        let opts = PolicyOptions { seed: 0, hadar: hadar_config.clone(), ..PolicyOptions::default() };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build"))
         })?;
