@@ -90,6 +90,7 @@ impl HadarArgs {
                 OrderArg::Arrival => JobOrder::Arrival,
                 OrderArg::UtilityPerGpu => JobOrder::UtilityPerGpu,
                 OrderArg::ShortestRemaining => JobOrder::ShortestRemaining,
+                OrderArg::CriticalFirst => JobOrder::CriticalFirst,
             },
             max_nodes_per_job: self.max_nodes,
             work_conservation: !self.no_work_conservation,
@@ -123,6 +124,9 @@ pub enum OrderArg {
     UtilityPerGpu,
     /// Least remaining time at the job's fastest type first.
     ShortestRemaining,
+    /// Jobs that would otherwise set the makespan first (longest first), then the rest by
+    /// utility per GPU.
+    CriticalFirst,
 }
 
 /// `hadar dry-run` arguments.

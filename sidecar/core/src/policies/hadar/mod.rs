@@ -52,6 +52,11 @@ pub enum JobOrder {
     UtilityPerGpu,
     /// Least remaining time (at the job's fastest type) first.
     ShortestRemaining,
+    /// Critical jobs first, longest first: those whose remaining time at their best speed
+    /// is at least [`CRITICAL_SHARE`] of the fluid horizon (all remaining work spread over
+    /// all GPUs), which set the makespan unless they run now; then the rest by utility per
+    /// GPU.
+    CriticalFirst,
 }
 
 impl JobOrder {
@@ -61,6 +66,7 @@ impl JobOrder {
             JobOrder::Arrival => "arrival",
             JobOrder::UtilityPerGpu => "utility-per-gpu",
             JobOrder::ShortestRemaining => "shortest-remaining",
+            JobOrder::CriticalFirst => "critical-first",
         }
     }
 }
@@ -72,8 +78,9 @@ impl std::str::FromStr for JobOrder {
             "arrival" => Ok(JobOrder::Arrival),
             "utility-per-gpu" => Ok(JobOrder::UtilityPerGpu),
             "shortest-remaining" => Ok(JobOrder::ShortestRemaining),
+            "critical-first" => Ok(JobOrder::CriticalFirst),
             other => Err(format!(
-                "unknown job order `{other}`; known: arrival, utility-per-gpu, shortest-remaining"
+                "unknown job order `{other}`; known: arrival, utility-per-gpu, shortest-remaining, critical-first"
             )),
         }
     }
@@ -269,8 +276,34 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
                     .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
             });
         }
+        JobOrder::CriticalFirst => {
+            // The fluid horizon: the time all remaining work would take spread over every
+            // GPU at each job's best speed. A job whose own remaining time is a large share
+            // of it will set the makespan unless it runs now.
+            let total_gpus = input.cluster.total_gpus().max(1) as f64;
+            let best_time = |p: &Prepared<'_>| {
+                let best = p.rates.iter().copied().fold(0.0, f64::max);
+                input.jobs[p.index].remaining_steps / best
+            };
+            let horizon: f64 =
+                ready.iter().map(|p| best_time(p) * p.workers as f64).sum::<f64>() / total_gpus;
+            let threshold = CRITICAL_SHARE * horizon;
+            ready.sort_by(|a, b| {
+                let (ta, tb) = (best_time(a), best_time(b));
+                let (ca, cb) = (ta >= threshold, tb >= threshold);
+                let da = a.utility.best() / a.workers as f64;
+                let db = b.utility.best() / b.workers as f64;
+                cb.cmp(&ca)
+                    .then_with(|| if ca && cb { tb.total_cmp(&ta) } else { db.total_cmp(&da) })
+                    .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
+            });
+        }
     }
 }
+
+/// The share of the fluid horizon from which a job counts as critical
+/// ([`JobOrder::CriticalFirst`]).
+pub const CRITICAL_SHARE: f64 = 0.5;
 
 /// Plans one round with the given settings, returning the plan and its figures.
 pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, RoundStats) {

@@ -193,6 +193,23 @@ fn swaps_give_fast_gpus_to_the_jobs_that_gain_most() {
 }
 
 #[test]
+fn critical_first_runs_the_job_that_sets_the_makespan() {
+    // One GPU; a long job and four short ones, the long one arriving last. Its remaining
+    // time is more than half the fluid horizon, so it goes first; by utility per GPU it
+    // would go last.
+    let c = cluster(&["v100"], &[&[1]]);
+    let mut jobs: Vec<JobState> = (1..=4).map(|i| job(i, 0.0, 1, 1e3, &[1.0])).collect();
+    jobs.push(job(9, 1.0, 1, 1e5, &[1.0]));
+    let inp = input(&c, &jobs, 0.0);
+    let pick = |order| {
+        let cfg = HadarConfig { order, work_conservation: false, ..HadarConfig::default() };
+        plan_round(&cfg, &inp).0.assignments[0].job
+    };
+    assert_eq!(pick(JobOrder::CriticalFirst), JobId(9));
+    assert_eq!(pick(JobOrder::UtilityPerGpu), JobId(1));
+}
+
+#[test]
 fn objectives_rank_jobs_differently() {
     // One GPU, a short and a long job: average JCT runs the short one, makespan the long.
     let c = cluster(&["v100"], &[&[1]]);
@@ -318,7 +335,7 @@ proptest! {
         limit in proptest::option::of(1u32..4),
         wc in any::<bool>(),
         sticky in any::<bool>(),
-        order in prop_oneof![Just(JobOrder::Arrival), Just(JobOrder::UtilityPerGpu), Just(JobOrder::ShortestRemaining)],
+        order in prop_oneof![Just(JobOrder::Arrival), Just(JobOrder::UtilityPerGpu), Just(JobOrder::ShortestRemaining), Just(JobOrder::CriticalFirst)],
         objective in prop_oneof![Just(Objective::AvgJct), Just(Objective::Makespan), Just(Objective::Fairness)],
         restart in 0.0f64..400.0,
     ) {
