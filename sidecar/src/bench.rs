@@ -55,10 +55,10 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     };
     let (min, max) = (times[0], times[times.len() - 1]);
     let release = !cfg!(debug_assertions);
-    match a.format {
+    let text = match a.format {
         Format::Table => {
-            println!(
-                "hadar round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}",
+            let mut out = format!(
+                "hadar round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
                 a.jobs,
                 workload.cluster.total_gpus(),
                 a.nodes,
@@ -67,13 +67,13 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 a.seed,
                 if release { "release" } else { "debug (use --release for figures)" }
             );
-            println!(
-                "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place",
+            out.push_str(&format!(
+                "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place\n",
                 warm_plan.assignments.len(),
                 stats.admitted,
                 stats.filled,
                 stats.kept
-            );
+            ));
             let mut t = Table::new(&["repetitions", "median ms", "max ms", "min ms"]);
             t.row(vec![
                 a.repetitions.to_string(),
@@ -81,7 +81,8 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 format!("{max:.2}"),
                 format!("{min:.2}"),
             ]);
-            print!("{}", t.render());
+            out.push_str(&t.render());
+            out
         }
         Format::Json => {
             let v = json!({
@@ -101,9 +102,10 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 "filled": stats.filled,
                 "kept": stats.kept,
             });
-            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+            serde_json::to_string_pretty(&v).map_err(Failure::runtime)? + "\n"
         }
-    }
+    };
+    crate::dry_run::emit(&text)?;
     Ok(())
 }
 

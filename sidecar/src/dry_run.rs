@@ -106,7 +106,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
 }
 
 /// Writes to standard output; a reader that went away (`| head`) is not an error.
-fn emit(text: &str) -> Result<(), Failure> {
+pub(crate) fn emit(text: &str) -> Result<(), Failure> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
