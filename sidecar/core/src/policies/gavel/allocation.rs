@@ -303,4 +303,52 @@ mod tests {
         let far = gavel_bisection(2.5e6).unwrap();
         assert!(far >= 2.5e6 && far <= 2.5e6 * 1.06, "{far}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, .. Default::default() })]
+
+        /// Both allocations respect Gavel's base constraints, and the max-min optimum is at
+        /// least as good as a feasible proportional split.
+        #[test]
+        fn allocations_respect_the_base_constraints(
+            rows in proptest::collection::vec((0u32..3, 0.0f64..50.0, 0.0f64..50.0, 0.0f64..50.0, 1.0f64..1e5), 1..25),
+            caps in (1u32..9, 1u32..9, 0u32..9),
+        ) {
+            let capacity = [caps.0, caps.1, caps.2];
+            let tp: Vec<Vec<f64>> = rows.iter().map(|r| vec![r.1, r.2, r.3]).collect();
+            let sf: Vec<u32> = rows.iter().map(|r| 1 << r.0).collect();
+            let steps: Vec<f64> = rows.iter().map(|r| r.4).collect();
+            let p = AllocationProblem { throughputs: &tp, scale_factors: &sf, capacity: &capacity };
+            let weights = vec![1.0; tp.len()];
+            let check = |x: &Vec<Vec<f64>>| -> Result<(), proptest::test_runner::TestCaseError> {
+                for j in 0..3 {
+                    let used: f64 = x.iter().zip(&sf).map(|(row, &s)| row[j] * f64::from(s)).sum();
+                    proptest::prop_assert!(used <= f64::from(capacity[j]) + 1e-5, "type {} used {}", j, used);
+                }
+                for row in x {
+                    proptest::prop_assert!(row.iter().sum::<f64>() <= 1.0 + 1e-5);
+                    proptest::prop_assert!(row.iter().all(|&v| (0.0..=1.0).contains(&v)));
+                }
+                Ok(())
+            };
+            let x = max_min_fairness_perf(&p, &weights).unwrap();
+            check(&x)?;
+            let total: f64 = capacity.iter().map(|&c| f64::from(c)).sum();
+            let score = |x: &Vec<Vec<f64>>| -> f64 {
+                (0..tp.len())
+                    .filter(|&i| tp[i].iter().any(|&t| t > 0.0))
+                    .map(|i| {
+                        let prop: f64 = (0..3).map(|j| tp[i][j] * f64::from(capacity[j]) / total).sum();
+                        (0..3).map(|j| tp[i][j] * f64::from(sf[i]) * x[i][j]).sum::<f64>() / prop
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let baseline = crate::policies::gavel::proportional_split(&p);
+            check(&baseline)?;
+            proptest::prop_assert!(score(&x) >= score(&baseline) * (1.0 - 1e-5) - 1e-7, "{} < {}", score(&x), score(&baseline));
+            let m = min_total_duration_perf(&p, &steps).unwrap();
+            check(&m.allocation)?;
+            proptest::prop_assert!(m.horizon_s >= m.optimal_horizon_s);
+        }
+    }
 }

@@ -226,6 +226,14 @@ proptest! {
         let mut p = if makespan { GavelPolicy::min_total_duration() } else { GavelPolicy::max_min_fairness() };
         let (rounds, finished) = drive(&mut p, &c, &sorted, 5000);
         prop_assert_eq!(finished.len(), jobs.len());
+        // The fluid bounds stay below what the schedule achieved, the forking one lowest.
+        let plain: Vec<Job> = sorted.iter().map(|j| (**j).clone()).collect();
+        let first = plain.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
+        let ttd = finished.values().copied().fold(first, f64::max) - first;
+        let lb = crate::bounds::fluid_makespan(&c, &plain).unwrap();
+        let fork = crate::bounds::fluid_makespan_forking(&c, &plain).unwrap();
+        prop_assert!(lb <= ttd * (1.0 + 1e-6), "bound {} above makespan {}", lb, ttd);
+        prop_assert!(fork <= lb * (1.0 + 1e-6), "forking bound {} above plain bound {}", fork, lb);
         for r in &rounds {
             for a in &r.plan.assignments {
                 prop_assert_eq!(a.placement.types().len(), 1);
