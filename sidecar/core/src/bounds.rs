@@ -145,18 +145,18 @@ fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max
             .collect();
         y.push(per_k);
     }
-    for (i, job) in jobs.iter().enumerate() {
+    for ((job, y_job), job_rates) in jobs.iter().zip(&y).zip(&rates) {
         // Completion: steps done, in `scale`-second units of rate x time.
         let mut done: Vec<(Var, f64)> = Vec::new();
-        for k in 0..=k_last {
-            for (ti, v) in y[i][k].iter().enumerate() {
-                if let (Some(v), Some(r)) = (v, rates[i][ti]) {
+        for (k, y_k) in y_job.iter().enumerate() {
+            for (v, r) in y_k.iter().zip(job_rates) {
+                if let (Some(v), Some(r)) = (v, r) {
                     done.push((*v, r * scale / job.total_steps.max(f64::MIN_POSITIVE)));
                 }
             }
             if !forking {
                 // At most one copy of the job at a time.
-                let terms: Vec<(Var, f64)> = y[i][k].iter().flatten().map(|&v| (v, 1.0)).collect();
+                let terms: Vec<(Var, f64)> = y_k.iter().flatten().map(|&v| (v, 1.0)).collect();
                 if terms.is_empty() {
                     continue;
                 }
@@ -178,12 +178,11 @@ fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max
         for k in 0..=k_last {
             // GPU-seconds used: a gang holds its workers; a forking job's variable is
             // already in GPU-seconds.
-            let mut terms: Vec<(Var, f64)> = Vec::new();
-            for (i, job) in jobs.iter().enumerate() {
-                if let Some(v) = y[i][k][ti] {
-                    terms.push((v, if forking { 1.0 } else { f64::from(job.workers) }));
-                }
-            }
+            let mut terms: Vec<(Var, f64)> = jobs
+                .iter()
+                .zip(&y)
+                .filter_map(|(job, y_job)| y_job[k][ti].map(|v| (v, if forking { 1.0 } else { f64::from(job.workers) })))
+                .collect();
             if terms.is_empty() {
                 continue;
             }

@@ -249,8 +249,8 @@ mod tests {
         let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
         assert!(x[0][0] > x[1][0], "{x:?}");
-        for j in 0..2 {
-            assert!(x[0][j] + x[1][j] <= 1.0 + 1e-6);
+        for (a, b) in x[0].iter().zip(&x[1]) {
+            assert!(a + b <= 1.0 + 1e-6);
         }
         for row in &x {
             assert!(row.iter().sum::<f64>() <= 1.0 + 1e-6);
@@ -286,7 +286,7 @@ mod tests {
     fn bisection_replays_gavels_probe_sequence() {
         // Gavel stops once its interval is within 5%, on a probe at or above the optimum.
         let h = gavel_bisection(7200.0).unwrap();
-        assert!(h >= 7200.0 && h <= 7200.0 * 1.06, "{h}");
+        assert!((7200.0..=7200.0 * 1.06).contains(&h), "{h}");
         // The same replay by explicit simulation of Gavel's loop.
         let (mut lo, mut hi, mut last) = (100.0f64, 1e6f64, None);
         while 1.05 * lo < hi {
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(Some(h), last);
         // Beyond 10^6 s the interval widens tenfold.
         let far = gavel_bisection(2.5e6).unwrap();
-        assert!(far >= 2.5e6 && far <= 2.5e6 * 1.06, "{far}");
+        assert!((2.5e6..=2.5e6 * 1.06).contains(&far), "{far}");
     }
 
     proptest::proptest! {
