@@ -38,6 +38,23 @@ impl AllocationProblem<'_> {
         self.capacity.len()
     }
 
+    /// Checks that every per-job slice has one entry per job and every row one per type.
+    fn check(&self, per_job: &[(&str, usize)]) -> Result<(), LpError> {
+        let m = self.throughputs.len();
+        if self.scale_factors.len() != m {
+            return Err(LpError::InvalidInput(format!("{m} throughput rows but {} scale factors", self.scale_factors.len())));
+        }
+        for &(what, len) in per_job {
+            if len != m {
+                return Err(LpError::InvalidInput(format!("{m} throughput rows but {len} {what}")));
+            }
+        }
+        if let Some((i, row)) = self.throughputs.iter().enumerate().find(|(_, r)| r.len() != self.types()) {
+            return Err(LpError::InvalidInput(format!("throughput row {i} has {} entries for {} types", row.len(), self.types())));
+        }
+        Ok(())
+    }
+
     fn runnable(&self, i: usize) -> bool {
         self.throughputs[i].iter().any(|&t| t > 0.0)
     }
@@ -77,6 +94,7 @@ impl AllocationProblem<'_> {
 /// throughput when its time is split over the types in proportion to their GPU counts
 /// (Gavel's `ProportionalPolicy`).
 pub fn max_min_fairness_perf(p: &AllocationProblem<'_>, weights: &[f64]) -> Result<Vec<Vec<f64>>, LpError> {
+    p.check(&[("weights", weights.len())])?;
     let n = p.types();
     let total: f64 = p.capacity.iter().map(|&c| f64::from(c)).sum();
     let mut lp = LinearProgram::new();
@@ -128,6 +146,7 @@ pub fn min_total_duration_perf(
     p: &AllocationProblem<'_>,
     remaining_steps: &[f64],
 ) -> Result<MakespanAllocation, LpError> {
+    p.check(&[("remaining step counts", remaining_steps.len())])?;
     let n = p.types();
     let optimal = optimal_horizon(p, remaining_steps)?;
     let Some(optimal) = optimal else {
@@ -255,6 +274,17 @@ mod tests {
         for row in &x {
             assert!(row.iter().sum::<f64>() <= 1.0 + 1e-6);
         }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_refused() {
+        let tp = vec![vec![1.0, 2.0], vec![1.0]];
+        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
+        assert!(matches!(max_min_fairness_perf(&p, &[1.0, 1.0]), Err(LpError::InvalidInput(_))));
+        let tp = vec![vec![1.0, 2.0]];
+        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1], capacity: &[1, 1] };
+        assert!(matches!(min_total_duration_perf(&p, &[1.0, 2.0]), Err(LpError::InvalidInput(_))));
+        assert!(matches!(max_min_fairness_perf(&p, &[]), Err(LpError::InvalidInput(_))));
     }
 
     #[test]
