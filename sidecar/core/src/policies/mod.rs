@@ -5,6 +5,15 @@
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
 pub mod gavel;
+pub mod hadar;
+pub mod hadare;
+pub mod packing;
+pub mod slurm_backfill;
+pub mod tiresias;
+pub mod yarn_cs;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
 
 use crate::policy::Policy;
 use std::fmt;
@@ -23,6 +32,10 @@ pub enum PolicyName {
     GavelMakespan,
     /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
     Slurm,
+    /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
+    Hadar,
+    /// HadarE: Hadar with job forking into copies on separate nodes.
+    HadarE,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
     /// The fluid lower bound when a job may also fork over any number of GPUs.
@@ -37,6 +50,8 @@ impl PolicyName {
         PolicyName::Gavel,
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
+        PolicyName::Hadar,
+        PolicyName::HadarE,
         PolicyName::LowerBound,
         PolicyName::LowerBoundFork,
     ];
@@ -49,6 +64,8 @@ impl PolicyName {
             PolicyName::Gavel => "gavel",
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
+            PolicyName::Hadar => "hadar",
+            PolicyName::HadarE => "hadare",
             PolicyName::LowerBound => "lower-bound",
             PolicyName::LowerBoundFork => "lower-bound-fork",
         }
@@ -103,26 +120,27 @@ impl FromStr for PolicyName {
 }
 
 /// Settings shared by the policies.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PolicyOptions {
     /// Seed for policies that break ties or choose types at random.
     pub seed: u64,
+    /// Hadar's settings.
+    pub hadar: hadar::HadarConfig,
+    /// HadarE's settings.
+    pub hadare: hadare::HadarEConfig,
 }
 
-impl Default for PolicyOptions {
-    fn default() -> Self {
-        PolicyOptions { seed: 0 }
-    }
-}
-
-/// Builds the round policy for `name`; `None` for the bounds, which are not round policies,
-/// and for names whose policy is not part of this build.
-pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+/// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
+pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
+        PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
+        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
         PolicyName::Gavel => Some(Box::new(gavel::GavelPolicy::max_min_fairness())),
         PolicyName::GavelMakespan => Some(Box::new(gavel::GavelPolicy::min_total_duration())),
+        PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
+        PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
+        PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
         PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
-        _ => None,
     }
 }
 
