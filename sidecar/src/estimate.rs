@@ -107,7 +107,7 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         let mut row = vec![j.job_type.clone()];
         for g in &r.gpu_types {
             row.push(
-                j.rates.iter().find(|(n, _, _)| n == g).map(|(_, e, m)| format!("{e:.2} / {m:.2}")).unwrap_or_else(|| "-".into()),
+                j.rates.iter().find(|c| &c.gpu_type == g).map(|c| format!("{:.2} / {:.2}", c.estimated, c.measured)).unwrap_or_else(|| "-".into()),
             );
         }
         t.row(row);

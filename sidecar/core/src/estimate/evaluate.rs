@@ -90,8 +90,19 @@ pub struct TypeAccuracy {
 pub struct JobComparison {
     /// The job type.
     pub job_type: String,
-    /// `(gpu type, estimated, measured)` for each type with a positive measurement.
-    pub rates: Vec<(String, f64, f64)>,
+    /// Each GPU type with a positive single-worker measurement.
+    pub rates: Vec<RateComparison>,
+}
+
+/// An estimated single-worker rate next to the measured one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RateComparison {
+    /// The GPU type as the table names it.
+    pub gpu_type: String,
+    /// Estimated steps/s (leave-one-job-out; 0 when the model says it cannot run).
+    pub estimated: f64,
+    /// Measured steps/s.
+    pub measured: f64,
 }
 
 /// Refinement from one observation on a type, judged on the job's other types.
@@ -296,7 +307,13 @@ pub fn evaluate(
         .map(|j| JobComparison {
             job_type: jobs[j].name.clone(),
             rates: (0..specs.len())
-                .filter_map(|g| single(j, g).map(|m| (gpu_names[g].clone(), priors[j].rate(GpuType(g as u16), 1).unwrap_or(0.0), m)))
+                .filter_map(|g| {
+                    single(j, g).map(|measured| RateComparison {
+                        gpu_type: gpu_names[g].clone(),
+                        estimated: priors[j].rate(GpuType(g as u16), 1).unwrap_or(0.0),
+                        measured,
+                    })
+                })
                 .collect(),
         })
         .collect();
