@@ -113,3 +113,15 @@ fn job_type_profile_lists_every_requested_gpu() {
     let rate = |i: usize| gpus[i]["rates"][0]["steps_per_s"].as_f64().unwrap();
     assert!(rate(0) < rate(1) && rate(1) < rate(2), "K80 < A100 < H100 for a compute-heavy job: {v}");
 }
+
+#[test]
+fn shipped_constants_are_the_fit_on_gavels_table() {
+    let fitted = evaluate_json(&[])["constants_all"].clone();
+    let o = hadar(&["estimate", "--job-type", "A3C", "--gpus", "v100", "--format", "json"]);
+    assert!(o.status.success());
+    let shipped = serde_json::from_slice::<Value>(&o.stdout).unwrap()["constants"].clone();
+    for field in ["efficiency", "pre_pascal_factor", "step_overhead_s", "layer_overhead_s"] {
+        let (a, b) = (fitted[field].as_f64().unwrap(), shipped[field].as_f64().unwrap());
+        assert!((a / b - 1.0).abs() < 1e-3, "{field}: fitted {a} vs shipped {b}");
+    }
+}

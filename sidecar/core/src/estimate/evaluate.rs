@@ -322,12 +322,12 @@ pub fn evaluate(
     let mut rng = SmallRng::seed_from_u64(replay.seed);
     let mut noisy = |truth: f64| truth * (1.0 + replay.noise * standard_normal(&mut rng)).max(0.05);
     let (mut rounds_needed, mut cells, mut prior_within, mut within_at_end) = (Vec::new(), 0, 0, 0);
-    for j in 0..jobs.len() {
+    for (j, prior) in priors.iter().enumerate() {
         for g in 0..specs.len() {
             let Some(truth) = single(j, g) else { continue };
             let t = GpuType(g as u16);
             cells += 1;
-            let mut est = OnlineEstimate::new(priors[j].clone());
+            let mut est = OnlineEstimate::new(prior.clone());
             let within = |e: &OnlineEstimate| ape(e.rate(t, 1), truth) <= replay.tolerance;
             let mut first = within(&est).then_some(0u32);
             for round in 1..=replay.max_rounds {
@@ -350,23 +350,23 @@ pub fn evaluate(
     }
     rounds_needed.sort_unstable();
     let mut cross_type = Vec::new();
-    for g in 0..specs.len() {
+    for (g, observed_type) in gpu_names.iter().enumerate() {
         let (mut before, mut after) = (Vec::new(), Vec::new());
-        for j in 0..jobs.len() {
+        for (j, prior) in priors.iter().enumerate() {
             let Some(truth) = single(j, g) else { continue };
-            let mut est = OnlineEstimate::new(priors[j].clone());
+            let mut est = OnlineEstimate::new(prior.clone());
             let _ = est.observe(GpuType(g as u16), 1, noisy(truth));
             for h in (0..specs.len()).filter(|&h| h != g) {
                 if let Some(other) = single(j, h) {
                     let u = GpuType(h as u16);
-                    before.push(ape(priors[j].rate(u, 1), other));
+                    before.push(ape(prior.rate(u, 1), other));
                     after.push(ape(est.rate(u, 1), other));
                 }
             }
         }
         if !before.is_empty() {
             cross_type.push(CrossType {
-                observed_type: gpu_names[g].clone(),
+                observed_type: observed_type.clone(),
                 others_prior_mape_pct: 100.0 * mean(&before),
                 others_after_one_mape_pct: 100.0 * mean(&after),
             });

@@ -116,8 +116,8 @@ fn nelder_mead<const N: usize>(f: &impl Fn(&[f64; N]) -> f64, start: [f64; N], s
             } else {
                 let best_point = simplex[0].0;
                 for entry in simplex.iter_mut().skip(1) {
-                    for i in 0..N {
-                        entry.0[i] = best_point[i] + 0.5 * (entry.0[i] - best_point[i]);
+                    for (x, b) in entry.0.iter_mut().zip(best_point) {
+                        *x = b + 0.5 * (*x - b);
                     }
                     entry.1 = f(&entry.0);
                     evals += 1;
