@@ -56,7 +56,7 @@ impl Default for ModelConstants {
     /// Fitted (by [`crate::estimate::fit::fit_constants`]) to all 78 single-worker entries of
     /// Gavel's measured table (26 job types x K80, P100, V100).
     fn default() -> Self {
-        ModelConstants { efficiency: 0.7624, pre_pascal_factor: 0.5478, step_overhead_s: 0.009922, layer_overhead_s: 0.0004494 }
+        ModelConstants { efficiency: 0.7624, pre_pascal_factor: 0.5484, step_overhead_s: 0.009922, layer_overhead_s: 0.0004494 }
     }
 }
 
