@@ -34,7 +34,7 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
     let jobs = generate_jobs(&table, &cluster, &spec);
     let workload = Workload { cluster, jobs };
     let cfg = SimConfig { seed: a.seed, ..SimConfig::default() };
-    let opts = PolicyOptions { seed: a.seed };
+    let opts = PolicyOptions { seed: a.seed, ..PolicyOptions::default() };
 
     let mut rows = Vec::new();
     let all = Instant::now();

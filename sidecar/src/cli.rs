@@ -132,6 +132,12 @@ pub struct SimulateArgs {
     /// policy finished).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+
+    /// Write the Job Tracker to FILE as JSON lines: per policy, round and running job, its
+    /// copies (forked) or parts (gang) with node, type and GPUs, the steps each copy did,
+    /// the aggregated steps and the consolidation weights.
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
 }
 
 /// `hadar estimate` arguments.

@@ -7,7 +7,8 @@ use anyhow::Context;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::{Cluster, Job};
 use hadar_formats::{ThroughputTable, embedded, load_cluster, load_trace};
-use hadar_sim::{SimConfig, SimReport, Workload, simulate};
+use hadar_core::tracker::TrackerRecord;
+use hadar_sim::{SimConfig, SimReport, Workload, simulate_observed};
 use serde_json::{Value, json};
 
 /// The workload a simulation runs on, with where each part came from.
@@ -71,9 +72,10 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     }
     let inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
     let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
-    let opts = PolicyOptions { seed: args.seed };
+    let opts = PolicyOptions { seed: args.seed, ..PolicyOptions::default() };
 
     let mut outcomes = Vec::new();
+    let mut tracker_lines = String::new();
     for name in names {
         if name.is_bound() {
             let ttd_s = policies::bound(name, &workload.cluster, &workload.jobs)
@@ -84,9 +86,32 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         let mut policy = policies::build(name, &opts)
             .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
         tracing::info!(policy = %name, "simulating");
-        let report = simulate(&workload, policy.as_mut(), &cfg)
-            .with_context(|| format!("simulating `{name}`"))
-            .map_err(Failure::runtime)?;
+        let want_trace = args.trace_out.is_some();
+        let cluster = &workload.cluster;
+        let report = simulate_observed(&workload, policy.as_mut(), &cfg, &mut |round| {
+            if !want_trace {
+                return;
+            }
+            for run in &round.runs {
+                let record = TrackerRecord::new(
+                    cluster,
+                    round.index,
+                    run.job,
+                    round.start_s,
+                    round.start_s + run.seconds,
+                    &run.placement,
+                    run.steps,
+                    &run.copy_steps,
+                    run.remaining_steps,
+                );
+                let mut line = serde_json::to_value(&record).unwrap_or_default();
+                line["policy"] = json!(name.as_str());
+                tracker_lines.push_str(&line.to_string());
+                tracker_lines.push('\n');
+            }
+        })
+        .with_context(|| format!("simulating `{name}`"))
+        .map_err(Failure::runtime)?;
         outcomes.push(Outcome::Simulated(report));
     }
 
@@ -94,6 +119,11 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         Format::Table => render_table(&inputs, &cfg, &outcomes),
         Format::Json => serde_json::to_string_pretty(&render_json(&inputs, &cfg, &outcomes)).map_err(Failure::runtime)? + "\n",
     };
+    if let Some(path) = &args.trace_out {
+        write_atomically(path, &tracker_lines)
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(Failure::runtime)?;
+    }
     match &args.out {
         None => {
             print!("{text}");

@@ -1,7 +1,7 @@
 //! The round loop: plan, check, run, account.
 
 use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
-use hadar_core::{Cluster, Job, JobId, JobState, Placement, PlanViolation, Policy, RoundInput};
+use hadar_core::{Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy, RoundInput};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -104,6 +104,11 @@ pub struct RoundRun {
     pub placement: Placement,
     /// Steps done this round.
     pub steps: f64,
+    /// For a forked placement, the steps each copy did (in the order of its parts); they
+    /// sum to `steps`. Empty for gang placements.
+    pub copy_steps: Vec<f64>,
+    /// Steps the job has left after this round.
+    pub remaining_steps: f64,
     /// Seconds it ran (including any restart).
     pub seconds: f64,
     /// True when it paid a restart this round.
@@ -253,7 +258,24 @@ pub fn simulate_observed(
             }
             t.stop_s = now + seconds;
             end = end.max(now + seconds);
-            runs.push(RoundRun { job: a.job, placement: a.placement.clone(), steps, seconds, restarted });
+            let copy_steps = match a.placement.kind() {
+                PlacementKind::Forked => a
+                    .placement
+                    .parts()
+                    .iter()
+                    .map(|p| steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate)
+                    .collect(),
+                PlacementKind::Gang => Vec::new(),
+            };
+            runs.push(RoundRun {
+                job: a.job,
+                placement: a.placement.clone(),
+                steps,
+                copy_steps,
+                remaining_steps: s.remaining_steps,
+                seconds,
+                restarted,
+            });
         }
         for (t, ran) in active.iter_mut().zip(&ran) {
             if !ran {
