@@ -192,6 +192,46 @@ mod tests {
         assert!(estimate_rate(&job, &spec("h100"), 1, &ModelConstants::default()).is_some());
     }
 
+    proptest::proptest! {
+        /// Better hardware never makes any job slower: more FLOPS, memory bandwidth or host
+        /// link bandwidth can only shorten a step.
+        #[test]
+        fn better_hardware_never_slows_a_job(
+            params in 1e4f64..1e9,
+            gflops in 1e-4f64..1e3,
+            batch in 1u32..4096,
+            input in 0f64..1e6,
+            layers in 1u32..500,
+            workers in proptest::sample::select(vec![1u32, 2, 4, 8]),
+            gpu_index in 0usize..12,
+            better in 1.0f64..10.0,
+        ) {
+            let job = JobTraits {
+                name: "random".into(),
+                params,
+                forward_gflops_per_sample: gflops,
+                batch_size: batch,
+                input_bytes_per_sample: input,
+                layers_per_step: layers,
+                mixed_precision: false,
+            };
+            let k = ModelConstants::default();
+            let gpus = crate::estimate::gpu::builtin_gpus();
+            let base = gpus[gpu_index % gpus.len()].clone();
+            let Some(r0) = estimate_rate(&job, &base, workers, &k) else { return Ok(()) };
+            for improve in 0..3 {
+                let mut g = base.clone();
+                match improve {
+                    0 => g.fp32_tflops *= better,
+                    1 => g.memory_gbps *= better,
+                    _ => g.host_link_gbps *= better,
+                }
+                let r = estimate_rate(&job, &g, workers, &k).unwrap();
+                proptest::prop_assert!(r >= r0 * (1.0 - 1e-12), "improvement {improve} x{better}: {r} < {r0}");
+            }
+        }
+    }
+
     #[test]
     fn constants_survive_log_round_trip() {
         let k = ModelConstants::default();
