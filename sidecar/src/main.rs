@@ -7,6 +7,7 @@
 mod bench;
 mod cli;
 mod dry_run;
+mod estimate;
 mod simulate;
 mod table;
 
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
         cli::Command::DryRun(a) => dry_run::run(a),
+        cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Bench(b) => bench::run(b),
     };
     match outcome {
