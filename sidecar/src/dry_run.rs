@@ -261,6 +261,9 @@ impl<'a> Report<'a> {
                 "work_conservation": cfg.work_conservation,
                 "stickiness": cfg.stickiness,
                 "exact": cfg.exact,
+                "swap_improvement": cfg.swap_improvement,
+                "mixed_types": cfg.mixed_types,
+                "per_type_prices": cfg.per_type_prices,
                 "price_low": stats.price_bounds.map(|b| round6(b.low)),
                 "price_high": stats.price_bounds.map(|b| round6(b.high)),
                 "admitted": stats.admitted,
@@ -291,6 +294,13 @@ fn describe_config(cfg: &HadarConfig) -> String {
     }
     parts.push(format!("work conservation {}", if cfg.work_conservation { "on" } else { "off" }));
     parts.push(format!("stickiness {}", if cfg.stickiness { "on" } else { "off" }));
+    parts.push(format!("swaps {}", if cfg.swap_improvement { "on" } else { "off" }));
+    if !cfg.mixed_types {
+        parts.push("single type per job".into());
+    }
+    if cfg.per_type_prices {
+        parts.push("per-type prices".into());
+    }
     if cfg.exact {
         parts.push("exact".into());
     }
