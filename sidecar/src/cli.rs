@@ -68,6 +68,10 @@ pub struct HadarArgs {
     /// Ignore restart costs: move running jobs whenever another placement pays more.
     #[arg(long, help_heading = "Hadar")]
     pub no_stickiness: bool,
+    /// Let jobs considered earlier take a running job's GPUs (displacing it) instead of
+    /// holding them for it until its turn.
+    #[arg(long, help_heading = "Hadar")]
+    pub no_reservations: bool,
     /// Price each GPU type by what jobs gain on it (its own `U` and `L`) instead of one
     /// price range for all types as in the paper.
     #[arg(long, help_heading = "Hadar")]
@@ -103,6 +107,7 @@ impl HadarArgs {
             max_nodes_per_job: self.max_nodes,
             work_conservation: !self.no_work_conservation,
             stickiness: !self.no_stickiness,
+            reserve_running: !self.no_reservations,
             per_type_prices: self.per_type_prices,
             mixed_types: !self.single_type,
             swap_improvement: !self.no_swaps,

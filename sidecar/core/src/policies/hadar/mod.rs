@@ -102,6 +102,9 @@ pub struct HadarConfig {
     pub work_conservation: bool,
     /// Keep running jobs in place unless moving gains more than the restart costs.
     pub stickiness: bool,
+    /// With stickiness, hold each running job's GPUs for it until its turn in the online
+    /// pass, so that jobs considered earlier cannot displace it.
+    pub reserve_running: bool,
     /// After admission, let admitted jobs of equal size exchange placements while that
     /// raises the round's total utility (capacity use is unchanged, so nobody is delayed).
     pub swap_improvement: bool,
@@ -126,6 +129,7 @@ impl Default for HadarConfig {
             max_nodes_per_job: None,
             work_conservation: true,
             stickiness: true,
+            reserve_running: true,
             swap_improvement: true,
             mixed_types: true,
             per_type_prices: false,
@@ -384,8 +388,26 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         let mut priced_out: Vec<usize> = Vec::new();
         // owners[i]: the prepared job of assignments[i].
         let mut owners: Vec<usize> = Vec::new();
+        // With reservations, every running job's old GPUs are held for it until its turn,
+        // so that jobs placed before it do not take them and force it to restart.
+        let mut reserved = vec![false; ready.len()];
+        if config.stickiness && config.reserve_running {
+            for (k, p) in ready.iter().enumerate() {
+                if let Some(prev) = p.previous
+                    && book.fits(prev)
+                {
+                    book.charge(prev);
+                    reserved[k] = true;
+                }
+            }
+        }
         for (k, p) in ready.iter().enumerate() {
             let js = &input.jobs[p.index];
+            if reserved[k]
+                && let Some(prev) = p.previous
+            {
+                book.release(prev);
+            }
             match best_offer(&book, &dual_job(p)) {
                 DualOutcome::Offer(o) if o.payoff() > 0.0 => {
                     stats.admitted += 1;

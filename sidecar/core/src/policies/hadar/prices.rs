@@ -263,6 +263,29 @@ impl PriceBook {
         }
     }
 
+    /// Takes a placement back: its GPUs count as free again, lowering their prices. Parts
+    /// beyond what is in use are clamped.
+    pub fn release(&mut self, placement: &Placement) {
+        let mut touched: Vec<NodeId> = Vec::new();
+        for p in placement.parts() {
+            if p.node.index() >= self.class_of.len() || p.gpu_type.index() >= self.types {
+                continue;
+            }
+            let i = p.node.index() * self.types + p.gpu_type.index();
+            let back = p.gpus.min(self.used[i]);
+            self.used[i] -= back;
+            self.free_by_type[p.gpu_type.index()] += back;
+            if touched.last() != Some(&p.node) {
+                touched.push(p.node);
+            }
+        }
+        for n in touched {
+            self.remove_from_class(n);
+            let key = self.key_of(n);
+            self.insert_into_class(n, key);
+        }
+    }
+
     /// The node classes (some may be empty after nodes moved out of them).
     pub fn classes(&self) -> &[NodeClass] {
         &self.classes
@@ -351,6 +374,10 @@ mod tests {
         assert_eq!(b.free_of_type(0), 6);
         let live: usize = b.classes().iter().map(|c| c.nodes.len()).sum();
         assert_eq!(live, 3);
+        let mut back = b.clone();
+        back.release(&p);
+        assert_eq!(back.next_price(NodeId(1), GpuType(0)), 1.0);
+        assert_eq!(back.free_of_type(0), 8);
         let of_node1 = b.classes().iter().find(|c| c.nodes.contains(&NodeId(1))).unwrap();
         assert_eq!(of_node1.key[0], (4, 2));
         assert_eq!(of_node1.nodes, vec![NodeId(1)]);

@@ -106,6 +106,20 @@ pub(super) fn improve(ready: &[Prepared<'_>], assignments: &mut [Assignment], ow
                         if after <= before + 1e-12 * before.abs().max(1e-300) {
                             continue;
                         }
+                        // Each job must stay admissible at the price of the placement it
+                        // receives (or be no worse off than before), so that the next
+                        // round's online pass keeps the exchanged placements instead of
+                        // undoing them.
+                        let price_i =
+                            utility_on(pi, &assignments[i].placement) - assignments[i].payoff.unwrap_or(0.0);
+                        let price_k =
+                            utility_on(pk, &assignments[k].placement) - assignments[k].payoff.unwrap_or(0.0);
+                        let new_i = utility_on(pi, &assignments[k].placement) - price_k;
+                        let new_k = utility_on(pk, &assignments[i].placement) - price_i;
+                        let stays = |new: f64, old: Option<f64>| new > 0.0 || new >= old.unwrap_or(0.0);
+                        if !stays(new_i, assignments[i].payoff) || !stays(new_k, assignments[k].payoff) {
+                            continue;
+                        }
                         exchange(ready, owners, assignments, i, k);
                         improved = true;
                     }
