@@ -176,6 +176,14 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_file_parses() {
+        let c = Config::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
+        assert_eq!(c.slurm.managed_partitions, vec!["gpu"]);
+        assert_eq!(c.plugin, PluginSection::default(), "the example states the defaults");
+        assert_eq!(c.sidecar, SidecarSection::default(), "the example states the defaults");
+    }
+
+    #[test]
     fn empty_file_gives_defaults() {
         let c = Config::parse("h.toml", "").unwrap();
         assert!(c.slurm.managed_partitions.is_empty());
