@@ -10,7 +10,12 @@ fn main() {
     let header = PathBuf::from(&include).join("slurm/slurm.h");
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-changed={}", header.display());
-    println!("cargo:rerun-if-changed={}", PathBuf::from(&include).join("slurm/slurm_version.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        PathBuf::from(&include)
+            .join("slurm/slurm_version.h")
+            .display()
+    );
     if !header.exists() {
         panic!(
             "{} not found: install Slurm's headers (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR",
@@ -31,5 +36,7 @@ fn main() {
         .generate()
         .unwrap_or_else(|e| panic!("bindgen could not read {}: {e}", header.display()));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("slurm.rs");
-    bindings.write_to_file(&out).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+    bindings
+        .write_to_file(&out)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
 }

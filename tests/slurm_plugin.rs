@@ -19,18 +19,54 @@ type Scenario = (&'static str, fn(&mut Testbed));
 
 /// In the order they run; the configuration-changing ones last.
 const SCENARIOS: &[Scenario] = &[
-    ("plugin_is_installed_and_loaded", plugin_is_installed_and_loaded),
-    ("managed_gres_job_is_held_and_recorded", managed_gres_job_is_held_and_recorded),
-    ("directives_and_typed_gpus_are_recorded", directives_and_typed_gpus_are_recorded),
-    ("comment_opts_in_and_hadar_off_opts_out", comment_opts_in_and_hadar_off_opts_out),
-    ("unmanaged_job_runs_as_slurm_would", unmanaged_job_runs_as_slurm_would),
-    ("bad_requests_are_rejected_with_their_message", bad_requests_are_rejected_with_their_message),
-    ("sidecar_down_submissions_still_held_and_recorded", sidecar_down_submissions_still_held_and_recorded),
-    ("listening_sidecar_receives_the_notice", listening_sidecar_receives_the_notice),
-    ("het_job_components_are_handled_per_component", het_job_components_are_handled_per_component),
-    ("uninstall_refuses_while_slurm_lists_the_plugin", uninstall_refuses_while_slurm_lists_the_plugin),
-    ("reconfigure_rereads_the_config", reconfigure_rereads_the_config),
-    ("broken_config_passes_jobs_through", broken_config_passes_jobs_through),
+    (
+        "plugin_is_installed_and_loaded",
+        plugin_is_installed_and_loaded,
+    ),
+    (
+        "managed_gres_job_is_held_and_recorded",
+        managed_gres_job_is_held_and_recorded,
+    ),
+    (
+        "directives_and_typed_gpus_are_recorded",
+        directives_and_typed_gpus_are_recorded,
+    ),
+    (
+        "comment_opts_in_and_hadar_off_opts_out",
+        comment_opts_in_and_hadar_off_opts_out,
+    ),
+    (
+        "unmanaged_job_runs_as_slurm_would",
+        unmanaged_job_runs_as_slurm_would,
+    ),
+    (
+        "bad_requests_are_rejected_with_their_message",
+        bad_requests_are_rejected_with_their_message,
+    ),
+    (
+        "sidecar_down_submissions_still_held_and_recorded",
+        sidecar_down_submissions_still_held_and_recorded,
+    ),
+    (
+        "listening_sidecar_receives_the_notice",
+        listening_sidecar_receives_the_notice,
+    ),
+    (
+        "het_job_components_are_handled_per_component",
+        het_job_components_are_handled_per_component,
+    ),
+    (
+        "uninstall_refuses_while_slurm_lists_the_plugin",
+        uninstall_refuses_while_slurm_lists_the_plugin,
+    ),
+    (
+        "reconfigure_rereads_the_config",
+        reconfigure_rereads_the_config,
+    ),
+    (
+        "broken_config_passes_jobs_through",
+        broken_config_passes_jobs_through,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -70,7 +106,10 @@ fn main() -> ExitCode {
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     };
-    println!("starting the Slurm test cluster in {}", options.scratch.display());
+    println!(
+        "starting the Slurm test cluster in {}",
+        options.scratch.display()
+    );
     let mut bed = match Testbed::start(options) {
         Ok(b) => b,
         Err(e) => {
@@ -107,60 +146,123 @@ fn main() -> ExitCode {
 fn submit_ok(bed: &Testbed, args: &[&str], script: Option<&str>) -> u32 {
     let sub = bed.sbatch(args, script);
     assert!(sub.ok, "sbatch {args:?} failed: {}", sub.stderr);
-    sub.job_id.unwrap_or_else(|| panic!("sbatch {args:?} printed no job id: {}", sub.stdout))
+    sub.job_id
+        .unwrap_or_else(|| panic!("sbatch {args:?} printed no job id: {}", sub.stdout))
 }
 
 fn job(bed: &Testbed, id: u32) -> JobInfo {
-    bed.job(id).unwrap_or_else(|e| panic!("scontrol show job {id}: {e}"))
+    bed.job(id)
+        .unwrap_or_else(|e| panic!("scontrol show job {id}: {e}"))
 }
 
 /// Asserts the job is held by the plugin and returns its decoded record.
 fn held_record(bed: &Testbed, id: u32) -> Record {
     let info = job(bed, id);
-    assert_eq!(info.field("JobState").as_deref(), Some("PENDING"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        info.0
+    );
     assert_eq!(info.field("Priority").as_deref(), Some("0"), "{}", info.0);
-    assert!(info.field("Reason").is_some_and(|r| r.starts_with("JobHeld")), "{}", info.0);
-    assert_eq!(info.field("TresPerNode"), None, "the GPU request must be stripped: {}", info.0);
-    assert_eq!(info.field("TresPerJob"), None, "the GPU request must be stripped: {}", info.0);
-    let text = info.field("AdminComment").unwrap_or_else(|| panic!("no AdminComment on job {id}: {}", info.0));
+    assert!(
+        info.field("Reason")
+            .is_some_and(|r| r.starts_with("JobHeld")),
+        "{}",
+        info.0
+    );
+    assert_eq!(
+        info.field("TresPerNode"),
+        None,
+        "the GPU request must be stripped: {}",
+        info.0
+    );
+    assert_eq!(
+        info.field("TresPerJob"),
+        None,
+        "the GPU request must be stripped: {}",
+        info.0
+    );
+    let text = info
+        .field("AdminComment")
+        .unwrap_or_else(|| panic!("no AdminComment on job {id}: {}", info.0));
     Record::decode(&text).unwrap_or_else(|e| panic!("job {id} AdminComment `{text}`: {e}"))
 }
 
 fn untyped(n: u32) -> Vec<GpuCount> {
-    vec![GpuCount { gpu_type: None, count: n }]
+    vec![GpuCount {
+        gpu_type: None,
+        count: n,
+    }]
 }
 
 fn typed(list: &[(&str, u32)]) -> Vec<GpuCount> {
-    list.iter().map(|(t, n)| GpuCount { gpu_type: Some(t.to_string()), count: *n }).collect()
+    list.iter()
+        .map(|(t, n)| GpuCount {
+            gpu_type: Some(t.to_string()),
+            count: *n,
+        })
+        .collect()
 }
 
 /// The job's standard output, once it has completed.
 fn completed_output(bed: &Testbed, id: u32) -> (JobInfo, String) {
     let info = bed
-        .wait_job(id, &["COMPLETED", "FAILED", "CANCELLED"], Duration::from_secs(60))
+        .wait_job(
+            id,
+            &["COMPLETED", "FAILED", "CANCELLED"],
+            Duration::from_secs(60),
+        )
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
     let out = std::fs::read_to_string(bed.path(&format!("jobs/out-{id}.txt"))).unwrap_or_default();
     (info, out)
 }
 
 fn rejected(bed: &Testbed, args: &[&str], script: Option<&str>) -> Submitted {
     let sub = bed.sbatch(args, script);
-    assert!(!sub.ok, "sbatch {args:?} was accepted but should be rejected: {}", sub.stdout);
+    assert!(
+        !sub.ok,
+        "sbatch {args:?} was accepted but should be rejected: {}",
+        sub.stdout
+    );
     sub
 }
 
 // ----- scenarios -----
 
 fn plugin_is_installed_and_loaded(bed: &mut Testbed) {
-    assert!(bed.install_output.contains("installed "), "install.sh output: {}", bed.install_output);
-    assert!(bed.install_output.contains("JobSubmitPlugins=hadar"), "install.sh output: {}", bed.install_output);
+    assert!(
+        bed.install_output.contains("installed "),
+        "install.sh output: {}",
+        bed.install_output
+    );
+    assert!(
+        bed.install_output.contains("JobSubmitPlugins=hadar"),
+        "install.sh output: {}",
+        bed.install_output
+    );
     assert!(bed.path("plugins/job_submit_hadar.so").is_file());
     let config = bed.client("scontrol", &["show", "config"]).unwrap();
-    let line = config.lines().find(|l| l.starts_with("JobSubmitPlugins")).expect("JobSubmitPlugins line");
-    assert_eq!(line.split('=').nth(1).map(str::trim), Some("hadar"), "{line}");
+    let line = config
+        .lines()
+        .find(|l| l.starts_with("JobSubmitPlugins"))
+        .expect("JobSubmitPlugins line");
+    assert_eq!(
+        line.split('=').nth(1).map(str::trim),
+        Some("hadar"),
+        "{line}"
+    );
     let log = bed.controller_log();
-    assert!(log.contains("hadar: init: loaded"), "slurmctld log lacks the plugin's init line:\n{log}");
+    assert!(
+        log.contains("hadar: init: loaded"),
+        "slurmctld log lacks the plugin's init line:\n{log}"
+    );
     assert!(log.contains("GPU types: k80, p100, v100"), "{log}");
 }
 
@@ -171,7 +273,10 @@ fn managed_gres_job_is_held_and_recorded(bed: &mut Testbed) {
     assert_eq!(record.gpus.counts, untyped(2));
     assert_eq!(record.nodes, None);
     assert_eq!(record.het_offset, None);
-    assert_eq!(job(bed, id).field("AdminComment").as_deref(), Some("hadar:v1 gpus-per-node=2"));
+    assert_eq!(
+        job(bed, id).field("AdminComment").as_deref(),
+        Some("hadar:v1 gpus-per-node=2")
+    );
 }
 
 fn directives_and_typed_gpus_are_recorded(bed: &mut Testbed) {
@@ -183,41 +288,101 @@ fn directives_and_typed_gpus_are_recorded(bed: &mut Testbed) {
     assert_eq!(record.directives.job_type.as_deref(), Some("resnet50"));
     assert_eq!(record.directives.steps, Some(5000));
     assert_eq!(record.directives.may_fork, Some(true));
-    assert_eq!(record.directives.gpu_types, Some(vec!["v100".to_string(), "k80".to_string()]));
+    assert_eq!(
+        record.directives.gpu_types,
+        Some(vec!["v100".to_string(), "k80".to_string()])
+    );
 
     // Two nodes have two V100s each (n1, n4), so this is satisfiable.
-    let id = submit_ok(bed, &["-N", "2", "--gpus-per-node=v100:2", "--wrap", "true"], None);
+    let id = submit_ok(
+        bed,
+        &["-N", "2", "--gpus-per-node=v100:2", "--wrap", "true"],
+        None,
+    );
     let record = held_record(bed, id);
     assert_eq!((record.gpus.scope, record.nodes), (Scope::PerNode, Some(2)));
     assert_eq!(record.gpus.counts, typed(&[("v100", 2)]));
 }
 
 fn comment_opts_in_and_hadar_off_opts_out(bed: &mut Testbed) {
-    let id = submit_ok(bed, &["-p", "cpu", "--comment=hadar: type=bert epochs=3", "--gpus=2", "--wrap", "true"], None);
+    let id = submit_ok(
+        bed,
+        &[
+            "-p",
+            "cpu",
+            "--comment=hadar: type=bert epochs=3",
+            "--gpus=2",
+            "--wrap",
+            "true",
+        ],
+        None,
+    );
     let record = held_record(bed, id);
-    assert_eq!((record.gpus.scope, record.gpus.counts.clone()), (Scope::PerJob, untyped(2)));
-    assert_eq!((record.directives.job_type.as_deref(), record.directives.epochs), (Some("bert"), Some(3)));
+    assert_eq!(
+        (record.gpus.scope, record.gpus.counts.clone()),
+        (Scope::PerJob, untyped(2))
+    );
+    assert_eq!(
+        (
+            record.directives.job_type.as_deref(),
+            record.directives.epochs
+        ),
+        (Some("bert"), Some(3))
+    );
     // The user's own comment is left as it was.
-    assert_eq!(job(bed, id).field("Comment").as_deref(), Some("hadar: type=bert epochs=3"));
+    assert_eq!(
+        job(bed, id).field("Comment").as_deref(),
+        Some("hadar: type=bert epochs=3")
+    );
 
     let script = "#!/bin/sh\n#HADAR off\necho CVD=$CUDA_VISIBLE_DEVICES\n";
-    let id = submit_ok(bed, &["--gres=gpu:p100:1", "-o", "out-%j.txt"], Some(script));
+    let id = submit_ok(
+        bed,
+        &["--gres=gpu:p100:1", "-o", "out-%j.txt"],
+        Some(script),
+    );
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
-    assert_eq!(info.field("TresPerNode").as_deref(), Some("gres:gpu:p100:1"));
-    assert_eq!(info.field("NodeList").as_deref(), Some("n2"), "only n2 has P100s: {}", info.0);
+    assert_eq!(
+        info.field("TresPerNode").as_deref(),
+        Some("gres:gpu:p100:1")
+    );
+    assert_eq!(
+        info.field("NodeList").as_deref(),
+        Some("n2"),
+        "only n2 has P100s: {}",
+        info.0
+    );
     assert_eq!(out.trim(), "CVD=0");
 }
 
 fn unmanaged_job_runs_as_slurm_would(bed: &mut Testbed) {
-    let id = submit_ok(bed, &["-p", "cpu", "--gres=gpu:k80:2", "-w", "n3", "-o", "out-%j.txt", "--wrap", "echo CVD=$CUDA_VISIBLE_DEVICES"], None);
+    let id = submit_ok(
+        bed,
+        &[
+            "-p",
+            "cpu",
+            "--gres=gpu:k80:2",
+            "-w",
+            "n3",
+            "-o",
+            "out-%j.txt",
+            "--wrap",
+            "echo CVD=$CUDA_VISIBLE_DEVICES",
+        ],
+        None,
+    );
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
     assert_eq!(info.field("TresPerNode").as_deref(), Some("gres:gpu:k80:2"));
     assert_ne!(info.field("Priority").as_deref(), Some("0"));
     assert_eq!(out.trim(), "CVD=0,1");
     // A job without GPUs outside the managed partition is equally untouched.
-    let id = submit_ok(bed, &["-p", "cpu", "-o", "out-%j.txt", "--wrap", "echo plain"], None);
+    let id = submit_ok(
+        bed,
+        &["-p", "cpu", "-o", "out-%j.txt", "--wrap", "echo plain"],
+        None,
+    );
     let (_, out) = completed_output(bed, id);
     assert_eq!(out.trim(), "plain");
 }
@@ -236,7 +401,12 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
             "sbatch: error: hadar: malformed value `12k` for `steps` in #HADAR line 2 of the batch script; expected a whole number between 1 and 2^53",
         ),
         (
-            vec!["--gres=gpu:1", "--comment=hadar: fork=maybe", "--wrap", "true"],
+            vec![
+                "--gres=gpu:1",
+                "--comment=hadar: fork=maybe",
+                "--wrap",
+                "true",
+            ],
             None,
             "sbatch: error: hadar: malformed value `maybe` for `fork` in --comment; expected yes or no",
         ),
@@ -285,30 +455,52 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
     for (args, script, expected) in &cases {
         let sub = rejected(bed, args, script.as_deref());
         if !sub.stderr.lines().any(|l| l == *expected) {
-            wrong.push(format!("sbatch {args:?}:\n  expected: {expected}\n  got:      {}", sub.stderr.trim()));
+            wrong.push(format!(
+                "sbatch {args:?}:\n  expected: {expected}\n  got:      {}",
+                sub.stderr.trim()
+            ));
         }
     }
-    assert!(wrong.is_empty(), "wrong rejection messages:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "wrong rejection messages:\n{}",
+        wrong.join("\n")
+    );
 }
 
 fn sidecar_down_submissions_still_held_and_recorded(bed: &mut Testbed) {
     let socket = bed.path("run/hadar.sock");
     let _ = std::fs::remove_file(&socket);
-    let ids: Vec<u32> = (0..5).map(|_| submit_ok(bed, &["--gres=gpu:v100:1", "--wrap", "true"], None)).collect();
+    let ids: Vec<u32> = (0..5)
+        .map(|_| submit_ok(bed, &["--gres=gpu:v100:1", "--wrap", "true"], None))
+        .collect();
     for id in ids {
         assert_eq!(held_record(bed, id).gpus.counts, typed(&[("v100", 1)]));
     }
-    assert!(bed.controller_log().contains("(sidecar not notified: connect: No such file or directory"));
+    assert!(
+        bed.controller_log()
+            .contains("(sidecar not notified: connect: No such file or directory")
+    );
 }
 
 fn listening_sidecar_receives_the_notice(bed: &mut Testbed) {
     let socket = bed.path("run/hadar.sock");
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket).expect("bind the fake sidecar socket");
-    let id = submit_ok(bed, &["--gres=gpu:k80:3", "--comment=hadar: steps=77", "--wrap", "true"], None);
+    let id = submit_ok(
+        bed,
+        &[
+            "--gres=gpu:k80:3",
+            "--comment=hadar: steps=77",
+            "--wrap",
+            "true",
+        ],
+        None,
+    );
     listener.set_nonblocking(false).unwrap();
     let (mut conn, _) = listener.accept().expect("the plugin connects");
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut line = String::new();
     conn.read_to_string(&mut line).expect("read the notice");
     let _ = std::fs::remove_file(&socket);
@@ -321,25 +513,60 @@ fn listening_sidecar_receives_the_notice(bed: &mut Testbed) {
 fn het_job_components_are_handled_per_component(bed: &mut Testbed) {
     // Both components managed; the leader's #HADAR lines apply to both.
     let script = "#!/bin/sh\n#HADAR type=gpt2 steps=10\ntrue\n";
-    let leader = submit_ok(bed, &["--gres=gpu:1", ":", "--gres=gpu:k80:2"], Some(script));
+    let leader = submit_ok(
+        bed,
+        &["--gres=gpu:1", ":", "--gres=gpu:k80:2"],
+        Some(script),
+    );
     let first = held_record(bed, leader);
     let second = held_record(bed, leader + 1);
-    assert_eq!((first.het_offset, first.gpus.counts.clone()), (Some(0), untyped(1)));
-    assert_eq!((second.het_offset, second.gpus.counts.clone()), (Some(1), typed(&[("k80", 2)])));
+    assert_eq!(
+        (first.het_offset, first.gpus.counts.clone()),
+        (Some(0), untyped(1))
+    );
+    assert_eq!(
+        (second.het_offset, second.gpus.counts.clone()),
+        (Some(1), typed(&[("k80", 2)]))
+    );
     assert_eq!(second.directives.job_type.as_deref(), Some("gpt2"));
     assert_eq!(second.directives.steps, Some(10));
 
     // A managed component and an unmanaged one in the same het job.
-    let leader = submit_ok(bed, &["-p", "gpu", "--gres=gpu:1", "--wrap", "true", ":", "-p", "cpu", "--gres=gpu:v100:1"], None);
+    let leader = submit_ok(
+        bed,
+        &[
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--wrap",
+            "true",
+            ":",
+            "-p",
+            "cpu",
+            "--gres=gpu:v100:1",
+        ],
+        None,
+    );
     assert_eq!(held_record(bed, leader).het_offset, Some(0));
     let other = job(bed, leader + 1);
     assert_eq!(other.field("AdminComment"), None, "{}", other.0);
-    assert_eq!(other.field("TresPerNode").as_deref(), Some("gres:gpu:v100:1"), "{}", other.0);
+    assert_eq!(
+        other.field("TresPerNode").as_deref(),
+        Some("gres:gpu:v100:1"),
+        "{}",
+        other.0
+    );
 
     // A bad second component rejects the whole submission, naming the problem.
-    let sub = rejected(bed, &["--gres=gpu:1", "--wrap", "true", ":", "--gres=gpu:a100:1"], None);
+    let sub = rejected(
+        bed,
+        &["--gres=gpu:1", "--wrap", "true", ":", "--gres=gpu:a100:1"],
+        None,
+    );
     assert!(
-        sub.stderr.contains("hadar: GPU type `a100` in --gres/--gpus-per-node does not exist in this cluster"),
+        sub.stderr.contains(
+            "hadar: GPU type `a100` in --gres/--gpus-per-node does not exist in this cluster"
+        ),
         "{}",
         sub.stderr
     );
@@ -348,15 +575,30 @@ fn het_job_components_are_handled_per_component(bed: &mut Testbed) {
 fn uninstall_refuses_while_slurm_lists_the_plugin(bed: &mut Testbed) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slurm-plugin/install.sh");
     let plugin_dir = bed.path("plugins");
-    let out = bed.command(script.to_str().unwrap()).arg("--uninstall").arg("--plugin-dir").arg(&plugin_dir).output().unwrap();
+    let out = bed
+        .command(script.to_str().unwrap())
+        .arg("--uninstall")
+        .arg("--plugin-dir")
+        .arg(&plugin_dir)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("slurmctld still lists hadar in JobSubmitPlugins"), "{stderr}");
-    assert!(plugin_dir.join("job_submit_hadar.so").is_file(), "the plugin must still be installed");
+    assert!(
+        stderr.contains("slurmctld still lists hadar in JobSubmitPlugins"),
+        "{stderr}"
+    );
+    assert!(
+        plugin_dir.join("job_submit_hadar.so").is_file(),
+        "the plugin must still be installed"
+    );
 }
 
 fn reconfigure_rereads_the_config(bed: &mut Testbed) {
-    let both = DEFAULT_HADAR_TOML.replace(r#"managed_partitions = ["gpu"]"#, r#"managed_partitions = ["gpu", "cpu"]"#);
+    let both = DEFAULT_HADAR_TOML.replace(
+        r#"managed_partitions = ["gpu"]"#,
+        r#"managed_partitions = ["gpu", "cpu"]"#,
+    );
     bed.write_hadar_toml(&both).unwrap();
     bed.reconfigure().unwrap();
     let id = submit_ok(bed, &["-p", "cpu", "--gres=gpu:1", "--wrap", "true"], None);
@@ -364,22 +606,53 @@ fn reconfigure_rereads_the_config(bed: &mut Testbed) {
     assert!(bed.controller_log().contains("hadar: reconfigure: loaded"));
     bed.write_hadar_toml(DEFAULT_HADAR_TOML).unwrap();
     bed.reconfigure().unwrap();
-    let id = submit_ok(bed, &["-p", "cpu", "-H", "--gres=gpu:1", "--wrap", "true"], None);
-    assert_eq!(job(bed, id).field("AdminComment"), None, "cpu is no longer managed");
+    let id = submit_ok(
+        bed,
+        &["-p", "cpu", "-H", "--gres=gpu:1", "--wrap", "true"],
+        None,
+    );
+    assert_eq!(
+        job(bed, id).field("AdminComment"),
+        None,
+        "cpu is no longer managed"
+    );
 }
 
 fn broken_config_passes_jobs_through(bed: &mut Testbed) {
-    bed.write_hadar_toml("[slurm\nmanaged_partitions = [\"gpu\"]\n").unwrap();
+    bed.write_hadar_toml("[slurm\nmanaged_partitions = [\"gpu\"]\n")
+        .unwrap();
     bed.reconfigure().unwrap();
-    let id = submit_ok(bed, &["--gres=gpu:v100:1", "-o", "out-%j.txt", "--wrap", "echo CVD=$CUDA_VISIBLE_DEVICES"], None);
+    let id = submit_ok(
+        bed,
+        &[
+            "--gres=gpu:v100:1",
+            "-o",
+            "out-%j.txt",
+            "--wrap",
+            "echo CVD=$CUDA_VISIBLE_DEVICES",
+        ],
+        None,
+    );
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
-    assert_eq!(info.field("TresPerNode").as_deref(), Some("gres:gpu:v100:1"));
+    assert_eq!(
+        info.field("TresPerNode").as_deref(),
+        Some("gres:gpu:v100:1")
+    );
     assert_eq!(out.trim(), "CVD=0");
     let log = bed.controller_log();
-    assert!(log.contains("hadar: reconfigure: configuration unusable, every job passes through untouched"), "{log}");
+    assert!(
+        log.contains(
+            "hadar: reconfigure: configuration unusable, every job passes through untouched"
+        ),
+        "{log}"
+    );
     bed.write_hadar_toml(DEFAULT_HADAR_TOML).unwrap();
     bed.reconfigure().unwrap();
     let id = submit_ok(bed, &["--gres=gpu:1", "--wrap", "true"], None);
-    assert_eq!(held_record(bed, id).gpus.counts, untyped(1), "the repaired config applies again");
+    assert_eq!(
+        held_record(bed, id).gpus.counts,
+        untyped(1),
+        "the repaired config applies again"
+    );
 }

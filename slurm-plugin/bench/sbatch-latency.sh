@@ -8,8 +8,8 @@
 #
 #   slurm-plugin/bench/sbatch-latency.sh [--count N] [--block N]
 #
-# --count N   submissions per configuration (default 200, at least 100)
-# --block N   submissions per configuration before switching to the next (default 25)
+# --count N   submissions per configuration (default 400, at least 100)
+# --block N   submissions per configuration before switching to the next (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tests/install-deps

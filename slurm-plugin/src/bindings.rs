@@ -2,7 +2,13 @@
 //! functions and globals of `libslurmfull.so` the public headers do not declare. Those
 //! resolve when slurmctld, which has libslurmfull loaded, loads the plugin.
 
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    clippy::all
+)]
 
 include!(concat!(env!("OUT_DIR"), "/slurm.rs"));
 

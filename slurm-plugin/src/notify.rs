@@ -48,7 +48,13 @@ pub fn send(path: &Path, line: &str, timeout: Duration) -> Result<(), NotifyErro
         *dst = *src as libc::c_char;
     }
     // SAFETY: plain socket(2) call; the descriptor is owned at once.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
     if raw < 0 {
         return Err(NotifyError::Os("socket", std::io::Error::last_os_error()));
     }
@@ -67,7 +73,12 @@ pub fn send(path: &Path, line: &str, timeout: Duration) -> Result<(), NotifyErro
     }
     // SAFETY: sending from a valid buffer on a valid descriptor, without blocking or SIGPIPE.
     let sent = unsafe {
-        libc::send(fd.as_raw_fd(), line.as_ptr().cast(), line.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        libc::send(
+            fd.as_raw_fd(),
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
     };
     if sent < 0 {
         return Err(NotifyError::Os("send", std::io::Error::last_os_error()));
@@ -80,16 +91,25 @@ pub fn send(path: &Path, line: &str, timeout: Duration) -> Result<(), NotifyErro
 
 /// Retries a connect that found the listener's backlog full (EAGAIN: a Unix stream socket
 /// has no connect in progress to wait for) every millisecond until the deadline.
-fn connect_retrying(fd: &OwnedFd, addr: &libc::sockaddr_un, deadline: Instant) -> Result<(), NotifyError> {
+fn connect_retrying(
+    fd: &OwnedFd,
+    addr: &libc::sockaddr_un,
+    deadline: Instant,
+) -> Result<(), NotifyError> {
     loop {
         let err = std::io::Error::last_os_error();
-        if !matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINPROGRESS) | Some(libc::EINTR)) {
+        if !matches!(
+            err.raw_os_error(),
+            Some(libc::EAGAIN) | Some(libc::EINPROGRESS) | Some(libc::EINTR)
+        ) {
             return Err(NotifyError::Os("connect", err));
         }
         if Instant::now() >= deadline {
             return Err(NotifyError::Timeout);
         }
-        std::thread::sleep(Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())));
+        std::thread::sleep(
+            Duration::from_millis(1).min(deadline.saturating_duration_since(Instant::now())),
+        );
         // SAFETY: as for the first connect.
         let rc = unsafe {
             libc::connect(

@@ -34,8 +34,8 @@ fn conf_stamp() -> (i64, u32) {
     // SAFETY: slurm_conf is slurmctld's global configuration; job_submit runs under the
     // config read lock, so it is not being rewritten while we read two scalars.
     unsafe {
-        let conf = &*(&raw const slurm_conf);
-        (conf.last_update as i64, conf.hash_val)
+        let conf = &slurm_conf;
+        (conf.last_update, conf.hash_val)
     }
 }
 
@@ -77,7 +77,9 @@ pub fn reload(why: &str) -> Option<Arc<Loaded>> {
             Some(Arc::new(l))
         }
         Err(reason) => {
-            log::error(&format!("hadar: {why}: configuration unusable, every job passes through untouched: {reason}"));
+            log::error(&format!(
+                "hadar: {why}: configuration unusable, every job passes through untouched: {reason}"
+            ));
             None
         }
     };
@@ -90,7 +92,7 @@ pub fn reload(why: &str) -> Option<Arc<Loaded>> {
 /// The slurm.conf slurmctld is using.
 fn slurm_conf_path() -> Option<PathBuf> {
     // SAFETY: as in conf_stamp; the field is NULL or a NUL-terminated path.
-    let path = unsafe { crate::cstr::read((*(&raw const slurm_conf)).slurm_conf) };
+    let path = unsafe { crate::cstr::read(slurm_conf.slurm_conf) };
     path.map(PathBuf::from)
 }
 
@@ -99,7 +101,10 @@ fn config_path(slurm_conf_file: Option<&Path>) -> PathBuf {
     if let Some(p) = std::env::var_os("HADAR_CONFIG") {
         return PathBuf::from(p);
     }
-    slurm_conf_file.and_then(Path::parent).unwrap_or(Path::new("/etc/slurm")).join("hadar.toml")
+    slurm_conf_file
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/etc/slurm"))
+        .join("hadar.toml")
 }
 
 fn load(config_path: &Path, slurmctld_conf: Option<&Path>) -> Result<Loaded, String> {
@@ -110,17 +115,33 @@ fn load(config_path: &Path, slurmctld_conf: Option<&Path>) -> Result<Loaded, Str
         .clone()
         .or_else(|| slurmctld_conf.map(Path::to_path_buf))
         .ok_or("slurmctld reports no slurm.conf path and slurm.slurm_conf is not set")?;
-    let text = std::fs::read_to_string(&conf_path).map_err(|e| format!("cannot read {}: {e}", conf_path.display()))?;
-    let base = conf_path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let text = std::fs::read_to_string(&conf_path)
+        .map_err(|e| format!("cannot read {}: {e}", conf_path.display()))?;
+    let base = conf_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let mut read_include = |p: &str| {
         let path = base.join(p);
         std::fs::read_to_string(&path).map_err(|e| e.to_string())
     };
-    let inventory = Inventory::from_slurm_conf(&conf_path.display().to_string(), &text, &mut read_include)
-        .map_err(|e| e.to_string())?;
-    if inventory.nodes.iter().all(|n| n.typed.is_empty() && n.untyped == 0) {
-        return Err(format!("{} defines no node with GPUs (Gres=gpu:...)", conf_path.display()));
+    let inventory =
+        Inventory::from_slurm_conf(&conf_path.display().to_string(), &text, &mut read_include)
+            .map_err(|e| e.to_string())?;
+    if inventory
+        .nodes
+        .iter()
+        .all(|n| n.typed.is_empty() && n.untyped == 0)
+    {
+        return Err(format!(
+            "{} defines no node with GPUs (Gres=gpu:...)",
+            conf_path.display()
+        ));
     }
     let notify_timeout = Duration::from_millis(config.plugin.notify_timeout_ms);
-    Ok(Loaded { config, inventory, notify_timeout })
+    Ok(Loaded {
+        config,
+        inventory,
+        notify_timeout,
+    })
 }

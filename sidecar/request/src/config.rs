@@ -48,7 +48,10 @@ pub struct PluginSection {
 
 impl Default for PluginSection {
     fn default() -> Self {
-        PluginSection { notify_timeout_ms: default_notify_timeout_ms(), max_gpus_per_job: default_max_gpus_per_job() }
+        PluginSection {
+            notify_timeout_ms: default_notify_timeout_ms(),
+            max_gpus_per_job: default_max_gpus_per_job(),
+        }
     }
 }
 
@@ -69,7 +72,9 @@ pub struct SidecarSection {
 
 impl Default for SidecarSection {
     fn default() -> Self {
-        SidecarSection { socket: default_socket() }
+        SidecarSection {
+            socket: default_socket(),
+        }
     }
 }
 
@@ -115,7 +120,12 @@ impl Config {
     pub fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_string(),
-            reason: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
+            reason: e
+                .to_string()
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
         })?;
         let p = &config.plugin;
         if !(1..=1000).contains(&p.notify_timeout_ms) {
@@ -140,7 +150,10 @@ impl Config {
     /// Reads and parses a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read { path: shown.clone(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
         Config::parse(&shown, &text)
     }
 }
@@ -179,8 +192,16 @@ mod tests {
     fn the_documented_example_file_parses() {
         let c = Config::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
         assert_eq!(c.slurm.managed_partitions, vec!["gpu"]);
-        assert_eq!(c.plugin, PluginSection::default(), "the example states the defaults");
-        assert_eq!(c.sidecar, SidecarSection::default(), "the example states the defaults");
+        assert_eq!(
+            c.plugin,
+            PluginSection::default(),
+            "the example states the defaults"
+        );
+        assert_eq!(
+            c.sidecar,
+            SidecarSection::default(),
+            "the example states the defaults"
+        );
     }
 
     #[test]
@@ -197,7 +218,10 @@ mod tests {
         assert!(e.to_string().contains("managed_partition"), "{e}");
         assert!(e.to_string().contains("line 2"), "{e}");
         let e = Config::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
-        assert_eq!(e.to_string(), "h.toml: plugin.notify_timeout_ms = 0 is out of range; give 1 to 1000");
+        assert_eq!(
+            e.to_string(),
+            "h.toml: plugin.notify_timeout_ms = 0 is out of range; give 1 to 1000"
+        );
         let e = Config::load(Path::new("/nonexistent/hadar.toml")).unwrap_err();
         assert!(matches!(e, ConfigError::Read { .. }));
     }

@@ -52,8 +52,8 @@ pub enum Unmanaged {
 pub enum Decision {
     /// Leave the job exactly as submitted.
     Unmanaged(Unmanaged),
-    /// Manage the job.
-    Managed(Managed),
+    /// Manage the job (boxed: it is much larger than the other variant).
+    Managed(Box<Managed>),
 }
 
 /// Why a managed job was refused. The message is shown by `sbatch`; it says what to fix.
@@ -66,10 +66,14 @@ pub enum RequestError {
     #[error(transparent)]
     Gpu(#[from] GpuRequestError),
     /// A managed job without GPUs.
-    #[error("this job is Hadar-managed but requests no GPUs; add --gres=gpu:N or --gpus=N (or `#HADAR off` to opt out)")]
+    #[error(
+        "this job is Hadar-managed but requests no GPUs; add --gres=gpu:N or --gpus=N (or `#HADAR off` to opt out)"
+    )]
     NoGpus,
     /// A GPU type no node has.
-    #[error("GPU type `{gpu_type}` in {place} does not exist in this cluster; known types: {known}")]
+    #[error(
+        "GPU type `{gpu_type}` in {place} does not exist in this cluster; known types: {known}"
+    )]
     UnknownType {
         /// The type.
         gpu_type: String,
@@ -87,7 +91,9 @@ pub enum RequestError {
         allowed: String,
     },
     /// A per-job request larger than what the cluster has.
-    #[error("no set of nodes can provide {wanted} {what} GPUs: the whole cluster has {have}; ask for at most {have}")]
+    #[error(
+        "no set of nodes can provide {wanted} {what} GPUs: the whole cluster has {have}; ask for at most {have}"
+    )]
     TooManyForCluster {
         /// Requested.
         wanted: u64,
@@ -97,7 +103,9 @@ pub enum RequestError {
         have: u64,
     },
     /// A per-node request no set of nodes can satisfy.
-    #[error("no {nodes} node(s) have {spec} GPUs each (only {have} node(s) do); lower the GPUs per node or the node count")]
+    #[error(
+        "no {nodes} node(s) have {spec} GPUs each (only {have} node(s) do); lower the GPUs per node or the node count"
+    )]
     TooManyPerNode {
         /// Nodes wanted.
         nodes: u32,
@@ -107,7 +115,9 @@ pub enum RequestError {
         have: usize,
     },
     /// A partition list mixing managed and unmanaged partitions.
-    #[error("partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`")]
+    #[error(
+        "partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`"
+    )]
     MixedPartitions {
         /// The list.
         partitions: String,
@@ -115,7 +125,11 @@ pub enum RequestError {
 }
 
 /// Decides what to do with one submitted job.
-pub fn decide(sub: &Submission<'_>, config: &Config, inventory: &Inventory) -> Result<Decision, RequestError> {
+pub fn decide(
+    sub: &Submission<'_>,
+    config: &Config,
+    inventory: &Inventory,
+) -> Result<Decision, RequestError> {
     let mut directives = Directives::default();
     if let Some(script) = sub.script {
         directive::read_script(script, &mut directives)?;
@@ -136,11 +150,16 @@ pub fn decide(sub: &Submission<'_>, config: &Config, inventory: &Inventory) -> R
     let extracted = gpu::extract(&sub.tres, config.plugin.max_gpus_per_job)?;
     let request = extracted.request.ok_or(RequestError::NoGpus)?;
     check_against_inventory(&request, sub.min_nodes, &directives, inventory)?;
-    Ok(Decision::Managed(Managed {
-        record: Record { gpus: request, nodes: sub.min_nodes, het_offset: sub.het_offset, directives: directives.job },
+    Ok(Decision::Managed(Box::new(Managed {
+        record: Record {
+            gpus: request,
+            nodes: sub.min_nodes,
+            het_offset: sub.het_offset,
+            directives: directives.job,
+        },
         tres_per_job: extracted.per_job_rest,
         tres_per_node: extracted.per_node_rest,
-    }))
+    })))
 }
 
 /// Whether the job's partitions are all managed (an error if only some are).
@@ -152,12 +171,21 @@ fn in_managed_partition(partition: Option<&str>, config: &Config) -> Result<bool
             None => return Ok(false),
         },
     };
-    let parts: Vec<&str> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
-    let managed = parts.iter().filter(|p| config.slurm.managed_partitions.iter().any(|m| m == *p)).count();
+    let parts: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    let managed = parts
+        .iter()
+        .filter(|p| config.slurm.managed_partitions.iter().any(|m| m == *p))
+        .count();
     match managed {
         0 => Ok(false),
         n if n == parts.len() => Ok(true),
-        _ => Err(RequestError::MixedPartitions { partitions: list.to_string() }),
+        _ => Err(RequestError::MixedPartitions {
+            partitions: list.to_string(),
+        }),
     }
 }
 
@@ -169,14 +197,23 @@ fn check_against_inventory(
     inventory: &Inventory,
 ) -> Result<(), RequestError> {
     let known = || inventory.type_names().join(", ");
-    let unknown = |t: &str, place| RequestError::UnknownType { gpu_type: t.to_string(), place, known: known() };
+    let unknown = |t: &str, place| RequestError::UnknownType {
+        gpu_type: t.to_string(),
+        place,
+        known: known(),
+    };
     let allowed = directives.job.gpu_types.as_deref();
     if let Some(types) = allowed {
         if let Some(t) = types.iter().find(|t| !inventory.has_type(t)) {
             return Err(unknown(t, "gpu-types="));
         }
     }
-    if let Some(h) = directives.job.throughput.iter().find(|h| !inventory.has_type(&h.gpu_type)) {
+    if let Some(h) = directives
+        .job
+        .throughput
+        .iter()
+        .find(|h| !inventory.has_type(&h.gpu_type))
+    {
         return Err(unknown(&h.gpu_type, "throughput="));
     }
     let place = match request.scope {
@@ -190,7 +227,10 @@ fn check_against_inventory(
         if let Some(types) = allowed
             && !types.iter().any(|a| a == t)
         {
-            return Err(RequestError::TypeNotAllowed { gpu_type: t.to_string(), allowed: types.join(",") });
+            return Err(RequestError::TypeNotAllowed {
+                gpu_type: t.to_string(),
+                allowed: types.join(","),
+            });
         }
     }
 
@@ -205,13 +245,24 @@ fn check_against_inventory(
             for c in &request.counts {
                 let (have, what) = match &c.gpu_type {
                     Some(t) => (
-                        inventory.nodes.iter().map(|n| u64::from(n.typed.get(t).copied().unwrap_or(0))).sum(),
+                        inventory
+                            .nodes
+                            .iter()
+                            .map(|n| u64::from(n.typed.get(t).copied().unwrap_or(0)))
+                            .sum(),
                         t.clone(),
                     ),
-                    None => (inventory.nodes.iter().map(|n| n.usable(allowed)).sum(), "usable".to_string()),
+                    None => (
+                        inventory.nodes.iter().map(|n| n.usable(allowed)).sum(),
+                        "usable".to_string(),
+                    ),
                 };
                 if u64::from(c.count) > have {
-                    return Err(RequestError::TooManyForCluster { wanted: u64::from(c.count), what, have });
+                    return Err(RequestError::TooManyForCluster {
+                        wanted: u64::from(c.count),
+                        what,
+                        have,
+                    });
                 }
             }
         }
@@ -219,7 +270,11 @@ fn check_against_inventory(
             let nodes = min_nodes.unwrap_or(1).max(1);
             let have = inventory.nodes.iter().filter(|n| per_node_need(n)).count();
             if have < nodes as usize {
-                return Err(RequestError::TooManyPerNode { nodes, spec: request.to_string(), have });
+                return Err(RequestError::TooManyPerNode {
+                    nodes,
+                    spec: request.to_string(),
+                    have,
+                });
             }
         }
     }
@@ -238,16 +293,26 @@ mod tests {
     }
 
     fn config() -> Config {
-        Config::parse("h.toml", "[slurm]\nmanaged_partitions=[\"gpu\"]\ndefault_partition=\"gpu\"\n").unwrap()
+        Config::parse(
+            "h.toml",
+            "[slurm]\nmanaged_partitions=[\"gpu\"]\ndefault_partition=\"gpu\"\n",
+        )
+        .unwrap()
     }
 
     fn node_gres(field: &'static str) -> Submission<'static> {
-        Submission { tres: TresFields { per_node: Some(field), ..Default::default() }, ..Default::default() }
+        Submission {
+            tres: TresFields {
+                per_node: Some(field),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
     }
 
     fn managed(sub: &Submission<'_>) -> Managed {
         match decide(sub, &config(), &inventory()) {
-            Ok(Decision::Managed(m)) => m,
+            Ok(Decision::Managed(m)) => *m,
             other => panic!("expected a managed job, got {other:?}"),
         }
     }
@@ -271,9 +336,15 @@ mod tests {
     fn other_partitions_are_left_alone_unless_opted_in() {
         let mut sub = node_gres("gres:gpu:2");
         sub.partition = Some("cpu");
-        assert_eq!(decide(&sub, &config(), &inventory()), Ok(Decision::Unmanaged(Unmanaged::NotSelected)));
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::NotSelected))
+        );
         sub.comment = Some("hadar");
-        assert!(matches!(decide(&sub, &config(), &inventory()), Ok(Decision::Managed(_))));
+        assert!(matches!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Managed(_))
+        ));
         sub.partition = Some("gpu,cpu");
         sub.comment = None;
         assert!(refused(&sub).contains("mix Hadar-managed and other partitions"));
@@ -283,20 +354,29 @@ mod tests {
     fn opt_out_wins_over_a_managed_partition() {
         let mut sub = node_gres("gres:gpu:2");
         sub.script = Some("#!/bin/sh\n#HADAR off\n");
-        assert_eq!(decide(&sub, &config(), &inventory()), Ok(Decision::Unmanaged(Unmanaged::OptedOut)));
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
+        );
     }
 
     #[test]
     fn directives_land_in_the_record() {
         let mut sub = Submission {
-            tres: TresFields { per_job: Some("gres:gpu:v100:3,gres:gpu:k80:1"), ..Default::default() },
+            tres: TresFields {
+                per_job: Some("gres:gpu:v100:3,gres:gpu:k80:1"),
+                ..Default::default()
+            },
             min_nodes: Some(2),
             het_offset: Some(1),
             ..Default::default()
         };
         sub.script = Some("#!/bin/sh\n#HADAR type=resnet50 steps=500 fork=no\n");
         let m = managed(&sub);
-        assert_eq!(m.record.encode(), "hadar:v1 gpus=v100:3,k80:1 nodes=2 het=1 type=resnet50 steps=500 fork=no");
+        assert_eq!(
+            m.record.encode(),
+            "hadar:v1 gpus=v100:3,k80:1 nodes=2 het=1 type=resnet50 steps=500 fork=no"
+        );
     }
 
     #[test]
@@ -315,15 +395,27 @@ mod tests {
         );
         let mut three_v100_nodes = node_gres("gres:gpu:v100:2");
         three_v100_nodes.min_nodes = Some(3);
-        assert!(refused(&three_v100_nodes).starts_with("no 3 node(s) have v100:2 GPUs each (only 2 node(s) do)"));
-        let per_job = Submission { tres: TresFields { per_job: Some("gres:gpu:p100:5"), ..Default::default() }, ..Default::default() };
+        assert!(
+            refused(&three_v100_nodes)
+                .starts_with("no 3 node(s) have v100:2 GPUs each (only 2 node(s) do)")
+        );
+        let per_job = Submission {
+            tres: TresFields {
+                per_job: Some("gres:gpu:p100:5"),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         assert_eq!(
             refused(&per_job),
             "no set of nodes can provide 5 p100 GPUs: the whole cluster has 4; ask for at most 4"
         );
         let mut restricted = node_gres("gres:gpu:p100:1");
         restricted.script = Some("#HADAR gpu-types=v100,k80");
-        assert_eq!(refused(&restricted), "GPU type `p100` is requested but not in gpu-types=v100,k80; make them agree");
+        assert_eq!(
+            refused(&restricted),
+            "GPU type `p100` is requested but not in gpu-types=v100,k80; make them agree"
+        );
         let mut hint = node_gres("gres:gpu:1");
         hint.comment = Some("hadar: throughput=h100:3");
         assert!(refused(&hint).starts_with("GPU type `h100` in throughput= does not exist"));
@@ -335,7 +427,13 @@ mod tests {
     fn untyped_per_node_respects_allowed_types() {
         let mut sub = node_gres("gres:gpu:3");
         sub.script = Some("#HADAR gpu-types=k80");
-        assert_eq!(managed(&sub).record.gpus.counts, vec![GpuCount { gpu_type: None, count: 3 }]);
+        assert_eq!(
+            managed(&sub).record.gpus.counts,
+            vec![GpuCount {
+                gpu_type: None,
+                count: 3
+            }]
+        );
         sub.min_nodes = Some(2);
         assert!(refused(&sub).starts_with("no 2 node(s) have 3 GPUs each (only 1 node(s) do)"));
     }

@@ -71,7 +71,9 @@ impl fmt::Display for Origin {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DirectiveError {
     /// A word that is not a known directive.
-    #[error("unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=")]
+    #[error(
+        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types="
+    )]
     Unknown {
         /// Where.
         origin: Origin,
@@ -142,7 +144,9 @@ impl Directives {
         match lower.as_str() {
             "off" => {
                 if self.choice == Some(OptChoice::In) {
-                    return Err(DirectiveError::OffWithOthers { origin: origin.clone() });
+                    return Err(DirectiveError::OffWithOthers {
+                        origin: origin.clone(),
+                    });
                 }
                 self.choice = Some(OptChoice::Out);
                 self.off_origin = Some(origin.clone());
@@ -152,14 +156,24 @@ impl Directives {
             _ => {}
         }
         let Some((key, value)) = word.split_once('=') else {
-            return Err(DirectiveError::Unknown { origin: origin.clone(), word: word.to_string() });
+            return Err(DirectiveError::Unknown {
+                origin: origin.clone(),
+                word: word.to_string(),
+            });
         };
         let key_lower = key.to_ascii_lowercase();
         let Some(&key) = KEYS.iter().find(|k| **k == key_lower) else {
-            return Err(DirectiveError::Unknown { origin: origin.clone(), word: word.to_string() });
+            return Err(DirectiveError::Unknown {
+                origin: origin.clone(),
+                word: word.to_string(),
+            });
         };
         if let Some((_, first)) = self.origins.iter().find(|(k, _)| *k == key) {
-            return Err(DirectiveError::Duplicate { key, first: first.clone(), second: origin.clone() });
+            return Err(DirectiveError::Duplicate {
+                key,
+                first: first.clone(),
+                second: origin.clone(),
+            });
         }
         let malformed = |expected| DirectiveError::Malformed {
             origin: origin.clone(),
@@ -170,27 +184,37 @@ impl Directives {
         match key {
             "type" => {
                 if !is_name(value) {
-                    return Err(malformed("a job type name (letters, digits, `-`, `_`, `.`, `/`)"));
+                    return Err(malformed(
+                        "a job type name (letters, digits, `-`, `_`, `.`, `/`)",
+                    ));
                 }
                 self.job.job_type = Some(value.to_string());
             }
             "throughput" => {
                 let mut hints = Vec::new();
                 for item in value.split(',') {
-                    let (t, r) = item.split_once(':').ok_or_else(|| malformed("TYPE:RATE[,TYPE:RATE...], e.g. v100:12.5,k80:3"))?;
-                    let rate: f64 = r.parse().map_err(|_| malformed("TYPE:RATE with RATE a positive number"))?;
-                    if !crate::gpu::is_type_name(t) || !(rate.is_finite() && rate > 0.0) {
+                    let (t, r) = item.split_once(':').ok_or_else(|| {
+                        malformed("TYPE:RATE[,TYPE:RATE...], e.g. v100:12.5,k80:3")
+                    })?;
+                    let rate: f64 = r
+                        .parse()
+                        .map_err(|_| malformed("TYPE:RATE with RATE a positive number"))?;
+                    if !(crate::gpu::is_type_name(t) && rate.is_finite() && rate > 0.0) {
                         return Err(malformed("TYPE:RATE with RATE a positive number"));
                     }
                     if hints.iter().any(|h: &ThroughputHint| h.gpu_type == t) {
                         return Err(malformed("each GPU type once"));
                     }
-                    hints.push(ThroughputHint { gpu_type: t.to_string(), rate });
+                    hints.push(ThroughputHint {
+                        gpu_type: t.to_string(),
+                        rate,
+                    });
                 }
                 self.job.throughput = hints;
             }
             "steps" | "epochs" => {
-                let n = parse_work(value).ok_or_else(|| malformed("a whole number between 1 and 2^53"))?;
+                let n = parse_work(value)
+                    .ok_or_else(|| malformed("a whole number between 1 and 2^53"))?;
                 if key == "steps" {
                     self.job.steps = Some(n);
                 } else {
@@ -211,7 +235,9 @@ impl Directives {
                 let mut types: Vec<String> = Vec::new();
                 for t in value.split(',') {
                     if !crate::gpu::is_type_name(t) {
-                        return Err(malformed("a comma-separated list of GPU types, e.g. v100,p100"));
+                        return Err(malformed(
+                            "a comma-separated list of GPU types, e.g. v100,p100",
+                        ));
                     }
                     if !types.iter().any(|u| u == t) {
                         types.push(t.to_string());
@@ -227,7 +253,9 @@ impl Directives {
 
     fn opt_in(&mut self, origin: &Origin) -> Result<(), DirectiveError> {
         if self.choice == Some(OptChoice::Out) {
-            return Err(DirectiveError::OffWithOthers { origin: self.off_origin.clone().unwrap_or_else(|| origin.clone()) });
+            return Err(DirectiveError::OffWithOthers {
+                origin: self.off_origin.clone().unwrap_or_else(|| origin.clone()),
+            });
         }
         self.choice = Some(OptChoice::In);
         Ok(())
@@ -238,7 +266,8 @@ impl Directives {
 fn is_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
 /// Parses a positive decimal work amount up to [`MAX_WORK`].
@@ -320,15 +349,27 @@ mod tests {
         assert_eq!(d.choice, Some(OptChoice::In));
         assert_eq!(d.job.job_type.as_deref(), Some("resnet50"));
         assert_eq!(d.job.steps, Some(1000));
-        assert_eq!(d.job.epochs, None, "directives after the first command are ignored");
+        assert_eq!(
+            d.job.epochs, None,
+            "directives after the first command are ignored"
+        );
         assert_eq!(d.job.may_fork, Some(true));
-        assert_eq!(d.job.gpu_types, Some(vec!["v100".to_string(), "k80".to_string()]));
+        assert_eq!(
+            d.job.gpu_types,
+            Some(vec!["v100".to_string(), "k80".to_string()])
+        );
     }
 
     #[test]
     fn bare_hadar_line_opts_in_and_off_opts_out() {
-        assert_eq!(script("#!/bin/sh\n#HADAR\n").unwrap().choice, Some(OptChoice::In));
-        assert_eq!(script("#!/bin/sh\n#HADAR off\n").unwrap().choice, Some(OptChoice::Out));
+        assert_eq!(
+            script("#!/bin/sh\n#HADAR\n").unwrap().choice,
+            Some(OptChoice::In)
+        );
+        assert_eq!(
+            script("#!/bin/sh\n#HADAR off\n").unwrap().choice,
+            Some(OptChoice::Out)
+        );
         assert_eq!(script("#!/bin/sh\n#HADARS x\n").unwrap().choice, None);
         assert_eq!(script("#!/bin/sh\necho\n").unwrap().choice, None);
     }
@@ -345,14 +386,38 @@ mod tests {
             e.to_string(),
             "malformed value `12k` for `steps` in #HADAR line 2 of the batch script; expected a whole number between 1 and 2^53"
         );
-        assert!(matches!(script("#HADAR steps=0").unwrap_err(), DirectiveError::Malformed { key: "steps", .. }));
-        assert!(matches!(script("#HADAR fork=maybe").unwrap_err(), DirectiveError::Malformed { key: "fork", .. }));
-        assert!(matches!(script("#HADAR throughput=v100:-1").unwrap_err(), DirectiveError::Malformed { .. }));
-        assert!(matches!(script("#HADAR throughput=v100:1,v100:2").unwrap_err(), DirectiveError::Malformed { .. }));
-        assert_eq!(script("#HADAR steps=1 epochs=2").unwrap_err(), DirectiveError::StepsAndEpochs);
-        assert!(matches!(script("#HADAR steps=1\n#HADAR steps=2").unwrap_err(), DirectiveError::Duplicate { key: "steps", .. }));
-        assert!(matches!(script("#HADAR off type=x").unwrap_err(), DirectiveError::OffWithOthers { .. }));
-        assert!(matches!(script("#HADAR type=x\n#HADAR off").unwrap_err(), DirectiveError::OffWithOthers { .. }));
+        assert!(matches!(
+            script("#HADAR steps=0").unwrap_err(),
+            DirectiveError::Malformed { key: "steps", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR fork=maybe").unwrap_err(),
+            DirectiveError::Malformed { key: "fork", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR throughput=v100:-1").unwrap_err(),
+            DirectiveError::Malformed { .. }
+        ));
+        assert!(matches!(
+            script("#HADAR throughput=v100:1,v100:2").unwrap_err(),
+            DirectiveError::Malformed { .. }
+        ));
+        assert_eq!(
+            script("#HADAR steps=1 epochs=2").unwrap_err(),
+            DirectiveError::StepsAndEpochs
+        );
+        assert!(matches!(
+            script("#HADAR steps=1\n#HADAR steps=2").unwrap_err(),
+            DirectiveError::Duplicate { key: "steps", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR off type=x").unwrap_err(),
+            DirectiveError::OffWithOthers { .. }
+        ));
+        assert!(matches!(
+            script("#HADAR type=x\n#HADAR off").unwrap_err(),
+            DirectiveError::OffWithOthers { .. }
+        ));
     }
 
     #[test]
@@ -361,8 +426,14 @@ mod tests {
         assert_eq!(
             d.job.throughput,
             vec![
-                ThroughputHint { gpu_type: "v100".into(), rate: 12.5 },
-                ThroughputHint { gpu_type: "k80".into(), rate: 3.0 }
+                ThroughputHint {
+                    gpu_type: "v100".into(),
+                    rate: 12.5
+                },
+                ThroughputHint {
+                    gpu_type: "k80".into(),
+                    rate: 3.0
+                }
             ]
         );
     }
@@ -374,7 +445,10 @@ mod tests {
         assert_eq!(d.choice, Some(OptChoice::In));
         let mut d = Directives::default();
         read_comment("HADAR: type=bert;steps=50", &mut d).unwrap();
-        assert_eq!((d.job.job_type.as_deref(), d.job.steps), (Some("bert"), Some(50)));
+        assert_eq!(
+            (d.job.job_type.as_deref(), d.job.steps),
+            (Some("bert"), Some(50))
+        );
         let mut d = Directives::default();
         read_comment("hadar:off", &mut d).unwrap();
         assert_eq!(d.choice, Some(OptChoice::Out));
@@ -384,14 +458,23 @@ mod tests {
         read_comment("hadarized", &mut d).unwrap();
         assert_eq!(d.choice, None);
         let mut d = Directives::default();
-        assert!(matches!(read_comment("hadar: bogus", &mut d), Err(DirectiveError::Unknown { origin: Origin::Comment, .. })));
+        assert!(matches!(
+            read_comment("hadar: bogus", &mut d),
+            Err(DirectiveError::Unknown {
+                origin: Origin::Comment,
+                ..
+            })
+        ));
     }
 
     #[test]
     fn script_and_comment_may_not_set_the_same_key() {
         let mut d = script("#HADAR steps=5").unwrap();
         let e = read_comment("hadar: steps=6", &mut d).unwrap_err();
-        assert_eq!(e.to_string(), "`steps` given twice (#HADAR line 1 of the batch script and --comment); give it once");
+        assert_eq!(
+            e.to_string(),
+            "`steps` given twice (#HADAR line 1 of the batch script and --comment); give it once"
+        );
     }
 
     proptest! {

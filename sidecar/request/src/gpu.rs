@@ -66,7 +66,9 @@ impl fmt::Display for GpuRequest {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuRequestError {
     /// A count that is not a plain decimal number.
-    #[error("malformed GPU count `{text}` in {option}; give a whole number, e.g. gpu:2 or gpu:v100:2")]
+    #[error(
+        "malformed GPU count `{text}` in {option}; give a whole number, e.g. gpu:2 or gpu:v100:2"
+    )]
     MalformedCount {
         /// The option the count came from (`--gres/--gpus-per-node`).
         option: &'static str,
@@ -74,7 +76,9 @@ pub enum GpuRequestError {
         text: String,
     },
     /// A type name with characters Slurm never uses in type names.
-    #[error("malformed GPU type `{text}` in {option}; type names use letters, digits, `-`, `_` and `.`")]
+    #[error(
+        "malformed GPU type `{text}` in {option}; type names use letters, digits, `-`, `_` and `.`"
+    )]
     MalformedType {
         /// The option the type came from.
         option: &'static str,
@@ -82,13 +86,17 @@ pub enum GpuRequestError {
         text: String,
     },
     /// A zero count.
-    #[error("zero GPUs requested in {option}; a Hadar-managed job needs at least 1 GPU (or add `#HADAR off`)")]
+    #[error(
+        "zero GPUs requested in {option}; a Hadar-managed job needs at least 1 GPU (or add `#HADAR off`)"
+    )]
     ZeroCount {
         /// The option the count came from.
         option: &'static str,
     },
     /// More GPUs than any sensible job asks for.
-    #[error("{count} GPUs requested in {option} is more than the limit of {limit}; ask for fewer GPUs")]
+    #[error(
+        "{count} GPUs requested in {option} is more than the limit of {limit}; ask for fewer GPUs"
+    )]
     Absurd {
         /// The option the count came from.
         option: &'static str,
@@ -112,10 +120,14 @@ pub enum GpuRequestError {
         option: &'static str,
     },
     /// GPUs requested both per job and per node.
-    #[error("GPUs requested both with --gpus and with --gres/--gpus-per-node; use only one of them")]
+    #[error(
+        "GPUs requested both with --gpus and with --gres/--gpus-per-node; use only one of them"
+    )]
     BothScopes,
     /// A GPU option Hadar cannot honour.
-    #[error("{option} is not supported for Hadar-managed jobs; use --gpus=N or --gres=gpu:N instead")]
+    #[error(
+        "{option} is not supported for Hadar-managed jobs; use --gpus=N or --gres=gpu:N instead"
+    )]
     Unsupported {
         /// The option.
         option: &'static str,
@@ -139,7 +151,8 @@ pub const MEM_PER_GPU_OPTION: &str = "--mem-per-gpu";
 pub fn is_type_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Splits one TRES field into its GPU entries and everything else.
@@ -158,7 +171,10 @@ pub fn split_field(
     let mut counts: Vec<GpuCount> = Vec::new();
     let mut others: Vec<&str> = Vec::new();
     for entry in field.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let body = entry.strip_prefix("gres:").or_else(|| entry.strip_prefix("gres/")).unwrap_or(entry);
+        let body = entry
+            .strip_prefix("gres:")
+            .or_else(|| entry.strip_prefix("gres/"))
+            .unwrap_or(entry);
         let rest = if body == "gpu" {
             Some("")
         } else {
@@ -177,19 +193,30 @@ pub fn split_field(
         if let Some(t) = &c.gpu_type
             && counts[..i].iter().any(|d| d.gpu_type.as_ref() == Some(t))
         {
-            return Err(GpuRequestError::DuplicateType { option, gpu_type: t.clone() });
+            return Err(GpuRequestError::DuplicateType {
+                option,
+                gpu_type: t.clone(),
+            });
         }
     }
     let total: u64 = counts.iter().map(|c| u64::from(c.count)).sum();
     if total > u64::from(max_gpus) {
-        return Err(GpuRequestError::Absurd { option, count: total, limit: max_gpus });
+        return Err(GpuRequestError::Absurd {
+            option,
+            count: total,
+            limit: max_gpus,
+        });
     }
     let rest = (!others.is_empty()).then(|| others.join(","));
     Ok((counts, rest))
 }
 
 /// Parses what follows `gpu:` in one entry: `N`, `TYPE`, `TYPE:N` (or nothing, meaning 1).
-fn parse_entry(rest: &str, option: &'static str, max_gpus: u32) -> Result<GpuCount, GpuRequestError> {
+fn parse_entry(
+    rest: &str,
+    option: &'static str,
+    max_gpus: u32,
+) -> Result<GpuCount, GpuRequestError> {
     let (gpu_type, count_text) = match rest.rsplit_once(':') {
         Some((t, n)) => (Some(t), Some(n)),
         None if rest.is_empty() => (None, None),
@@ -199,30 +226,51 @@ fn parse_entry(rest: &str, option: &'static str, max_gpus: u32) -> Result<GpuCou
     if let Some(t) = gpu_type
         && !is_type_name(t)
     {
-        return Err(GpuRequestError::MalformedType { option, text: t.to_string() });
+        return Err(GpuRequestError::MalformedType {
+            option,
+            text: t.to_string(),
+        });
     }
     let count = match count_text {
         None => 1,
         Some(n) => parse_count(n, option, max_gpus)?,
     };
-    Ok(GpuCount { gpu_type: gpu_type.map(str::to_string), count })
+    Ok(GpuCount {
+        gpu_type: gpu_type.map(str::to_string),
+        count,
+    })
 }
 
 /// Parses a decimal GPU count, refusing zero, signs, suffixes and counts over `max_gpus`.
 fn parse_count(text: &str, option: &'static str, max_gpus: u32) -> Result<u32, GpuRequestError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(GpuRequestError::MalformedCount { option, text: text.to_string() });
+        return Err(GpuRequestError::MalformedCount {
+            option,
+            text: text.to_string(),
+        });
     }
     let digits = text.trim_start_matches('0');
     // Anything longer than 19 digits overflows u64; it is absurd, not malformed.
-    let value: u64 = if digits.len() > 19 { u64::MAX } else { digits.parse().unwrap_or(0) };
+    let value: u64 = if digits.len() > 19 {
+        u64::MAX
+    } else {
+        digits.parse().unwrap_or(0)
+    };
     if value == 0 {
         return Err(GpuRequestError::ZeroCount { option });
     }
     if value > u64::from(max_gpus) {
-        return Err(GpuRequestError::Absurd { option, count: value, limit: max_gpus });
+        return Err(GpuRequestError::Absurd {
+            option,
+            count: value,
+            limit: max_gpus,
+        });
     }
-    u32::try_from(value).map_err(|_| GpuRequestError::Absurd { option, count: value, limit: max_gpus })
+    u32::try_from(value).map_err(|_| GpuRequestError::Absurd {
+        option,
+        count: value,
+        limit: max_gpus,
+    })
 }
 
 /// The GPU-related TRES fields of a job description.
@@ -274,16 +322,29 @@ pub fn extract(fields: &TresFields<'_>, max_gpus: u32) -> Result<ExtractedGpus, 
     let request = match (job_counts.is_empty(), node_counts.is_empty()) {
         (true, true) => None,
         (false, false) => return Err(GpuRequestError::BothScopes),
-        (false, true) => Some(GpuRequest { scope: Scope::PerJob, counts: job_counts }),
-        (true, false) => Some(GpuRequest { scope: Scope::PerNode, counts: node_counts }),
+        (false, true) => Some(GpuRequest {
+            scope: Scope::PerJob,
+            counts: job_counts,
+        }),
+        (true, false) => Some(GpuRequest {
+            scope: Scope::PerNode,
+            counts: node_counts,
+        }),
     };
-    Ok(ExtractedGpus { request, per_job_rest, per_node_rest })
+    Ok(ExtractedGpus {
+        request,
+        per_job_rest,
+        per_node_rest,
+    })
 }
 
 /// Whether a TRES field has a GPU entry (`gres:gpu`, `gres:gpu:...`, `gpu:...`).
 pub fn mentions_gpu(field: &str) -> bool {
     field.split(',').map(str::trim).any(|e| {
-        let body = e.strip_prefix("gres:").or_else(|| e.strip_prefix("gres/")).unwrap_or(e);
+        let body = e
+            .strip_prefix("gres:")
+            .or_else(|| e.strip_prefix("gres/"))
+            .unwrap_or(e);
         body == "gpu" || body.starts_with("gpu:") || body.starts_with("gpu=")
     })
 }
@@ -294,27 +355,54 @@ mod tests {
     use proptest::prelude::*;
 
     fn typed(t: &str, n: u32) -> GpuCount {
-        GpuCount { gpu_type: Some(t.into()), count: n }
+        GpuCount {
+            gpu_type: Some(t.into()),
+            count: n,
+        }
     }
     fn any(n: u32) -> GpuCount {
-        GpuCount { gpu_type: None, count: n }
+        GpuCount {
+            gpu_type: None,
+            count: n,
+        }
     }
     fn node(field: &str) -> Result<ExtractedGpus, GpuRequestError> {
-        extract(&TresFields { per_node: Some(field), ..Default::default() }, 64)
+        extract(
+            &TresFields {
+                per_node: Some(field),
+                ..Default::default()
+            },
+            64,
+        )
     }
 
     #[test]
     fn untyped_gres_is_a_per_node_count() {
         let got = node("gres:gpu:2").unwrap();
-        assert_eq!(got.request, Some(GpuRequest { scope: Scope::PerNode, counts: vec![any(2)] }));
+        assert_eq!(
+            got.request,
+            Some(GpuRequest {
+                scope: Scope::PerNode,
+                counts: vec![any(2)]
+            })
+        );
         assert_eq!(got.per_node_rest, None);
     }
 
     #[test]
     fn typed_gres_and_bare_type_mean_count_one() {
-        assert_eq!(node("gres:gpu:v100:3").unwrap().request.unwrap().counts, vec![typed("v100", 3)]);
-        assert_eq!(node("gres:gpu:k80").unwrap().request.unwrap().counts, vec![typed("k80", 1)]);
-        assert_eq!(node("gres:gpu").unwrap().request.unwrap().counts, vec![any(1)]);
+        assert_eq!(
+            node("gres:gpu:v100:3").unwrap().request.unwrap().counts,
+            vec![typed("v100", 3)]
+        );
+        assert_eq!(
+            node("gres:gpu:k80").unwrap().request.unwrap().counts,
+            vec![typed("k80", 1)]
+        );
+        assert_eq!(
+            node("gres:gpu").unwrap().request.unwrap().counts,
+            vec![any(1)]
+        );
         assert_eq!(node("gpu:2").unwrap().request.unwrap().counts, vec![any(2)]);
     }
 
@@ -328,7 +416,10 @@ mod tests {
     #[test]
     fn per_job_multi_type_request() {
         let got = extract(
-            &TresFields { per_job: Some("gres:gpu:v100:3,gres:gpu:k80:1"), ..Default::default() },
+            &TresFields {
+                per_job: Some("gres:gpu:v100:3,gres:gpu:k80:1"),
+                ..Default::default()
+            },
             64,
         )
         .unwrap();
@@ -341,33 +432,90 @@ mod tests {
 
     #[test]
     fn bad_counts_are_refused_with_their_reason() {
-        assert_eq!(node("gres:gpu:0"), Err(GpuRequestError::ZeroCount { option: PER_NODE_OPTION }));
-        assert!(matches!(node("gres:gpu:v100:2x"), Err(GpuRequestError::MalformedCount { .. })));
-        assert!(matches!(node("gres:gpu:v100:-1"), Err(GpuRequestError::MalformedCount { .. })));
-        assert!(matches!(node("gres:gpu:1000"), Err(GpuRequestError::Absurd { count: 1000, .. })));
+        assert_eq!(
+            node("gres:gpu:0"),
+            Err(GpuRequestError::ZeroCount {
+                option: PER_NODE_OPTION
+            })
+        );
+        assert!(matches!(
+            node("gres:gpu:v100:2x"),
+            Err(GpuRequestError::MalformedCount { .. })
+        ));
+        assert!(matches!(
+            node("gres:gpu:v100:-1"),
+            Err(GpuRequestError::MalformedCount { .. })
+        ));
+        assert!(matches!(
+            node("gres:gpu:1000"),
+            Err(GpuRequestError::Absurd { count: 1000, .. })
+        ));
         assert!(matches!(
             node("gres:gpu:99999999999999999999999"),
-            Err(GpuRequestError::Absurd { count: u64::MAX, .. })
+            Err(GpuRequestError::Absurd {
+                count: u64::MAX,
+                ..
+            })
         ));
-        assert!(matches!(node("gres:gpu:v1/00:1"), Err(GpuRequestError::MalformedType { .. })));
-        assert!(matches!(node("gres:gpu:v100:40,gres:gpu:k80:40"), Err(GpuRequestError::Absurd { count: 80, .. })));
+        assert!(matches!(
+            node("gres:gpu:v1/00:1"),
+            Err(GpuRequestError::MalformedType { .. })
+        ));
+        assert!(matches!(
+            node("gres:gpu:v100:40,gres:gpu:k80:40"),
+            Err(GpuRequestError::Absurd { count: 80, .. })
+        ));
     }
 
     #[test]
     fn inconsistent_requests_are_refused() {
-        assert!(matches!(node("gres:gpu:2,gres:gpu:v100:1"), Err(GpuRequestError::MixedTyping { .. })));
-        assert!(matches!(node("gres:gpu:v100:2,gres:gpu:v100:1"), Err(GpuRequestError::DuplicateType { .. })));
-        let both = TresFields { per_job: Some("gres:gpu:2"), per_node: Some("gres:gpu:1"), ..Default::default() };
+        assert!(matches!(
+            node("gres:gpu:2,gres:gpu:v100:1"),
+            Err(GpuRequestError::MixedTyping { .. })
+        ));
+        assert!(matches!(
+            node("gres:gpu:v100:2,gres:gpu:v100:1"),
+            Err(GpuRequestError::DuplicateType { .. })
+        ));
+        let both = TresFields {
+            per_job: Some("gres:gpu:2"),
+            per_node: Some("gres:gpu:1"),
+            ..Default::default()
+        };
         assert_eq!(extract(&both, 64), Err(GpuRequestError::BothScopes));
-        let per_task = TresFields { per_task: Some("gres:gpu:1"), ..Default::default() };
-        assert_eq!(extract(&per_task, 64), Err(GpuRequestError::Unsupported { option: PER_TASK_OPTION }));
-        let cpus = TresFields { per_node: Some("gres:gpu:1"), cpus_per_tres: Some("gres:gpu:4"), ..Default::default() };
-        assert_eq!(extract(&cpus, 64), Err(GpuRequestError::Unsupported { option: CPUS_PER_GPU_OPTION }));
+        let per_task = TresFields {
+            per_task: Some("gres:gpu:1"),
+            ..Default::default()
+        };
+        assert_eq!(
+            extract(&per_task, 64),
+            Err(GpuRequestError::Unsupported {
+                option: PER_TASK_OPTION
+            })
+        );
+        let cpus = TresFields {
+            per_node: Some("gres:gpu:1"),
+            cpus_per_tres: Some("gres:gpu:4"),
+            ..Default::default()
+        };
+        assert_eq!(
+            extract(&cpus, 64),
+            Err(GpuRequestError::Unsupported {
+                option: CPUS_PER_GPU_OPTION
+            })
+        );
     }
 
     #[test]
     fn no_gpu_fields_means_no_request() {
-        let got = extract(&TresFields { per_node: Some("gres:mps:10"), ..Default::default() }, 64).unwrap();
+        let got = extract(
+            &TresFields {
+                per_node: Some("gres:mps:10"),
+                ..Default::default()
+            },
+            64,
+        )
+        .unwrap();
         assert_eq!(got.request, None);
         assert_eq!(got.per_node_rest.as_deref(), Some("gres:mps:10"));
     }

@@ -24,8 +24,13 @@ impl NodeGpus {
     /// GPUs on this node usable by a request limited to `allowed` types (`None`: any type).
     pub fn usable(&self, allowed: Option<&[String]>) -> u64 {
         match allowed {
-            None => self.typed.values().map(|&n| u64::from(n)).sum::<u64>() + u64::from(self.untyped),
-            Some(types) => types.iter().map(|t| u64::from(self.typed.get(t).copied().unwrap_or(0))).sum(),
+            None => {
+                self.typed.values().map(|&n| u64::from(n)).sum::<u64>() + u64::from(self.untyped)
+            }
+            Some(types) => types
+                .iter()
+                .map(|t| u64::from(self.typed.get(t).copied().unwrap_or(0)))
+                .sum(),
         }
     }
 }
@@ -114,7 +119,9 @@ impl Inventory {
         depth: usize,
     ) -> Result<(), InventoryError> {
         if depth > 8 {
-            return Err(InventoryError::IncludeDepth { file: file.to_string() });
+            return Err(InventoryError::IncludeDepth {
+                file: file.to_string(),
+            });
         }
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
@@ -142,7 +149,10 @@ impl Inventory {
             let Some((_, names)) = pairs.first().filter(|(k, _)| k == "nodename") else {
                 continue;
             };
-            let gres = pairs.iter().find(|(k, _)| k == "gres").map(|(_, v)| v.to_string());
+            let gres = pairs
+                .iter()
+                .find(|(k, _)| k == "gres")
+                .map(|(_, v)| v.to_string());
             if names.eq_ignore_ascii_case("default") {
                 if gres.is_some() {
                     *default_gres = gres;
@@ -150,22 +160,33 @@ impl Inventory {
                 continue;
             }
             let gres = gres.or_else(|| default_gres.clone());
-            let (typed, untyped) = parse_node_gres(gres.as_deref().unwrap_or("")).map_err(|text| InventoryError::Gres {
-                file: file.to_string(),
-                line: line_no,
-                text,
-            })?;
-            let expanded = expand_hostlist(names, MAX_NODES - self.nodes.len()).map_err(|e| match e {
-                HostlistError::Malformed => InventoryError::Hostlist {
-                    file: file.to_string(),
-                    line: line_no,
-                    text: names.to_string(),
-                },
-                HostlistError::TooMany => InventoryError::TooManyNodes { file: file.to_string(), line: line_no },
-            })?;
+            let (typed, untyped) =
+                parse_node_gres(gres.as_deref().unwrap_or("")).map_err(|text| {
+                    InventoryError::Gres {
+                        file: file.to_string(),
+                        line: line_no,
+                        text,
+                    }
+                })?;
+            let expanded =
+                expand_hostlist(names, MAX_NODES - self.nodes.len()).map_err(|e| match e {
+                    HostlistError::Malformed => InventoryError::Hostlist {
+                        file: file.to_string(),
+                        line: line_no,
+                        text: names.to_string(),
+                    },
+                    HostlistError::TooMany => InventoryError::TooManyNodes {
+                        file: file.to_string(),
+                        line: line_no,
+                    },
+                })?;
             for name in expanded {
                 self.nodes.retain(|n| n.name != name);
-                self.nodes.push(NodeGpus { name, typed: typed.clone(), untyped });
+                self.nodes.push(NodeGpus {
+                    name,
+                    typed: typed.clone(),
+                    untyped,
+                });
             }
         }
         Ok(())
@@ -173,7 +194,11 @@ impl Inventory {
 
     /// The GPU type names present on at least one node, sorted.
     pub fn type_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.nodes.iter().flat_map(|n| n.typed.keys().cloned()).collect();
+        let mut names: Vec<String> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.typed.keys().cloned())
+            .collect();
         names.sort();
         names.dedup();
         names
@@ -181,7 +206,9 @@ impl Inventory {
 
     /// Whether any node has GPUs of type `t`.
     pub fn has_type(&self, t: &str) -> bool {
-        self.nodes.iter().any(|n| n.typed.get(t).is_some_and(|&c| c > 0))
+        self.nodes
+            .iter()
+            .any(|n| n.typed.get(t).is_some_and(|&c| c > 0))
     }
 }
 
@@ -304,11 +331,15 @@ fn expand_ranges(inner: &str, limit: usize) -> Result<Vec<String>, HostlistError
     let mut out = Vec::new();
     for part in inner.split(',') {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let digits = |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(lo) || !digits(hi) {
             return Err(HostlistError::Malformed);
         }
-        let (a, b): (u64, u64) = (lo.parse().map_err(|_| HostlistError::Malformed)?, hi.parse().map_err(|_| HostlistError::Malformed)?);
+        let (a, b): (u64, u64) = (
+            lo.parse().map_err(|_| HostlistError::Malformed)?,
+            hi.parse().map_err(|_| HostlistError::Malformed)?,
+        );
         if a > b {
             return Err(HostlistError::Malformed);
         }
@@ -367,19 +398,33 @@ PartitionName=gpu Nodes=n[1-4] Default=YES
 
     #[test]
     fn errors_name_file_and_line() {
-        let e = Inventory::from_slurm_conf("s.conf", "\nNodeName=n[1-2 Gres=gpu:1\n", &mut no_include).unwrap_err();
+        let e =
+            Inventory::from_slurm_conf("s.conf", "\nNodeName=n[1-2 Gres=gpu:1\n", &mut no_include)
+                .unwrap_err();
         assert_eq!(e.to_string(), "s.conf:2: malformed node name list `n[1-2`");
-        let e = Inventory::from_slurm_conf("s.conf", "NodeName=n1 Gres=gpu:v100:x\n", &mut no_include).unwrap_err();
-        assert_eq!(e.to_string(), "s.conf:1: malformed GPU count in `Gres=gpu:v100:x`");
-        let e = Inventory::from_slurm_conf("s.conf", "NodeName=n[1-999999999]\n", &mut no_include).unwrap_err();
+        let e =
+            Inventory::from_slurm_conf("s.conf", "NodeName=n1 Gres=gpu:v100:x\n", &mut no_include)
+                .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s.conf:1: malformed GPU count in `Gres=gpu:v100:x`"
+        );
+        let e = Inventory::from_slurm_conf("s.conf", "NodeName=n[1-999999999]\n", &mut no_include)
+            .unwrap_err();
         assert!(matches!(e, InventoryError::TooManyNodes { .. }));
     }
 
     #[test]
     fn hostlist_expansion() {
         assert_eq!(expand_hostlist("n[1-3]", 10).unwrap(), ["n1", "n2", "n3"]);
-        assert_eq!(expand_hostlist("a[1-2]b[7,9]", 10).unwrap(), ["a1b7", "a1b9", "a2b7", "a2b9"]);
-        assert_eq!(expand_hostlist("x,y[08-10]", 10).unwrap(), ["x", "y08", "y09", "y10"]);
+        assert_eq!(
+            expand_hostlist("a[1-2]b[7,9]", 10).unwrap(),
+            ["a1b7", "a1b9", "a2b7", "a2b9"]
+        );
+        assert_eq!(
+            expand_hostlist("x,y[08-10]", 10).unwrap(),
+            ["x", "y08", "y09", "y10"]
+        );
         assert_eq!(expand_hostlist("n[3-1]", 10), Err(HostlistError::Malformed));
         assert_eq!(expand_hostlist("n[1-20]", 10), Err(HostlistError::TooMany));
     }

@@ -40,11 +40,17 @@ impl Notice {
     /// Reads a notice line (with or without its newline).
     pub fn decode(line: &str) -> Result<Notice, NoticeError> {
         let not = || NoticeError::NotANotice(line.chars().take(40).collect());
-        let rest = line.trim_end_matches('\n').strip_prefix(NOTICE_TAG).ok_or_else(not)?;
+        let rest = line
+            .trim_end_matches('\n')
+            .strip_prefix(NOTICE_TAG)
+            .ok_or_else(not)?;
         let rest = rest.strip_prefix(" uid=").ok_or_else(not)?;
         let (uid, record) = rest.split_once(' ').ok_or_else(not)?;
         let uid: u32 = uid.parse().map_err(|_| not())?;
-        Ok(Notice { uid, record: Record::decode(record)? })
+        Ok(Notice {
+            uid,
+            record: Record::decode(record)?,
+        })
     }
 }
 
@@ -57,9 +63,18 @@ mod tests {
         let record = Record::decode("hadar:v1 gpus=v100:2 steps=10").unwrap();
         let notice = Notice { uid: 1000, record };
         let line = notice.encode();
-        assert_eq!(line, "hadar-notice v1 uid=1000 hadar:v1 gpus=v100:2 steps=10\n");
+        assert_eq!(
+            line,
+            "hadar-notice v1 uid=1000 hadar:v1 gpus=v100:2 steps=10\n"
+        );
         assert_eq!(Notice::decode(&line).unwrap(), notice);
-        assert!(matches!(Notice::decode("hello"), Err(NoticeError::NotANotice(_))));
-        assert!(matches!(Notice::decode("hadar-notice v1 uid=x hadar:v1 gpus=1"), Err(NoticeError::NotANotice(_))));
+        assert!(matches!(
+            Notice::decode("hello"),
+            Err(NoticeError::NotANotice(_))
+        ));
+        assert!(matches!(
+            Notice::decode("hadar-notice v1 uid=x hadar:v1 gpus=1"),
+            Err(NoticeError::NotANotice(_))
+        ));
     }
 }

@@ -63,7 +63,11 @@ impl Record {
             out.push_str(&format!(" type={t}"));
         }
         if !d.throughput.is_empty() {
-            let hints: Vec<String> = d.throughput.iter().map(|h| format!("{}:{}", h.gpu_type, h.rate)).collect();
+            let hints: Vec<String> = d
+                .throughput
+                .iter()
+                .map(|h| format!("{}:{}", h.gpu_type, h.rate))
+                .collect();
             out.push_str(&format!(" throughput={}", hints.join(",")));
         }
         if let Some(s) = d.steps {
@@ -93,18 +97,33 @@ impl Record {
         let mut het_offset = None;
         let mut directive_words = Vec::new();
         for word in words {
-            let (key, value) = word.split_once('=').ok_or_else(|| RecordError::Field(word.to_string()))?;
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| RecordError::Field(word.to_string()))?;
             match key {
                 "gpus" | "gpus-per-node" => {
                     if gpus.is_some() {
                         return Err(RecordError::Field(word.to_string()));
                     }
-                    let scope = if key == "gpus" { Scope::PerJob } else { Scope::PerNode };
-                    gpus = Some(decode_spec(value, scope).ok_or_else(|| RecordError::Field(word.to_string()))?);
+                    let scope = if key == "gpus" {
+                        Scope::PerJob
+                    } else {
+                        Scope::PerNode
+                    };
+                    gpus = Some(
+                        decode_spec(value, scope)
+                            .ok_or_else(|| RecordError::Field(word.to_string()))?,
+                    );
                 }
                 "nodes" | "het" => {
-                    let n: u32 = value.parse().map_err(|_| RecordError::Field(word.to_string()))?;
-                    let slot = if key == "nodes" { &mut nodes } else { &mut het_offset };
+                    let n: u32 = value
+                        .parse()
+                        .map_err(|_| RecordError::Field(word.to_string()))?;
+                    let slot = if key == "nodes" {
+                        &mut nodes
+                    } else {
+                        &mut het_offset
+                    };
                     if slot.replace(n).is_some() {
                         return Err(RecordError::Field(word.to_string()));
                     }
@@ -114,7 +133,12 @@ impl Record {
         }
         let mut directives = Directives::default();
         directives.add_words(&directive_words.join(" "), Origin::Record)?;
-        Ok(Record { gpus: gpus.ok_or(RecordError::NoGpus)?, nodes, het_offset, directives: directives.job })
+        Ok(Record {
+            gpus: gpus.ok_or(RecordError::NoGpus)?,
+            nodes,
+            het_offset,
+            directives: directives.job,
+        })
     }
 }
 
@@ -134,7 +158,10 @@ fn decode_spec(value: &str, scope: Scope) -> Option<GpuRequest> {
         counts.push(GpuCount { gpu_type, count });
     }
     let typed = counts.iter().filter(|c| c.gpu_type.is_some()).count();
-    if counts.is_empty() || (typed != 0 && typed != counts.len()) || (typed == 0 && counts.len() != 1) {
+    if counts.is_empty()
+        || (typed != 0 && typed != counts.len())
+        || (typed == 0 && counts.len() != 1)
+    {
         return None;
     }
     Some(GpuRequest { scope, counts })
@@ -151,13 +178,19 @@ mod tests {
         let rec = Record {
             gpus: GpuRequest {
                 scope: Scope::PerNode,
-                counts: vec![GpuCount { gpu_type: Some("v100".into()), count: 2 }],
+                counts: vec![GpuCount {
+                    gpu_type: Some("v100".into()),
+                    count: 2,
+                }],
             },
             nodes: Some(2),
             het_offset: None,
             directives: JobDirectives {
                 job_type: Some("resnet50".into()),
-                throughput: vec![ThroughputHint { gpu_type: "k80".into(), rate: 2.5 }],
+                throughput: vec![ThroughputHint {
+                    gpu_type: "k80".into(),
+                    rate: 2.5,
+                }],
                 steps: Some(1000),
                 epochs: None,
                 may_fork: Some(true),
@@ -174,36 +207,66 @@ mod tests {
 
     #[test]
     fn refuses_foreign_or_broken_records() {
-        assert!(matches!(Record::decode("hadar:v2 gpus=1"), Err(RecordError::NotARecord(_))));
+        assert!(matches!(
+            Record::decode("hadar:v2 gpus=1"),
+            Err(RecordError::NotARecord(_))
+        ));
         assert_eq!(Record::decode("hadar:v1 steps=3"), Err(RecordError::NoGpus));
-        assert!(matches!(Record::decode("hadar:v1 gpus=0"), Err(RecordError::Field(_))));
-        assert!(matches!(Record::decode("hadar:v1 gpus=2,v100:1"), Err(RecordError::Field(_))));
-        assert!(matches!(Record::decode("hadar:v1 gpus=1 gpus=2"), Err(RecordError::Field(_))));
-        assert!(matches!(Record::decode("hadar:v1 gpus=1 color=red"), Err(RecordError::Directive(_))));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=0"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=2,v100:1"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=1 gpus=2"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=1 color=red"),
+            Err(RecordError::Directive(_))
+        ));
     }
 
     fn arb_record() -> impl Strategy<Value = Record> {
         let types = prop::sample::subsequence(vec!["v100", "p100", "k80", "a100-80g"], 1..=3);
         let counts = prop_oneof![
-            (1u32..1000).prop_map(|n| vec![GpuCount { gpu_type: None, count: n }]),
+            (1u32..1000).prop_map(|n| vec![GpuCount {
+                gpu_type: None,
+                count: n
+            }]),
             (types, 1u32..64).prop_map(|(ts, n)| ts
                 .into_iter()
-                .map(|t| GpuCount { gpu_type: Some(t.to_string()), count: n })
+                .map(|t| GpuCount {
+                    gpu_type: Some(t.to_string()),
+                    count: n
+                })
                 .collect()),
         ];
         let scope = prop_oneof![Just(Scope::PerJob), Just(Scope::PerNode)];
         let directives = (
             proptest::option::of("[a-z][a-z0-9_]{0,10}"),
-            proptest::collection::vec((prop::sample::select(vec!["v100", "k80"]), 0.001f64..1e6), 0..2),
+            proptest::collection::vec(
+                (prop::sample::select(vec!["v100", "k80"]), 0.001f64..1e6),
+                0..2,
+            ),
             proptest::option::of(1u64..=crate::directive::MAX_WORK),
             proptest::option::of(any::<bool>()),
-            proptest::option::of(prop::sample::subsequence(vec!["v100", "p100", "k80"], 1..=3)),
+            proptest::option::of(prop::sample::subsequence(
+                vec!["v100", "p100", "k80"],
+                1..=3,
+            )),
         )
             .prop_map(|(job_type, hints, steps, may_fork, gpu_types)| {
                 let mut throughput: Vec<ThroughputHint> = Vec::new();
                 for (t, rate) in hints {
                     if !throughput.iter().any(|h| h.gpu_type == t) {
-                        throughput.push(ThroughputHint { gpu_type: t.to_string(), rate });
+                        throughput.push(ThroughputHint {
+                            gpu_type: t.to_string(),
+                            rate,
+                        });
                     }
                 }
                 JobDirectives {
@@ -215,14 +278,19 @@ mod tests {
                     gpu_types: gpu_types.map(|v| v.into_iter().map(String::from).collect()),
                 }
             });
-        (counts, scope, proptest::option::of(1u32..100), proptest::option::of(0u32..8), directives).prop_map(
-            |(counts, scope, nodes, het_offset, directives)| Record {
+        (
+            counts,
+            scope,
+            proptest::option::of(1u32..100),
+            proptest::option::of(0u32..8),
+            directives,
+        )
+            .prop_map(|(counts, scope, nodes, het_offset, directives)| Record {
                 gpus: GpuRequest { scope, counts },
                 nodes,
                 het_offset,
                 directives,
-            },
-        )
+            })
     }
 
     proptest! {

@@ -128,19 +128,35 @@ impl Testbed {
         stop_daemons(&scratch.join("run"));
         check_ports_free()?;
         if scratch.exists() {
-            io(format!("removing {}", scratch.display()), std::fs::remove_dir_all(&scratch))?;
+            io(
+                format!("removing {}", scratch.display()),
+                std::fs::remove_dir_all(&scratch),
+            )?;
         }
-        for sub in ["etc", "munge", "state", "spool", "run", "log", "plugins", "jobs"] {
-            io("creating the scratch folder", std::fs::create_dir_all(scratch.join(sub)))?;
+        for sub in [
+            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs",
+        ] {
+            io(
+                "creating the scratch folder",
+                std::fs::create_dir_all(scratch.join(sub)),
+            )?;
         }
         for (node, _) in NODES {
             let dir = scratch.join("dev").join(node);
             io("creating fake GPU devices", std::fs::create_dir_all(&dir))?;
             for i in 0..4 {
-                io("creating fake GPU devices", std::os::unix::fs::symlink("/dev/null", dir.join(format!("gpu{i}"))))?;
+                io(
+                    "creating fake GPU devices",
+                    std::os::unix::fs::symlink("/dev/null", dir.join(format!("gpu{i}"))),
+                )?;
             }
         }
-        let mut testbed = Testbed { scratch, install_output: String::new(), last_reconfigure: Instant::now(), _lock: lock };
+        let mut testbed = Testbed {
+            scratch,
+            install_output: String::new(),
+            last_reconfigure: Instant::now(),
+            _lock: lock,
+        };
         let plugins = match &options.plugin {
             Plugin::None => None,
             Plugin::InstallScript(_) => Some("hadar"),
@@ -165,7 +181,13 @@ impl Testbed {
         let conf = testbed.path("etc/slurm.conf");
         testbed.checked(Command::new("slurmctld").arg("-c").arg("-f").arg(&conf))?;
         for (node, _) in NODES {
-            testbed.checked(Command::new("slurmd").arg("-N").arg(node).arg("-f").arg(&conf))?;
+            testbed.checked(
+                Command::new("slurmd")
+                    .arg("-N")
+                    .arg(node)
+                    .arg("-f")
+                    .arg(&conf),
+            )?;
         }
         testbed.wait_nodes_idle(Duration::from_secs(60))?;
         testbed.last_reconfigure = Instant::now();
@@ -184,13 +206,19 @@ impl Testbed {
 
     fn write_file(&self, relative: &str, text: &str) -> Result<(), TestbedError> {
         let path = self.path(relative);
-        io(format!("writing {}", path.display()), std::fs::write(&path, text))
+        io(
+            format!("writing {}", path.display()),
+            std::fs::write(&path, text),
+        )
     }
 
     /// Writes `hadar.toml` next to slurm.conf (`{scratch}` replaced by the scratch folder).
     /// Takes effect at the next [`Testbed::reconfigure`].
     pub fn write_hadar_toml(&self, text: &str) -> Result<(), TestbedError> {
-        self.write_file("etc/hadar.toml", &text.replace("{scratch}", &self.scratch.display().to_string()))
+        self.write_file(
+            "etc/hadar.toml",
+            &text.replace("{scratch}", &self.scratch.display().to_string()),
+        )
     }
 
     /// Writes slurm.conf with `JobSubmitPlugins` set to `plugins` (or unset).
@@ -252,7 +280,11 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
         for (node, gpus) in NODES {
             let mut first = 0;
             for (t, n) in gpus {
-                let files = format!("{}/dev/{node}/gpu[{first}-{}]", self.scratch.display(), first + n - 1);
+                let files = format!(
+                    "{}/dev/{node}/gpu[{first}-{}]",
+                    self.scratch.display(),
+                    first + n - 1
+                );
                 text.push_str(&format!("NodeName={node} Name=gpu Type={t} File={files}\n"));
                 first += n;
             }
@@ -264,27 +296,46 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
         let key = self.path("munge/munge.key");
         let mut bytes = vec![0u8; 1024];
         let mut urandom = io("opening /dev/urandom", std::fs::File::open("/dev/urandom"))?;
-        io("reading /dev/urandom", std::io::Read::read_exact(&mut urandom, &mut bytes))?;
+        io(
+            "reading /dev/urandom",
+            std::io::Read::read_exact(&mut urandom, &mut bytes),
+        )?;
         io("writing the munge key", std::fs::write(&key, &bytes))?;
-        io("protecting the munge key", std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)))?;
+        io(
+            "protecting the munge key",
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)),
+        )?;
         let socket = self.path("munge/munge.socket");
         self.checked(
             Command::new("munged")
                 .arg("--force")
                 .arg(format!("--socket={}", socket.display()))
                 .arg(format!("--key-file={}", key.display()))
-                .arg(format!("--pid-file={}", self.path("run/munged.pid").display()))
-                .arg(format!("--log-file={}", self.path("log/munged.log").display()))
-                .arg(format!("--seed-file={}", self.path("munge/munged.seed").display())),
+                .arg(format!(
+                    "--pid-file={}",
+                    self.path("run/munged.pid").display()
+                ))
+                .arg(format!(
+                    "--log-file={}",
+                    self.path("log/munged.log").display()
+                ))
+                .arg(format!(
+                    "--seed-file={}",
+                    self.path("munge/munged.seed").display()
+                )),
         )?;
-        wait_for(Duration::from_secs(10), "munged's socket", || socket.exists())
+        wait_for(Duration::from_secs(10), "munged's socket", || {
+            socket.exists()
+        })
     }
 
     fn wait_nodes_idle(&self, timeout: Duration) -> Result<(), TestbedError> {
         let mut last = String::new();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Ok(out) = self.run(Command::new("sinfo").args(["-h", "-N", "-p", "gpu", "-o", "%N %T"])) {
+            if let Ok(out) =
+                self.run(Command::new("sinfo").args(["-h", "-N", "-p", "gpu", "-o", "%N %T"]))
+            {
                 last = String::from_utf8_lossy(&out.stdout).into_owned();
                 let idle = last.lines().filter(|l| l.ends_with(" idle")).count();
                 if idle == NODES.len() {
@@ -293,18 +344,23 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Err(TestbedError::Timeout(format!("nodes not idle after {timeout:?}; last sinfo: {last}; see {}", self.path("log").display())))
+        Err(TestbedError::Timeout(format!(
+            "nodes not idle after {timeout:?}; last sinfo: {last}; see {}",
+            self.path("log").display()
+        )))
     }
 
     /// A Slurm client command with `SLURM_CONF` pointing at the testbed.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
-        c.env("SLURM_CONF", self.path("etc/slurm.conf")).current_dir(self.path("jobs"));
+        c.env("SLURM_CONF", self.path("etc/slurm.conf"))
+            .current_dir(self.path("jobs"));
         c
     }
 
     fn run(&self, cmd: &mut Command) -> Result<Output, TestbedError> {
-        cmd.env("SLURM_CONF", self.path("etc/slurm.conf")).stdin(Stdio::null());
+        cmd.env("SLURM_CONF", self.path("etc/slurm.conf"))
+            .stdin(Stdio::null());
         io(format!("running {cmd:?}"), cmd.output())
     }
 
@@ -325,7 +381,11 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
     pub fn sbatch(&self, args: &[&str], script: Option<&str>) -> Submitted {
         let mut cmd = self.command("sbatch");
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-        cmd.stdin(if script.is_some() { Stdio::piped() } else { Stdio::null() });
+        cmd.stdin(if script.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         let out = cmd.spawn().and_then(|mut child| {
             if let (Some(text), Some(mut stdin)) = (script, child.stdin.take()) {
                 stdin.write_all(text.as_bytes())?;
@@ -335,10 +395,23 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
         match out {
             Ok(out) => {
                 let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-                let job_id = stdout.trim().strip_prefix("Submitted batch job ").and_then(|s| s.trim().parse().ok());
-                Submitted { ok: out.status.success(), job_id, stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+                let job_id = stdout
+                    .trim()
+                    .strip_prefix("Submitted batch job ")
+                    .and_then(|s| s.trim().parse().ok());
+                Submitted {
+                    ok: out.status.success(),
+                    job_id,
+                    stdout,
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                }
             }
-            Err(e) => Submitted { ok: false, job_id: None, stdout: String::new(), stderr: format!("cannot run sbatch: {e}") },
+            Err(e) => Submitted {
+                ok: false,
+                job_id: None,
+                stdout: String::new(),
+                stderr: format!("cannot run sbatch: {e}"),
+            },
         }
     }
 
@@ -356,15 +429,26 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
     }
 
     /// Waits until job `id` reaches one of `states` (e.g. `COMPLETED`), returning its info.
-    pub fn wait_job(&self, id: u32, states: &[&str], timeout: Duration) -> Result<JobInfo, TestbedError> {
+    pub fn wait_job(
+        &self,
+        id: u32,
+        states: &[&str],
+        timeout: Duration,
+    ) -> Result<JobInfo, TestbedError> {
         let deadline = Instant::now() + timeout;
         loop {
             let info = self.job(id)?;
-            if info.field("JobState").is_some_and(|s| states.contains(&s.as_str())) {
+            if info
+                .field("JobState")
+                .is_some_and(|s| states.contains(&s.as_str()))
+            {
                 return Ok(info);
             }
             if Instant::now() >= deadline {
-                return Err(TestbedError::Timeout(format!("job {id} not in {states:?} after {timeout:?}: {}", info.0)));
+                return Err(TestbedError::Timeout(format!(
+                    "job {id} not in {states:?} after {timeout:?}: {}",
+                    info.0
+                )));
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -449,7 +533,10 @@ impl JobInfo {
 
 /// Takes the machine-wide testbed lock, waiting up to `timeout` for another testbed to end.
 fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
-    let addr = io("making the lock address", SocketAddr::from_abstract_name(b"hadar-slurm-testbed-lock"))?;
+    let addr = io(
+        "making the lock address",
+        SocketAddr::from_abstract_name(b"hadar-slurm-testbed-lock"),
+    )?;
     let deadline = Instant::now() + timeout;
     let mut told = false;
     loop {
@@ -457,7 +544,9 @@ fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
             Ok(l) => return Ok(l),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
                 if !told {
-                    eprintln!("slurm testbed: another test cluster is running on this machine; waiting for it to end");
+                    eprintln!(
+                        "slurm testbed: another test cluster is running on this machine; waiting for it to end"
+                    );
                     told = true;
                 }
                 std::thread::sleep(Duration::from_millis(250));
@@ -492,7 +581,10 @@ pub fn stop_daemons(run_dir: &Path) {
         if path.extension().is_none_or(|e| e != "pid") {
             continue;
         }
-        let Some(pid) = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<i32>().ok()) else {
+        let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
             continue;
         };
         if pid > 1 && is_our_daemon(pid) {
@@ -515,15 +607,23 @@ pub fn stop_daemons(run_dir: &Path) {
 fn is_our_daemon(pid: i32) -> bool {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
+    let zombie = stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
     DAEMONS.contains(&comm.trim()) && !zombie
 }
 
-fn wait_for(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) -> Result<(), TestbedError> {
+fn wait_for(
+    timeout: Duration,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), TestbedError> {
     let deadline = Instant::now() + timeout;
     while !ready() {
         if Instant::now() >= deadline {
-            return Err(TestbedError::Timeout(format!("{what} not ready after {timeout:?}")));
+            return Err(TestbedError::Timeout(format!(
+                "{what} not ready after {timeout:?}"
+            )));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -542,15 +642,25 @@ mod tests {
         assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
         assert_eq!(info.field("Priority").as_deref(), Some("0"));
         assert_eq!(info.field("Comment").as_deref(), Some("hello world"));
-        assert_eq!(info.field("AdminComment").as_deref(), Some("hadar:v1 gpus-per-node=2"));
+        assert_eq!(
+            info.field("AdminComment").as_deref(),
+            Some("hadar:v1 gpus-per-node=2")
+        );
         assert_eq!(info.field("Name"), None, "JobName= must not match Name=");
         assert_eq!(info.field("TresPerNode"), None);
     }
 
     #[test]
     fn only_keeps_the_asked_component() {
-        let text = "JobId=15 HetJobId=15\n   TresPerNode=a\n\nJobId=16 HetJobId=15\n   TresPerNode=b\n";
-        assert_eq!(JobInfo::only(text, 16).field("TresPerNode").as_deref(), Some("b"));
-        assert_eq!(JobInfo::only(text, 15).field("TresPerNode").as_deref(), Some("a"));
+        let text =
+            "JobId=15 HetJobId=15\n   TresPerNode=a\n\nJobId=16 HetJobId=15\n   TresPerNode=b\n";
+        assert_eq!(
+            JobInfo::only(text, 16).field("TresPerNode").as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            JobInfo::only(text, 15).field("TresPerNode").as_deref(),
+            Some("a")
+        );
     }
 }

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: hadar-testbed bench [--count N] [--block N]\n\
   Starts the Slurm test cluster, times N sbatch submissions per configuration\n\
-  (default 200, at least 100) and prints median, p90, p99 and mean in milliseconds.";
+  (default 400, at least 100) and prints median, p90, p99 and mean in milliseconds.";
+
+/// Seconds to wait after switching the plugin on or off before measuring.
+const SETTLE_SECONDS: u64 = 3;
 
 struct Config {
     name: &'static str,
@@ -26,16 +29,36 @@ struct Config {
 }
 
 const CONFIGS: [Config; 4] = [
-    Config { name: "no plugin (sbatch -H --gres=gpu:2)", plugin: false, sidecar: false, args: &["-H", "--gres=gpu:2"] },
-    Config { name: "plugin, managed, sidecar down", plugin: true, sidecar: false, args: &["--gres=gpu:2"] },
-    Config { name: "plugin, managed, sidecar listening", plugin: true, sidecar: true, args: &["--gres=gpu:2"] },
-    Config { name: "plugin, unmanaged (-H -p cpu)", plugin: true, sidecar: false, args: &["-H", "-p", "cpu", "--gres=gpu:2"] },
+    Config {
+        name: "no plugin (sbatch -H --gres=gpu:2)",
+        plugin: false,
+        sidecar: false,
+        args: &["-H", "--gres=gpu:2"],
+    },
+    Config {
+        name: "plugin, managed, sidecar down",
+        plugin: true,
+        sidecar: false,
+        args: &["--gres=gpu:2"],
+    },
+    Config {
+        name: "plugin, managed, sidecar listening",
+        plugin: true,
+        sidecar: true,
+        args: &["--gres=gpu:2"],
+    },
+    Config {
+        name: "plugin, unmanaged (-H -p cpu)",
+        plugin: true,
+        sidecar: false,
+        args: &["-H", "-p", "cpu", "--gres=gpu:2"],
+    },
 ];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut count = 200usize;
-    let mut block = 25usize;
+    let mut count = 400usize;
+    let mut block = 20usize;
     let mut it = args.iter();
     match it.next().map(String::as_str) {
         Some("bench") => {}
@@ -71,32 +94,59 @@ fn repo_root() -> PathBuf {
 fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
     let root = repo_root().canonicalize()?;
     let scratch = root.join("target/tmp/slurm-testbed");
-    eprintln!("starting the test cluster in {} (builds and installs the plugin)", scratch.display());
+    eprintln!(
+        "starting the test cluster in {} (builds and installs the plugin)",
+        scratch.display()
+    );
     let mut bed = Testbed::start(Options {
         scratch,
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     })?;
     let socket = bed.path("run/hadar.sock");
+    let decoy = bed.path("run/not-the-sidecar.sock");
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
     let mut plugin_on = true;
     let mut notices = 0usize;
     // Warm-up: caches, the plugin's first load, sbatch's first run.
     for c in &CONFIGS {
         set_plugin(&mut bed, &mut plugin_on, c.plugin)?;
+        // The unmeasured submissions right after a switch are also logged by the plugin.
         for _ in 0..5 {
             bed.sbatch(&[c.args, &["--wrap", "true"]].concat(), None);
         }
     }
     bed.cancel_all()?;
+    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
     while samples.iter().any(|s| s.len() < count) {
-        for (i, c) in CONFIGS.iter().enumerate() {
+        // Shuffle the order of configurations every cycle (fixed seed, so runs are
+        // comparable), so that neither a trend in the machine's load nor the position next to
+        // a plugin switch favours one configuration.
+        let mut order: Vec<usize> = (0..CONFIGS.len()).collect();
+        for k in (1..order.len()).rev() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            order.swap(k, (rng % (k as u64 + 1)) as usize);
+        }
+        for i in order {
+            let c = &CONFIGS[i];
             let n = block.min(count - samples[i].len());
             if n == 0 {
                 continue;
             }
-            set_plugin(&mut bed, &mut plugin_on, c.plugin)?;
-            let listener = if c.sidecar { Some(FakeSidecar::start(&socket)?) } else { None };
+            if set_plugin(&mut bed, &mut plugin_on, c.plugin)? {
+                // Let the controller settle after the reconfigure before measuring: the first
+                // seconds after one were seen to be slower, whichever configuration came next.
+                std::thread::sleep(Duration::from_secs(SETTLE_SECONDS));
+                for _ in 0..10 {
+                    bed.sbatch(&[c.args, &["--wrap", "true"]].concat(), None);
+                }
+            }
+            // The stand-in sidecar's polling thread runs in every configuration (bound to a
+            // path the plugin does not use when the sidecar is "down"), so that its wake-ups,
+            // which keep an otherwise idle CPU awake, do not favour one configuration.
+            let listener = FakeSidecar::start(if c.sidecar { &socket } else { &decoy })?;
             for _ in 0..n {
                 let t = Instant::now();
                 let sub = bed.sbatch(&[c.args, &["--wrap", "true"]].concat(), None);
@@ -106,14 +156,18 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 samples[i].push(ms);
             }
-            if let Some(l) = listener {
-                notices += l.stop();
+            let received = listener.stop();
+            if c.sidecar {
+                notices += received;
             }
             bed.cancel_all()?;
         }
     }
     println!("sbatch latency over {count} submissions per configuration (milliseconds)");
-    println!("{:<38} {:>8} {:>8} {:>8} {:>8}", "configuration", "median", "p90", "p99", "mean");
+    println!(
+        "{:<38} {:>8} {:>8} {:>8} {:>8}",
+        "configuration", "median", "p90", "p99", "mean"
+    );
     let mut medians = Vec::new();
     for (c, s) in CONFIGS.iter().zip(&mut samples) {
         s.sort_by(|a, b| a.total_cmp(b));
@@ -122,10 +176,59 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         medians.push(m);
         println!("{:<38} {m:>8.2} {p90:>8.2} {p99:>8.2} {mean:>8.2}", c.name);
     }
-    println!("median difference, plugin (managed, sidecar down) minus no plugin: {:+.2} ms", medians[1] - medians[0]);
-    println!("median difference, plugin (managed, sidecar listening) minus no plugin: {:+.2} ms", medians[2] - medians[0]);
-    println!("median difference, plugin (unmanaged) minus no plugin: {:+.2} ms", medians[3] - medians[0]);
+    println!(
+        "median difference, plugin (managed, sidecar down) minus no plugin: {:+.2} ms",
+        medians[1] - medians[0]
+    );
+    println!(
+        "median difference, plugin (managed, sidecar listening) minus no plugin: {:+.2} ms",
+        medians[2] - medians[0]
+    );
+    println!(
+        "median difference, plugin (unmanaged) minus no plugin: {:+.2} ms",
+        medians[3] - medians[0]
+    );
     println!("notices received by the listening sidecar: {notices} of {count}");
+
+    // The plugin logs how long it spent on each managed job (from entry to return, notice
+    // included): the plugin's own cost, without sbatch's process start and the RPC.
+    let log = bed.controller_log();
+    let mut down = Vec::new();
+    let mut up = Vec::new();
+    for line in log.lines() {
+        let Some(rest) = line.split("hadar: managed job from uid ").nth(1) else {
+            continue;
+        };
+        let Some(us) = rest
+            .split(" held in ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        if line.contains("(sidecar not notified") {
+            down.push(us)
+        } else {
+            up.push(us)
+        }
+    }
+    println!(
+        "time inside the plugin per managed job (microseconds, from slurmctld's log, warm-up included)"
+    );
+    for (name, v) in [("sidecar down", &mut down), ("sidecar listening", &mut up)] {
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "  {name:<18} n={:<4} median {:>7.1}  p99 {:>7.1}  max {:>7.1}",
+            v.len(),
+            quantile(v, 0.5),
+            quantile(v, 0.99),
+            v[v.len() - 1]
+        );
+    }
     Ok(())
 }
 
@@ -135,13 +238,19 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-fn set_plugin(bed: &mut Testbed, on: &mut bool, want: bool) -> Result<(), Box<dyn std::error::Error>> {
-    if *on != want {
-        bed.write_slurm_conf(want.then_some("hadar"))?;
-        bed.reconfigure()?;
-        *on = want;
+/// Enables or disables the plugin (slurm.conf and `scontrol reconfigure`); true if it changed.
+fn set_plugin(
+    bed: &mut Testbed,
+    on: &mut bool,
+    want: bool,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    if *on == want {
+        return Ok(false);
     }
-    Ok(())
+    bed.write_slurm_conf(want.then_some("hadar"))?;
+    bed.reconfigure()?;
+    *on = want;
+    Ok(true)
 }
 
 /// A stand-in sidecar: accepts connections on the socket and counts notice lines.
@@ -167,14 +276,21 @@ impl FakeSidecar {
                         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
                         let mut text = String::new();
                         let _ = s.read_to_string(&mut text);
-                        lines += text.lines().filter(|l| l.starts_with("hadar-notice v1 ")).count();
+                        lines += text
+                            .lines()
+                            .filter(|l| l.starts_with("hadar-notice v1 "))
+                            .count();
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
             lines
         });
-        Ok(FakeSidecar { stop, thread, path: path.to_path_buf() })
+        Ok(FakeSidecar {
+            stop,
+            thread,
+            path: path.to_path_buf(),
+        })
     }
 
     fn stop(self) -> usize {
