@@ -7,7 +7,9 @@
 //! `--skip NAME`, `--list`; other libtest flags are accepted and ignored.
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Submitted, Testbed};
+use hadar_slurm_testbed::{
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, StuckSidecar, Submitted, Testbed,
+};
 use std::io::Read;
 use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -52,8 +54,20 @@ const SCENARIOS: &[Scenario] = &[
         listening_sidecar_receives_the_notice,
     ),
     (
+        "stuck_sidecar_costs_at_most_the_deadline",
+        stuck_sidecar_costs_at_most_the_deadline,
+    ),
+    (
         "het_job_components_are_handled_per_component",
         het_job_components_are_handled_per_component,
+    ),
+    (
+        "interactive_allocations_are_left_to_slurm",
+        interactive_allocations_are_left_to_slurm,
+    ),
+    (
+        "install_refuses_a_version_mismatch",
+        install_refuses_a_version_mismatch,
     ),
     (
         "uninstall_refuses_while_slurm_lists_the_plugin",
@@ -508,6 +522,69 @@ fn listening_sidecar_receives_the_notice(bed: &mut Testbed) {
     assert_eq!(notice.uid, 0);
     assert_eq!(notice.record, held_record(bed, id));
     assert_eq!(notice.record.directives.steps, Some(77));
+}
+
+fn stuck_sidecar_costs_at_most_the_deadline(bed: &mut Testbed) {
+    let stuck = StuckSidecar::start(&bed.path("run/hadar.sock")).expect("start a stuck sidecar");
+    let id = submit_ok(bed, &["--gres=gpu:p100:2", "--wrap", "true"], None);
+    drop(stuck);
+    assert_eq!(held_record(bed, id).gpus.counts, typed(&[("p100", 2)]));
+    let log = bed.controller_log();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("hadar: managed job from uid 0 held in "))
+        .expect("the plugin logs the held job");
+    assert!(
+        line.ends_with("(sidecar not notified: deadline passed)"),
+        "{line}"
+    );
+}
+
+fn interactive_allocations_are_left_to_slurm(bed: &mut Testbed) {
+    // srun in the managed partition: no batch script, so Slurm allocates the GPU itself.
+    let out = bed
+        .command("srun")
+        .args([
+            "--gres=gpu:v100:1",
+            "-w",
+            "n1",
+            "printenv",
+            "CUDA_VISIBLE_DEVICES",
+        ])
+        .output()
+        .expect("run srun");
+    assert!(
+        out.status.success(),
+        "srun failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+}
+
+fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
+    // Headers claiming Slurm 22.05.7 while the running slurmctld is 22.05.8.
+    let include = bed.path("fake-include");
+    std::fs::create_dir_all(include.join("slurm")).unwrap();
+    std::fs::write(
+        include.join("slurm/slurm_version.h"),
+        "#define SLURM_VERSION_NUMBER 0x160507\n",
+    )
+    .unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slurm-plugin/install.sh");
+    let out = bed
+        .command(script.to_str().unwrap())
+        .args(["--no-build", "--plugin-dir"])
+        .arg(bed.path("plugins-mismatch"))
+        .env("SLURM_INCLUDE_DIR", &include)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("are Slurm 0x160507 but the running slurmctld is 22.05.8 (0x160508)"),
+        "{stderr}"
+    );
+    assert!(!bed.path("plugins-mismatch/job_submit_hadar.so").exists());
 }
 
 fn het_job_components_are_handled_per_component(bed: &mut Testbed) {

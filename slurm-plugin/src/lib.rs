@@ -66,10 +66,11 @@ pub extern "C" fn fini() -> c_int {
     SLURM_SUCCESS
 }
 
-/// The script of the last heterogeneous job leader seen, with its submitting user: later
-/// components carry no script of their own, but the leader's `#HADAR` lines apply to them.
-/// slurmctld validates all components of one het job back to back in one RPC.
-static HET_LEADER_SCRIPT: Mutex<Option<(u32, String)>> = Mutex::new(None);
+/// The last heterogeneous job leader seen: its submitting user and its batch script (`None`
+/// for an interactive allocation). Later components carry no script of their own, but the
+/// leader's `#HADAR` lines apply to them; slurmctld validates all components of one het job
+/// back to back in one RPC.
+static HET_LEADER_SCRIPT: Mutex<Option<(u32, Option<String>)>> = Mutex::new(None);
 
 /// Called for each new job (each het job component): decides, and for a managed job records
 /// its request, strips its GPUs, holds it and notifies the sidecar.
@@ -120,11 +121,11 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             cstr::read(desc.script),
         )
     };
-    let leader_script;
+    let leader_script: Option<String>;
     let script = match het_offset {
         Some(0) => {
             if let Ok(mut slot) = HET_LEADER_SCRIPT.lock() {
-                *slot = Some((submit_uid, own_script.clone().unwrap_or_default()));
+                *slot = Some((submit_uid, own_script.clone()));
             }
             own_script.as_deref()
         }
@@ -132,7 +133,7 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             leader_script = HET_LEADER_SCRIPT.lock().ok().and_then(|slot| {
                 slot.as_ref()
                     .filter(|(uid, _)| *uid == submit_uid)
-                    .map(|(_, s)| s.clone())
+                    .and_then(|(_, s)| s.clone())
             });
             leader_script.as_deref()
         }
@@ -163,6 +164,7 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         },
         min_nodes: (desc.min_nodes != NO_VAL && desc.min_nodes != 0).then_some(desc.min_nodes),
         het_offset,
+        interactive: script.is_none(),
     };
     match decide(&submission, &loaded.config, &loaded.inventory) {
         Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,

@@ -25,6 +25,9 @@ pub struct Submission<'a> {
     pub min_nodes: Option<u32>,
     /// The heterogeneous job offset, `None` for an ordinary job.
     pub het_offset: Option<u32>,
+    /// Whether this is an interactive allocation (`salloc`, `srun` without `sbatch`): it has
+    /// no batch script (nor has its het leader).
+    pub interactive: bool,
 }
 
 /// What to do with a valid managed job.
@@ -45,6 +48,9 @@ pub enum Unmanaged {
     OptedOut,
     /// The job is not in a managed partition and did not opt in.
     NotSelected,
+    /// An interactive allocation: someone is waiting at a terminal for it, and Hadar can
+    /// neither hold it for a round nor preempt it, so it is always left to Slurm.
+    Interactive,
 }
 
 /// The decision for one job.
@@ -130,6 +136,9 @@ pub fn decide(
     config: &Config,
     inventory: &Inventory,
 ) -> Result<Decision, RequestError> {
+    if sub.interactive {
+        return Ok(Decision::Unmanaged(Unmanaged::Interactive));
+    }
     let mut directives = Directives::default();
     if let Some(script) = sub.script {
         directive::read_script(script, &mut directives)?;
@@ -351,6 +360,17 @@ mod tests {
     }
 
     #[test]
+    fn interactive_allocations_are_left_to_slurm() {
+        let mut sub = node_gres("gres:gpu:a100:99");
+        sub.interactive = true;
+        sub.comment = Some("hadar");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::Interactive))
+        );
+    }
+
+    #[test]
     fn opt_out_wins_over_a_managed_partition() {
         let mut sub = node_gres("gres:gpu:2");
         sub.script = Some("#!/bin/sh\n#HADAR off\n");
@@ -455,6 +475,7 @@ mod tests {
                 tres: TresFields { per_node: per_node.as_deref(), per_job: per_job.as_deref(), ..Default::default() },
                 min_nodes,
                 het_offset: None,
+                interactive: false,
             };
             if let Ok(Decision::Managed(m)) = decide(&sub, &config(), &inventory()) {
                 // Whatever is accepted must be recorded faithfully and stripped of GPUs.

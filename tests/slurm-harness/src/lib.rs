@@ -531,6 +531,88 @@ impl JobInfo {
     }
 }
 
+/// A sidecar that is alive but stuck: it listens on the socket and never accepts, and its
+/// listen backlog is full, so every further connect finds no room (EAGAIN). This is the case
+/// where the plugin must wait at most `plugin.notify_timeout_ms` and then give up.
+pub struct StuckSidecar {
+    _listener: UnixListener,
+    _queued: Vec<std::os::fd::OwnedFd>,
+    path: PathBuf,
+}
+
+impl StuckSidecar {
+    /// Binds `path` and fills the listener's backlog with non-blocking connections.
+    pub fn start(path: &Path) -> Result<StuckSidecar, TestbedError> {
+        use std::os::fd::FromRawFd;
+        let _ = std::fs::remove_file(path);
+        let listener = io(
+            format!("binding {}", path.display()),
+            UnixListener::bind(path),
+        )?;
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr
+            .sun_path
+            .iter_mut()
+            .zip(path.as_os_str().as_encoded_bytes())
+        {
+            *dst = *src as libc::c_char;
+        }
+        let mut queued = Vec::new();
+        loop {
+            // SAFETY: plain socket/connect calls on a descriptor owned at once.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_UNIX,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                )
+            };
+            if fd < 0 {
+                return Err(TestbedError::Io(
+                    "socket".into(),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            let rc = unsafe {
+                libc::connect(
+                    fd,
+                    (&raw const addr).cast::<libc::sockaddr>(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    break;
+                }
+                return Err(TestbedError::Io(
+                    "filling the stuck sidecar's backlog".into(),
+                    e,
+                ));
+            }
+            queued.push(owned);
+            if queued.len() > 100_000 {
+                return Err(TestbedError::Command(
+                    "the listen backlog never filled".into(),
+                ));
+            }
+        }
+        Ok(StuckSidecar {
+            _listener: listener,
+            _queued: queued,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for StuckSidecar {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Takes the machine-wide testbed lock, waiting up to `timeout` for another testbed to end.
 fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
     let addr = io(
