@@ -56,7 +56,7 @@ impl Default for PluginSection {
 }
 
 fn default_notify_timeout_ms() -> u64 {
-    20
+    5
 }
 fn default_max_gpus_per_job() -> u32 {
     1024

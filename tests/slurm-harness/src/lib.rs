@@ -90,7 +90,7 @@ managed_partitions = ["gpu"]
 default_partition = "gpu"
 
 [plugin]
-notify_timeout_ms = 20
+notify_timeout_ms = 5
 
 [sidecar]
 socket = "{scratch}/run/hadar.sock"
