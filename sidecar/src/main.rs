@@ -1,1 +1,65 @@
-fn main() {}
+//! The `hadar` command: a thin layer that parses arguments, calls the library crates, and
+//! turns errors into one-line messages and exit codes.
+//!
+//! Exit codes: 0 success; 2 bad input (arguments, files, policy names: nothing was run);
+//! 1 a failure while running (a policy broke a rule, output could not be written).
+
+mod bench;
+mod cli;
+mod simulate;
+mod table;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    init_logging(args.verbose);
+    let outcome = match args.command {
+        cli::Command::Simulate(a) => simulate::run(a),
+        cli::Command::Bench(b) => bench::run(b),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hadar: error: {:#}", e.error);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Logs go to stderr; `HADAR_LOG` (or `RUST_LOG`) sets the filter, `-v` raises the default.
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = std::env::var("HADAR_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// An error with the exit code it maps to.
+pub struct Failure {
+    /// The error, printed as one line.
+    pub error: anyhow::Error,
+    /// 2 for bad input, 1 for failures while running.
+    pub code: u8,
+}
+
+impl Failure {
+    /// Bad input: nothing was run.
+    pub fn input(error: impl Into<anyhow::Error>) -> Self {
+        Failure { error: error.into(), code: 2 }
+    }
+
+    /// A failure while running.
+    pub fn runtime(error: impl Into<anyhow::Error>) -> Self {
+        Failure { error: error.into(), code: 1 }
+    }
+}

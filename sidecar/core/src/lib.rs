@@ -14,19 +14,22 @@
 //! * [`plan`]: a round's decisions, and the check that a plan respects capacity and gangs.
 //! * [`policy`]: the one trait every scheduling policy implements.
 //! * [`policies`]: Hadar, HadarE and the baselines.
+//! * [`tracker`]: the Job Tracker's per-round records of forked copies.
 //! * [`bounds`]: fluid lower bounds on the makespan.
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
 
+pub mod bounds;
 pub mod capacity;
 pub mod cluster;
 pub mod job;
-
+pub mod lp;
 pub mod placement;
 pub mod plan;
 pub mod policies;
 pub mod policy;
 pub mod throughput;
+pub mod tracker;
 
 pub use capacity::FreeCapacity;
 pub use cluster::{Cluster, ClusterError, GpuType, Node, NodeId};

@@ -48,6 +48,24 @@ pub enum WaitReason {
     WaitingForRelease,
 }
 
+impl std::fmt::Display for WaitReason {
+    /// The reason in words a user understands.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitReason::DoesNotFit => f.write_str("not enough free GPUs of a type it can use"),
+            WaitReason::PriceAboveUtility { utility, price } => {
+                write!(f, "its best placement costs {price:.3}, more than its utility {utility:.3}")
+            }
+            WaitReason::NoThroughputOnFreeTypes => f.write_str("the free GPUs are all of types it cannot use"),
+            WaitReason::CannotRunAnywhere => f.write_str("it can run on no GPU type of this cluster"),
+            WaitReason::QueuedBehind { head: Some(h) } => write!(f, "queued behind job {h}"),
+            WaitReason::QueuedBehind { head: None } => f.write_str("queued behind earlier jobs"),
+            WaitReason::TimeShare => f.write_str("it has had its time share; other jobs run this round"),
+            WaitReason::WaitingForRelease => f.write_str("waiting for running jobs to release GPUs"),
+        }
+    }
+}
+
 /// A job left waiting, with the reason.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Waiting {

@@ -1,1 +1,19 @@
-//! placeholder
+//! Readers for hadar's inputs, each failing with an error that names the file, the line and
+//! the field at fault, so a user can fix the input without guessing.
+//!
+//! * [`cluster`]: a cluster from a TOML file or a short form such as `v100:16,p100:16`.
+//! * [`throughputs`]: Gavel's `simulation_throughputs.json`, read as it is.
+//! * [`trace`]: Gavel's 10-column `.trace` files, read as they are.
+//! * [`embedded`]: the default workload compiled into the binary.
+
+pub mod cluster;
+pub mod embedded;
+pub mod error;
+pub mod synthetic;
+pub mod throughputs;
+pub mod trace;
+
+pub use cluster::{load_cluster, parse_cluster_spec, parse_cluster_toml};
+pub use error::{FormatError, Location};
+pub use throughputs::ThroughputTable;
+pub use trace::{load_trace, parse_trace};

@@ -4,6 +4,17 @@
 //! policies (they see the whole workload at once); they are listed here so that one
 //! `--policy` list can name them, and computed by [`crate::bounds`].
 
+pub mod gavel;
+pub mod hadar;
+pub mod hadare;
+pub mod packing;
+pub mod slurm_backfill;
+pub mod tiresias;
+pub mod yarn_cs;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
 use crate::policy::Policy;
 use std::fmt;
 use std::str::FromStr;
@@ -21,8 +32,14 @@ pub enum PolicyName {
     GavelMakespan,
     /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
     Slurm,
+    /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
+    Hadar,
+    /// HadarE: Hadar with job forking into copies on separate nodes.
+    HadarE,
     /// The fluid lower bound on the makespan of any non-forking schedule.
     LowerBound,
+    /// The fluid lower bound when a job may also fork over any number of GPUs.
+    LowerBoundFork,
 }
 
 impl PolicyName {
@@ -33,7 +50,10 @@ impl PolicyName {
         PolicyName::Gavel,
         PolicyName::GavelMakespan,
         PolicyName::Slurm,
+        PolicyName::Hadar,
+        PolicyName::HadarE,
         PolicyName::LowerBound,
+        PolicyName::LowerBoundFork,
     ];
 
     /// The CLI spelling.
@@ -44,13 +64,16 @@ impl PolicyName {
             PolicyName::Gavel => "gavel",
             PolicyName::GavelMakespan => "gavel-makespan",
             PolicyName::Slurm => "slurm",
+            PolicyName::Hadar => "hadar",
+            PolicyName::HadarE => "hadare",
             PolicyName::LowerBound => "lower-bound",
+            PolicyName::LowerBoundFork => "lower-bound-fork",
         }
     }
 
     /// True for the fluid bounds, which are computed, not simulated.
     pub fn is_bound(self) -> bool {
-        matches!(self, PolicyName::LowerBound)
+        matches!(self, PolicyName::LowerBound | PolicyName::LowerBoundFork)
     }
 
     /// Parses a comma-separated list such as `gavel,hadar`, keeping order and dropping
@@ -97,22 +120,36 @@ impl FromStr for PolicyName {
 }
 
 /// Settings shared by the policies.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PolicyOptions {
     /// Seed for policies that break ties or choose types at random.
     pub seed: u64,
-}
-
-impl Default for PolicyOptions {
-    fn default() -> Self {
-        PolicyOptions { seed: 0 }
-    }
+    /// Hadar's settings.
+    pub hadar: hadar::HadarConfig,
+    /// HadarE's settings.
+    pub hadare: hadare::HadarEConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
-pub fn build(name: PolicyName, _opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
-        PolicyName::LowerBound => None,
-        _ => None,
+        PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
+        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
+        PolicyName::Gavel => Some(Box::new(gavel::GavelPolicy::max_min_fairness())),
+        PolicyName::GavelMakespan => Some(Box::new(gavel::GavelPolicy::min_total_duration())),
+        PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
+        PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
+        PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
+        PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
+    }
+}
+
+/// Computes a bound's makespan (seconds from the first arrival) for a workload; see
+/// [`crate::bounds`]. Round policies are not bounds: asking for one is an error.
+pub fn bound(name: PolicyName, cluster: &crate::Cluster, jobs: &[crate::Job]) -> Result<f64, crate::bounds::BoundError> {
+    match name {
+        PolicyName::LowerBound => crate::bounds::fluid_makespan(cluster, jobs),
+        PolicyName::LowerBoundFork => crate::bounds::fluid_makespan_forking(cluster, jobs),
+        other => Err(crate::bounds::BoundError::NotABound(other.as_str())),
     }
 }

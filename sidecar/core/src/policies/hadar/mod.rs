@@ -1,0 +1,421 @@
+//! Hadar: the task-level heterogeneity-aware scheduler, as an online primal-dual round.
+//!
+//! Each round:
+//! 1. Every job that can run gets a utility function of its rate ([`utility`]); `U` and `L`
+//!    come from the jobs' best utilities per GPU ([`prices::PriceBook::bounds_from_utilities`]).
+//! 2. Jobs are taken in order (arrival by default, [`JobOrder`]). For each, the dual
+//!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
+//!    maximises utility minus price; the job is admitted when that payoff is positive, and
+//!    the GPUs it takes raise their (node, type) prices ([`prices`]).
+//! 3. Beyond the paper, each switchable in [`HadarConfig`]:
+//!    * work conservation: after the primal-dual pass, jobs priced out are offered the GPUs
+//!      still free, in the same order, at whatever payoff. Admitted jobs keep exactly what
+//!      they were given, so none is delayed; afterwards no waiting job fits in the free GPUs.
+//!    * stickiness: a running job's old placement is a candidate that costs no restart,
+//!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
+//!      so it moves only when the gain beats the restart.
+//!    * exact mode ([`exact`]): the whole round solved optimally by branch and bound (small
+//!      instances), to measure the primal-dual's optimality gap.
+
+pub mod dual;
+pub mod exact;
+pub mod prices;
+pub mod utility;
+
+pub use utility::Objective;
+
+use crate::job::{JobId, JobState};
+use crate::placement::{Placement, PlacementKind};
+use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
+use crate::policy::{Policy, RoundInput};
+use dual::{DualJob, DualOutcome, best_offer, gang_rate};
+use prices::{PriceBook, PriceBounds};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use utility::JobUtility;
+
+/// The order in which the primal-dual pass considers jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobOrder {
+    /// Arrival order, ties by id: the online algorithm of the paper.
+    #[default]
+    Arrival,
+    /// Highest best utility per GPU first.
+    UtilityPerGpu,
+    /// Least remaining time (at the job's fastest type) first.
+    ShortestRemaining,
+}
+
+impl JobOrder {
+    /// The CLI and config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobOrder::Arrival => "arrival",
+            JobOrder::UtilityPerGpu => "utility-per-gpu",
+            JobOrder::ShortestRemaining => "shortest-remaining",
+        }
+    }
+}
+
+impl std::str::FromStr for JobOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "arrival" => Ok(JobOrder::Arrival),
+            "utility-per-gpu" => Ok(JobOrder::UtilityPerGpu),
+            "shortest-remaining" => Ok(JobOrder::ShortestRemaining),
+            other => Err(format!(
+                "unknown job order `{other}`; known: arrival, utility-per-gpu, shortest-remaining"
+            )),
+        }
+    }
+}
+
+/// Hadar's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HadarConfig {
+    /// What the utility rewards.
+    pub objective: Objective,
+    /// The order jobs are considered in.
+    pub order: JobOrder,
+    /// The most nodes one job may span. `None`: no limit beyond its worker count, as in the
+    /// paper's model. A job too large to fit on this many of the cluster's largest nodes
+    /// may use the fewest nodes that can hold it, so the limit never makes a job unrunnable.
+    pub max_nodes_per_job: Option<u32>,
+    /// Give GPUs the primal-dual left idle to jobs it priced out.
+    pub work_conservation: bool,
+    /// Keep running jobs in place unless moving gains more than the restart costs.
+    pub stickiness: bool,
+    /// Solve each round exactly by branch and bound (small instances only).
+    pub exact: bool,
+    /// Search nodes the exact mode may visit per round before it settles for the best
+    /// plan found (the primal-dual plan when that is better).
+    pub exact_search_limit: u64,
+}
+
+impl Default for HadarConfig {
+    fn default() -> Self {
+        HadarConfig {
+            objective: Objective::AvgJct,
+            order: JobOrder::Arrival,
+            max_nodes_per_job: None,
+            work_conservation: true,
+            stickiness: true,
+            exact: false,
+            exact_search_limit: 2_000_000,
+        }
+    }
+}
+
+/// What happened in the last round, for reports and tests.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundStats {
+    /// `L` and `U` of the round (`None` when no job could run).
+    pub price_bounds: Option<PriceBounds>,
+    /// Jobs admitted by the primal-dual test (payoff > 0).
+    pub admitted: usize,
+    /// Jobs placed by work conservation.
+    pub filled: usize,
+    /// Running jobs that kept their placement.
+    pub kept: usize,
+    /// The round's objective: total utility of the placed jobs ([`round_objective`]).
+    pub objective: f64,
+    /// In exact mode, whether the search proved its answer optimal.
+    pub exact_proven: Option<bool>,
+}
+
+/// The Hadar policy.
+#[derive(Clone, Debug, Default)]
+pub struct HadarPolicy {
+    config: HadarConfig,
+    last: RoundStats,
+}
+
+impl HadarPolicy {
+    /// A Hadar policy with these settings.
+    pub fn new(config: HadarConfig) -> Self {
+        HadarPolicy { config, last: RoundStats::default() }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &HadarConfig {
+        &self.config
+    }
+
+    /// Figures from the most recent round.
+    pub fn last_round(&self) -> &RoundStats {
+        &self.last
+    }
+}
+
+impl Policy for HadarPolicy {
+    fn name(&self) -> &str {
+        "hadar"
+    }
+
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+        let (plan, stats) = plan_round(&self.config, input);
+        self.last = stats;
+        plan
+    }
+}
+
+/// A job prepared for the round: its rates on the cluster's types and its utility.
+struct Prepared<'a> {
+    index: usize,
+    workers: u32,
+    rates: Vec<f64>,
+    utility: JobUtility,
+    previous: Option<&'a Placement>,
+    max_nodes: u32,
+}
+
+fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
+    let cluster = input.cluster;
+    let present: Vec<bool> = cluster.types().map(|t| cluster.total_of_type(t) > 0).collect();
+    let largest_node = cluster.nodes().iter().map(|n| n.gpus.iter().sum::<u32>()).max().unwrap_or(1).max(1);
+    let mut ready = Vec::with_capacity(input.jobs.len());
+    let mut waiting = Vec::new();
+    for (index, js) in input.jobs.iter().enumerate() {
+        let workers = js.job.workers;
+        let rates: Vec<f64> = cluster
+            .types()
+            .map(|t| if present[t.index()] { js.job.throughput.rate_or_zero(t, workers) } else { 0.0 })
+            .collect();
+        let best_rate = rates.iter().copied().fold(0.0, f64::max);
+        if workers == 0 || best_rate <= 0.0 {
+            waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+            continue;
+        }
+        let previous = if config.stickiness {
+            js.placement.as_ref().filter(|p| p.kind() == PlacementKind::Gang)
+        } else {
+            None
+        };
+        let utility = JobUtility::new(
+            config.objective,
+            js,
+            best_rate,
+            input.now_s,
+            input.round_s,
+            input.restart_s,
+            config.stickiness,
+        );
+        let needed = workers.div_ceil(largest_node);
+        let max_nodes = match config.max_nodes_per_job {
+            Some(m) => m.max(needed).min(workers),
+            None => workers,
+        };
+        ready.push(Prepared { index, workers, rates, utility, previous, max_nodes });
+    }
+    (ready, waiting)
+}
+
+fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) {
+    match config.order {
+        JobOrder::Arrival => {
+            ready.sort_by(|a, b| {
+                let (x, y) = (&input.jobs[a.index].job, &input.jobs[b.index].job);
+                x.arrival_s.total_cmp(&y.arrival_s).then(x.id.cmp(&y.id))
+            });
+        }
+        JobOrder::UtilityPerGpu => {
+            ready.sort_by(|a, b| {
+                let da = a.utility.best() / a.workers as f64;
+                let db = b.utility.best() / b.workers as f64;
+                db.total_cmp(&da).then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
+            });
+        }
+        JobOrder::ShortestRemaining => {
+            let remaining = |p: &Prepared<'_>| {
+                let best = p.rates.iter().copied().fold(0.0, f64::max);
+                input.jobs[p.index].remaining_steps / best
+            };
+            ready.sort_by(|a, b| {
+                remaining(a)
+                    .total_cmp(&remaining(b))
+                    .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
+            });
+        }
+    }
+}
+
+/// Plans one round with the given settings, returning the plan and its figures.
+pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, RoundStats) {
+    let (mut ready, mut waiting) = prepare(config, input);
+    let position: HashMap<JobId, usize> = input.jobs.iter().enumerate().map(|(i, j)| (j.id(), i)).collect();
+    let pos = |id: JobId| position.get(&id).copied().unwrap_or(usize::MAX);
+    let mut stats = RoundStats::default();
+    let Ok(bounds) =
+        PriceBook::bounds_from_utilities(ready.iter().map(|p| p.utility.best() / p.workers as f64))
+    else {
+        waiting.sort_by_key(|w| pos(w.job));
+        return (RoundPlan { assignments: Vec::new(), waiting }, stats);
+    };
+    stats.price_bounds = Some(bounds);
+    order_jobs(config, input, &mut ready);
+    let mut book = PriceBook::new(input.cluster, bounds);
+
+    let mut assignments: Vec<Assignment> = Vec::new();
+    if config.exact {
+        let exact_jobs: Vec<exact::ExactJob<'_>> = ready
+            .iter()
+            .map(|p| exact::ExactJob {
+                workers: p.workers,
+                rates: &p.rates,
+                utility: &p.utility,
+                previous: p.previous,
+                max_nodes: p.max_nodes,
+            })
+            .collect();
+        let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
+        stats.exact_proven = Some(solution.proven);
+        if !solution.proven {
+            let greedy = plan_round(&HadarConfig { exact: false, ..config.clone() }, input);
+            if greedy.1.objective > solution.objective {
+                let (plan, mut s) = greedy;
+                s.exact_proven = Some(false);
+                return (plan, s);
+            }
+        }
+        for (p, placement) in ready.iter().zip(solution.placements) {
+            let js = &input.jobs[p.index];
+            match placement {
+                Some(placement) => {
+                    let price = book.placement_cost(&placement).unwrap_or(f64::NAN);
+                    book.charge(&placement);
+                    let rate = gang_rate(&p.rates, p.workers, &placement);
+                    let moved = p.previous.is_some_and(|q| *q != placement);
+                    if p.previous.is_some() && !moved {
+                        stats.kept += 1;
+                    }
+                    let utility = p.utility.at(rate, moved);
+                    stats.admitted += 1;
+                    stats.objective += utility;
+                    assignments.push(Assignment {
+                        job: js.id(),
+                        placement,
+                        rate,
+                        payoff: Some(utility - price),
+                    });
+                }
+                None => waiting.push(Waiting { job: js.id(), reason: reason_when_left_out(&book, p) }),
+            }
+        }
+    } else {
+        let mut priced_out: Vec<usize> = Vec::new();
+        for (k, p) in ready.iter().enumerate() {
+            let js = &input.jobs[p.index];
+            match best_offer(&book, &dual_job(p)) {
+                DualOutcome::Offer(o) if o.payoff() > 0.0 => {
+                    stats.admitted += 1;
+                    admit(&mut book, &mut assignments, &mut stats, p, js, o);
+                }
+                DualOutcome::Offer(o) => {
+                    priced_out.push(k);
+                    waiting.push(Waiting {
+                        job: js.id(),
+                        reason: WaitReason::PriceAboveUtility { utility: o.utility, price: o.price },
+                    });
+                }
+                DualOutcome::NoPlacement(reason) => waiting.push(Waiting { job: js.id(), reason }),
+            }
+        }
+        let mut filled_ids: Vec<JobId> = Vec::new();
+        if config.work_conservation && !priced_out.is_empty() {
+            for k in priced_out {
+                let p = &ready[k];
+                let js = &input.jobs[p.index];
+                match best_offer(&book, &dual_job(p)) {
+                    DualOutcome::Offer(o) => {
+                        stats.filled += 1;
+                        filled_ids.push(js.id());
+                        admit(&mut book, &mut assignments, &mut stats, p, js, o);
+                    }
+                    DualOutcome::NoPlacement(_) => {}
+                }
+            }
+        }
+        if !filled_ids.is_empty() {
+            let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
+            waiting.retain(|w| !filled.contains(&w.job));
+        }
+    }
+    assignments.sort_by_key(|a| pos(a.job));
+    waiting.sort_by_key(|w| pos(w.job));
+    (RoundPlan { assignments, waiting }, stats)
+}
+
+fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
+    DualJob {
+        workers: p.workers,
+        rates: &p.rates,
+        utility: &p.utility,
+        previous: p.previous,
+        max_nodes: p.max_nodes,
+    }
+}
+
+fn admit(
+    book: &mut PriceBook,
+    assignments: &mut Vec<Assignment>,
+    stats: &mut RoundStats,
+    p: &Prepared<'_>,
+    js: &JobState,
+    offer: dual::Offer,
+) {
+    if p.previous.is_some_and(|q| *q == offer.placement) {
+        stats.kept += 1;
+    }
+    book.charge(&offer.placement);
+    stats.objective += offer.utility;
+    let payoff = offer.payoff();
+    assignments.push(Assignment {
+        job: js.id(),
+        placement: offer.placement,
+        rate: offer.rate,
+        payoff: Some(payoff),
+    });
+}
+
+/// Why a job the exact search left out waits: priced out if it has a placement in what is
+/// left, otherwise why not.
+fn reason_when_left_out(book: &PriceBook, p: &Prepared<'_>) -> WaitReason {
+    match best_offer(book, &dual_job(p)) {
+        DualOutcome::Offer(o) => WaitReason::PriceAboveUtility { utility: o.utility, price: o.price },
+        DualOutcome::NoPlacement(r) => r,
+    }
+}
+
+/// The round's objective, by which the primal-dual and the exact mode are compared: the
+/// total utility of the placed jobs, each at its placement's rate (restart-discounted for a
+/// running job that moves, when stickiness is on). Assignments of unknown jobs count zero.
+pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &RoundPlan) -> f64 {
+    let by_id: HashMap<JobId, &JobState> = input.jobs.iter().map(|j| (j.id(), j)).collect();
+    let mut total = 0.0;
+    for a in &plan.assignments {
+        let Some(js) = by_id.get(&a.job) else {
+            continue;
+        };
+        let rates: Vec<f64> =
+            input.cluster.types().map(|t| js.job.throughput.rate_or_zero(t, js.job.workers)).collect();
+        let best_rate = rates.iter().copied().fold(0.0, f64::max);
+        let u = JobUtility::new(
+            config.objective,
+            js,
+            best_rate,
+            input.now_s,
+            input.round_s,
+            input.restart_s,
+            config.stickiness,
+        );
+        let moved = js.placement.as_ref().is_some_and(|p| *p != a.placement);
+        total += u.at(gang_rate(&rates, js.job.workers, &a.placement), moved);
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,309 @@
+//! The price book of one Hadar round: a price per (node, GPU type) that rises exponentially
+//! with how much of that resource this round has already given out.
+//!
+//! For a resource with capacity `c` of which `u` GPUs are already given out, the next GPU
+//! costs `p(u) = L * (U/L)^(u/c)`; taking `k` GPUs costs `p(u) + p(u+1) + ... + p(u+k-1)`.
+//! An empty resource therefore sells its first GPU at `L`, and the price approaches `U` as
+//! the resource fills. `U` and `L` come from the jobs' utilities (see
+//! [`PriceBook::bounds_from_utilities`]).
+//!
+//! Besides usage, the book keeps nodes grouped into classes of identical state (same
+//! capacity and usage for every type). Nodes of one class have identical prices, so the
+//! dual subroutine works per class rather than per node: a 256-node cluster of four
+//! single-type node models has at most `4 x 9` classes however busy it is.
+
+use crate::cluster::{Cluster, GpuType, NodeId};
+use crate::placement::Placement;
+use std::collections::HashMap;
+
+/// Why `U` and `L` could not be derived.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PriceBoundsError {
+    /// No job had a positive, finite utility.
+    #[error("no job has a positive finite utility per GPU-round")]
+    NoUtilities,
+}
+
+/// The lower and upper price bounds `L` and `U` of a round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PriceBounds {
+    /// `L`: the price of a GPU on an empty resource.
+    pub low: f64,
+    /// `U`: the price a full resource reaches.
+    pub high: f64,
+}
+
+/// Nodes that share one state: the same capacity and usage for every GPU type.
+#[derive(Clone, Debug)]
+pub struct NodeClass {
+    /// `(capacity, used)` per GPU type, indexed by [`GpuType::index`].
+    pub key: Vec<(u32, u32)>,
+    /// The nodes currently in this state.
+    pub nodes: Vec<NodeId>,
+}
+
+impl NodeClass {
+    /// Free GPUs of type `t` on each node of the class.
+    pub fn free(&self, t: usize) -> u32 {
+        let (cap, used) = self.key[t];
+        cap - used
+    }
+}
+
+/// Prices and usage of every (node, type) during one round's planning.
+#[derive(Clone, Debug)]
+pub struct PriceBook {
+    types: usize,
+    bounds: PriceBounds,
+    cap: Vec<u32>,
+    used: Vec<u32>,
+    free_by_type: Vec<u32>,
+    /// `prefix[c][k]`: the cost of the first `k` GPUs of an empty resource of capacity `c`.
+    prefix: Vec<Vec<f64>>,
+    classes: Vec<NodeClass>,
+    class_index: HashMap<Vec<(u32, u32)>, usize>,
+    class_of: Vec<usize>,
+    slot_in_class: Vec<usize>,
+}
+
+impl PriceBook {
+    /// Derives `L` and `U` from the jobs' best utilities per GPU-round.
+    ///
+    /// `per_gpu` holds, for each job that can run, its utility at its fastest placement
+    /// divided by its worker count. `U` is the largest of these, so a resource filled to
+    /// capacity asks more per GPU than any job can pay; `L` is half the smallest, so every
+    /// job can afford a placement on empty resources. Non-positive and non-finite values are
+    /// ignored.
+    pub fn bounds_from_utilities(
+        per_gpu: impl IntoIterator<Item = f64>,
+    ) -> Result<PriceBounds, PriceBoundsError> {
+        let mut lo = f64::INFINITY;
+        let mut hi = 0.0_f64;
+        for v in per_gpu {
+            if v.is_finite() && v > 0.0 {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+        if !lo.is_finite() {
+            return Err(PriceBoundsError::NoUtilities);
+        }
+        Ok(PriceBounds { low: lo / 2.0, high: hi })
+    }
+
+    /// A book with nothing given out yet.
+    pub fn new(cluster: &Cluster, bounds: PriceBounds) -> Self {
+        let types = cluster.type_count();
+        let mut cap = Vec::with_capacity(cluster.nodes().len() * types);
+        for n in cluster.nodes() {
+            cap.extend_from_slice(&n.gpus);
+        }
+        let used = vec![0; cap.len()];
+        let free_by_type = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let max_cap = cap.iter().copied().max().unwrap_or(0) as usize;
+        let ratio = bounds.high / bounds.low;
+        let mut prefix = Vec::with_capacity(max_cap + 1);
+        for c in 0..=max_cap {
+            let mut p = Vec::with_capacity(c + 1);
+            let mut sum = 0.0;
+            p.push(0.0);
+            for u in 0..c {
+                sum += bounds.low * ratio.powf(u as f64 / c as f64);
+                p.push(sum);
+            }
+            prefix.push(p);
+        }
+        let mut book = PriceBook {
+            types,
+            bounds,
+            cap,
+            used,
+            free_by_type,
+            prefix,
+            classes: Vec::new(),
+            class_index: HashMap::new(),
+            class_of: vec![0; cluster.nodes().len()],
+            slot_in_class: vec![0; cluster.nodes().len()],
+        };
+        for n in cluster.node_ids() {
+            let key = book.key_of(n);
+            book.insert_into_class(n, key);
+        }
+        book
+    }
+
+    /// `L` and `U`.
+    pub fn bounds(&self) -> PriceBounds {
+        self.bounds
+    }
+
+    /// Number of GPU types.
+    pub fn type_count(&self) -> usize {
+        self.types
+    }
+
+    /// The price of the next GPU on a resource of capacity `cap` with `used` given out:
+    /// `L * (U/L)^(used/cap)`.
+    pub fn unit_price(&self, cap: u32, used: u32) -> f64 {
+        let b = self.bounds;
+        if cap == 0 {
+            return b.high;
+        }
+        b.low * (b.high / b.low).powf(used as f64 / cap as f64)
+    }
+
+    /// The cost of `k` more GPUs on a resource of capacity `cap` with `used` given out,
+    /// `None` when fewer than `k` are free.
+    pub fn cost_at(&self, cap: u32, used: u32, k: u32) -> Option<f64> {
+        if used + k > cap {
+            return None;
+        }
+        let p = &self.prefix[cap as usize];
+        Some(p[(used + k) as usize] - p[used as usize])
+    }
+
+    /// GPUs of type `t` on node `n` given out so far this round.
+    pub fn used(&self, n: NodeId, t: GpuType) -> u32 {
+        self.used[n.index() * self.types + t.index()]
+    }
+
+    /// Free GPUs of type `t` on node `n`.
+    pub fn free(&self, n: NodeId, t: GpuType) -> u32 {
+        let i = n.index() * self.types + t.index();
+        self.cap[i] - self.used[i]
+    }
+
+    /// Free GPUs of type `t` in the cluster.
+    pub fn free_of_type(&self, t: usize) -> u32 {
+        self.free_by_type[t]
+    }
+
+    /// Free GPUs of all types.
+    pub fn free_total(&self) -> u32 {
+        self.free_by_type.iter().sum()
+    }
+
+    /// The price of the next GPU of type `t` on node `n`.
+    pub fn next_price(&self, n: NodeId, t: GpuType) -> f64 {
+        let i = n.index() * self.types + t.index();
+        self.unit_price(self.cap[i], self.used[i])
+    }
+
+    /// What a placement would cost now; `None` when it does not fit (or names a node or
+    /// type the cluster does not have).
+    pub fn placement_cost(&self, placement: &Placement) -> Option<f64> {
+        let mut total = 0.0;
+        for p in placement.parts() {
+            if p.node.index() >= self.class_of.len() || p.gpu_type.index() >= self.types {
+                return None;
+            }
+            let i = p.node.index() * self.types + p.gpu_type.index();
+            total += self.cost_at(self.cap[i], self.used[i], p.gpus)?;
+        }
+        Some(total)
+    }
+
+    /// True when every part of the placement is free.
+    pub fn fits(&self, placement: &Placement) -> bool {
+        self.placement_cost(placement).is_some()
+    }
+
+    /// Gives a placement out: its GPUs count as used from now on, raising their prices.
+    /// The caller checks [`PriceBook::fits`] first; parts that do not fit are clamped.
+    pub fn charge(&mut self, placement: &Placement) {
+        let mut touched: Vec<NodeId> = Vec::new();
+        for p in placement.parts() {
+            let i = p.node.index() * self.types + p.gpu_type.index();
+            let take = p.gpus.min(self.cap[i] - self.used[i]);
+            self.used[i] += take;
+            self.free_by_type[p.gpu_type.index()] -= take;
+            if touched.last() != Some(&p.node) {
+                touched.push(p.node);
+            }
+        }
+        for n in touched {
+            self.remove_from_class(n);
+            let key = self.key_of(n);
+            self.insert_into_class(n, key);
+        }
+    }
+
+    /// The node classes (some may be empty after nodes moved out of them).
+    pub fn classes(&self) -> &[NodeClass] {
+        &self.classes
+    }
+
+    fn key_of(&self, n: NodeId) -> Vec<(u32, u32)> {
+        let i = n.index() * self.types;
+        (0..self.types).map(|t| (self.cap[i + t], self.used[i + t])).collect()
+    }
+
+    fn insert_into_class(&mut self, n: NodeId, key: Vec<(u32, u32)>) {
+        let c = match self.class_index.get(&key) {
+            Some(&c) => c,
+            None => {
+                self.classes.push(NodeClass { key: key.clone(), nodes: Vec::new() });
+                self.class_index.insert(key, self.classes.len() - 1);
+                self.classes.len() - 1
+            }
+        };
+        self.class_of[n.index()] = c;
+        self.slot_in_class[n.index()] = self.classes[c].nodes.len();
+        self.classes[c].nodes.push(n);
+    }
+
+    fn remove_from_class(&mut self, n: NodeId) {
+        let c = self.class_of[n.index()];
+        let slot = self.slot_in_class[n.index()];
+        let nodes = &mut self.classes[c].nodes;
+        nodes.swap_remove(slot);
+        if let Some(&moved) = nodes.get(slot) {
+            self.slot_in_class[moved.index()] = slot;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::Part;
+
+    fn book() -> PriceBook {
+        let c = Cluster::from_type_counts(&[("v100".into(), 8), ("k80".into(), 4)], 4).unwrap();
+        PriceBook::new(&c, PriceBounds { low: 1.0, high: 16.0 })
+    }
+
+    #[test]
+    fn bounds_are_half_the_smallest_and_the_largest() {
+        let b = PriceBook::bounds_from_utilities([4.0, 0.0, f64::NAN, 10.0]).unwrap();
+        assert_eq!(b, PriceBounds { low: 2.0, high: 10.0 });
+        assert_eq!(PriceBook::bounds_from_utilities([0.0]), Err(PriceBoundsError::NoUtilities));
+    }
+
+    #[test]
+    fn empty_costs_low_and_prices_follow_the_formula() {
+        let b = book();
+        assert_eq!(b.next_price(NodeId(0), GpuType(0)), 1.0);
+        // Capacity 4, 2 used: 1 * 16^(2/4) = 4.
+        assert!((b.unit_price(4, 2) - 4.0).abs() < 1e-12);
+        assert!((b.unit_price(4, 4) - 16.0).abs() < 1e-12);
+        // 3 GPUs from empty: 1 + 2 + 4.
+        assert!((b.cost_at(4, 0, 3).unwrap() - 7.0).abs() < 1e-12);
+        assert_eq!(b.cost_at(4, 3, 2), None);
+    }
+
+    #[test]
+    fn charging_raises_prices_and_moves_classes() {
+        let mut b = book();
+        let p = Placement::gang([Part { node: NodeId(1), gpu_type: GpuType(0), gpus: 2 }]);
+        assert!((b.placement_cost(&p).unwrap() - 3.0).abs() < 1e-12);
+        b.charge(&p);
+        assert!((b.next_price(NodeId(1), GpuType(0)) - 4.0).abs() < 1e-12);
+        assert_eq!(b.free_of_type(0), 6);
+        let live: usize = b.classes().iter().map(|c| c.nodes.len()).sum();
+        assert_eq!(live, 3);
+        let of_node1 = b.classes().iter().find(|c| c.nodes.contains(&NodeId(1))).unwrap();
+        assert_eq!(of_node1.key[0], (4, 2));
+        assert_eq!(of_node1.nodes, vec![NodeId(1)]);
+    }
+}

@@ -1,0 +1,407 @@
+//! HadarE: Hadar with job forking, so that no node idles while work remains.
+//!
+//! Each job may run as several independent copies, each on its own node using GPUs of one
+//! type there. A copy with `g` GPUs of type `r` advances at the job's rate for `g` workers
+//! on `r` (`X[r][g]`); the job's progress in a round is the sum of its copies' steps, and at
+//! the round's end the copies are consolidated (in simulation their progress is summed; on a
+//! cluster their weights are averaged in proportion to the steps each did).
+//!
+//! A round is planned in three passes over one Hadar price book (prices per (node, type),
+//! exponential in use, see [`super::hadar::prices`]):
+//!
+//! 1. **Admission** (Hadar's primal-dual): jobs in arrival order each get their best single
+//!    copy, the (node, type, size) that maximises utility minus price, when that payoff is
+//!    positive. Utilities are Hadar's ([`super::hadar::utility`]), functions of the job's
+//!    total rate.
+//! 2. **Forking**: further sweeps in the same order offer each job one more copy on a node it
+//!    does not use yet, admitted when the *marginal* payoff (utility gained minus price) is
+//!    positive. Utilities are concave in the rate, so extra copies are worth less and nodes
+//!    spread over jobs; the price book decides which jobs get which nodes.
+//! 3. **Work conservation**: GPUs still free go, node by node, to the job whose utility
+//!    gains most from one more copy there, whatever the price, so no GPU idles while some
+//!    job could use it.
+//!
+//! Copies per job are capped ([`HadarEConfig::max_copies`]). A copy uses at most the job's
+//! own worker count: the job's hyperparameters (global batch size, learning rate) were set
+//! for that many workers, and a larger world size would change its optimisation. With
+//! stickiness, a copy that stays where it ran counts as not moved (no restart in its
+//! utility), so copies stay put unless moving gains more than the restart costs.
+
+use super::hadar::prices::PriceBook;
+use super::hadar::utility::{JobUtility, Objective};
+use crate::cluster::{GpuType, NodeId};
+use crate::placement::{Part, Placement};
+use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
+use crate::policy::{Policy, RoundInput};
+use serde::{Deserialize, Serialize};
+
+/// HadarE's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HadarEConfig {
+    /// What the utility rewards (as in Hadar).
+    pub objective: Objective,
+    /// The most copies one job may run at once. Averaging many copies dilutes each one's
+    /// progress and costs a larger consolidation, so the default is moderate.
+    pub max_copies: u32,
+    /// Give GPUs the primal-dual passes left free to the jobs that gain most from them.
+    pub work_conservation: bool,
+    /// Prefer keeping copies where they ran.
+    pub stickiness: bool,
+}
+
+impl Default for HadarEConfig {
+    fn default() -> Self {
+        HadarEConfig { objective: Objective::AvgJct, max_copies: 8, work_conservation: true, stickiness: true }
+    }
+}
+
+/// The HadarE policy.
+#[derive(Clone, Debug, Default)]
+pub struct HadarEPolicy {
+    config: HadarEConfig,
+}
+
+impl HadarEPolicy {
+    /// A HadarE policy with these settings.
+    pub fn new(config: HadarEConfig) -> Self {
+        HadarEPolicy { config }
+    }
+}
+
+impl Policy for HadarEPolicy {
+    fn name(&self) -> &str {
+        "hadare"
+    }
+
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+        plan_round(&self.config, input)
+    }
+}
+
+/// One way to run a copy: `gpus` GPUs of `gpu_type` at `rate` steps/s.
+#[derive(Clone, Copy, Debug)]
+struct CopyOption {
+    gpu_type: GpuType,
+    gpus: u32,
+    rate: f64,
+}
+
+/// A job being planned: its copy options, utility and the copies chosen so far.
+struct Forkable {
+    index: usize,
+    options: Vec<CopyOption>,
+    utility: JobUtility,
+    previous: Vec<Part>,
+    ran_before: bool,
+    copies: Vec<Part>,
+    rate: f64,
+    price: f64,
+    moved: bool,
+}
+
+impl Forkable {
+    fn uses(&self, n: NodeId) -> bool {
+        self.copies.iter().any(|c| c.node == n)
+    }
+
+    /// Utility gained by adding a copy of `rate` (kept in place or not).
+    fn gain(&self, rate: f64, kept: bool) -> f64 {
+        let moved_after = self.ran_before && (self.moved || !kept);
+        self.utility.at(self.rate + rate, moved_after) - self.utility.at(self.rate, self.moved && self.ran_before)
+    }
+}
+
+/// A candidate copy for one job, with its gain and price.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    part: Part,
+    rate: f64,
+    gain: f64,
+    price: f64,
+    kept: bool,
+}
+
+/// The job's best next copy on a node it does not use yet. With `priced`, candidates are
+/// ranked by gain minus price, otherwise by gain per GPU (for work conservation).
+fn best_copy(book: &PriceBook, job: &Forkable, priced: bool) -> Option<Candidate> {
+    let mut best: Option<(f64, Candidate)> = None;
+    let consider = |cand: Candidate, best: &mut Option<(f64, Candidate)>| {
+        let score = if priced { cand.gain - cand.price } else { cand.gain / cand.part.gpus as f64 };
+        let better = match best {
+            None => true,
+            Some((s, b)) => score > *s || (score == *s && cand.part < b.part),
+        };
+        if better {
+            *best = Some((score, cand));
+        }
+    };
+    // A previous copy that is still free keeps its place at no restart.
+    for prev in &job.previous {
+        if job.uses(prev.node) || book.free(prev.node, prev.gpu_type) < prev.gpus {
+            continue;
+        }
+        if let Some(o) = job.options.iter().find(|o| o.gpu_type == prev.gpu_type && o.gpus == prev.gpus) {
+            let price = book.placement_cost(&Placement::gang([*prev])).unwrap_or(f64::INFINITY);
+            consider(Candidate { part: *prev, rate: o.rate, gain: job.gain(o.rate, true), price, kept: true }, &mut best);
+        }
+    }
+    // Otherwise any node class with room: all its nodes are priced alike.
+    for class in book.classes() {
+        let Some(&node) = class.nodes.iter().find(|n| !job.uses(**n)) else { continue };
+        for o in &job.options {
+            let t = o.gpu_type.index();
+            let (cap, used) = class.key[t];
+            let Some(price) = book.cost_at(cap, used, o.gpus) else { continue };
+            let part = Part { node, gpu_type: o.gpu_type, gpus: o.gpus };
+            let kept = job.previous.contains(&part);
+            consider(Candidate { part, rate: o.rate, gain: job.gain(o.rate, kept), price, kept }, &mut best);
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+fn add_copy(book: &mut PriceBook, job: &mut Forkable, c: Candidate) {
+    book.charge(&Placement::gang([c.part]));
+    job.copies.push(c.part);
+    job.rate += c.rate;
+    job.price += c.price;
+    job.moved |= !c.kept;
+}
+
+/// Plans one HadarE round.
+pub fn plan_round(config: &HadarEConfig, input: &RoundInput<'_>) -> RoundPlan {
+    let cluster = input.cluster;
+    let max_copies = config.max_copies.max(1) as usize;
+    let mut jobs: Vec<Forkable> = Vec::with_capacity(input.jobs.len());
+    let mut waiting = Vec::new();
+    for (index, js) in input.jobs.iter().enumerate() {
+        let workers = js.job.workers;
+        let mut options = Vec::new();
+        for t in cluster.types() {
+            if cluster.total_of_type(t) == 0 {
+                continue;
+            }
+            for &(g, rate) in js.job.throughput.curve(t).points() {
+                if g <= workers && g <= cluster.max_per_node(t) {
+                    options.push(CopyOption { gpu_type: t, gpus: g, rate });
+                }
+            }
+        }
+        if options.is_empty() {
+            waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+            continue;
+        }
+        let best_rate = options.iter().map(|o| o.rate).fold(0.0, f64::max);
+        let utility = JobUtility::new(
+            config.objective,
+            js,
+            best_rate,
+            input.now_s,
+            input.round_s,
+            input.restart_s,
+            config.stickiness,
+        );
+        let previous = if config.stickiness { js.placement.as_ref().map(|p| p.parts().to_vec()).unwrap_or_default() } else { Vec::new() };
+        jobs.push(Forkable {
+            index,
+            options,
+            utility,
+            previous,
+            ran_before: js.rounds_run > 0,
+            copies: Vec::new(),
+            rate: 0.0,
+            price: 0.0,
+            moved: false,
+        });
+    }
+    let Ok(bounds) = PriceBook::bounds_from_utilities(
+        jobs.iter().map(|j| j.utility.best() / input.jobs[j.index].job.workers.max(1) as f64),
+    ) else {
+        return RoundPlan { assignments: Vec::new(), waiting };
+    };
+    jobs.sort_by(|a, b| {
+        let (x, y) = (&input.jobs[a.index].job, &input.jobs[b.index].job);
+        x.arrival_s.total_cmp(&y.arrival_s).then(x.id.cmp(&y.id))
+    });
+    let mut book = PriceBook::new(cluster, bounds);
+    let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];
+
+    // Passes 1 and 2: sweeps of the primal-dual test, one copy per job per sweep.
+    loop {
+        let mut added = false;
+        for (k, job) in jobs.iter_mut().enumerate() {
+            if job.copies.len() >= max_copies || book.free_total() == 0 {
+                continue;
+            }
+            match best_copy(&book, job, true) {
+                Some(c) if c.gain - c.price > 0.0 => {
+                    add_copy(&mut book, job, c);
+                    added = true;
+                }
+                other => {
+                    if job.copies.is_empty() {
+                        best_priced_out[k] = other;
+                    }
+                }
+            }
+        }
+        if !added {
+            break;
+        }
+    }
+
+    // Pass 3: work conservation, node by node.
+    if config.work_conservation {
+        loop {
+            let mut best: Option<(f64, usize, Candidate)> = None;
+            for (k, job) in jobs.iter().enumerate() {
+                if job.copies.len() >= max_copies || book.free_total() == 0 {
+                    continue;
+                }
+                if let Some(c) = best_copy(&book, job, false) {
+                    let score = c.gain / c.part.gpus as f64;
+                    if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+                        best = Some((score, k, c));
+                    }
+                }
+            }
+            match best {
+                Some((_, k, c)) => add_copy(&mut book, &mut jobs[k], c),
+                None => break,
+            }
+        }
+    }
+
+    let mut assignments = Vec::new();
+    for (k, job) in jobs.iter().enumerate() {
+        let js = &input.jobs[job.index];
+        if job.copies.is_empty() {
+            let reason = match best_priced_out[k] {
+                Some(c) => WaitReason::PriceAboveUtility { utility: c.gain, price: c.price },
+                None if book.free_total() == 0 => WaitReason::DoesNotFit,
+                None => WaitReason::NoThroughputOnFreeTypes,
+            };
+            waiting.push(Waiting { job: js.id(), reason });
+            continue;
+        }
+        let placement = Placement::forked(job.copies.iter().copied());
+        let rate = placement.rate(&js.job.throughput, js.job.workers);
+        let utility = job.utility.at(rate, job.moved && job.ran_before);
+        assignments.push(Assignment { job: js.id(), placement, rate, payoff: Some(utility - job.price) });
+    }
+    assignments.sort_by_key(|a| a.job);
+    RoundPlan { assignments, waiting }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::job::{Job, JobId, JobState};
+    use crate::placement::PlacementKind;
+    use crate::throughput::{RateCurve, ThroughputProfile};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn job(id: u64, workers: u32, rates: &[&[(u32, f64)]], remaining: f64) -> JobState {
+        let job = Job {
+            id: JobId(id),
+            kind: "t".into(),
+            arrival_s: id as f64,
+            workers,
+            total_steps: remaining,
+            weight: 1.0,
+            throughput: ThroughputProfile::new(rates.iter().map(|r| RateCurve::new(r.iter().copied())).collect()),
+        };
+        JobState::arrived(Arc::new(job), rates.len())
+    }
+
+    fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
+        RoundInput { now_s: 0.0, round_s: 360.0, restart_s: 0.0, cluster, jobs }
+    }
+
+    #[test]
+    fn fewer_jobs_than_nodes_fork_to_fill_every_node() {
+        // 2 jobs, 6 one-GPU nodes of two types: every node gets a copy.
+        let cluster = Cluster::from_type_counts(&[("v100".into(), 3), ("k80".into(), 3)], 1).unwrap();
+        let jobs = vec![job(0, 1, &[&[(1, 4.0)], &[(1, 1.0)]], 1e5), job(1, 1, &[&[(1, 2.0)], &[(1, 1.5)]], 1e5)];
+        let plan = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
+        plan.validate(&cluster, &jobs).unwrap();
+        let used: u32 = plan.assignments.iter().map(|a| a.placement.gpus()).sum();
+        assert_eq!(used, 6, "{plan:?}");
+        assert!(plan.assignments.iter().all(|a| a.placement.kind() == PlacementKind::Forked));
+        assert!(plan.assignments.iter().all(|a| a.placement.parts().len() >= 2), "both jobs fork: {plan:?}");
+    }
+
+    #[test]
+    fn copies_are_capped() {
+        let cluster = Cluster::from_type_counts(&[("v100".into(), 8)], 1).unwrap();
+        let jobs = vec![job(0, 1, &[&[(1, 1.0)]], 1e5)];
+        let cfg = HadarEConfig { max_copies: 3, ..HadarEConfig::default() };
+        let plan = plan_round(&cfg, &input(&cluster, &jobs));
+        assert_eq!(plan.assignments[0].placement.parts().len(), 3);
+    }
+
+    #[test]
+    fn a_copy_never_exceeds_the_jobs_own_size() {
+        // One 2-worker job on a node of 4 GPUs: copies of at most 2 GPUs; one node means one copy.
+        let cluster = Cluster::from_type_counts(&[("v100".into(), 4)], 4).unwrap();
+        let jobs = vec![job(0, 2, &[&[(1, 1.0), (2, 1.8), (4, 3.0)]], 1e5)];
+        let plan = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
+        assert_eq!(plan.assignments[0].placement.gpus(), 2);
+        assert_eq!(plan.assignments[0].rate, 1.8);
+    }
+
+    #[test]
+    fn a_job_without_throughput_waits_with_the_reason() {
+        let cluster = Cluster::from_type_counts(&[("v100".into(), 2)], 1).unwrap();
+        let jobs = vec![job(0, 1, &[&[]], 1e5)];
+        let plan = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
+        assert_eq!(plan.waiting, vec![Waiting { job: JobId(0), reason: WaitReason::CannotRunAnywhere }]);
+    }
+
+    #[test]
+    fn running_copies_stay_put_when_sticky() {
+        let cluster = Cluster::from_type_counts(&[("v100".into(), 4)], 1).unwrap();
+        let mut jobs = vec![job(0, 1, &[&[(1, 1.0)]], 1e5)];
+        let first = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
+        jobs[0].placement = Some(first.assignments[0].placement.clone());
+        jobs[0].rounds_run = 1;
+        let again = plan_round(&HadarEConfig::default(), &RoundInput { restart_s: 30.0, ..input(&cluster, &jobs) });
+        assert_eq!(again.assignments[0].placement, first.assignments[0].placement);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Copies of one job never share a node, no node gives out more GPUs than it has, and
+        /// a job's rate is the sum of its copies' rates.
+        #[test]
+        fn plans_respect_nodes_and_capacity(
+            nodes in prop::collection::vec((0u32..5, 0u32..5), 1..8),
+            specs in prop::collection::vec((1u32..5, 0.1f64..10.0, 0.1f64..10.0, 1.0f64..1e6), 1..10),
+            max_copies in 1u32..6,
+        ) {
+            let cluster_nodes: Vec<crate::cluster::Node> = nodes.iter().enumerate()
+                .map(|(i, (a, b))| crate::cluster::Node { name: format!("n{i}"), gpus: vec![*a, *b] })
+                .collect();
+            prop_assume!(nodes.iter().any(|(a, b)| a + b > 0));
+            let cluster = Cluster::new(vec!["a".into(), "b".into()], cluster_nodes).unwrap();
+            let jobs: Vec<JobState> = specs.iter().enumerate().map(|(i, (w, ra, rb, rem))| {
+                let a: Vec<(u32, f64)> = (1..=*w).map(|g| (g, ra * g as f64 * 0.9)).collect();
+                let b: Vec<(u32, f64)> = vec![(1, *rb)];
+                job(i as u64, *w, &[&a, &b], *rem)
+            }).collect();
+            let cfg = HadarEConfig { max_copies, ..HadarEConfig::default() };
+            let plan = plan_round(&cfg, &input(&cluster, &jobs));
+            prop_assert!(plan.validate(&cluster, &jobs).is_ok(), "{:?}", plan.validate(&cluster, &jobs));
+            for a in &plan.assignments {
+                let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
+                let sum: f64 = a.placement.parts().iter().map(|p| js.job.throughput.rate_or_zero(p.gpu_type, p.gpus)).sum();
+                prop_assert!((sum - a.rate).abs() <= 1e-9 * sum.max(1.0));
+                prop_assert!(a.placement.parts().len() <= max_copies as usize);
+            }
+            prop_assert_eq!(plan.assignments.len() + plan.waiting.len(), jobs.len());
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The one error type of input readers: what is wrong, and where.
+
+use std::fmt;
+
+/// Where in an input a problem was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file (or `<embedded ...>`, `--cluster`) the input came from.
+    pub origin: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// The field at fault, when known.
+    pub field: Option<String>,
+}
+
+impl Location {
+    /// A location in `origin` with no line or field.
+    pub fn of(origin: &str) -> Self {
+        Location { origin: origin.to_string(), line: None, field: None }
+    }
+
+    /// The same location at a line.
+    pub fn line(mut self, line: usize) -> Self {
+        self.line = Some(line);
+        self
+    }
+
+    /// The same location naming a field.
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+}
+
+impl fmt::Display for Location {
+    /// `file:line: field `name`` (parts omitted when unknown).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.origin)?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": field `{field}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// An input that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// The file could not be read at all.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The content is wrong somewhere.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where.
+        at: Location,
+        /// What is wrong and, where it helps, how to fix it.
+        message: String,
+    },
+}
+
+impl FormatError {
+    /// An `Invalid` error at `at`.
+    pub fn invalid(at: Location, message: impl Into<String>) -> Self {
+        FormatError::Invalid { at, message: message.into() }
+    }
+}
+
+/// Reads a whole file, naming it in the error.
+pub(crate) fn read_file(path: &std::path::Path) -> Result<String, FormatError> {
+    std::fs::read_to_string(path)
+        .map_err(|source| FormatError::Io { path: path.display().to_string(), source })
+}
+
+/// The 1-based line of byte offset `pos` in `text`.
+pub(crate) fn line_of(text: &str, pos: usize) -> usize {
+    text.as_bytes()[..pos.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}

@@ -1,0 +1,373 @@
+//! The round loop: plan, check, run, account.
+
+use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
+use hadar_core::{Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy, RoundInput};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Simulation settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// Round length in seconds (Gavel: 360).
+    pub round_s: f64,
+    /// Seconds lost when a job's placement changes or it resumes (default 0, as in Gavel).
+    pub restart_s: f64,
+    /// The seed the policies were built with, recorded for reproducibility.
+    pub seed: u64,
+    /// Safety limit on rounds; exceeding it is an error rather than a hang.
+    pub max_rounds: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig { round_s: 360.0, restart_s: 0.0, seed: 0, max_rounds: 10_000_000 }
+    }
+}
+
+/// A cluster and the jobs to play on it.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// The jobs, in any order (they are played by arrival time, then id).
+    pub jobs: Vec<Job>,
+}
+
+/// Why a simulation could not finish.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SimError {
+    /// The settings make no sense.
+    #[error("invalid simulation settings: {0}")]
+    InvalidConfig(String),
+    /// The workload has no jobs.
+    #[error("the workload has no jobs")]
+    NoJobs,
+    /// Two jobs share an id.
+    #[error("job id {0} appears twice in the workload")]
+    DuplicateJob(JobId),
+    /// A job cannot run on any GPU type of the cluster.
+    #[error("job {0} has no positive throughput on any GPU type of the cluster: it could never run")]
+    CannotRun(JobId),
+    /// The policy returned a plan that breaks capacity or gang rules.
+    #[error("policy `{policy}` broke a rule in round {round}: {violation}")]
+    PolicyViolation {
+        /// The policy.
+        policy: String,
+        /// The round.
+        round: u64,
+        /// The rule.
+        violation: PlanViolation,
+    },
+    /// Jobs remain but the policy will not run any, and no more jobs will arrive.
+    #[error("policy `{policy}` left {waiting} jobs waiting at t={at_s:.0}s with no job running and none to arrive (first: job {first} — {reason})")]
+    Stuck {
+        /// The policy.
+        policy: String,
+        /// When.
+        at_s: f64,
+        /// How many jobs were left.
+        waiting: usize,
+        /// The first of them.
+        first: JobId,
+        /// The reason the policy gave for it.
+        reason: String,
+    },
+    /// The round limit was reached.
+    #[error("policy `{policy}` did not finish within {rounds} rounds")]
+    TooManyRounds {
+        /// The policy.
+        policy: String,
+        /// The limit.
+        rounds: u64,
+    },
+}
+
+/// What happened in one round, for observers (the Job Tracker, debugging output).
+#[derive(Clone, Debug)]
+pub struct RoundRecord {
+    /// 0-based round index.
+    pub index: u64,
+    /// Round start.
+    pub start_s: f64,
+    /// Round end (its last job's stop).
+    pub end_s: f64,
+    /// Per running job: its placement, the steps it did, and whether it restarted.
+    pub runs: Vec<RoundRun>,
+}
+
+/// One job's run within a round.
+#[derive(Clone, Debug)]
+pub struct RoundRun {
+    /// The job.
+    pub job: JobId,
+    /// Where it ran.
+    pub placement: Placement,
+    /// Steps done this round.
+    pub steps: f64,
+    /// For a forked placement, the steps each copy did (in the order of its parts); they
+    /// sum to `steps`. Empty for gang placements.
+    pub copy_steps: Vec<f64>,
+    /// Steps the job has left after this round.
+    pub remaining_steps: f64,
+    /// Seconds it ran (including any restart).
+    pub seconds: f64,
+    /// True when it paid a restart this round.
+    pub restarted: bool,
+}
+
+
+/// Plays the workload through `policy`.
+pub fn simulate(w: &Workload, policy: &mut dyn Policy, cfg: &SimConfig) -> Result<SimReport, SimError> {
+    simulate_observed(w, policy, cfg, &mut |_| {})
+}
+
+/// Like [`simulate`], calling `observe` after every round.
+pub fn simulate_observed(
+    w: &Workload,
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+    observe: &mut dyn FnMut(&RoundRecord),
+) -> Result<SimReport, SimError> {
+    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
+        return Err(SimError::InvalidConfig(format!("round length must be positive, got {}", cfg.round_s)));
+    }
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
+        return Err(SimError::InvalidConfig(format!(
+            "restart cost must be at least 0 and shorter than a round ({} s), got {}",
+            cfg.round_s, cfg.restart_s
+        )));
+    }
+    if w.jobs.is_empty() {
+        return Err(SimError::NoJobs);
+    }
+    let cluster = &w.cluster;
+    let types = cluster.type_count();
+    let mut order: Vec<Arc<Job>> = w.jobs.iter().cloned().map(Arc::new).collect();
+    order.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+    for pair in order.windows(2) {
+        if pair[0].id == pair[1].id {
+            return Err(SimError::DuplicateJob(pair[0].id));
+        }
+    }
+    let mut ids: Vec<JobId> = order.iter().map(|j| j.id).collect();
+    ids.sort();
+    if let Some(d) = ids.windows(2).find(|p| p[0] == p[1]) {
+        return Err(SimError::DuplicateJob(d[0]));
+    }
+    for j in &order {
+        if !j.can_run_somewhere(cluster.types()) {
+            return Err(SimError::CannotRun(j.id));
+        }
+    }
+
+    let name = policy.name().to_string();
+    let first_arrival = order[0].arrival_s;
+    let mut now = first_arrival;
+    let mut next = 0usize; // next job in `order` to arrive
+    let mut active: Vec<Tracked> = Vec::new();
+    let mut outcomes: Vec<JobOutcome> = Vec::with_capacity(order.len());
+    let mut busy_by_type = vec![0.0f64; types];
+    let mut restarts_total = 0u64;
+    let mut decision_ms: Vec<f64> = Vec::new();
+    let mut rounds = 0u64;
+
+    loop {
+        while next < order.len() && order[next].arrival_s <= now {
+            active.push(Tracked::new(order[next].clone(), types));
+            next += 1;
+        }
+        if active.is_empty() {
+            if next < order.len() {
+                now = order[next].arrival_s;
+                continue;
+            }
+            break;
+        }
+        if rounds >= cfg.max_rounds {
+            return Err(SimError::TooManyRounds { policy: name, rounds });
+        }
+
+        let states: Vec<JobState> = active.iter().map(|t| t.state.clone()).collect();
+        let input = RoundInput { now_s: now, round_s: cfg.round_s, restart_s: cfg.restart_s, cluster, jobs: &states };
+        let started = Instant::now();
+        let plan = policy.plan(&input);
+        decision_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        plan.validate(cluster, &states)
+            .map_err(|violation| SimError::PolicyViolation { policy: name.clone(), round: rounds, violation })?;
+
+        if plan.assignments.is_empty() {
+            for t in &mut active {
+                t.state.placement = None;
+            }
+            if next < order.len() {
+                let until = order[next].arrival_s.max(now);
+                add_contention(&mut active, until - now);
+                now = until;
+                rounds += 1;
+                continue;
+            }
+            let first = active[0].state.id();
+            let reason = plan
+                .waiting
+                .iter()
+                .find(|w| w.job == first)
+                .map(|w| w.reason.to_string())
+                .unwrap_or_else(|| "no reason given".to_string());
+            return Err(SimError::Stuck { policy: name, at_s: now, waiting: active.len(), first, reason });
+        }
+
+        // Run the round.
+        let mut index_of = std::collections::HashMap::with_capacity(active.len());
+        for (i, t) in active.iter().enumerate() {
+            index_of.insert(t.state.id(), i);
+        }
+        let mut end = now;
+        let mut runs = Vec::with_capacity(plan.assignments.len());
+        let mut ran = vec![false; active.len()];
+        for a in &plan.assignments {
+            let i = index_of[&a.job];
+            ran[i] = true;
+            let t = &mut active[i];
+            let job = t.state.job.clone();
+            let rate = a.placement.rate(&job.throughput, job.workers);
+            let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
+            let overhead = if restarted { cfg.restart_s } else { 0.0 };
+            let need_s = t.state.remaining_steps / rate;
+            let (seconds, steps) = if overhead + need_s <= cfg.round_s {
+                (overhead + need_s, t.state.remaining_steps)
+            } else {
+                (cfg.round_s, rate * (cfg.round_s - overhead))
+            };
+            let productive = seconds - overhead;
+            for p in a.placement.parts() {
+                busy_by_type[p.gpu_type.index()] += p.gpus as f64 * productive;
+            }
+            let s = &mut t.state;
+            s.remaining_steps = if steps >= s.remaining_steps { 0.0 } else { s.remaining_steps - steps };
+            s.run_s += seconds;
+            for ty in a.placement.types() {
+                s.run_s_by_type[ty.index()] += seconds;
+            }
+            s.attained_gpu_s += a.placement.gpus() as f64 * seconds;
+            s.rounds_run += 1;
+            s.first_start_s.get_or_insert(now);
+            s.placement = Some(a.placement.clone());
+            if restarted {
+                t.restarts += 1;
+                restarts_total += 1;
+            }
+            t.stop_s = now + seconds;
+            end = end.max(now + seconds);
+            let copy_steps = match a.placement.kind() {
+                PlacementKind::Forked => a
+                    .placement
+                    .parts()
+                    .iter()
+                    .map(|p| steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate)
+                    .collect(),
+                PlacementKind::Gang => Vec::new(),
+            };
+            runs.push(RoundRun {
+                job: a.job,
+                placement: a.placement.clone(),
+                steps,
+                copy_steps,
+                remaining_steps: s.remaining_steps,
+                seconds,
+                restarted,
+            });
+        }
+        for (t, ran) in active.iter_mut().zip(&ran) {
+            if !ran {
+                t.state.placement = None;
+            }
+        }
+        add_contention(&mut active, end - now);
+        observe(&RoundRecord { index: rounds, start_s: now, end_s: end, runs });
+        rounds += 1;
+
+        let mut still = Vec::with_capacity(active.len());
+        for t in active {
+            if t.state.remaining_steps <= 0.0 {
+                outcomes.push(t.finish());
+            } else {
+                still.push(t);
+            }
+        }
+        active = still;
+        now = end;
+    }
+
+    outcomes.sort_by_key(|o| o.id);
+    let ttd = outcomes.iter().map(|o| o.finish_s).fold(first_arrival, f64::max) - first_arrival;
+    let mut jcts: Vec<f64> = outcomes.iter().map(JobOutcome::jct_s).collect();
+    jcts.sort_by(f64::total_cmp);
+    let total_gpus = cluster.total_gpus() as f64;
+    let busy: f64 = busy_by_type.iter().sum();
+    let ratio = |busy: f64, gpus: f64| if ttd > 0.0 && gpus > 0.0 { busy / (gpus * ttd) } else { 0.0 };
+    let ftf: Vec<f64> = outcomes.iter().map(JobOutcome::finish_time_fairness).collect();
+    let metrics = Metrics {
+        ttd_s: ttd,
+        avg_jct_s: mean(jcts.iter().copied()),
+        p50_jct_s: percentile(&jcts, 0.5),
+        p95_jct_s: percentile(&jcts, 0.95),
+        cru: ratio(busy, total_gpus),
+        utilisation_by_type: cluster
+            .types()
+            .map(|t| TypeUtilisation {
+                gpu_type: cluster.type_name(t).to_string(),
+                utilisation: ratio(busy_by_type[t.index()], cluster.total_of_type(t) as f64),
+            })
+            .collect(),
+        avg_queueing_s: mean(outcomes.iter().map(JobOutcome::queueing_s)),
+        restarts: restarts_total,
+        ftf_mean: mean(ftf.iter().copied()),
+        ftf_max: ftf.iter().copied().fold(0.0, f64::max),
+        decision_ms_mean: mean(decision_ms.iter().copied()),
+        decision_ms_max: decision_ms.iter().copied().fold(0.0, f64::max),
+        rounds,
+        jobs: order.len(),
+        jobs_completed: outcomes.len(),
+    };
+    Ok(SimReport { policy: name, metrics, jobs: outcomes })
+}
+
+/// A job in the system, with the simulator's own bookkeeping beside the policy's view.
+struct Tracked {
+    state: JobState,
+    restarts: u32,
+    stop_s: f64,
+    /// Integral of the number of active jobs over the job's time in the system.
+    contention_s: f64,
+    in_system_s: f64,
+}
+
+impl Tracked {
+    fn new(job: Arc<Job>, types: usize) -> Self {
+        Tracked { state: JobState::arrived(job, types), restarts: 0, stop_s: 0.0, contention_s: 0.0, in_system_s: 0.0 }
+    }
+
+    fn finish(self) -> JobOutcome {
+        let job = &self.state.job;
+        let best = job.throughput.fastest(job.workers).map(|(_, r)| r).unwrap_or(f64::NAN);
+        JobOutcome {
+            id: job.id,
+            kind: job.kind.clone(),
+            workers: job.workers,
+            arrival_s: job.arrival_s,
+            first_start_s: self.state.first_start_s.unwrap_or(self.stop_s),
+            finish_s: self.stop_s,
+            restarts: self.restarts,
+            isolated_s: job.total_steps / best,
+            mean_contention: if self.in_system_s > 0.0 { self.contention_s / self.in_system_s } else { 1.0 },
+        }
+    }
+}
+
+fn add_contention(active: &mut [Tracked], dt: f64) {
+    let n = active.len() as f64;
+    for t in active {
+        t.contention_s += n * dt;
+        t.in_system_s += dt;
+    }
+}

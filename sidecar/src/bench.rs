@@ -1,0 +1,85 @@
+//! `hadar bench`: speed figures, measured on this machine, printed for the README.
+
+use crate::Failure;
+use crate::cli::{BenchCommand, BenchSimulateArgs, Format};
+use crate::table::Table;
+use hadar_core::policies::{self, PolicyName, PolicyOptions};
+use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
+use hadar_formats::{embedded, load_cluster};
+use hadar_sim::{SimConfig, Workload, simulate};
+use serde_json::json;
+use std::time::Instant;
+
+/// Runs a bench subcommand.
+pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
+    match cmd {
+        BenchCommand::Simulate(a) => simulate_bench(a),
+    }
+}
+
+fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
+    let names = match &a.policy {
+        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+        None => PolicyName::ALL.to_vec(),
+    };
+    if a.jobs == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--jobs: must be at least 1")));
+    }
+    let cluster = match &a.cluster {
+        Some(spec) => load_cluster(spec, a.gpus_per_node).map_err(Failure::input)?,
+        None => embedded::cluster().map_err(Failure::runtime)?,
+    };
+    let table = embedded::throughputs().map_err(Failure::runtime)?;
+    let spec = TraceSpec { jobs: a.jobs, multi_gpu: true, arrivals: Arrivals::Static, seed: a.seed };
+    let jobs = generate_jobs(&table, &cluster, &spec);
+    let workload = Workload { cluster, jobs };
+    let cfg = SimConfig { seed: a.seed, ..SimConfig::default() };
+    let opts = PolicyOptions { seed: a.seed, ..PolicyOptions::default() };
+
+    let mut rows = Vec::new();
+    let all = Instant::now();
+    for name in names {
+        let started = Instant::now();
+        let (rounds, ttd) = if name.is_bound() {
+            let ttd = policies::bound(name, &workload.cluster, &workload.jobs)
+                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
+            (0, ttd)
+        } else {
+            let mut p = policies::build(name, &opts)
+                .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
+            let r = simulate(&workload, p.as_mut(), &cfg).map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
+            (r.metrics.rounds, r.metrics.ttd_s)
+        };
+        rows.push((name, started.elapsed().as_secs_f64() * 1e3, rounds, ttd));
+    }
+    let total_ms = all.elapsed().as_secs_f64() * 1e3;
+
+    match a.format {
+        Format::Table => {
+            println!(
+                "{} jobs (synthetic, multi-GPU, seed {}) on {}; build: {}",
+                workload.jobs.len(),
+                a.seed,
+                workload.cluster,
+                if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
+            );
+            let mut t = Table::new(&["policy", "wall ms", "rounds", "TTD h"]);
+            for (name, ms, rounds, ttd) in &rows {
+                t.row(vec![name.to_string(), format!("{ms:.1}"), rounds.to_string(), format!("{:.2}", ttd / 3600.0)]);
+            }
+            t.row(vec!["all".into(), format!("{total_ms:.1}")]);
+            print!("{}", t.render());
+        }
+        Format::Json => {
+            let v = json!({
+                "jobs": workload.jobs.len(),
+                "gpus": workload.cluster.total_gpus(),
+                "release": !cfg!(debug_assertions),
+                "total_ms": total_ms,
+                "policies": rows.iter().map(|(n, ms, rounds, ttd)| json!({"policy": n.as_str(), "wall_ms": ms, "rounds": rounds, "ttd_s": ttd})).collect::<Vec<_>>(),
+            });
+            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+        }
+    }
+    Ok(())
+}

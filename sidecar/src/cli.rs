@@ -1,0 +1,133 @@
+//! Command-line definitions (clap). Help texts are written for the person at the terminal.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Heterogeneity-aware GPU scheduling for Slurm clusters.
+#[derive(Parser, Debug)]
+#[command(name = "hadar", version = version(), about, long_about = None)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug); HADAR_LOG=<filter> overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+fn version() -> &'static str {
+    match option_env!("HADAR_GIT_REVISION") {
+        Some(rev) => Box::leak(format!("{} (git {rev})", env!("CARGO_PKG_VERSION")).into_boxed_str()),
+        None => env!("CARGO_PKG_VERSION"),
+    }
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Play a job trace through scheduling policies and compare them.
+    ///
+    /// With no arguments, runs every policy on an embedded 40-job multi-GPU trace on a
+    /// 4 V100 + 4 P100 + 4 K80 cluster (Gavel's measured throughputs).
+    Simulate(SimulateArgs),
+    /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// `hadar bench` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Time whole simulations: every policy over a synthetic multi-GPU trace.
+    ///
+    /// The trace is generated (seeded) from the throughput table as Gavel's generator does:
+    /// job types uniform, 70% one worker, 10% two, 20% four for distributed types, 1-4 h
+    /// each alone on a V100, all arriving at t = 0. Prints each policy's wall time.
+    Simulate(BenchSimulateArgs),
+}
+
+/// `hadar bench simulate` arguments.
+#[derive(Args, Debug)]
+pub struct BenchSimulateArgs {
+    /// Jobs in the synthetic trace.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub jobs: usize,
+    /// The cluster (short form or TOML file). [default: v100:4,p100:4,k80:4, one GPU per node]
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub cluster: Option<String>,
+    /// GPUs per node for the short cluster form.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gpus_per_node: u32,
+    /// Policies to time, comma-separated. [default: all]
+    #[arg(long, value_name = "LIST")]
+    pub policy: Option<String>,
+    /// Seed of the synthetic trace and of the policies.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    Table,
+    /// One JSON object for programs; field names are stable.
+    Json,
+}
+
+/// `hadar simulate` arguments.
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// The cluster: a TOML file of nodes, or a short form TYPE:COUNT,... such as
+    /// `v100:16,p100:16,k80:16` (split into nodes of --gpus-per-node GPUs).
+    /// [default: the embedded v100:4,p100:4,k80:4, one GPU per node]
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub cluster: Option<String>,
+
+    /// GPUs per node for the short cluster form.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gpus_per_node: u32,
+
+    /// A job trace in Gavel's 10-column tab-separated format. [default: embedded 40 jobs]
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
+    /// A throughput table in Gavel's simulation_throughputs.json format.
+    /// [default: embedded, Gavel's measured V100/P100/K80 rates]
+    #[arg(long, value_name = "FILE")]
+    pub throughputs: Option<PathBuf>,
+
+    /// Policies to run, comma-separated (e.g. `gavel,yarn-cs,lower-bound`).
+    /// [default: all]
+    #[arg(long, value_name = "LIST")]
+    pub policy: Option<String>,
+
+    /// Round length in seconds.
+    #[arg(long, value_name = "S", default_value_t = 360.0)]
+    pub round_s: f64,
+
+    /// Seconds a job loses each time its placement changes (checkpoint and reload).
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub restart_s: f64,
+
+    /// Seed for policies that choose at random; a run is reproducible for a seed.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+
+    /// Write the output to FILE instead of standard output (written only when every
+    /// policy finished).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// Write the Job Tracker to FILE as JSON lines: per policy, round and running job, its
+    /// copies (forked) or parts (gang) with node, type and GPUs, the steps each copy did,
+    /// the aggregated steps and the consolidation weights.
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
+}

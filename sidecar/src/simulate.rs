@@ -1,0 +1,260 @@
+//! `hadar simulate`: read the inputs, play every requested policy, print the comparison.
+
+use crate::Failure;
+use crate::cli::{Format, SimulateArgs};
+use crate::table::Table;
+use anyhow::Context;
+use hadar_core::policies::{self, PolicyName, PolicyOptions};
+use hadar_core::{Cluster, Job};
+use hadar_formats::{ThroughputTable, embedded, load_cluster, load_trace};
+use hadar_core::tracker::TrackerRecord;
+use hadar_sim::{SimConfig, SimReport, Workload, simulate_observed};
+use serde_json::{Value, json};
+
+/// The workload a simulation runs on, with where each part came from.
+pub struct Inputs {
+    pub cluster: Cluster,
+    pub jobs: Vec<Job>,
+    pub cluster_origin: String,
+    pub trace_origin: String,
+}
+
+/// Reads cluster, throughputs and trace (or their embedded defaults).
+pub fn load_inputs(
+    cluster: Option<&str>,
+    gpus_per_node: u32,
+    throughputs: Option<&std::path::Path>,
+    trace: Option<&std::path::Path>,
+) -> Result<Inputs, Failure> {
+    let (cluster, cluster_origin) = match cluster {
+        Some(spec) => (load_cluster(spec, gpus_per_node).map_err(Failure::input)?, spec.to_string()),
+        None => (
+            embedded::cluster().map_err(Failure::runtime)?,
+            format!("{} (embedded default)", embedded::CLUSTER_SPEC),
+        ),
+    };
+    let table = match throughputs {
+        Some(p) => ThroughputTable::load(p).map_err(Failure::input)?,
+        None => embedded::throughputs().map_err(Failure::runtime)?,
+    };
+    let (jobs, trace_origin) = match trace {
+        Some(p) => (load_trace(p, &table, &cluster).map_err(Failure::input)?, p.display().to_string()),
+        None => (
+            embedded::trace(&table, &cluster).map_err(Failure::input)?,
+            "embedded 40-job multi-GPU trace".to_string(),
+        ),
+    };
+    Ok(Inputs { cluster, jobs, cluster_origin, trace_origin })
+}
+
+/// One row of the comparison: a simulated policy or a computed bound.
+enum Outcome {
+    Simulated(SimReport),
+    Bound { name: PolicyName, ttd_s: f64 },
+}
+
+/// Runs the command.
+pub fn run(args: SimulateArgs) -> Result<(), Failure> {
+    let names = match &args.policy {
+        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+        None => PolicyName::ALL.to_vec(),
+    };
+    let cfg = SimConfig { round_s: args.round_s, restart_s: args.restart_s, seed: args.seed, ..SimConfig::default() };
+    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
+        return Err(Failure::input(anyhow::anyhow!("--round-s: must be a positive number of seconds, got {}", cfg.round_s)));
+    }
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--restart-s: must be at least 0 and less than the round length ({} s), got {}",
+            cfg.round_s,
+            cfg.restart_s
+        )));
+    }
+    let inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
+    let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
+    let opts = PolicyOptions { seed: args.seed, ..PolicyOptions::default() };
+
+    let mut outcomes = Vec::new();
+    let mut tracker_lines = String::new();
+    for name in names {
+        if name.is_bound() {
+            let ttd_s = policies::bound(name, &workload.cluster, &workload.jobs)
+                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
+            outcomes.push(Outcome::Bound { name, ttd_s });
+            continue;
+        }
+        let mut policy = policies::build(name, &opts)
+            .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
+        tracing::info!(policy = %name, "simulating");
+        let want_trace = args.trace_out.is_some();
+        let cluster = &workload.cluster;
+        let report = simulate_observed(&workload, policy.as_mut(), &cfg, &mut |round| {
+            if !want_trace {
+                return;
+            }
+            for run in &round.runs {
+                let record = TrackerRecord::new(
+                    cluster,
+                    round.index,
+                    run.job,
+                    round.start_s,
+                    round.start_s + run.seconds,
+                    &run.placement,
+                    run.steps,
+                    &run.copy_steps,
+                    run.remaining_steps,
+                );
+                let mut line = serde_json::to_value(&record).unwrap_or_default();
+                line["policy"] = json!(name.as_str());
+                tracker_lines.push_str(&line.to_string());
+                tracker_lines.push('\n');
+            }
+        })
+        .with_context(|| format!("simulating `{name}`"))
+        .map_err(Failure::runtime)?;
+        outcomes.push(Outcome::Simulated(report));
+    }
+
+    let text = match args.format {
+        Format::Table => render_table(&inputs, &cfg, &outcomes),
+        Format::Json => serde_json::to_string_pretty(&render_json(&inputs, &cfg, &outcomes)).map_err(Failure::runtime)? + "\n",
+    };
+    if let Some(path) = &args.trace_out {
+        write_atomically(path, &tracker_lines)
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(Failure::runtime)?;
+    }
+    match &args.out {
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+        Some(path) => write_atomically(path, &text)
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(Failure::runtime),
+    }
+}
+
+/// Writes `text` to a temporary file beside `path`, then renames it into place, so a
+/// reader never sees a half-written result.
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().and_then(|f| f.to_str()).unwrap_or("out"), std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn lower_bound_ttd(outcomes: &[Outcome]) -> Option<f64> {
+    outcomes.iter().find_map(|o| match o {
+        Outcome::Bound { name: PolicyName::LowerBound, ttd_s } => Some(*ttd_s),
+        _ => None,
+    })
+}
+
+fn hours(s: f64) -> String {
+    format!("{:.2}", s / 3600.0)
+}
+
+fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> String {
+    let mut out = format!(
+        "cluster: {} ({})\ntrace:   {} jobs ({})\nrounds:  {} s, restart cost {} s, seed {}\n\n",
+        inputs.cluster, inputs.cluster_origin, inputs.jobs.len(), inputs.trace_origin, cfg.round_s, cfg.restart_s, cfg.seed
+    );
+    let lb = lower_bound_ttd(outcomes);
+    let mut t = Table::new(&[
+        "policy", "TTD h", "TTD/LB", "avg JCT h", "p50 JCT h", "p95 JCT h", "CRU", "queue h", "restarts", "FTF max",
+        "decide ms", "max ms",
+    ]);
+    for o in outcomes {
+        match o {
+            Outcome::Simulated(r) => {
+                let m = &r.metrics;
+                t.row(vec![
+                    r.policy.clone(),
+                    hours(m.ttd_s),
+                    lb.map(|lb| format!("{:.3}", m.ttd_s / lb)).unwrap_or_default(),
+                    hours(m.avg_jct_s),
+                    hours(m.p50_jct_s),
+                    hours(m.p95_jct_s),
+                    format!("{:.3}", m.cru),
+                    hours(m.avg_queueing_s),
+                    m.restarts.to_string(),
+                    format!("{:.2}", m.ftf_max),
+                    format!("{:.2}", m.decision_ms_mean),
+                    format!("{:.2}", m.decision_ms_max),
+                ]);
+            }
+            Outcome::Bound { name, ttd_s } => {
+                t.row(vec![name.to_string(), hours(*ttd_s), format!("{:.3}", 1.0f64.min(lb.map(|lb| ttd_s / lb).unwrap_or(1.0)))]);
+            }
+        }
+    }
+    out.push_str(&t.render());
+    let util: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Simulated(r) => Some(format!(
+                "  {:<16}{}",
+                r.policy,
+                r.metrics
+                    .utilisation_by_type
+                    .iter()
+                    .map(|u| format!("{} {:.3}", u.gpu_type, u.utilisation))
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            )),
+            Outcome::Bound { .. } => None,
+        })
+        .collect();
+    if !util.is_empty() {
+        out.push_str("\nutilisation by GPU type:\n");
+        out.push_str(&util.join("\n"));
+        out.push('\n');
+    }
+    out
+}
+
+fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value {
+    let lb = lower_bound_ttd(outcomes);
+    let results: Vec<Value> = outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Simulated(r) => {
+                let m = &r.metrics;
+                json!({
+                    "policy": r.policy,
+                    "ttd_s": m.ttd_s,
+                    "avg_jct_s": m.avg_jct_s,
+                    "p50_jct_s": m.p50_jct_s,
+                    "p95_jct_s": m.p95_jct_s,
+                    "cru": m.cru,
+                    "utilisation_by_type": m.utilisation_by_type.iter().map(|u| (u.gpu_type.clone(), json!(u.utilisation))).collect::<serde_json::Map<_, _>>(),
+                    "avg_queueing_s": m.avg_queueing_s,
+                    "restarts": m.restarts,
+                    "ftf_mean": m.ftf_mean,
+                    "ftf_max": m.ftf_max,
+                    "decision_ms_mean": m.decision_ms_mean,
+                    "decision_ms_max": m.decision_ms_max,
+                    "rounds": m.rounds,
+                    "jobs": m.jobs,
+                    "jobs_completed": m.jobs_completed,
+                    "ttd_over_lower_bound": lb.map(|lb| m.ttd_s / lb),
+                })
+            }
+            Outcome::Bound { name, ttd_s } => json!({ "policy": name.as_str(), "ttd_s": ttd_s, "jobs": inputs.jobs.len() }),
+        })
+        .collect();
+    json!({
+        "workload": {
+            "cluster": inputs.cluster_origin,
+            "gpus": inputs.cluster.total_gpus(),
+            "nodes": inputs.cluster.nodes().len(),
+            "trace": inputs.trace_origin,
+            "jobs": inputs.jobs.len(),
+            "round_s": cfg.round_s,
+            "restart_s": cfg.restart_s,
+            "seed": cfg.seed,
+        },
+        "results": results,
+    })
+}

@@ -1,0 +1,92 @@
+//! `hadar simulate` end to end: the default run, the JSON contract other tools read, and the
+//! Job Tracker written by `--trace-out`.
+
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+
+fn hadar(args: &[&str]) -> (String, String, i32) {
+    let o = Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).output().expect("run hadar");
+    (String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap(), o.status.code().unwrap())
+}
+
+#[test]
+fn no_arguments_runs_the_embedded_default() {
+    let (out, err, code) = hadar(&["simulate", "--policy", "yarn-cs,hadar,hadare"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("40 jobs"), "{out}");
+    for p in ["yarn-cs", "hadar", "hadare"] {
+        assert!(out.lines().any(|l| l.starts_with(p)), "row for {p} in\n{out}");
+    }
+}
+
+#[test]
+fn json_output_keeps_its_field_names() {
+    let (out, err, code) = hadar(&["simulate", "--policy", "slurm,hadar", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        for key in [
+            "policy", "ttd_s", "avg_jct_s", "p50_jct_s", "p95_jct_s", "cru", "jobs", "jobs_completed", "restarts",
+            "decision_ms_mean", "decision_ms_max", "avg_queueing_s", "ftf_mean", "ftf_max", "rounds",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key} in {r}");
+        }
+        assert_eq!(r["jobs"], r["jobs_completed"]);
+        assert!(r["cru"].as_f64().unwrap() > 0.0 && r["cru"].as_f64().unwrap() <= 1.0);
+        assert!(r["p95_jct_s"].as_f64().unwrap() >= r["p50_jct_s"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_results() {
+    let strip = |s: &str| {
+        let mut v: Value = serde_json::from_str(s).unwrap();
+        for r in v["results"].as_array_mut().unwrap() {
+            r.as_object_mut().unwrap().retain(|k, _| !k.starts_with("decision_ms"));
+        }
+        v
+    };
+    let args = ["simulate", "--policy", "yarn-cs,tiresias,hadar,hadare", "--format", "json", "--seed", "3"];
+    let (a, _, _) = hadar(&args);
+    let (b, _, _) = hadar(&args);
+    assert_eq!(strip(&a), strip(&b));
+}
+
+#[test]
+fn the_job_tracker_accounts_for_every_step_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace_out = dir.path().join("tracker.jsonl");
+    let (out, err, code) =
+        hadar(&["simulate", "--policy", "hadare", "--format", "json", "--trace-out", trace_out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let jobs = serde_json::from_str::<Value>(&out).unwrap()["results"][0]["jobs"].as_u64().unwrap();
+    let text = std::fs::read_to_string(&trace_out).unwrap();
+    let mut done: HashMap<u64, f64> = HashMap::new();
+    let mut last_remaining: HashMap<u64, f64> = HashMap::new();
+    let mut forked_rounds = 0;
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["policy"], "hadare");
+        assert_eq!(r["kind"], "forked");
+        let copies = r["copies"].as_array().unwrap();
+        let nodes: HashSet<&str> = copies.iter().map(|c| c["node"].as_str().unwrap()).collect();
+        assert_eq!(nodes.len(), copies.len(), "copies of one job never share a node: {line}");
+        let sum: f64 = copies.iter().map(|c| c["steps"].as_f64().unwrap()).sum();
+        let agg = r["aggregated_steps"].as_f64().unwrap();
+        assert!((sum - agg).abs() <= 1e-6 * agg.max(1.0), "aggregated = sum of copies: {line}");
+        let w: f64 = copies.iter().map(|c| c["weight"].as_f64().unwrap()).sum();
+        assert!((w - 1.0).abs() < 1e-9, "{line}");
+        if copies.len() > 1 {
+            forked_rounds += 1;
+        }
+        let job = r["job"].as_u64().unwrap();
+        *done.entry(job).or_default() += agg;
+        last_remaining.insert(job, r["remaining_steps"].as_f64().unwrap());
+    }
+    assert_eq!(done.len() as u64, jobs, "every job appears");
+    assert!(last_remaining.values().all(|r| *r == 0.0), "every job ends with nothing left");
+    assert!(forked_rounds > 0, "some job ran as several copies");
+}
