@@ -31,7 +31,6 @@ fn main() {
         .allowlist_var("SLURM_SUCCESS")
         .allowlist_var("SLURM_ERROR")
         .allowlist_var("NO_VAL")
-        .allowlist_var("ESLURM_INVALID_GRES")
         .layout_tests(false)
         .generate()
         .unwrap_or_else(|e| panic!("bindgen could not read {}: {e}", header.display()));
