@@ -442,17 +442,23 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
         (
             vec!["--gres=gpu:8", "--wrap", "true"],
             None,
-            "sbatch: error: hadar: no 1 node(s) have 8 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count",
+            "sbatch: error: hadar: no 1 node(s) in partition gpu have 8 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count",
         ),
         (
             vec!["-N", "3", "--gres=gpu:v100:2", "--wrap", "true"],
             None,
-            "sbatch: error: hadar: no 3 node(s) have v100:2 GPUs each (only 2 node(s) do); lower the GPUs per node or the node count",
+            "sbatch: error: hadar: no 3 node(s) in partition gpu have v100:2 GPUs each (only 2 node(s) do); lower the GPUs per node or the node count",
         ),
         (
             vec!["--gpus=p100:5", "--wrap", "true"],
             None,
-            "sbatch: error: hadar: no set of nodes can provide 5 p100 GPUs: the whole cluster has 4; ask for at most 4",
+            "sbatch: error: hadar: no set of nodes can provide 5 p100 GPUs: partition gpu has 4; ask for at most 4",
+        ),
+        (
+            // Partition `old` spans the K80 nodes n3 and n4 only: two V100s at most.
+            vec!["-p", "old", "--gpus=v100:3", "--wrap", "true"],
+            None,
+            "sbatch: error: hadar: no set of nodes can provide 3 v100 GPUs: partition old has 2; ask for at most 2",
         ),
         (
             vec!["--wrap", "true"],
@@ -673,8 +679,8 @@ fn uninstall_refuses_while_slurm_lists_the_plugin(bed: &mut Testbed) {
 
 fn reconfigure_rereads_the_config(bed: &mut Testbed) {
     let both = DEFAULT_HADAR_TOML.replace(
-        r#"managed_partitions = ["gpu"]"#,
-        r#"managed_partitions = ["gpu", "cpu"]"#,
+        r#"managed_partitions = ["gpu", "old"]"#,
+        r#"managed_partitions = ["gpu", "old", "cpu"]"#,
     );
     bed.write_hadar_toml(&both).unwrap();
     bed.reconfigure().unwrap();

@@ -96,11 +96,13 @@ pub enum RequestError {
         /// The allowed list.
         allowed: String,
     },
-    /// A per-job request larger than what the cluster has.
+    /// A per-job request larger than what the job's partitions (or the cluster) have.
     #[error(
-        "no set of nodes can provide {wanted} {what} GPUs: the whole cluster has {have}; ask for at most {have}"
+        "no set of nodes can provide {wanted} {what} GPUs: {scope} has {have}; ask for at most {have}"
     )]
     TooManyForCluster {
+        /// `partition NAME[,NAME]` or `the whole cluster`.
+        scope: String,
         /// Requested.
         wanted: u64,
         /// The type, or "usable" for untyped requests.
@@ -110,9 +112,11 @@ pub enum RequestError {
     },
     /// A per-node request no set of nodes can satisfy.
     #[error(
-        "no {nodes} node(s) have {spec} GPUs each (only {have} node(s) do); lower the GPUs per node or the node count"
+        "no {nodes} node(s) in {scope} have {spec} GPUs each (only {have} node(s) do); lower the GPUs per node or the node count"
     )]
     TooManyPerNode {
+        /// `partition NAME[,NAME]` or `the whole cluster`.
+        scope: String,
         /// Nodes wanted.
         nodes: u32,
         /// The per-node request.
@@ -158,7 +162,8 @@ pub fn decide(
 
     let extracted = gpu::extract(&sub.tres, config.plugin.max_gpus_per_job)?;
     let request = extracted.request.ok_or(RequestError::NoGpus)?;
-    check_against_inventory(&request, sub.min_nodes, &directives, inventory)?;
+    let partitions = job_partitions(sub.partition, config);
+    check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
     Ok(Decision::Managed(Box::new(Managed {
         record: Record {
             gpus: request,
@@ -173,18 +178,11 @@ pub fn decide(
 
 /// Whether the job's partitions are all managed (an error if only some are).
 fn in_managed_partition(partition: Option<&str>, config: &Config) -> Result<bool, RequestError> {
-    let list = match partition.filter(|p| !p.trim().is_empty()) {
-        Some(p) => p,
-        None => match &config.slurm.default_partition {
-            Some(d) => d.as_str(),
-            None => return Ok(false),
-        },
-    };
-    let parts: Vec<&str> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect();
+    let parts = job_partitions(partition, config);
+    if parts.is_empty() {
+        return Ok(false);
+    }
+    let list = parts.join(",");
     let managed = parts
         .iter()
         .filter(|p| config.slurm.managed_partitions.iter().any(|m| m == *p))
@@ -192,19 +190,45 @@ fn in_managed_partition(partition: Option<&str>, config: &Config) -> Result<bool
     match managed {
         0 => Ok(false),
         n if n == parts.len() => Ok(true),
-        _ => Err(RequestError::MixedPartitions {
-            partitions: list.to_string(),
-        }),
+        _ => Err(RequestError::MixedPartitions { partitions: list }),
     }
 }
 
-/// Checks types exist and that some set of nodes can hold the request.
+/// The partitions a job will run in: its `--partition` list, else the configured default
+/// partition; empty if neither is known.
+fn job_partitions<'a>(partition: Option<&'a str>, config: &'a Config) -> Vec<&'a str> {
+    let list = match partition.filter(|p| !p.trim().is_empty()) {
+        Some(p) => p,
+        None => match &config.slurm.default_partition {
+            Some(d) => d.as_str(),
+            None => return Vec::new(),
+        },
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// Checks that the named types exist in the cluster and that some set of nodes of the job's
+/// partitions can hold the request.
 fn check_against_inventory(
     request: &GpuRequest,
     min_nodes: Option<u32>,
     directives: &Directives,
     inventory: &Inventory,
+    partitions: &[&str],
 ) -> Result<(), RequestError> {
+    let usable_nodes = inventory.nodes_in(partitions);
+    let known_partitions = !partitions.is_empty()
+        && partitions
+            .iter()
+            .all(|p| inventory.partitions.iter().any(|q| q.name == *p));
+    let scope = if known_partitions {
+        format!("partition {}", partitions.join(","))
+    } else {
+        "the whole cluster".to_string()
+    };
     let known = || inventory.type_names().join(", ");
     let unknown = |t: &str, place| RequestError::UnknownType {
         gpu_type: t.to_string(),
@@ -254,20 +278,20 @@ fn check_against_inventory(
             for c in &request.counts {
                 let (have, what) = match &c.gpu_type {
                     Some(t) => (
-                        inventory
-                            .nodes
+                        usable_nodes
                             .iter()
                             .map(|n| u64::from(n.typed.get(t).copied().unwrap_or(0)))
                             .sum(),
                         t.clone(),
                     ),
                     None => (
-                        inventory.nodes.iter().map(|n| n.usable(allowed)).sum(),
+                        usable_nodes.iter().map(|n| n.usable(allowed)).sum(),
                         "usable".to_string(),
                     ),
                 };
                 if u64::from(c.count) > have {
                     return Err(RequestError::TooManyForCluster {
+                        scope,
                         wanted: u64::from(c.count),
                         what,
                         have,
@@ -277,9 +301,10 @@ fn check_against_inventory(
         }
         Scope::PerNode => {
             let nodes = min_nodes.unwrap_or(1).max(1);
-            let have = inventory.nodes.iter().filter(|n| per_node_need(n)).count();
+            let have = usable_nodes.iter().filter(|n| per_node_need(n)).count();
             if have < nodes as usize {
                 return Err(RequestError::TooManyPerNode {
+                    scope,
                     nodes,
                     spec: request.to_string(),
                     have,
@@ -411,14 +436,13 @@ mod tests {
         );
         assert_eq!(
             refused(&node_gres("gres:gpu:8")),
-            "no 1 node(s) have 8 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count"
+            "no 1 node(s) in the whole cluster have 8 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count"
         );
         let mut three_v100_nodes = node_gres("gres:gpu:v100:2");
         three_v100_nodes.min_nodes = Some(3);
-        assert!(
-            refused(&three_v100_nodes)
-                .starts_with("no 3 node(s) have v100:2 GPUs each (only 2 node(s) do)")
-        );
+        assert!(refused(&three_v100_nodes).starts_with(
+            "no 3 node(s) in the whole cluster have v100:2 GPUs each (only 2 node(s) do)"
+        ));
         let per_job = Submission {
             tres: TresFields {
                 per_job: Some("gres:gpu:p100:5"),
@@ -444,6 +468,38 @@ mod tests {
     }
 
     #[test]
+    fn capacity_is_judged_within_the_jobs_partitions() {
+        let conf = "NodeName=n1 Gres=gpu:v100:4\nNodeName=n2 Gres=gpu:p100:4\nNodeName=n3 Gres=gpu:k80:4\nNodeName=n4 Gres=gpu:v100:2,gpu:k80:2\nPartitionName=gpu Nodes=ALL Default=YES\nPartitionName=old Nodes=n3,n4\n";
+        let inv = Inventory::from_slurm_conf("slurm.conf", conf, &mut |_: &str| Err(String::new()))
+            .unwrap();
+        let config =
+            Config::parse("h.toml", "[slurm]\nmanaged_partitions=[\"gpu\",\"old\"]\n").unwrap();
+        let mut sub = node_gres("gres:gpu:v100:4");
+        sub.partition = Some("gpu");
+        assert!(matches!(
+            decide(&sub, &config, &inv),
+            Ok(Decision::Managed(_))
+        ));
+        sub.partition = Some("old");
+        assert_eq!(
+            decide(&sub, &config, &inv).unwrap_err().to_string(),
+            "no 1 node(s) in partition old have v100:4 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count"
+        );
+        let per_job = Submission {
+            partition: Some("old"),
+            tres: TresFields {
+                per_job: Some("gres:gpu:k80:7"),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&per_job, &config, &inv).unwrap_err().to_string(),
+            "no set of nodes can provide 7 k80 GPUs: partition old has 6; ask for at most 6"
+        );
+    }
+
+    #[test]
     fn untyped_per_node_respects_allowed_types() {
         let mut sub = node_gres("gres:gpu:3");
         sub.script = Some("#HADAR gpu-types=k80");
@@ -455,7 +511,11 @@ mod tests {
             }]
         );
         sub.min_nodes = Some(2);
-        assert!(refused(&sub).starts_with("no 2 node(s) have 3 GPUs each (only 1 node(s) do)"));
+        assert!(
+            refused(&sub).starts_with(
+                "no 2 node(s) in the whole cluster have 3 GPUs each (only 1 node(s) do)"
+            )
+        );
     }
 
     proptest! {

@@ -40,6 +40,26 @@ impl NodeGpus {
 pub struct Inventory {
     /// The nodes, in the order slurm.conf defines them.
     pub nodes: Vec<NodeGpus>,
+    /// The partitions and their nodes, in the order slurm.conf defines them.
+    pub partitions: Vec<Partition>,
+}
+
+/// A partition (`PartitionName=` line) and the nodes it spans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// The partition's name.
+    pub name: String,
+    /// Its nodes.
+    pub nodes: PartitionNodes,
+}
+
+/// The nodes of a partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionNodes {
+    /// `Nodes=ALL`: every node of the cluster.
+    All,
+    /// The named nodes.
+    Names(Vec<String>),
 }
 
 /// The most nodes one inventory may hold; a larger hostlist is surely a typo.
@@ -105,8 +125,8 @@ impl Inventory {
         read_include: &mut dyn FnMut(&str) -> Result<String, String>,
     ) -> Result<Inventory, InventoryError> {
         let mut inv = Inventory::default();
-        let mut default_gres: Option<String> = None;
-        inv.read(file, text, read_include, &mut default_gres, 0)?;
+        let mut defaults = Defaults::default();
+        inv.read(file, text, read_include, &mut defaults, 0)?;
         Ok(inv)
     }
 
@@ -115,7 +135,7 @@ impl Inventory {
         file: &str,
         text: &str,
         read_include: &mut dyn FnMut(&str) -> Result<String, String>,
-        default_gres: &mut Option<String>,
+        defaults: &mut Defaults,
         depth: usize,
     ) -> Result<(), InventoryError> {
         if depth > 8 {
@@ -139,13 +159,44 @@ impl Inventory {
                     path: path.clone(),
                     reason,
                 })?;
-                self.read(&path, &included, read_include, default_gres, depth + 1)?;
+                self.read(&path, &included, read_include, defaults, depth + 1)?;
                 continue;
             }
             let pairs: Vec<(String, &str)> = line
                 .split_whitespace()
                 .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v)))
                 .collect();
+            if let Some((_, name)) = pairs.first().filter(|(k, _)| k == "partitionname") {
+                let nodes = pairs
+                    .iter()
+                    .find(|(k, _)| k == "nodes")
+                    .map(|(_, v)| v.to_string());
+                if name.eq_ignore_ascii_case("default") {
+                    if nodes.is_some() {
+                        defaults.partition_nodes = nodes;
+                    }
+                    continue;
+                }
+                let nodes = match nodes.or_else(|| defaults.partition_nodes.clone()) {
+                    Some(n) if n.eq_ignore_ascii_case("all") => PartitionNodes::All,
+                    Some(n) => {
+                        PartitionNodes::Names(expand_hostlist(&n, MAX_NODES).map_err(|_| {
+                            InventoryError::Hostlist {
+                                file: file.to_string(),
+                                line: line_no,
+                                text: n.clone(),
+                            }
+                        })?)
+                    }
+                    None => PartitionNodes::Names(Vec::new()),
+                };
+                self.partitions.retain(|p| p.name != *name);
+                self.partitions.push(Partition {
+                    name: name.to_string(),
+                    nodes,
+                });
+                continue;
+            }
             let Some((_, names)) = pairs.first().filter(|(k, _)| k == "nodename") else {
                 continue;
             };
@@ -155,11 +206,11 @@ impl Inventory {
                 .map(|(_, v)| v.to_string());
             if names.eq_ignore_ascii_case("default") {
                 if gres.is_some() {
-                    *default_gres = gres;
+                    defaults.gres = gres;
                 }
                 continue;
             }
-            let gres = gres.or_else(|| default_gres.clone());
+            let gres = gres.or_else(|| defaults.gres.clone());
             let (typed, untyped) =
                 parse_node_gres(gres.as_deref().unwrap_or("")).map_err(|text| {
                     InventoryError::Gres {
@@ -192,6 +243,31 @@ impl Inventory {
         Ok(())
     }
 
+    /// The nodes a job submitted to `partitions` may use: the union of their nodes, or every
+    /// node if the list is empty or names a partition slurm.conf does not define (then the
+    /// controller itself will refuse or resolve it; the plugin does not second-guess it).
+    pub fn nodes_in(&self, partitions: &[&str]) -> Vec<&NodeGpus> {
+        let mut names: Vec<&str> = Vec::new();
+        for wanted in partitions {
+            match self
+                .partitions
+                .iter()
+                .find(|p| p.name == *wanted)
+                .map(|p| &p.nodes)
+            {
+                None | Some(PartitionNodes::All) => return self.nodes.iter().collect(),
+                Some(PartitionNodes::Names(n)) => names.extend(n.iter().map(String::as_str)),
+            }
+        }
+        if partitions.is_empty() {
+            return self.nodes.iter().collect();
+        }
+        self.nodes
+            .iter()
+            .filter(|n| names.contains(&n.name.as_str()))
+            .collect()
+    }
+
     /// The GPU type names present on at least one node, sorted.
     pub fn type_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
@@ -210,6 +286,13 @@ impl Inventory {
             .iter()
             .any(|n| n.typed.get(t).is_some_and(|&c| c > 0))
     }
+}
+
+/// `NodeName=DEFAULT` and `PartitionName=DEFAULT` settings that apply to later lines.
+#[derive(Default)]
+struct Defaults {
+    gres: Option<String>,
+    partition_nodes: Option<String>,
 }
 
 /// Parses a node's `Gres=` value into typed and untyped GPU counts (other GRES are skipped).
@@ -412,6 +495,30 @@ PartitionName=gpu Nodes=n[1-4] Default=YES
         let e = Inventory::from_slurm_conf("s.conf", "NodeName=n[1-999999999]\n", &mut no_include)
             .unwrap_err();
         assert!(matches!(e, InventoryError::TooManyNodes { .. }));
+    }
+
+    #[test]
+    fn partitions_restrict_the_usable_nodes() {
+        let text = format!(
+            "{TESTBED}PartitionName=old Nodes=n3\nPartitionName=DEFAULT Nodes=n[1-2]\nPartitionName=new\nPartitionName=any Nodes=ALL\n"
+        );
+        let inv = Inventory::from_slurm_conf("slurm.conf", &text, &mut no_include).unwrap();
+        let names = |parts: &[&str]| {
+            inv.nodes_in(parts)
+                .iter()
+                .map(|n| n.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&["old"]), ["n3"]);
+        assert_eq!(names(&["new"]), ["n1", "n2"]);
+        assert_eq!(names(&["old", "new"]), ["n1", "n2", "n3"]);
+        assert_eq!(names(&["gpu"]), ["n1", "n2", "n3", "n4"]);
+        assert_eq!(names(&["any"]).len(), 4);
+        assert_eq!(
+            names(&["undefined"]).len(),
+            4,
+            "unknown partitions are Slurm's to judge"
+        );
     }
 
     #[test]

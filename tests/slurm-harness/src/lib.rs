@@ -82,11 +82,12 @@ pub struct Options {
     pub hadar_toml: String,
 }
 
-/// The Hadar configuration the tests use: partition `gpu` (the default) is managed, `cpu`
-/// is not; the sidecar socket lives in the scratch folder.
+/// The Hadar configuration the tests use: partitions `gpu` (the default, all nodes) and `old`
+/// (n3, n4: the K80 nodes) are managed, `cpu` (all nodes) is not; the sidecar socket lives in
+/// the scratch folder.
 pub const DEFAULT_HADAR_TOML: &str = r#"# hadar.toml of the Slurm test cluster
 [slurm]
-managed_partitions = ["gpu"]
+managed_partitions = ["gpu", "old"]
 default_partition = "gpu"
 
 [plugin]
@@ -272,6 +273,7 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
         }
         conf.push_str("PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP\n");
         conf.push_str("PartitionName=cpu Nodes=n[1-4] MaxTime=INFINITE State=UP\n");
+        conf.push_str("PartitionName=old Nodes=n[3-4] MaxTime=INFINITE State=UP\n");
         self.write_file("etc/slurm.conf", &conf)
     }
 
