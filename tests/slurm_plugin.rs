@@ -30,6 +30,10 @@ const SCENARIOS: &[Scenario] = &[
         managed_gres_job_is_held_and_recorded,
     ),
     (
+        "ordinary_users_jobs_are_held_and_recorded_too",
+        ordinary_users_jobs_are_held_and_recorded_too,
+    ),
+    (
         "directives_and_typed_gpus_are_recorded",
         directives_and_typed_gpus_are_recorded,
     ),
@@ -290,6 +294,52 @@ fn managed_gres_job_is_held_and_recorded(bed: &mut Testbed) {
     assert_eq!(
         job(bed, id).field("AdminComment").as_deref(),
         Some("hadar:v1 gpus-per-node=2")
+    );
+}
+
+fn ordinary_users_jobs_are_held_and_recorded_too(bed: &mut Testbed) {
+    // Slurm checks who may set a priority or an admin comment before the plugin runs, so the
+    // plugin can hold and record the job of a user who could not do either.
+    let out = bed
+        .command("runuser")
+        .args([
+            "-u",
+            "nobody",
+            "--",
+            "sbatch",
+            "--gres=gpu:k80:1",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ])
+        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .current_dir("/")
+        .output()
+        .expect("run sbatch as nobody");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sbatch as nobody failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u32 = stdout
+        .trim()
+        .strip_prefix("Submitted batch job ")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no job id in `{stdout}`"));
+    assert_eq!(held_record(bed, id).gpus.counts, typed(&[("k80", 1)]));
+    let info = job(bed, id);
+    assert_eq!(
+        info.field("UserId").as_deref(),
+        Some("nobody(65534)"),
+        "{}",
+        info.0
+    );
+    let log = bed.controller_log();
+    assert!(
+        log.contains("hadar: managed job from uid 65534 held in "),
+        "{log}"
     );
 }
 
