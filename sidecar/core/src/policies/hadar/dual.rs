@@ -110,6 +110,7 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         let rate = gang_rate(job.rates, n, prev);
         if rate > 0.0
             && prev.nodes().len() as u32 <= job.max_nodes
+            && (job.mixed_types || prev.types().len() == 1)
             && let Some(price) = book.placement_cost(prev)
         {
             keep = Some(Offer { placement: prev.clone(), rate, utility: job.utility.at(rate, false), price });

@@ -15,7 +15,8 @@
 //!      they were given, so none is delayed; afterwards no waiting job fits in the free GPUs.
 //!    * stickiness: a running job's old placement is a candidate that costs no restart,
 //!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
-//!      so it moves only when the gain beats the restart.
+//!      so it moves only when the gain beats the restart; with reservations its GPUs are
+//!      held for it until its turn, so jobs considered earlier do not displace it.
 //!    * swap improvement: admitted jobs with the same worker count exchange placements
 //!      while that raises the round's total utility, so each type goes to the jobs that
 //!      gain most from it (the online pass takes jobs in order and cannot see that).
@@ -348,6 +349,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                 utility: &p.utility,
                 previous: p.previous,
                 max_nodes: p.max_nodes,
+                mixed_types: p.mixed_types,
             })
             .collect();
         let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);

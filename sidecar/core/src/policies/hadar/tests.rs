@@ -309,11 +309,13 @@ fn check_plan(cfg: &HadarConfig, c: &Cluster, jobs: &[JobState], restart: f64) -
         // No waiting job could have used the GPUs left idle.
         for w in &plan.waiting {
             let js = jobs.iter().find(|j| j.id() == w.job).unwrap();
-            let usable: u32 = c
+            let free_usable = c
                 .types()
                 .filter(|t| js.job.throughput.rate(*t, js.job.workers).is_some())
-                .map(|t| free.free_of_type(t))
-                .sum();
+                .map(|t| free.free_of_type(t));
+            // Mixed placements may pool every usable type; single-type ones need one type.
+            let usable: u32 =
+                if cfg.mixed_types { free_usable.sum() } else { free_usable.max().unwrap_or(0) };
             prop_assert!(
                 usable < js.job.workers,
                 "job {} waits ({:?}) with {} usable GPUs free",
@@ -338,19 +340,27 @@ proptest! {
         order in prop_oneof![Just(JobOrder::Arrival), Just(JobOrder::UtilityPerGpu), Just(JobOrder::ShortestRemaining), Just(JobOrder::CriticalFirst)],
         objective in prop_oneof![Just(Objective::AvgJct), Just(Objective::Makespan), Just(Objective::Fairness)],
         restart in 0.0f64..400.0,
+        swaps in any::<bool>(),
+        reserve in any::<bool>(),
     ) {
         let mut rng = SmallRng::seed_from_u64(seed);
         let (c, jobs) = random_instance(&mut rng, 8, 8, 30, 8);
-        let cfg = HadarConfig { max_nodes_per_job: limit, work_conservation: wc, stickiness: sticky, order, objective, ..HadarConfig::default() };
+        let cfg = HadarConfig { max_nodes_per_job: limit, work_conservation: wc, stickiness: sticky, order, objective, swap_improvement: swaps, reserve_running: reserve, ..HadarConfig::default() };
         check_plan(&cfg, &c, &jobs, restart)?;
     }
 
     #[test]
-    fn exact_plans_are_valid_too(seed in any::<u64>(), limit in proptest::option::of(1u32..3)) {
+    fn exact_plans_are_valid_too(seed in any::<u64>(), limit in proptest::option::of(1u32..3), mixed in any::<bool>()) {
         let mut rng = SmallRng::seed_from_u64(seed);
         let (c, jobs) = random_instance(&mut rng, 3, 3, 5, 4);
-        let cfg = HadarConfig { exact: true, max_nodes_per_job: limit, ..HadarConfig::default() };
+        let cfg = HadarConfig { exact: true, max_nodes_per_job: limit, mixed_types: mixed, ..HadarConfig::default() };
         check_plan(&cfg, &c, &jobs, 30.0)?;
+        if !mixed {
+            let (plan, _) = plan_round(&cfg, &input(&c, &jobs, 30.0));
+            for a in &plan.assignments {
+                prop_assert_eq!(a.placement.types().len(), 1);
+            }
+        }
     }
 
     #[test]
