@@ -1,9 +1,10 @@
 //! `hadar bench`: speed figures, measured on this machine, printed for the README.
 
 use crate::Failure;
-use crate::cli::{BenchCommand, BenchRoundArgs, BenchSimulateArgs, Format};
+use crate::cli::{BenchCommand, BenchRoundArgs, BenchRoundPolicy, BenchSimulateArgs, Format};
 use crate::table::Table;
-use hadar_core::policies::hadar::plan_round;
+use hadar_core::policies::hadar::{RoundStats, plan_round};
+use hadar_core::policies::hadare;
 use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
@@ -47,15 +48,20 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     };
     let workload = synthetic::generate(&spec).map_err(|e| Failure::input(anyhow::anyhow!("--{e}")))?;
     let config = a.hadar.config();
+    let hadare_config = a.hadar.hadare_config();
     let input = workload.input();
-    let (warm_plan, stats) = plan_round(&config, &input);
+    let plan_once = || match a.policy {
+        BenchRoundPolicy::Hadar => plan_round(&config, &input),
+        BenchRoundPolicy::Hadare => (hadare::plan_round(&hadare_config, &input), RoundStats::default()),
+    };
+    let (warm_plan, stats) = plan_once();
     warm_plan
         .validate(&workload.cluster, &workload.jobs)
-        .map_err(|e| Failure::runtime(anyhow::anyhow!("hadar broke a rule: {e}")))?;
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("{} broke a rule: {e}", policy_name(a.policy))))?;
     let mut times = Vec::with_capacity(a.repetitions as usize);
     for _ in 0..a.repetitions {
         let started = Instant::now();
-        let (plan, _) = plan_round(&config, &input);
+        let (plan, _) = plan_once();
         times.push(started.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(plan);
     }
@@ -70,7 +76,8 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     let text = match a.format {
         Format::Table => {
             let mut out = format!(
-                "hadar round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
+                "{} round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
+                policy_name(a.policy),
                 a.jobs,
                 workload.cluster.total_gpus(),
                 a.nodes,
@@ -79,13 +86,16 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 a.seed,
                 if release { "release" } else { "debug (use --release for figures)" }
             );
-            out.push_str(&format!(
-                "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place\n",
-                warm_plan.assignments.len(),
-                stats.admitted,
-                stats.filled,
-                stats.kept
-            ));
+            out.push_str(&match a.policy {
+                BenchRoundPolicy::Hadar => format!(
+                    "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place\n",
+                    warm_plan.assignments.len(),
+                    stats.admitted,
+                    stats.filled,
+                    stats.kept
+                ),
+                BenchRoundPolicy::Hadare => format!("placed {} jobs\n", warm_plan.assignments.len()),
+            });
             let mut t = Table::new(&["repetitions", "median ms", "max ms", "min ms"]);
             t.row(vec![
                 a.repetitions.to_string(),
@@ -98,6 +108,7 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
         }
         Format::Json => {
             let v = json!({
+                "policy": policy_name(a.policy),
                 "median_ms": median,
                 "max_ms": max,
                 "min_ms": min,
@@ -119,6 +130,14 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     };
     crate::dry_run::emit(&text)?;
     Ok(())
+}
+
+/// The policy's name as `--policy` spells it.
+fn policy_name(p: BenchRoundPolicy) -> &'static str {
+    match p {
+        BenchRoundPolicy::Hadar => "hadar",
+        BenchRoundPolicy::Hadare => "hadare",
+    }
 }
 
 fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {

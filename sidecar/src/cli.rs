@@ -86,9 +86,30 @@ pub struct HadarArgs {
     /// Solve each round exactly by branch and bound (small instances only).
     #[arg(long, help_heading = "Hadar")]
     pub exact: bool,
+    /// Weight of the makespan-aware factor of the `avg-jct` utility (Hadar and HadarE): each
+    /// job's utility is scaled by 1 + X * (its remaining time at its best rate / the
+    /// round's largest), so long jobs that would set the makespan are not left to an idle
+    /// tail. 0 turns it off.
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_CRITICALITY, help_heading = "Hadar")]
+    pub criticality: f64,
+    /// Weight of a cluster-wide per-type term in Hadar's prices: each price is multiplied
+    /// by (U/L)^(X * share of the type's GPUs given out), so a filling type grows dearer
+    /// and jobs that gain little on it turn to other types. 0 turns it off. (HadarE uses
+    /// its own default, 1.)
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_TYPE_PRESSURE, help_heading = "Hadar")]
+    pub type_pressure: f64,
 }
 
 impl HadarArgs {
+    /// HadarE's settings for these arguments: the makespan-aware factor is shared; the
+    /// rest (type pressure included) keep HadarE's defaults.
+    pub fn hadare_config(&self) -> hadar_core::policies::hadare::HadarEConfig {
+        hadar_core::policies::hadare::HadarEConfig {
+            criticality: self.config().criticality,
+            ..Default::default()
+        }
+    }
+
     /// The core's settings for these arguments.
     pub fn config(&self) -> hadar_core::policies::hadar::HadarConfig {
         use hadar_core::policies::hadar::{HadarConfig, JobOrder, Objective};
@@ -112,6 +133,8 @@ impl HadarArgs {
             mixed_types: !self.single_type,
             swap_improvement: !self.no_swaps,
             exact: self.exact,
+            criticality: if self.criticality.is_finite() { self.criticality.max(0.0) } else { 0.0 },
+            type_pressure: if self.type_pressure.is_finite() { self.type_pressure.max(0.0) } else { 0.0 },
             ..HadarConfig::default()
         }
     }
@@ -208,11 +231,24 @@ pub struct BenchRoundArgs {
     /// Seed of the synthetic workload.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Which scheduler plans the round: Hadar (gang placements) or HadarE (forked copies;
+    /// it takes `--criticality` from the Hadar settings).
+    #[arg(long, value_enum, default_value_t = BenchRoundPolicy::Hadar)]
+    pub policy: BenchRoundPolicy,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]
     pub hadar: HadarArgs,
+}
+
+/// `hadar bench round --policy` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchRoundPolicy {
+    /// Hadar's task-level primal-dual.
+    Hadar,
+    /// HadarE: forked copies priced by the same book.
+    Hadare,
 }
 
 /// `hadar bench simulate` arguments.

@@ -80,7 +80,12 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         let plan = p.plan(&input);
         (plan, Some(p.last_round().clone()))
     } else {
-        let opts = PolicyOptions { seed: 0, hadar: hadar_config.clone(), ..PolicyOptions::default() };
+        let opts = PolicyOptions {
+            seed: 0,
+            hadar: hadar_config.clone(),
+            hadare: a.hadar.hadare_config(),
+            ..PolicyOptions::default()
+        };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build"))
         })?;
@@ -264,6 +269,8 @@ impl<'a> Report<'a> {
                 "swap_improvement": cfg.swap_improvement,
                 "mixed_types": cfg.mixed_types,
                 "per_type_prices": cfg.per_type_prices,
+                "criticality": cfg.criticality,
+                "type_pressure": cfg.type_pressure,
                 "price_low": stats.price_bounds.map(|b| round6(b.low)),
                 "price_high": stats.price_bounds.map(|b| round6(b.high)),
                 "admitted": stats.admitted,
@@ -300,6 +307,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
     }
     if cfg.per_type_prices {
         parts.push("per-type prices".into());
+    }
+    if cfg.objective == hadar_core::policies::hadar::Objective::AvgJct {
+        parts.push(format!("criticality {}", cfg.criticality));
+    }
+    if cfg.type_pressure > 0.0 {
+        parts.push(format!("type pressure {}", cfg.type_pressure));
     }
     if cfg.exact {
         parts.push("exact".into());

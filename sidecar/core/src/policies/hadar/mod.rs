@@ -87,6 +87,12 @@ impl std::str::FromStr for JobOrder {
     }
 }
 
+/// The default exponent of the makespan-aware utility factor (measured in README).
+pub const DEFAULT_CRITICALITY: f64 = 30.0;
+
+/// The default weight of the cluster-wide per-type price term (measured in README).
+pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
+
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -120,6 +126,12 @@ pub struct HadarConfig {
     /// Search nodes the exact mode may visit per round before it settles for the best
     /// plan found (the primal-dual plan when that is better).
     pub exact_search_limit: u64,
+    /// Weight of the makespan-aware factor of the `avg-jct` utility (see
+    /// [`JobUtility::set_criticality`]); 0 is plain shortest-remaining-time utility.
+    pub criticality: f64,
+    /// Weight of the cluster-wide per-type utilisation term of the prices (see
+    /// [`prices::PriceBook::with_type_pressure`]); 0 is the paper's per-(node, type) price.
+    pub type_pressure: f64,
 }
 
 impl Default for HadarConfig {
@@ -136,6 +148,8 @@ impl Default for HadarConfig {
             per_type_prices: false,
             exact: false,
             exact_search_limit: 2_000_000,
+            criticality: DEFAULT_CRITICALITY,
+            type_pressure: DEFAULT_TYPE_PRESSURE,
         }
     }
 }
@@ -252,6 +266,10 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             mixed_types: config.mixed_types,
         });
     }
+    let horizon = criticality_horizon(input);
+    for p in &mut ready {
+        p.utility.set_criticality(horizon, config.criticality);
+    }
     (ready, waiting)
 }
 
@@ -337,7 +355,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         vec![bounds; types]
     };
     order_jobs(config, input, &mut ready);
-    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds);
+    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds).with_type_pressure(config.type_pressure);
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
@@ -505,11 +523,31 @@ fn reason_when_left_out(book: &PriceBook, p: &Prepared<'_>) -> WaitReason {
     }
 }
 
+/// The horizon of the makespan-aware utility factor: the largest remaining time, at its
+/// fastest rate on a type the cluster has, of any job that can run this round.
+fn criticality_horizon(input: &RoundInput<'_>) -> f64 {
+    let cluster = input.cluster;
+    let mut horizon = 0.0_f64;
+    for js in input.jobs {
+        let workers = js.job.workers;
+        let best = cluster
+            .types()
+            .filter(|&t| cluster.total_of_type(t) > 0)
+            .map(|t| js.job.throughput.rate_or_zero(t, workers))
+            .fold(0.0, f64::max);
+        if workers > 0 && best > 0.0 {
+            horizon = horizon.max(js.remaining_steps.max(0.0) / best.max(1e-12));
+        }
+    }
+    horizon
+}
+
 /// The round's objective, by which the primal-dual and the exact mode are compared: the
 /// total utility of the placed jobs, each at its placement's rate (restart-discounted for a
 /// running job that moves, when stickiness is on). Assignments of unknown jobs count zero.
 pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &RoundPlan) -> f64 {
     let by_id: HashMap<JobId, &JobState> = input.jobs.iter().map(|j| (j.id(), j)).collect();
+    let horizon = criticality_horizon(input);
     let mut total = 0.0;
     for a in &plan.assignments {
         let Some(js) = by_id.get(&a.job) else {
@@ -517,8 +555,14 @@ pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &Roun
         };
         let rates: Vec<f64> =
             input.cluster.types().map(|t| js.job.throughput.rate_or_zero(t, js.job.workers)).collect();
-        let best_rate = rates.iter().copied().fold(0.0, f64::max);
-        let u = JobUtility::new(
+        // As in `prepare`: the best rate on a type the cluster has.
+        let best_rate = input
+            .cluster
+            .types()
+            .filter(|&t| input.cluster.total_of_type(t) > 0)
+            .map(|t| rates[t.index()])
+            .fold(0.0, f64::max);
+        let mut u = JobUtility::new(
             config.objective,
             js,
             best_rate,
@@ -527,6 +571,7 @@ pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &Roun
             input.restart_s,
             config.stickiness,
         );
+        u.set_criticality(horizon, config.criticality);
         let moved = js.placement.as_ref().is_some_and(|p| *p != a.placement);
         total += u.at(gang_rate(&rates, js.job.workers, &a.placement), moved);
     }

@@ -68,6 +68,13 @@ pub struct PriceBook {
     class_index: HashMap<Vec<(u32, u32)>, usize>,
     class_of: Vec<usize>,
     slot_in_class: Vec<usize>,
+    /// GPUs of each type in the cluster.
+    total_by_type: Vec<u32>,
+    /// Exponent weight of the cluster-wide utilisation of a type (see
+    /// [`PriceBook::with_type_pressure`]); 0 prices each (node, type) alone.
+    type_pressure: f64,
+    /// The current factor of each type's prices, kept up to date by charge and release.
+    type_factors: Vec<f64>,
 }
 
 impl PriceBook {
@@ -121,7 +128,8 @@ impl PriceBook {
             cap.extend_from_slice(&n.gpus);
         }
         let used = vec![0; cap.len()];
-        let free_by_type = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let free_by_type: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let total_by_type = free_by_type.clone();
         let fallback = bounds.last().copied().unwrap_or(PriceBounds { low: 1.0, high: 2.0 });
         let bounds: Vec<PriceBounds> =
             (0..types).map(|t| bounds.get(t).copied().unwrap_or(fallback)).collect();
@@ -153,12 +161,46 @@ impl PriceBook {
             class_index: HashMap::new(),
             class_of: vec![0; cluster.nodes().len()],
             slot_in_class: vec![0; cluster.nodes().len()],
+            type_factors: vec![1.0; total_by_type.len()],
+            total_by_type,
+            type_pressure: 0.0,
         };
         for n in cluster.node_ids() {
             let key = book.key_of(n);
             book.insert_into_class(n, key);
         }
         book
+    }
+
+    /// Adds a cluster-wide term to every price: each (node, type) price is multiplied by
+    /// `(U/L)^(lambda * u_t / C_t)`, with `u_t` of the type's `C_t` GPUs given out so far.
+    /// On clusters of one GPU per node the per-(node, type) price is flat (a node is free
+    /// at `L` or full), so without this term every job takes the fastest free type; with
+    /// it, a type grows dearer as it fills, and a job whose speedup on it is small turns
+    /// to a cheaper type, leaving the fast one to a job that gains more there. An empty
+    /// cluster still sells at `L` and a full resource still asks at least `U`.
+    pub fn with_type_pressure(mut self, lambda: f64) -> Self {
+        self.type_pressure = if lambda.is_finite() { lambda.max(0.0) } else { 0.0 };
+        for t in 0..self.types {
+            self.refresh_type_factor(t);
+        }
+        self
+    }
+
+    /// The cluster-wide factor of type `t`'s prices (1 without type pressure).
+    fn type_factor(&self, t: usize) -> f64 {
+        self.type_factors[t]
+    }
+
+    fn refresh_type_factor(&mut self, t: usize) {
+        self.type_factors[t] = if self.type_pressure <= 0.0 {
+            1.0
+        } else {
+            let total = self.total_by_type[t].max(1) as f64;
+            let used = total - self.free_by_type[t] as f64;
+            let b = self.bounds[t];
+            (b.high / b.low).powf(self.type_pressure * used / total)
+        };
     }
 
     /// `L` and `U` of each type.
@@ -181,10 +223,10 @@ impl PriceBook {
     pub fn unit_price(&self, t: usize, cap: u32, used: u32) -> f64 {
         let b = self.bounds[t];
         if used >= cap {
-            return b.high;
+            return b.high * self.type_factor(t);
         }
         let p = &self.prefix[t][cap as usize];
-        p[used as usize + 1] - p[used as usize]
+        (p[used as usize + 1] - p[used as usize]) * self.type_factor(t)
     }
 
     /// The cost of `k` more GPUs of type `t` on a resource of capacity `cap` with `used`
@@ -194,7 +236,7 @@ impl PriceBook {
             return None;
         }
         let p = &self.prefix[t][cap as usize];
-        Some(p[(used + k) as usize] - p[used as usize])
+        Some((p[(used + k) as usize] - p[used as usize]) * self.type_factor(t))
     }
 
     /// GPUs of type `t` on node `n` given out so far this round.
@@ -252,6 +294,7 @@ impl PriceBook {
             let take = p.gpus.min(self.cap[i] - self.used[i]);
             self.used[i] += take;
             self.free_by_type[p.gpu_type.index()] -= take;
+            self.refresh_type_factor(p.gpu_type.index());
             if touched.last() != Some(&p.node) {
                 touched.push(p.node);
             }
@@ -275,6 +318,7 @@ impl PriceBook {
             let back = p.gpus.min(self.used[i]);
             self.used[i] -= back;
             self.free_by_type[p.gpu_type.index()] += back;
+            self.refresh_type_factor(p.gpu_type.index());
             if touched.last() != Some(&p.node) {
                 touched.push(p.node);
             }
@@ -329,6 +373,26 @@ mod tests {
     fn book() -> PriceBook {
         let c = Cluster::from_type_counts(&[("v100".into(), 8), ("k80".into(), 4)], 4).unwrap();
         PriceBook::new(&c, &[PriceBounds { low: 1.0, high: 16.0 }, PriceBounds { low: 0.5, high: 2.0 }])
+    }
+
+    #[test]
+    fn type_pressure_raises_every_node_of_a_filling_type() {
+        // Two v100 nodes of 4 and one k80 node: filling one v100 node makes the other,
+        // still empty, v100 node dearer, but leaves the k80 node at its `L`.
+        let mut plain = book();
+        let mut pressed = book().with_type_pressure(1.0);
+        assert_eq!(pressed.next_price(NodeId(1), GpuType(0)), 1.0);
+        let full = Placement::gang([Part { node: NodeId(0), gpu_type: GpuType(0), gpus: 4 }]);
+        plain.charge(&full);
+        pressed.charge(&full);
+        assert_eq!(plain.next_price(NodeId(1), GpuType(0)), 1.0);
+        // Half of the 8 v100s are out: factor (16/1)^(1 * 4/8) = 4.
+        assert!((pressed.next_price(NodeId(1), GpuType(0)) - 4.0).abs() < 1e-12);
+        assert!((pressed.cost_at(0, 4, 0, 2).unwrap() - 4.0 * plain.cost_at(0, 4, 0, 2).unwrap()).abs() < 1e-9);
+        assert_eq!(pressed.next_price(NodeId(2), GpuType(1)), 0.5);
+        // Releasing brings the price back.
+        pressed.release(&full);
+        assert_eq!(pressed.next_price(NodeId(1), GpuType(0)), 1.0);
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! estimated completion time `now + remaining_steps / rate`, so a faster placement is never
 //! worth less. They differ in how they rank jobs against each other:
 //!
-//! * [`Objective::AvgJct`] (default): `w * T / (T + t_rem)`, with `T` the round length and
-//!   `t_rem = remaining_steps / rate` the remaining time at this rate. It is the share of
-//!   the job's remaining life that this round covers; for long jobs it is about `w * T *
+//! * [`Objective::AvgJct`] (default): `k * w * T / (T + t_rem)`, with `T` the round length
+//!   and `t_rem = remaining_steps / rate` the remaining time at this rate. It is the share
+//!   of the job's remaining life that this round covers; for long jobs it is about `w * T *
 //!   rate / remaining_steps`, the shortest-remaining-time-first ranking that minimises
-//!   average completion time, while a faster type is worth proportionally more.
+//!   average completion time, while a faster type is worth proportionally more. `k = 1 +
+//!   c * t_best / t_max` is the makespan-aware factor (see [`JobUtility::set_criticality`]):
+//!   it narrows the gap between long and short jobs so long ones start early instead of
+//!   forming an idle tail, and ranks the longest first once little time remains.
 //! * [`Objective::Makespan`]: `w * (t_best / T) * (rate / best_rate)`, with `t_best` the
 //!   remaining time at the job's fastest type: the longest remaining jobs rank first (they
 //!   set the makespan), and each prefers faster types in proportion to their speed.
@@ -74,6 +77,7 @@ pub struct JobUtility {
     age_s: f64,
     alone_s: f64,
     move_factor: f64,
+    criticality: f64,
 }
 
 impl JobUtility {
@@ -106,7 +110,33 @@ impl JobUtility {
             age_s: (now_s - job.job.arrival_s).max(0.0),
             alone_s: (job.job.total_steps.max(0.0) / best_rate).max(MIN_RATE),
             move_factor,
+            criticality: 1.0,
         }
+    }
+
+    /// The job's remaining time at its fastest rate, in seconds.
+    pub fn remaining_best_s(&self) -> f64 {
+        self.remaining_steps / self.best_rate
+    }
+
+    /// Weights the [`Objective::AvgJct`] utility by `1 + weight * t_best / horizon_s`, with
+    /// `t_best` the job's remaining time at its fastest rate and `horizon_s` the round's
+    /// largest such time. For a long job the utility becomes about `w * T * (1 / t_rem +
+    /// weight / horizon_s)`: while the horizon is longer than `weight` rounds, shorter jobs
+    /// still rank first, but the gap between long and short ones shrinks, so prices no longer
+    /// turn long jobs away in favour of an ever-renewed crowd of short ones and they start
+    /// early instead of forming a tail in which GPUs idle. Once the horizon is shorter than
+    /// `weight` rounds (the end game), the order flips to longest first, the makespan rule.
+    /// The factor does not depend on the rate, so the utility stays non-increasing in the
+    /// completion time. Other objectives ignore it (makespan and fairness already rank long
+    /// jobs high); weight 0 turns it off.
+    pub fn set_criticality(&mut self, horizon_s: f64, weight: f64) {
+        if self.objective != Objective::AvgJct || !(weight > 0.0) || !(horizon_s > 0.0) || !weight.is_finite() {
+            self.criticality = 1.0;
+            return;
+        }
+        let share = (self.remaining_best_s() / horizon_s).clamp(0.0, 1.0);
+        self.criticality = 1.0 + weight * share;
     }
 
     /// Utility at `rate` steps/s, for a placement that keeps the job where it ran
@@ -118,7 +148,7 @@ impl JobUtility {
         }
         let t = self.round_s;
         match self.objective {
-            Objective::AvgJct => self.weight * t / (t + self.remaining_steps / rate),
+            Objective::AvgJct => self.criticality * self.weight * t / (t + self.remaining_steps / rate),
             Objective::Makespan => {
                 let t_best = self.remaining_steps / self.best_rate;
                 self.weight * (t_best / t).max(MIN_RATE) * (rate / self.best_rate)
@@ -186,6 +216,31 @@ mod tests {
         let short = JobUtility::new(Objective::Makespan, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
         let long = JobUtility::new(Objective::Makespan, &state(900.0, false), 1.0, 0.0, 360.0, 0.0, false);
         assert!(short.best() < long.best());
+    }
+
+    #[test]
+    fn criticality_narrows_srpt_and_ranks_longest_first_near_the_end() {
+        let mk = |remaining: f64, horizon: f64| {
+            let mut u = JobUtility::new(Objective::AvgJct, &state(remaining, false), 1.0, 0.0, 360.0, 0.0, false);
+            u.set_criticality(horizon, 30.0);
+            u
+        };
+        let plain = |r: f64| JobUtility::new(Objective::AvgJct, &state(r, false), 1.0, 0.0, 360.0, 0.0, false).best();
+        // Horizon of ~2,800 rounds, far beyond 30: shorter still ranks first, by less.
+        let (short, long) = (mk(1e5, 1e6).best(), mk(1e6, 1e6).best());
+        assert!(short > long);
+        assert!(short / long < plain(1e5) / plain(1e6));
+        // Horizon of 10 rounds: the longest job ranks first.
+        assert!(mk(3600.0, 3600.0).best() > mk(1800.0, 3600.0).best());
+        assert!(plain(1800.0) > plain(3600.0));
+        // Still increasing in the rate for one job.
+        let u = mk(5e5, 1e6);
+        assert!(u.at(2.0, false) > u.at(1.0, false));
+        // Other objectives ignore it.
+        let mut m = JobUtility::new(Objective::Makespan, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let before = m.best();
+        m.set_criticality(1e6, 30.0);
+        assert_eq!(m.best(), before);
     }
 
     #[test]
