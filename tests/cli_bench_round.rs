@@ -31,3 +31,20 @@ fn zero_sizes_are_refused() {
         assert!(err.contains(&format!("{flag}: must be at least 1")), "{flag}: {err}");
     }
 }
+
+#[test]
+fn hadare_round_is_timed_and_named() {
+    let o = hadar(&[
+        "bench", "round", "--policy", "hadare", "--jobs", "60", "--nodes", "8", "--gpus-per-node", "4", "--types", "3",
+        "--repetitions", "3", "--format", "json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["policy"], "hadare");
+    let median = v["median_ms"].as_f64().expect("median_ms");
+    assert!(median > 0.0 && median <= v["max_ms"].as_f64().unwrap(), "{v}");
+    let placed = v["placed"].as_u64().unwrap();
+    assert!(placed > 0 && placed <= 60, "{v}");
+    let bad = hadar(&["bench", "round", "--policy", "gavel"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -205,6 +205,39 @@ fn best_copy(book: &PriceBook, job: &Forkable, priced: bool) -> Option<Candidate
     best.map(|(_, c)| c)
 }
 
+/// Pass 3: work conservation, copy by copy, each time to the job whose best copy gains
+/// most per GPU (lowest index on ties). Giving out GPUs only removes candidates, so a
+/// job's score can only fall until the job itself gains a copy: a lazy heap of scores
+/// (each an upper bound, re-checked when it reaches the top; a job is re-scored exactly
+/// after its own copy) picks the same copies as rescanning every job each time.
+fn conserve_work(book: &mut PriceBook, jobs: &mut [Forkable], max_copies: usize) {
+    let unpriced_score = |book: &PriceBook, job: &Forkable| {
+        if job.copies.len() >= max_copies {
+            return None;
+        }
+        best_copy(book, job, false).map(|c| (c.gain / c.part.gpus as f64, c))
+    };
+    let mut heap: BinaryHeap<(TotalF64, Reverse<usize>)> = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(k, job)| unpriced_score(book, job).map(|(score, _)| (TotalF64(score), Reverse(k))))
+        .collect();
+    while let Some((TotalF64(stored), Reverse(k))) = heap.pop() {
+        if book.free_total() == 0 {
+            break;
+        }
+        let Some((score, c)) = unpriced_score(book, &jobs[k]) else { continue };
+        if score.total_cmp(&stored).is_lt() {
+            heap.push((TotalF64(score), Reverse(k)));
+            continue;
+        }
+        add_copy(book, &mut jobs[k], c);
+        if let Some((next, _)) = unpriced_score(book, &jobs[k]) {
+            heap.push((TotalF64(next), Reverse(k)));
+        }
+    }
+}
+
 fn add_copy(book: &mut PriceBook, job: &mut Forkable, c: Candidate) {
     book.charge(&Placement::gang([c.part]));
     job.copies.push(c.part);
@@ -215,6 +248,14 @@ fn add_copy(book: &mut PriceBook, job: &mut Forkable, c: Candidate) {
 
 /// Plans one HadarE round.
 pub fn plan_round(config: &HadarEConfig, input: &RoundInput<'_>) -> RoundPlan {
+    plan_round_with(config, input, conserve_work)
+}
+
+/// How the work-conservation pass gives out the GPUs left: [`conserve_work`]; tests swap
+/// in a plain rescan to check the two agree.
+type ConservePass = fn(&mut PriceBook, &mut [Forkable], usize);
+
+fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: ConservePass) -> RoundPlan {
     let cluster = input.cluster;
     let max_copies = config.max_copies.max(1) as usize;
     let mut jobs: Vec<Forkable> = Vec::with_capacity(input.jobs.len());
@@ -299,37 +340,8 @@ pub fn plan_round(config: &HadarEConfig, input: &RoundInput<'_>) -> RoundPlan {
         }
     }
 
-    // Pass 3: work conservation, copy by copy, each time to the job whose best copy gains
-    // most per GPU (lowest index on ties). Giving out GPUs only removes candidates, so a
-    // job's score can only fall until the job itself gains a copy: a lazy heap of scores
-    // (each an upper bound, re-checked when it reaches the top; a job is re-scored exactly
-    // after its own copy) picks the same copies as rescanning every job each time.
     if config.work_conservation {
-        let unpriced_score = |book: &PriceBook, job: &Forkable| {
-            if job.copies.len() >= max_copies {
-                return None;
-            }
-            best_copy(book, job, false).map(|c| (c.gain / c.part.gpus as f64, c))
-        };
-        let mut heap: BinaryHeap<(TotalF64, Reverse<usize>)> = jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(k, job)| unpriced_score(&book, job).map(|(score, _)| (TotalF64(score), Reverse(k))))
-            .collect();
-        while let Some((TotalF64(stored), Reverse(k))) = heap.pop() {
-            if book.free_total() == 0 {
-                break;
-            }
-            let Some((score, c)) = unpriced_score(&book, &jobs[k]) else { continue };
-            if score.total_cmp(&stored).is_lt() {
-                heap.push((TotalF64(score), Reverse(k)));
-                continue;
-            }
-            add_copy(&mut book, &mut jobs[k], c);
-            if let Some((next, _)) = unpriced_score(&book, &jobs[k]) {
-                heap.push((TotalF64(next), Reverse(k)));
-            }
-        }
+        conserve(&mut book, &mut jobs, max_copies);
     }
 
     let mut assignments = Vec::new();
@@ -429,6 +441,57 @@ mod tests {
         jobs[0].rounds_run = 1;
         let again = plan_round(&HadarEConfig::default(), &RoundInput { restart_s: 30.0, ..input(&cluster, &jobs) });
         assert_eq!(again.assignments[0].placement, first.assignments[0].placement);
+    }
+
+    /// The work-conservation pass as first written: rescan every job for each copy.
+    fn conserve_by_rescan(book: &mut PriceBook, jobs: &mut [Forkable], max_copies: usize) {
+        loop {
+            let mut best: Option<(f64, usize, Candidate)> = None;
+            for (k, job) in jobs.iter().enumerate() {
+                if job.copies.len() >= max_copies || book.free_total() == 0 {
+                    continue;
+                }
+                if let Some(c) = best_copy(book, job, false) {
+                    let score = c.gain / c.part.gpus as f64;
+                    if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+                        best = Some((score, k, c));
+                    }
+                }
+            }
+            match best {
+                Some((_, k, c)) => add_copy(book, &mut jobs[k], c),
+                None => break,
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The lazy heap of the work-conservation pass gives out exactly the copies a full
+        /// rescan for each copy would, with and without type pressure.
+        #[test]
+        fn lazy_work_conservation_matches_a_full_rescan(
+            nodes in prop::collection::vec((0u32..5, 0u32..5), 1..8),
+            specs in prop::collection::vec((1u32..5, 0.1f64..10.0, 0.1f64..10.0, 1.0f64..1e6), 1..10),
+            max_copies in 1u32..6,
+            type_pressure in prop::sample::select(vec![0.0, 1.0]),
+        ) {
+            let cluster_nodes: Vec<crate::cluster::Node> = nodes.iter().enumerate()
+                .map(|(i, (a, b))| crate::cluster::Node { name: format!("n{i}"), gpus: vec![*a, *b] })
+                .collect();
+            prop_assume!(nodes.iter().any(|(a, b)| a + b > 0));
+            let cluster = Cluster::new(vec!["a".into(), "b".into()], cluster_nodes).unwrap();
+            let jobs: Vec<JobState> = specs.iter().enumerate().map(|(i, (w, ra, rb, rem))| {
+                let a: Vec<(u32, f64)> = (1..=*w).map(|g| (g, ra * g as f64 * 0.9)).collect();
+                let b: Vec<(u32, f64)> = vec![(1, *rb)];
+                job(i as u64, *w, &[&a, &b], *rem)
+            }).collect();
+            let cfg = HadarEConfig { max_copies, type_pressure, ..HadarEConfig::default() };
+            let inp = input(&cluster, &jobs);
+            let fast = plan_round(&cfg, &inp);
+            let slow = plan_round_with(&cfg, &inp, conserve_by_rescan);
+            prop_assert_eq!(fast, slow);
+        }
     }
 
     proptest! {
