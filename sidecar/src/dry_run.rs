@@ -84,7 +84,6 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             seed: 0,
             hadar: hadar_config.clone(),
             hadare: a.hadar.hadare_config(),
-            ..PolicyOptions::default()
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build"))

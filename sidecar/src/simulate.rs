@@ -80,7 +80,6 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         seed: args.seed,
         hadar: args.hadar.config(),
         hadare: args.hadar.hadare_config(),
-        ..PolicyOptions::default()
     };
 
     let mut outcomes = Vec::new();

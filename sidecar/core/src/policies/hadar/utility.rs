@@ -131,7 +131,9 @@ impl JobUtility {
     /// completion time. Other objectives ignore it (makespan and fairness already rank long
     /// jobs high); weight 0 turns it off.
     pub fn set_criticality(&mut self, horizon_s: f64, weight: f64) {
-        if self.objective != Objective::AvgJct || !(weight > 0.0) || !(horizon_s > 0.0) || !weight.is_finite() {
+        // NaN weights or horizons fail `> 0.0` and turn the factor off.
+        let usable = weight > 0.0 && weight.is_finite() && horizon_s > 0.0;
+        if self.objective != Objective::AvgJct || !usable {
             self.criticality = 1.0;
             return;
         }
