@@ -441,7 +441,13 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                         reason: WaitReason::PriceAboveUtility { utility: o.utility, price: o.price },
                     });
                 }
-                DualOutcome::NoPlacement(reason) => waiting.push(Waiting { job: js.id(), reason }),
+                DualOutcome::NoPlacement(reason) => {
+                    // GPUs held for running jobs considered later may be freed after this
+                    // job's turn (a running job priced out does not take them back), so
+                    // work conservation tries it again.
+                    priced_out.push(k);
+                    waiting.push(Waiting { job: js.id(), reason });
+                }
             }
         }
         let mut filled_ids: Vec<JobId> = Vec::new();
