@@ -37,6 +37,14 @@ pub enum Command {
     /// refinement with simulated noisy measurements. `--job-type NAME` prints one job type's
     /// estimated steps/s on each GPU type.
     Estimate(EstimateArgs),
+    /// Average safetensors checkpoints of a forked job's copies, weighted by their steps.
+    ///
+    /// `hadar average --out merged.safetensors a.safetensors:1200 b.safetensors:800` writes
+    /// 0.6 a + 0.4 b. Floating-point tensors (F64, F32, F16, BF16, C64, F8_E4M3, F8_E5M2) are
+    /// averaged in f64 and rounded once to their dtype (ties to even); integer, BOOL, F8_E8M0
+    /// and packed F4/F6 tensors are not averaged (see --integers). The output has the first
+    /// input's header and metadata, and is written atomically (temp file, fsync, rename).
+    Average(AverageArgs),
     /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -51,6 +59,94 @@ pub enum BenchCommand {
     /// job types uniform, 70% one worker, 10% two, 20% four for distributed types, 1-4 h
     /// each alone on a V100, all arriving at t = 0. Prints each policy's wall time.
     Simulate(BenchSimulateArgs),
+    /// Time `hadar average` on generated checkpoints and print its throughput in GB/s.
+    ///
+    /// Writes --copies checkpoints of --size-gb GB each (64 MiB tensors of pseudo-random
+    /// values) into a temporary directory under --dir, averages them --repeat times and
+    /// prints input bytes read per second. The inputs were just written, so they are read
+    /// from the page cache when memory allows.
+    Average(BenchAverageArgs),
+}
+
+/// `hadar bench average` arguments.
+#[derive(Args, Debug)]
+pub struct BenchAverageArgs {
+    /// Size of each generated checkpoint, in GB (10^9 bytes).
+    #[arg(long, value_name = "GB", default_value_t = 1.0)]
+    pub size_gb: f64,
+    /// Checkpoints averaged.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub copies: usize,
+    /// Element type of the generated tensors.
+    #[arg(long, value_enum, default_value_t = BenchDtype::F32)]
+    pub dtype: BenchDtype,
+    /// Timed repetitions.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: usize,
+    /// Directory for the temporary files. [default: the system temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Element types `hadar bench average` can generate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchDtype {
+    /// IEEE single precision.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+/// What `hadar average` does with integer, boolean and other non-averaged tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IntegersArg {
+    /// They must be identical in every input; otherwise refuse, naming the tensor.
+    Identical,
+    /// Take the first input's values (e.g. BatchNorm's num_batches_tracked counters).
+    First,
+}
+
+/// `hadar average` arguments.
+#[derive(Args, Debug)]
+pub struct AverageArgs {
+    /// Where to write the averaged checkpoint (replaced atomically).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Checkpoints as FILE:STEPS (the steps that copy did; weights are steps / total). With
+    /// --weights-from, plain FILEs in the record's copy order, or none when the record
+    /// names each copy's checkpoint.
+    #[arg(value_name = "FILE[:STEPS]")]
+    pub inputs: Vec<String>,
+
+    /// Take the steps from a Job Tracker file (JSON lines, as written by `hadar simulate
+    /// --trace-out` and the daemon): the one forked-job record selected by --job, --round
+    /// and --policy.
+    #[arg(long, value_name = "FILE")]
+    pub weights_from: Option<PathBuf>,
+
+    /// With --weights-from: the job id of the record.
+    #[arg(long, value_name = "ID", requires = "weights_from")]
+    pub job: Option<u64>,
+
+    /// With --weights-from: the round of the record.
+    #[arg(long, value_name = "N", requires = "weights_from")]
+    pub round: Option<u64>,
+
+    /// With --weights-from: the policy of the record (simulator output holds several).
+    #[arg(long, value_name = "NAME", requires = "weights_from")]
+    pub policy: Option<String>,
+
+    /// Integer, BOOL, F8_E8M0 and packed F4/F6 tensors are never averaged: `identical`
+    /// requires them equal in every input, `first` takes the first input's.
+    #[arg(long, value_enum, default_value_t = IntegersArg::Identical)]
+    pub integers: IntegersArg,
+
+    /// Output format of the summary.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 /// `hadar bench simulate` arguments.

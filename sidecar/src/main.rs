@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 2 bad input (arguments, files, policy names: nothing was run);
 //! 1 a failure while running (a policy broke a rule, output could not be written).
 
+mod average;
 mod bench;
 mod cli;
 mod estimate;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
         cli::Command::Estimate(a) => estimate::run(a),
+        cli::Command::Average(a) => average::run(a),
         cli::Command::Bench(b) => bench::run(b),
     };
     match outcome {

@@ -58,20 +58,20 @@ impl Default for AverageOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum AverageError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (not a `source`: it is part of the one-line message).
+        error: std::io::Error,
     },
     /// A checkpoint's header is malformed.
-    #[error("{path}: not a valid safetensors file: {source}")]
+    #[error("{path}: not a valid safetensors file: {reason}")]
     Header {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: HeaderError,
+        reason: HeaderError,
     },
     /// No inputs.
     #[error("no checkpoints to average")]
@@ -159,14 +159,14 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Opens and maps `path` and validates its header. Nothing but the header is read.
     pub fn open(path: &Path) -> Result<Self, AverageError> {
-        let io = |source| AverageError::Io { path: path.to_path_buf(), source };
+        let io = |error| AverageError::Io { path: path.to_path_buf(), error };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         // SAFETY: the map is read-only. A checkpoint truncated by another process while we
         // read it would fault (SIGBUS); checkpoints are written once by the copies and only
         // read here, which is the same assumption every safetensors loader makes.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let header = header::parse_header(&map, len).map_err(|source| AverageError::Header { path: path.to_path_buf(), source })?;
+        let header = header::parse_header(&map, len).map_err(|reason| AverageError::Header { path: path.to_path_buf(), reason })?;
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Sequential);
         Ok(Checkpoint { path: path.to_path_buf(), map, header })
@@ -273,7 +273,7 @@ fn average_into(
     w: &mut dyn Write,
 ) -> Result<Summary, AverageError> {
     let first = &inputs[0];
-    let werr = |source| AverageError::Io { path: out.to_path_buf(), source };
+    let werr = |error| AverageError::Io { path: out.to_path_buf(), error };
     w.write_all(first.header_bytes()).map_err(werr)?;
     let codec = Codec::new();
     let chunk_scalars = opts.chunk_scalars.max(1);

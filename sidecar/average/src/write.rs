@@ -27,7 +27,7 @@ pub fn atomically<T>(
     };
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| AverageError::Io { path, source }
+        move |error| AverageError::Io { path, error }
     };
     let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(&dir).map_err(io(out))?;
     let mut counter = Counting { inner: BufWriter::with_capacity(BUFFER_BYTES, tmp.as_file()), bytes: 0 };
@@ -36,7 +36,7 @@ pub fn atomically<T>(
     counter.inner.flush().map_err(io(out))?;
     drop(counter);
     tmp.as_file().sync_all().map_err(io(out))?;
-    tmp.persist(out).map_err(|e| AverageError::Io { path: out.to_path_buf(), source: e.error })?;
+    tmp.persist(out).map_err(|e| AverageError::Io { path: out.to_path_buf(), error: e.error })?;
     // The rename is durable only once the directory entry is on disk.
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
@@ -105,7 +105,7 @@ pub fn write_safetensors(path: &Path, metadata: Option<&BTreeMap<String, String>
     let layout: Vec<_> = tensors.iter().map(|t| (t.name, t.dtype, t.shape.clone(), t.bytes.len() as u64)).collect();
     let header = header_bytes(metadata, &layout);
     let (n, ()) = atomically(path, |w| {
-        let err = |source| AverageError::Io { path: path.to_path_buf(), source };
+        let err = |error| AverageError::Io { path: path.to_path_buf(), error };
         w.write_all(&header).map_err(err)?;
         for t in tensors {
             w.write_all(t.bytes).map_err(err)?;
