@@ -295,13 +295,32 @@ impl Codec {
 
     /// Rounds each accumulator back to `dtype` (ties to even) and appends its bytes.
     pub(crate) fn encode(&self, dtype: Dtype, acc: &[f64], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + acc.len() * dtype.scalar_bytes(), 0);
+        let dst = &mut out[start..];
         match dtype {
-            Dtype::F32 | Dtype::C64 => acc.iter().for_each(|a| out.extend_from_slice(&(*a as f32).to_le_bytes())),
-            Dtype::F64 => acc.iter().for_each(|a| out.extend_from_slice(&a.to_le_bytes())),
-            Dtype::F16 => acc.iter().for_each(|a| out.extend_from_slice(&f16::from_f64(*a).to_le_bytes())),
-            Dtype::BF16 => acc.iter().for_each(|a| out.extend_from_slice(&bf16_from_f64(*a).to_le_bytes())),
-            Dtype::F8E5M2 => acc.iter().for_each(|a| out.push(E5M2.encode(*a))),
-            Dtype::F8E4M3 => acc.iter().for_each(|a| out.push(E4M3FN.encode(*a))),
+            Dtype::F32 | Dtype::C64 => {
+                for (d, a) in dst.chunks_exact_mut(4).zip(acc) {
+                    d.copy_from_slice(&(*a as f32).to_le_bytes());
+                }
+            }
+            Dtype::F64 => {
+                for (d, a) in dst.chunks_exact_mut(8).zip(acc) {
+                    d.copy_from_slice(&a.to_le_bytes());
+                }
+            }
+            Dtype::F16 => {
+                for (d, a) in dst.chunks_exact_mut(2).zip(acc) {
+                    d.copy_from_slice(&f16::from_f64(*a).to_le_bytes());
+                }
+            }
+            Dtype::BF16 => {
+                for (d, a) in dst.chunks_exact_mut(2).zip(acc) {
+                    d.copy_from_slice(&bf16_from_f64(*a).to_le_bytes());
+                }
+            }
+            Dtype::F8E5M2 => dst.iter_mut().zip(acc).for_each(|(d, a)| *d = E5M2.encode(*a)),
+            Dtype::F8E4M3 => dst.iter_mut().zip(acc).for_each(|(d, a)| *d = E4M3FN.encode(*a)),
             _ => unreachable_exact(dtype),
         }
     }
