@@ -311,7 +311,7 @@ impl Codec {
             }
             Dtype::F16 => {
                 for (d, a) in dst.chunks_exact_mut(2).zip(acc) {
-                    d.copy_from_slice(&f16::from_f64(*a).to_le_bytes());
+                    d.copy_from_slice(&f16_from_f64(*a).to_le_bytes());
                 }
             }
             Dtype::BF16 => {
@@ -332,31 +332,53 @@ fn unreachable_exact(dtype: Dtype) {
     debug_assert!(false, "{dtype} is not an averaged dtype");
 }
 
+/// Rounds a finite, non-zero |x| to the nearest value of a binary format with
+/// `mantissa_bits` stored mantissa bits and smallest normal exponent `min_normal_exp`
+/// (subnormals included), ties to even; no overflow handling.
+fn round_to_grid(a: f64, mantissa_bits: i32, min_normal_exp: i32) -> f64 {
+    let exp = f64_exponent(a).max(min_normal_exp);
+    let ulp = 2f64.powi(exp - mantissa_bits);
+    // Exact: scaling by a power of two loses nothing, and the rounded quotient is an integer.
+    (a / ulp).round_ties_even() * ulp
+}
+
 /// f64 to bfloat16 with a single rounding (ties to even). Going through f32 first would
 /// round twice, which for values just off a bf16 tie can pick the wrong neighbour.
 pub(crate) fn bf16_from_f64(x: f64) -> bf16 {
     if x.is_nan() {
         return bf16::NAN;
     }
-    let bits = x.to_bits();
-    let sign = ((bits >> 48) & 0x8000) as u16;
+    let sign = ((x.to_bits() >> 48) & 0x8000) as u16;
     let a = x.abs();
-    // Finite values at or beyond the largest bf16 plus half an ulp overflow to infinity.
-    let max = bf16::MAX.to_f64();
-    let half_ulp_at_max = 2f64.powi(127 - 8);
-    if a >= max + half_ulp_at_max {
+    // At or beyond the largest bf16 plus half an ulp: infinity.
+    if a >= bf16::MAX.to_f64() + 2f64.powi(127 - 8) {
         return bf16::from_bits(sign | 0x7f80);
     }
     if a == 0.0 {
         return bf16::from_bits(sign);
     }
-    let min_normal_exp = -126;
-    let exp = f64_exponent(a).max(min_normal_exp);
-    let ulp = 2f64.powi(exp - 7);
-    let q = (a / ulp).round_ties_even() * ulp;
-    // q is exactly representable in bf16, hence in f32, so this conversion is exact.
-    let q32 = q as f32;
-    bf16::from_bits(sign | (q32.to_bits() >> 16) as u16)
+    // The rounded value is exactly representable in bf16, hence in f32: these are exact.
+    let q = round_to_grid(a, 7, -126) as f32;
+    bf16::from_bits(sign | (q.to_bits() >> 16) as u16)
+}
+
+/// f64 to IEEE half with a single rounding (ties to even). The `half` crate's own
+/// conversion goes through f32 on x86 (F16C), which rounds twice.
+pub(crate) fn f16_from_f64(x: f64) -> f16 {
+    if x.is_nan() {
+        return f16::NAN;
+    }
+    let sign = ((x.to_bits() >> 48) & 0x8000) as u16;
+    let a = x.abs();
+    if a >= f16::MAX.to_f64() + 2f64.powi(15 - 11) {
+        return f16::from_bits(sign | 0x7c00);
+    }
+    if a == 0.0 {
+        return f16::from_bits(sign);
+    }
+    // Exactly representable in f16, so converting it (via f32 or not) is exact.
+    let q = round_to_grid(a, 10, -14);
+    f16::from_bits(sign | f16::from_f64(q).to_bits())
 }
 
 #[cfg(test)]
@@ -371,6 +393,22 @@ mod tests {
         }
         assert_eq!(Dtype::parse("f32"), None);
         assert_eq!(Dtype::parse("F128"), None);
+    }
+
+    #[test]
+    fn f16_double_rounding_is_avoided() {
+        // 1 + 2^-11 + 2^-40 is just above the midpoint of 1 and 1 + 2^-10: the nearest f16
+        // is 1 + 2^-10. Through f32 it first becomes exactly the midpoint 1 + 2^-11, which
+        // then rounds to even, 1.0.
+        let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(f16_from_f64(x).to_f64(), 1.0 + 2f64.powi(-10));
+        assert_eq!(f16::from_f32(x as f32).to_f64(), 1.0);
+        let y = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+        assert_eq!(bf16_from_f64(y).to_f64(), 1.0 + 2f64.powi(-7));
+        assert_eq!(f16_from_f64(1e6).to_bits(), 0x7c00);
+        assert_eq!(f16_from_f64(-65519.0).to_bits(), 0xfbff);
+        assert_eq!(f16_from_f64(-65520.0).to_bits(), 0xfc00);
+        assert_eq!(bf16_from_f64(-0.0).to_bits(), 0x8000);
     }
 
     #[test]
@@ -435,6 +473,22 @@ mod tests {
                 let v = bf16::from_bits(n).to_f64();
                 if v.is_finite() { prop_assert!((v - x).abs() >= (got - x).abs()); }
             }
+        }
+
+        #[test]
+        fn f16_single_rounding_is_nearest(x in -65504.0f64..65504.0) {
+            let b = f16_from_f64(x).to_bits();
+            let got = f16::from_bits(b).to_f64();
+            for n in [b.wrapping_add(1), b.wrapping_sub(1)] {
+                let v = f16::from_bits(n).to_f64();
+                if v.is_finite() { prop_assert!((v - x).abs() >= (got - x).abs()); }
+            }
+        }
+
+        #[test]
+        fn f16_agrees_with_half_on_f32_inputs(x in any::<f32>()) {
+            prop_assume!(!x.is_nan());
+            prop_assert_eq!(f16_from_f64(x as f64).to_bits(), f16::from_f32(x).to_bits());
         }
 
         #[test]

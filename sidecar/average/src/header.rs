@@ -185,7 +185,7 @@ pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Header, HeaderError>
     }
     // Zero-length tensors sort before others at the same offset so the walk below sees
     // ranges in order.
-    tensors.sort_by(|a, b| (a.begin, a.end).cmp(&(b.begin, b.end)));
+    tensors.sort_by_key(|t| (t.begin, t.end));
     let mut expected = 0u64;
     for t in &tensors {
         if t.begin != expected {
