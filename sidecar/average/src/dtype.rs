@@ -242,6 +242,8 @@ fn f64_exponent(a: f64) -> i32 {
 pub(crate) struct Codec {
     e5m2: [f64; 256],
     e4m3: [f64; 256],
+    /// Every f16 bit pattern's value: a table lookup beats converting element by element.
+    f16: Vec<f32>,
 }
 
 impl Codec {
@@ -252,7 +254,8 @@ impl Codec {
             e5m2[b as usize] = E5M2.decode(b);
             e4m3[b as usize] = E4M3FN.decode(b);
         }
-        Codec { e5m2, e4m3 }
+        let f16 = (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect();
+        Codec { e5m2, e4m3, f16 }
     }
 
     /// Adds `weight * value` of every scalar in `bytes` (little-endian `dtype` scalars) to
@@ -271,12 +274,13 @@ impl Codec {
             }
             Dtype::F16 => {
                 for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *a += weight * f16::from_le_bytes([c[0], c[1]]).to_f64();
+                    *a += weight * self.f16[u16::from_le_bytes([c[0], c[1]]) as usize] as f64;
                 }
             }
             Dtype::BF16 => {
                 for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *a += weight * bf16::from_le_bytes([c[0], c[1]]).to_f64();
+                    // bf16 is the top half of an f32: widening is a shift, exact for every value.
+                    *a += weight * f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64;
                 }
             }
             Dtype::F8E5M2 => {
@@ -345,6 +349,43 @@ fn round_to_grid(a: f64, mantissa_bits: i32, min_normal_exp: i32) -> f64 {
 /// f64 to bfloat16 with a single rounding (ties to even). Going through f32 first would
 /// round twice, which for values just off a bf16 tie can pick the wrong neighbour.
 pub(crate) fn bf16_from_f64(x: f64) -> bf16 {
+    match round_bits(x, 7, 127) {
+        Some(b) => bf16::from_bits(b),
+        None => bf16_from_f64_general(x),
+    }
+}
+
+/// f64 to IEEE half with a single rounding (ties to even). The `half` crate's own
+/// conversion goes through f32 on x86 (F16C), which rounds twice.
+pub(crate) fn f16_from_f64(x: f64) -> f16 {
+    match round_bits(x, 10, 15) {
+        Some(b) => f16::from_bits(b),
+        None => f16_from_f64_general(x),
+    }
+}
+
+/// The fast path of rounding an f64 to a 16-bit binary format with `mantissa_bits` and
+/// exponent `bias`, for results in the format's normal range: round the f64's bits at the
+/// target's last mantissa bit (ties to even), then rebias the exponent. A carry out of the
+/// top mantissa bit moves to the next binade, and past the largest finite value lands
+/// exactly on the infinity pattern. `None` for zeros, subnormals, NaN and huge values.
+#[inline]
+fn round_bits(x: f64, mantissa_bits: u32, bias: i32) -> Option<u16> {
+    let bits = x.to_bits();
+    let abs = bits & 0x7fff_ffff_ffff_ffff;
+    let exp = (abs >> 52) as i32 - 1023;
+    if exp < 1 - bias || exp > bias {
+        return None;
+    }
+    let sign = ((bits >> 48) & 0x8000) as u16;
+    let shift = 52 - mantissa_bits;
+    let rounded = abs + ((1u64 << (shift - 1)) - 1) + ((abs >> shift) & 1);
+    let rebias = ((1023 - bias) as u64) << mantissa_bits;
+    Some(sign | ((rounded >> shift) - rebias) as u16)
+}
+
+/// [`bf16_from_f64`] for every input, by scaling to the target grid (slower).
+fn bf16_from_f64_general(x: f64) -> bf16 {
     if x.is_nan() {
         return bf16::NAN;
     }
@@ -362,9 +403,8 @@ pub(crate) fn bf16_from_f64(x: f64) -> bf16 {
     bf16::from_bits(sign | (q.to_bits() >> 16) as u16)
 }
 
-/// f64 to IEEE half with a single rounding (ties to even). The `half` crate's own
-/// conversion goes through f32 on x86 (F16C), which rounds twice.
-pub(crate) fn f16_from_f64(x: f64) -> f16 {
+/// [`f16_from_f64`] for every input, by scaling to the target grid (slower).
+fn f16_from_f64_general(x: f64) -> f16 {
     if x.is_nan() {
         return f16::NAN;
     }
@@ -409,6 +449,21 @@ mod tests {
         assert_eq!(f16_from_f64(-65519.0).to_bits(), 0xfbff);
         assert_eq!(f16_from_f64(-65520.0).to_bits(), 0xfc00);
         assert_eq!(bf16_from_f64(-0.0).to_bits(), 0x8000);
+    }
+
+    #[test]
+    fn sixteen_bit_decoding_matches_half_for_every_pattern() {
+        let codec = Codec::new();
+        for b in 0..=u16::MAX {
+            let mut acc = [0.0f64; 1];
+            codec.accumulate(Dtype::F16, &b.to_le_bytes(), 1.0, &mut acc);
+            let want = f16::from_bits(b).to_f64();
+            assert!(acc[0] == want || (acc[0].is_nan() && want.is_nan()), "f16 {b:#06x}");
+            let mut acc = [0.0f64; 1];
+            codec.accumulate(Dtype::BF16, &b.to_le_bytes(), 1.0, &mut acc);
+            let want = bf16::from_bits(b).to_f64();
+            assert!(acc[0] == want || (acc[0].is_nan() && want.is_nan()), "bf16 {b:#06x}");
+        }
     }
 
     #[test]
@@ -482,6 +537,18 @@ mod tests {
             for n in [b.wrapping_add(1), b.wrapping_sub(1)] {
                 let v = f16::from_bits(n).to_f64();
                 if v.is_finite() { prop_assert!((v - x).abs() >= (got - x).abs()); }
+            }
+        }
+
+        #[test]
+        fn the_fast_paths_agree_with_the_general_rounding(bits in any::<u64>(), scale in -30i32..30) {
+            // Random bit patterns cover every binade; scaled ones land mostly in range.
+            let x = f64::from_bits(bits);
+            let y = (f64::from_bits(bits & 0x800f_ffff_ffff_ffff | 0x3ff0_0000_0000_0000)) * 2f64.powi(scale);
+            for v in [x, y] {
+                prop_assume!(!v.is_nan());
+                prop_assert_eq!(bf16_from_f64(v).to_bits(), bf16_from_f64_general(v).to_bits(), "bf16 {}", v);
+                prop_assert_eq!(f16_from_f64(v).to_bits(), f16_from_f64_general(v).to_bits(), "f16 {}", v);
             }
         }
 
