@@ -125,6 +125,41 @@ fn failures_and_contract_violations_give_the_documented_statuses() {
     assert!(!res.exists());
 }
 
+#[test]
+fn a_terminated_runner_stops_its_program_and_reports_the_signal() {
+    let d = tempfile::tempdir().unwrap();
+    let (out, res, ready, term) = (d.path().join("c"), d.path().join("r.json"), d.path().join("ready"), d.path().join("got-term"));
+    // The program says it is ready, then waits for SIGTERM, notes it, and dies of it.
+    let program = r#"
+import os, signal, sys, time
+def on_term(sig, frame):
+    open(sys.argv[2], "w").write("yes")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+signal.signal(signal.SIGTERM, on_term)
+open(sys.argv[1], "w").write("ready")
+while True:
+    time.sleep(0.05)
+"#;
+    let mut child = Command::new(root().join("wrappers/hadar-fork-run"))
+        .args(["--index", "0", "--copies", "1", "--round", "0", "--checkpoint-out", s(&out), "--result", s(&res), "--step-budget", "1"])
+        .args(["--", "python3", "-c", program, s(&ready), s(&term)])
+        .spawn()
+        .unwrap();
+    // Wait for the program to be running (a synchronisation, not a timing assertion).
+    while !ready.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the runner ended before its program was ready");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert_eq!(std::fs::read_to_string(&term).unwrap(), "yes", "the program did not get SIGTERM");
+    let r = result(&res);
+    assert_eq!((r["ok"].as_bool(), r["exit_code"].as_u64(), r["steps"].as_u64()), (Some(false), Some(143), Some(0)));
+}
+
 fn tensor_f32(path: &Path, name: &str) -> Vec<f32> {
     let c = Checkpoint::open(path).unwrap();
     let t = c.header().tensor(name).unwrap().clone();
