@@ -1,8 +1,10 @@
 //! `hadar bench`: speed figures, measured on this machine, printed for the README.
 
 use crate::Failure;
-use crate::cli::{BenchAverageArgs, BenchCommand, BenchDtype, BenchSimulateArgs, Format};
+use crate::cli::{BenchAverageArgs, BenchCommand, BenchDtype, BenchRoundArgs, BenchSimulateArgs, Format};
 use crate::table::Table;
+use hadar_core::policies::hadar::plan_round;
+use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
 use hadar_formats::{embedded, load_cluster};
@@ -10,12 +12,191 @@ use hadar_sim::{SimConfig, Workload, simulate};
 use serde_json::json;
 use std::time::Instant;
 
+/// CPU time this thread has used, in milliseconds. Beside wall time it shows what a run costs
+/// on a machine that other work shares: on an idle core the two are equal.
+pub fn thread_cpu_ms() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+}
+
 /// Runs a bench subcommand.
 pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Simulate(a) => simulate_bench(a),
+        BenchCommand::Round(a) => round_bench(a),
         BenchCommand::Average(a) => average_bench(a),
     }
+}
+
+/// Times Hadar rounds on a synthetic workload: one untimed warm-up, then `repetitions`
+/// timed ones, each planning the same round from scratch.
+fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
+    if a.repetitions == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--repetitions: must be at least 1")));
+    }
+    let spec = SyntheticSpec {
+        jobs: a.jobs,
+        nodes: a.nodes,
+        gpus_per_node: a.gpus_per_node,
+        types: a.types,
+        seed: a.seed,
+    };
+    let workload = synthetic::generate(&spec).map_err(|e| Failure::input(anyhow::anyhow!("--{e}")))?;
+    let config = a.hadar.config();
+    let input = workload.input();
+    let (warm_plan, stats) = plan_round(&config, &input);
+    warm_plan
+        .validate(&workload.cluster, &workload.jobs)
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("hadar broke a rule: {e}")))?;
+    let mut times = Vec::with_capacity(a.repetitions as usize);
+    for _ in 0..a.repetitions {
+        let started = Instant::now();
+        let (plan, _) = plan_round(&config, &input);
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(plan);
+    }
+    times.sort_by(f64::total_cmp);
+    let median = if times.len() % 2 == 1 {
+        times[times.len() / 2]
+    } else {
+        (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+    };
+    let (min, max) = (times[0], times[times.len() - 1]);
+    let release = !cfg!(debug_assertions);
+    let text = match a.format {
+        Format::Table => {
+            let mut out = format!(
+                "hadar round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
+                a.jobs,
+                workload.cluster.total_gpus(),
+                a.nodes,
+                a.gpus_per_node,
+                a.types,
+                a.seed,
+                if release { "release" } else { "debug (use --release for figures)" }
+            );
+            out.push_str(&format!(
+                "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place\n",
+                warm_plan.assignments.len(),
+                stats.admitted,
+                stats.filled,
+                stats.kept
+            ));
+            let mut t = Table::new(&["repetitions", "median ms", "max ms", "min ms"]);
+            t.row(vec![
+                a.repetitions.to_string(),
+                format!("{median:.2}"),
+                format!("{max:.2}"),
+                format!("{min:.2}"),
+            ]);
+            out.push_str(&t.render());
+            out
+        }
+        Format::Json => {
+            let v = json!({
+                "median_ms": median,
+                "max_ms": max,
+                "min_ms": min,
+                "repetitions": a.repetitions,
+                "jobs": a.jobs,
+                "nodes": a.nodes,
+                "gpus_per_node": a.gpus_per_node,
+                "types": a.types,
+                "gpus": workload.cluster.total_gpus(),
+                "seed": a.seed,
+                "release": release,
+                "placed": warm_plan.assignments.len(),
+                "admitted": stats.admitted,
+                "filled": stats.filled,
+                "kept": stats.kept,
+            });
+            serde_json::to_string_pretty(&v).map_err(Failure::runtime)? + "\n"
+        }
+    };
+    crate::dry_run::emit(&text)?;
+    Ok(())
+}
+
+fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
+    let names = match &a.policy {
+        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+        None => PolicyName::ALL.to_vec(),
+    };
+    if a.jobs == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--jobs: must be at least 1")));
+    }
+    let cluster = match &a.cluster {
+        Some(spec) => load_cluster(spec, a.gpus_per_node).map_err(Failure::input)?,
+        None => embedded::cluster().map_err(Failure::runtime)?,
+    };
+    let table = embedded::throughputs().map_err(Failure::runtime)?;
+    let spec = TraceSpec { jobs: a.jobs, multi_gpu: true, arrivals: Arrivals::Static, seed: a.seed };
+    let jobs = generate_jobs(&table, &cluster, &spec);
+    let workload = Workload { cluster, jobs };
+    let cfg = SimConfig { seed: a.seed, ..SimConfig::default() };
+    let opts = PolicyOptions { seed: a.seed, ..PolicyOptions::default() };
+
+    let mut rows = Vec::new();
+    let all = Instant::now();
+    let all_cpu = thread_cpu_ms();
+    for name in names {
+        let started = Instant::now();
+        let started_cpu = thread_cpu_ms();
+        let (rounds, ttd) = if name.is_bound() {
+            let ttd = policies::bound(name, &workload.cluster, &workload.jobs)
+                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
+            (0, ttd)
+        } else {
+            let mut p = policies::build(name, &opts)
+                .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
+            let r = simulate(&workload, p.as_mut(), &cfg).map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
+            (r.metrics.rounds, r.metrics.ttd_s)
+        };
+        rows.push((name, started.elapsed().as_secs_f64() * 1e3, thread_cpu_ms() - started_cpu, rounds, ttd));
+    }
+    let total_ms = all.elapsed().as_secs_f64() * 1e3;
+    let total_cpu_ms = thread_cpu_ms() - all_cpu;
+
+    match a.format {
+        Format::Table => {
+            println!(
+                "{} jobs (synthetic, multi-GPU, seed {}) on {}; build: {}",
+                workload.jobs.len(),
+                a.seed,
+                workload.cluster,
+                if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
+            );
+            let mut t = Table::new(&["policy", "wall ms", "cpu ms", "rounds", "TTD h"]);
+            for (name, ms, cpu, rounds, ttd) in &rows {
+                t.row(vec![
+                    name.to_string(),
+                    format!("{ms:.1}"),
+                    format!("{cpu:.1}"),
+                    rounds.to_string(),
+                    format!("{:.2}", ttd / 3600.0),
+                ]);
+            }
+            t.row(vec!["all".into(), format!("{total_ms:.1}"), format!("{total_cpu_ms:.1}")]);
+            print!("{}", t.render());
+        }
+        Format::Json => {
+            let v = json!({
+                "jobs": workload.jobs.len(),
+                "gpus": workload.cluster.total_gpus(),
+                "release": !cfg!(debug_assertions),
+                "total_ms": total_ms,
+                "total_cpu_ms": total_cpu_ms,
+                "policies": rows.iter().map(|(n, ms, cpu, rounds, ttd)| json!({"policy": n.as_str(), "wall_ms": ms, "cpu_ms": cpu, "rounds": rounds, "ttd_s": ttd})).collect::<Vec<_>>(),
+            });
+            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+        }
+    }
+    Ok(())
 }
 
 /// Tensors of the generated checkpoints: 64 MiB, a typical size for a large layer.
@@ -115,72 +296,5 @@ fn write_bench_checkpoint(path: &std::path::Path, dtype: hadar_average::dtype::D
         }
         Ok(())
     })?;
-    Ok(())
-}
-
-fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
-    let names = match &a.policy {
-        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
-        None => PolicyName::ALL.to_vec(),
-    };
-    if a.jobs == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--jobs: must be at least 1")));
-    }
-    let cluster = match &a.cluster {
-        Some(spec) => load_cluster(spec, a.gpus_per_node).map_err(Failure::input)?,
-        None => embedded::cluster().map_err(Failure::runtime)?,
-    };
-    let table = embedded::throughputs().map_err(Failure::runtime)?;
-    let spec = TraceSpec { jobs: a.jobs, multi_gpu: true, arrivals: Arrivals::Static, seed: a.seed };
-    let jobs = generate_jobs(&table, &cluster, &spec);
-    let workload = Workload { cluster, jobs };
-    let cfg = SimConfig { seed: a.seed, ..SimConfig::default() };
-    let opts = PolicyOptions { seed: a.seed, ..PolicyOptions::default() };
-
-    let mut rows = Vec::new();
-    let all = Instant::now();
-    for name in names {
-        let started = Instant::now();
-        let (rounds, ttd) = if name.is_bound() {
-            let ttd = policies::bound(name, &workload.cluster, &workload.jobs)
-                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
-            (0, ttd)
-        } else {
-            let mut p = policies::build(name, &opts)
-                .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
-            let r = simulate(&workload, p.as_mut(), &cfg).map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
-            (r.metrics.rounds, r.metrics.ttd_s)
-        };
-        rows.push((name, started.elapsed().as_secs_f64() * 1e3, rounds, ttd));
-    }
-    let total_ms = all.elapsed().as_secs_f64() * 1e3;
-
-    match a.format {
-        Format::Table => {
-            println!(
-                "{} jobs (synthetic, multi-GPU, seed {}) on {}; build: {}",
-                workload.jobs.len(),
-                a.seed,
-                workload.cluster,
-                if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
-            );
-            let mut t = Table::new(&["policy", "wall ms", "rounds", "TTD h"]);
-            for (name, ms, rounds, ttd) in &rows {
-                t.row(vec![name.to_string(), format!("{ms:.1}"), rounds.to_string(), format!("{:.2}", ttd / 3600.0)]);
-            }
-            t.row(vec!["all".into(), format!("{total_ms:.1}")]);
-            print!("{}", t.render());
-        }
-        Format::Json => {
-            let v = json!({
-                "jobs": workload.jobs.len(),
-                "gpus": workload.cluster.total_gpus(),
-                "release": !cfg!(debug_assertions),
-                "total_ms": total_ms,
-                "policies": rows.iter().map(|(n, ms, rounds, ttd)| json!({"policy": n.as_str(), "wall_ms": ms, "rounds": rounds, "ttd_s": ttd})).collect::<Vec<_>>(),
-            });
-            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
-        }
-    }
     Ok(())
 }

@@ -29,6 +29,13 @@ pub enum Command {
     /// With no arguments, runs every policy on an embedded 40-job multi-GPU trace on a
     /// 4 V100 + 4 P100 + 4 K80 cluster (Gavel's measured throughputs).
     Simulate(SimulateArgs),
+    /// Show the placements the next round would make for a cluster and a job queue,
+    /// without touching anything.
+    ///
+    /// Prints per job its decision (start, keep, move or wait), nodes, GPU types and
+    /// counts, expected rate and payoff, and for waiting jobs why. With no arguments, runs
+    /// on an embedded example queue on v100:8,p100:8,k80:8 with four GPUs per node.
+    DryRun(DryRunArgs),
     /// Estimate jobs' throughput from GPU and job traits, or judge the estimator against a
     /// measured table.
     ///
@@ -50,6 +57,127 @@ pub enum Command {
     Bench(BenchCommand),
 }
 
+/// Hadar's settings, shared by the commands that run it.
+#[derive(Args, Debug, Clone)]
+pub struct HadarArgs {
+    /// What Hadar's utility rewards.
+    #[arg(long, value_enum, default_value_t = ObjectiveArg::AvgJct, help_heading = "Hadar")]
+    pub objective: ObjectiveArg,
+    /// The order Hadar considers jobs in (arrival is the online algorithm).
+    #[arg(long, value_enum, default_value_t = OrderArg::Arrival, help_heading = "Hadar")]
+    pub order: OrderArg,
+    /// The most nodes one job may span (a job too big for that many nodes gets the
+    /// fewest that can hold it). [default: no limit]
+    #[arg(long, value_name = "N", help_heading = "Hadar")]
+    pub max_nodes: Option<u32>,
+    /// Leave GPUs idle rather than give them to jobs the prices turned away.
+    #[arg(long, help_heading = "Hadar")]
+    pub no_work_conservation: bool,
+    /// Ignore restart costs: move running jobs whenever another placement pays more.
+    #[arg(long, help_heading = "Hadar")]
+    pub no_stickiness: bool,
+    /// Let jobs considered earlier take a running job's GPUs (displacing it) instead of
+    /// holding them for it until its turn.
+    #[arg(long, help_heading = "Hadar")]
+    pub no_reservations: bool,
+    /// Price each GPU type by what jobs gain on it (its own `U` and `L`) instead of one
+    /// price range for all types as in the paper.
+    #[arg(long, help_heading = "Hadar")]
+    pub per_type_prices: bool,
+    /// Skip the swap improvement (admitted jobs of equal size exchanging placements while
+    /// that raises total utility).
+    #[arg(long, help_heading = "Hadar")]
+    pub no_swaps: bool,
+    /// Run each job on a single GPU type (no mixed placements).
+    #[arg(long, help_heading = "Hadar")]
+    pub single_type: bool,
+    /// Solve each round exactly by branch and bound (small instances only).
+    #[arg(long, help_heading = "Hadar")]
+    pub exact: bool,
+}
+
+impl HadarArgs {
+    /// The core's settings for these arguments.
+    pub fn config(&self) -> hadar_core::policies::hadar::HadarConfig {
+        use hadar_core::policies::hadar::{HadarConfig, JobOrder, Objective};
+        HadarConfig {
+            objective: match self.objective {
+                ObjectiveArg::AvgJct => Objective::AvgJct,
+                ObjectiveArg::Makespan => Objective::Makespan,
+                ObjectiveArg::Fairness => Objective::Fairness,
+            },
+            order: match self.order {
+                OrderArg::Arrival => JobOrder::Arrival,
+                OrderArg::UtilityPerGpu => JobOrder::UtilityPerGpu,
+                OrderArg::ShortestRemaining => JobOrder::ShortestRemaining,
+                OrderArg::CriticalFirst => JobOrder::CriticalFirst,
+            },
+            max_nodes_per_job: self.max_nodes,
+            work_conservation: !self.no_work_conservation,
+            stickiness: !self.no_stickiness,
+            reserve_running: !self.no_reservations,
+            per_type_prices: self.per_type_prices,
+            mixed_types: !self.single_type,
+            swap_improvement: !self.no_swaps,
+            exact: self.exact,
+            ..HadarConfig::default()
+        }
+    }
+}
+
+/// `--objective` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ObjectiveArg {
+    /// Average job completion time: shortest remaining time ranks first.
+    AvgJct,
+    /// Makespan: longest remaining time ranks first.
+    Makespan,
+    /// Finish-time fairness: jobs furthest behind their fair finish rank first.
+    Fairness,
+}
+
+/// `--order` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OrderArg {
+    /// Arrival order, ties by id.
+    Arrival,
+    /// Highest best utility per GPU first.
+    UtilityPerGpu,
+    /// Least remaining time at the job's fastest type first.
+    ShortestRemaining,
+    /// Jobs that would otherwise set the makespan first (longest first), then the rest by
+    /// utility per GPU.
+    CriticalFirst,
+}
+
+/// `hadar dry-run` arguments.
+#[derive(Args, Debug)]
+pub struct DryRunArgs {
+    /// The cluster: a TOML file of nodes, or a short form TYPE:COUNT,... such as
+    /// `v100:16,p100:16,k80:16`. [default: v100:8,p100:8,k80:8, four GPUs per node]
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub cluster: Option<String>,
+    /// GPUs per node for the short cluster form. [default: 1, or 4 for the default cluster]
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// The job queue, TOML or JSON (see `hadar_formats::jobs` for the fields).
+    /// [default: the embedded example queue]
+    #[arg(long, value_name = "FILE")]
+    pub jobs: Option<PathBuf>,
+    /// A throughput table in Gavel's simulation_throughputs.json format, for jobs given by
+    /// `job_type`. [default: embedded, Gavel's measured V100/P100/K80 rates]
+    #[arg(long, value_name = "FILE")]
+    pub throughputs: Option<PathBuf>,
+    /// The policy that plans the round.
+    #[arg(long, value_name = "NAME", default_value = "hadar")]
+    pub policy: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub hadar: HadarArgs,
+}
+
 /// `hadar bench` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -59,6 +187,12 @@ pub enum BenchCommand {
     /// job types uniform, 70% one worker, 10% two, 20% four for distributed types, 1-4 h
     /// each alone on a V100, all arriving at t = 0. Prints each policy's wall time.
     Simulate(BenchSimulateArgs),
+    /// Time one Hadar round on a seeded synthetic cluster and queue.
+    ///
+    /// Node i holds GPUs of type i mod TYPES; jobs have 1, 2, 4 or 8 workers, per-type
+    /// rates that fall with the type index, and the jobs a first round placed count as
+    /// running (so stickiness is weighed). Prints median and max milliseconds.
+    Round(BenchRoundArgs),
     /// Time `hadar average` on generated checkpoints and print its throughput in GB/s.
     ///
     /// Writes --copies checkpoints of --size-gb GB each (64 MiB tensors of pseudo-random
@@ -66,6 +200,57 @@ pub enum BenchCommand {
     /// prints input bytes read per second. The inputs were just written, so they are read
     /// from the page cache when memory allows.
     Average(BenchAverageArgs),
+}
+
+/// `hadar bench round` arguments.
+#[derive(Args, Debug)]
+pub struct BenchRoundArgs {
+    /// Jobs in the queue.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub jobs: u32,
+    /// Nodes in the cluster.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub nodes: u32,
+    /// GPUs per node.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub gpus_per_node: u32,
+    /// GPU types.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub types: u32,
+    /// Timed repetitions of the round (after one untimed warm-up).
+    #[arg(long, value_name = "N", default_value_t = 21)]
+    pub repetitions: u32,
+    /// Seed of the synthetic workload.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub hadar: HadarArgs,
+}
+
+/// `hadar bench simulate` arguments.
+#[derive(Args, Debug)]
+pub struct BenchSimulateArgs {
+    /// Jobs in the synthetic trace.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub jobs: usize,
+    /// The cluster (short form or TOML file). [default: v100:4,p100:4,k80:4, one GPU per node]
+    #[arg(long, value_name = "SPEC|FILE")]
+    pub cluster: Option<String>,
+    /// GPUs per node for the short cluster form.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub gpus_per_node: u32,
+    /// Policies to time, comma-separated. [default: all]
+    #[arg(long, value_name = "LIST")]
+    pub policy: Option<String>,
+    /// Seed of the synthetic trace and of the policies.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 /// `hadar bench average` arguments.
@@ -149,29 +334,6 @@ pub struct AverageArgs {
     pub format: Format,
 }
 
-/// `hadar bench simulate` arguments.
-#[derive(Args, Debug)]
-pub struct BenchSimulateArgs {
-    /// Jobs in the synthetic trace.
-    #[arg(long, value_name = "N", default_value_t = 300)]
-    pub jobs: usize,
-    /// The cluster (short form or TOML file). [default: v100:4,p100:4,k80:4, one GPU per node]
-    #[arg(long, value_name = "SPEC|FILE")]
-    pub cluster: Option<String>,
-    /// GPUs per node for the short cluster form.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub gpus_per_node: u32,
-    /// Policies to time, comma-separated. [default: all]
-    #[arg(long, value_name = "LIST")]
-    pub policy: Option<String>,
-    /// Seed of the synthetic trace and of the policies.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub seed: u64,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-}
-
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -249,6 +411,9 @@ pub struct SimulateArgs {
     /// the aggregated steps and the consolidation weights.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub hadar: HadarArgs,
 }
 
 /// `hadar estimate` arguments.

@@ -7,6 +7,7 @@
 mod average;
 mod bench;
 mod cli;
+mod dry_run;
 mod estimate;
 mod simulate;
 mod table;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     init_logging(args.verbose);
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
+        cli::Command::DryRun(a) => dry_run::run(a),
         cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Average(a) => average::run(a),
         cli::Command::Bench(b) => bench::run(b),

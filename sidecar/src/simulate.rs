@@ -76,7 +76,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         inputs.throughput_source = "estimated";
     }
     let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
-    let opts = PolicyOptions { seed: args.seed, ..PolicyOptions::default() };
+    let opts = PolicyOptions { seed: args.seed, hadar: args.hadar.config(), ..PolicyOptions::default() };
 
     let mut outcomes = Vec::new();
     let mut tracker_lines = String::new();

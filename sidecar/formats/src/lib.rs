@@ -4,16 +4,19 @@
 //! * [`cluster`]: a cluster from a TOML file or a short form such as `v100:16,p100:16`.
 //! * [`throughputs`]: Gavel's `simulation_throughputs.json`, read as it is.
 //! * [`trace`]: Gavel's 10-column `.trace` files, read as they are.
+//! * [`jobs`]: the queue of a `hadar dry-run`, in TOML or JSON.
 //! * [`embedded`]: the default workload compiled into the binary.
 
 pub mod cluster;
 pub mod embedded;
 pub mod error;
+pub mod jobs;
 pub mod synthetic;
 pub mod throughputs;
 pub mod trace;
 
 pub use cluster::{load_cluster, parse_cluster_spec, parse_cluster_toml};
 pub use error::{FormatError, Location};
+pub use jobs::{JobsFile, JobsSyntax, load_jobs, parse_jobs};
 pub use throughputs::ThroughputTable;
 pub use trace::{load_trace, parse_trace};

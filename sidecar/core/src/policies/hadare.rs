@@ -152,7 +152,7 @@ fn best_copy(book: &PriceBook, job: &Forkable, priced: bool) -> Option<Candidate
         for o in &job.options {
             let t = o.gpu_type.index();
             let (cap, used) = class.key[t];
-            let Some(price) = book.cost_at(cap, used, o.gpus) else { continue };
+            let Some(price) = book.cost_at(t, cap, used, o.gpus) else { continue };
             let part = Part { node, gpu_type: o.gpu_type, gpus: o.gpus };
             let kept = job.previous.contains(&part);
             consider(Candidate { part, rate: o.rate, gain: job.gain(o.rate, kept), price, kept }, &mut best);
@@ -224,7 +224,7 @@ pub fn plan_round(config: &HadarEConfig, input: &RoundInput<'_>) -> RoundPlan {
         let (x, y) = (&input.jobs[a.index].job, &input.jobs[b.index].job);
         x.arrival_s.total_cmp(&y.arrival_s).then(x.id.cmp(&y.id))
     });
-    let mut book = PriceBook::new(cluster, bounds);
+    let mut book = PriceBook::new(cluster, &[bounds]);
     let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];
 
     // Passes 1 and 2: sweeps of the primal-dual test, one copy per job per sweep.

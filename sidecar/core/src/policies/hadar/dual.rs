@@ -41,6 +41,8 @@ pub struct DualJob<'a> {
     pub previous: Option<&'a Placement>,
     /// The most nodes its placement may span.
     pub max_nodes: u32,
+    /// Whether one placement may mix GPU types (otherwise all workers share one type).
+    pub mixed_types: bool,
 }
 
 /// The best placement found for a job, with its economics.
@@ -66,7 +68,7 @@ impl Offer {
 /// What the dual subroutine found for a job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DualOutcome {
-    /// The payoff-maximising placement (its payoff may be negative).
+    /// The chosen placement (its payoff may be negative).
     Offer(Offer),
     /// No feasible placement, and why.
     NoPlacement(WaitReason),
@@ -85,7 +87,9 @@ pub fn gang_rate(rates: &[f64], workers: u32, placement: &Placement) -> f64 {
     if rate.is_finite() && rate > 0.0 { rate } else { 0.0 }
 }
 
-/// Finds the payoff-maximising placement of `job` at the book's current prices.
+/// Finds the payoff-maximising placement of `job` at the book's current prices; a running
+/// job (with `previous` set) keeps its placement unless moving both pays more and earns
+/// more utility after the restart.
 pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
     let n = job.workers;
     let mut usable: Vec<(usize, f64)> =
@@ -101,25 +105,37 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         return DualOutcome::NoPlacement(reason);
     }
 
-    let mut best: Option<Offer> = None;
+    let mut keep: Option<Offer> = None;
     if let Some(prev) = job.previous {
         let rate = gang_rate(job.rates, n, prev);
         if rate > 0.0
             && prev.nodes().len() as u32 <= job.max_nodes
+            && (job.mixed_types || prev.types().len() == 1)
             && let Some(price) = book.placement_cost(prev)
         {
-            best = Some(Offer { placement: prev.clone(), rate, utility: job.utility.at(rate, false), price });
+            keep = Some(Offer { placement: prev.clone(), rate, utility: job.utility.at(rate, false), price });
         }
     }
 
+    let mut best: Option<Offer> = None;
+    // A move is chosen only if it pays more than keeping (see below), so keeping's payoff
+    // is the bar from the start.
+    let bar = |best: &Option<Offer>| {
+        let k = keep.as_ref().map_or(f64::NEG_INFINITY, Offer::payoff);
+        best.as_ref().map_or(k, |b| b.payoff().max(k))
+    };
     let moved = job.previous.is_some();
-    let floor = book.bounds().low * n as f64;
+    let floor = book.lowest_price() * n as f64;
     let mut allowed = vec![false; book.type_count()];
     let mut free_allowed = 0;
     let mut i = 0;
     while i < usable.len() {
         // Types of equal speed join the allowed set together.
         let rate_b = usable[i].1;
+        if !job.mixed_types {
+            allowed.iter_mut().for_each(|a| *a = false);
+            free_allowed = 0;
+        }
         while i < usable.len() && usable[i].1 == rate_b {
             allowed[usable[i].0] = true;
             free_allowed += book.free_of_type(usable[i].0);
@@ -130,9 +146,7 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         }
         // Any placement with this bottleneck earns at most u(rate_b) and costs at least
         // N * L; slower bottlenecks earn less, so nothing further can win.
-        if let Some(b) = &best
-            && job.utility.at(rate_b, moved) - floor <= b.payoff()
-        {
+        if job.utility.at(rate_b, moved) - floor <= bar(&best) {
             break;
         }
         let Some((placement, price)) = cheapest_slots(book, &allowed, n, job.max_nodes) else {
@@ -145,7 +159,21 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
             best = Some(Offer { placement, rate, utility, price });
         }
     }
-    match best {
+    // Stickiness: a running job moves only when its best move pays more and is worth more
+    // after the restart, i.e. it runs faster enough to make up for the lost time. Prices
+    // alone (a move to emptier nodes at the same speed) are no reason to restart, unless
+    // keeping would not be admitted at all.
+    let chosen = match (keep, best) {
+        (Some(k), Some(m)) => {
+            if m.payoff() > k.payoff() && (k.payoff() <= 0.0 || m.utility > k.utility) {
+                Some(m)
+            } else {
+                Some(k)
+            }
+        }
+        (k, m) => k.or(m),
+    };
+    match chosen {
         Some(o) => DualOutcome::Offer(o),
         None => DualOutcome::NoPlacement(WaitReason::DoesNotFit),
     }
@@ -188,7 +216,7 @@ impl<'c> ClassCursor<'c> {
             if used >= cap {
                 continue;
             }
-            let price = book.unit_price(cap, used);
+            let price = book.unit_price(t, cap, used);
             if best.is_none_or(|(_, p)| price < p) {
                 best = Some((t, price));
             }

@@ -35,6 +35,8 @@ pub struct ExactJob<'a> {
     pub previous: Option<&'a Placement>,
     /// The most nodes its placement may span.
     pub max_nodes: u32,
+    /// Whether its placement may mix GPU types.
+    pub mixed_types: bool,
 }
 
 /// The exact search's answer.
@@ -105,7 +107,8 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
                     && p.gpu_type.index() < types
                     && p.gpus <= cluster.capacity(p.node, p.gpu_type)
             });
-            if rate > 0.0 && in_cluster && prev.nodes().len() as u32 <= job.max_nodes {
+            let shape_ok = job.mixed_types || prev.types().len() == 1;
+            if rate > 0.0 && in_cluster && shape_ok && prev.nodes().len() as u32 <= job.max_nodes {
                 opts.push(Opt { value: job.utility.at(rate, false), choice: Choice::Keep });
             }
         }
@@ -122,6 +125,10 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
         let mut i = 0;
         while i < usable.len() {
             let rate_b = usable[i].1;
+            if !job.mixed_types {
+                mask = 0;
+                supply = 0;
+            }
             while i < usable.len() && usable[i].1 == rate_b {
                 if usable[i].0 < 64 {
                     mask |= 1 << usable[i].0;

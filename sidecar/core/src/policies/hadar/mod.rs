@@ -2,7 +2,9 @@
 //!
 //! Each round:
 //! 1. Every job that can run gets a utility function of its rate ([`utility`]); `U` and `L`
-//!    come from the jobs' best utilities per GPU ([`prices::PriceBook::bounds_from_utilities`]).
+//!    come from the jobs' utilities per GPU-round ([`prices::PriceBook::bounds_from_utilities`]):
+//!    over all types from each job's best utility, and by default per type from each job's
+//!    utility with all its workers on that type ([`prices::PriceBook::bounds_by_type`]).
 //! 2. Jobs are taken in order (arrival by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
@@ -13,13 +15,19 @@
 //!      they were given, so none is delayed; afterwards no waiting job fits in the free GPUs.
 //!    * stickiness: a running job's old placement is a candidate that costs no restart,
 //!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
-//!      so it moves only when the gain beats the restart.
+//!      so it moves only when the gain beats the restart; with reservations its GPUs are
+//!      held for it until its turn, so jobs considered earlier do not displace it.
+//!    * swap improvement: admitted jobs with the same worker count exchange placements
+//!      while that raises the round's total utility, so each type goes to the jobs that
+//!      gain most from it (the online pass takes jobs in order and cannot see that).
 //!    * exact mode ([`exact`]): the whole round solved optimally by branch and bound (small
 //!      instances), to measure the primal-dual's optimality gap.
 
 pub mod dual;
 pub mod exact;
 pub mod prices;
+mod swap;
+pub mod synthetic;
 pub mod utility;
 
 pub use utility::Objective;
@@ -45,6 +53,11 @@ pub enum JobOrder {
     UtilityPerGpu,
     /// Least remaining time (at the job's fastest type) first.
     ShortestRemaining,
+    /// Critical jobs first, longest first: those whose remaining time at their best speed
+    /// is at least [`CRITICAL_SHARE`] of the fluid horizon (all remaining work spread over
+    /// all GPUs), which set the makespan unless they run now; then the rest by utility per
+    /// GPU.
+    CriticalFirst,
 }
 
 impl JobOrder {
@@ -54,6 +67,7 @@ impl JobOrder {
             JobOrder::Arrival => "arrival",
             JobOrder::UtilityPerGpu => "utility-per-gpu",
             JobOrder::ShortestRemaining => "shortest-remaining",
+            JobOrder::CriticalFirst => "critical-first",
         }
     }
 }
@@ -65,8 +79,9 @@ impl std::str::FromStr for JobOrder {
             "arrival" => Ok(JobOrder::Arrival),
             "utility-per-gpu" => Ok(JobOrder::UtilityPerGpu),
             "shortest-remaining" => Ok(JobOrder::ShortestRemaining),
+            "critical-first" => Ok(JobOrder::CriticalFirst),
             other => Err(format!(
-                "unknown job order `{other}`; known: arrival, utility-per-gpu, shortest-remaining"
+                "unknown job order `{other}`; known: arrival, utility-per-gpu, shortest-remaining, critical-first"
             )),
         }
     }
@@ -88,6 +103,18 @@ pub struct HadarConfig {
     pub work_conservation: bool,
     /// Keep running jobs in place unless moving gains more than the restart costs.
     pub stickiness: bool,
+    /// With stickiness, hold each running job's GPUs for it until its turn in the online
+    /// pass, so that jobs considered earlier cannot displace it.
+    pub reserve_running: bool,
+    /// After admission, let admitted jobs of equal size exchange placements while that
+    /// raises the round's total utility (capacity use is unchanged, so nobody is delayed).
+    pub swap_improvement: bool,
+    /// Let one job's workers span several GPU types (Hadar's task-level heterogeneity);
+    /// off, every job runs on a single type.
+    pub mixed_types: bool,
+    /// Price each GPU type by what jobs gain on it (`U` and `L` per type) rather than one
+    /// pair for all types as in the paper.
+    pub per_type_prices: bool,
     /// Solve each round exactly by branch and bound (small instances only).
     pub exact: bool,
     /// Search nodes the exact mode may visit per round before it settles for the best
@@ -103,6 +130,10 @@ impl Default for HadarConfig {
             max_nodes_per_job: None,
             work_conservation: true,
             stickiness: true,
+            reserve_running: true,
+            swap_improvement: true,
+            mixed_types: true,
+            per_type_prices: false,
             exact: false,
             exact_search_limit: 2_000_000,
         }
@@ -112,8 +143,10 @@ impl Default for HadarConfig {
 /// What happened in the last round, for reports and tests.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoundStats {
-    /// `L` and `U` of the round (`None` when no job could run).
+    /// `L` and `U` of the round over all types (`None` when no job could run).
     pub price_bounds: Option<PriceBounds>,
+    /// `L` and `U` of each GPU type (all equal to `price_bounds` without per-type prices).
+    pub type_price_bounds: Vec<PriceBounds>,
     /// Jobs admitted by the primal-dual test (payoff > 0).
     pub admitted: usize,
     /// Jobs placed by work conservation.
@@ -170,6 +203,7 @@ struct Prepared<'a> {
     utility: JobUtility,
     previous: Option<&'a Placement>,
     max_nodes: u32,
+    mixed_types: bool,
 }
 
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
@@ -208,7 +242,15 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             Some(m) => m.max(needed).min(workers),
             None => workers,
         };
-        ready.push(Prepared { index, workers, rates, utility, previous, max_nodes });
+        ready.push(Prepared {
+            index,
+            workers,
+            rates,
+            utility,
+            previous,
+            max_nodes,
+            mixed_types: config.mixed_types,
+        });
     }
     (ready, waiting)
 }
@@ -239,8 +281,34 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
                     .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
             });
         }
+        JobOrder::CriticalFirst => {
+            // The fluid horizon: the time all remaining work would take spread over every
+            // GPU at each job's best speed. A job whose own remaining time is a large share
+            // of it will set the makespan unless it runs now.
+            let total_gpus = input.cluster.total_gpus().max(1) as f64;
+            let best_time = |p: &Prepared<'_>| {
+                let best = p.rates.iter().copied().fold(0.0, f64::max);
+                input.jobs[p.index].remaining_steps / best
+            };
+            let horizon: f64 =
+                ready.iter().map(|p| best_time(p) * p.workers as f64).sum::<f64>() / total_gpus;
+            let threshold = CRITICAL_SHARE * horizon;
+            ready.sort_by(|a, b| {
+                let (ta, tb) = (best_time(a), best_time(b));
+                let (ca, cb) = (ta >= threshold, tb >= threshold);
+                let da = a.utility.best() / a.workers as f64;
+                let db = b.utility.best() / b.workers as f64;
+                cb.cmp(&ca)
+                    .then_with(|| if ca && cb { tb.total_cmp(&ta) } else { db.total_cmp(&da) })
+                    .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
+            });
+        }
     }
 }
+
+/// The share of the fluid horizon from which a job counts as critical
+/// ([`JobOrder::CriticalFirst`]).
+pub const CRITICAL_SHARE: f64 = 0.5;
 
 /// Plans one round with the given settings, returning the plan and its figures.
 pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, RoundStats) {
@@ -255,8 +323,21 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         return (RoundPlan { assignments: Vec::new(), waiting }, stats);
     };
     stats.price_bounds = Some(bounds);
+    let types = input.cluster.type_count();
+    stats.type_price_bounds = if config.per_type_prices {
+        let samples = ready.iter().flat_map(|p| {
+            p.rates
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r > 0.0)
+                .map(|(t, r)| (t, p.utility.at(*r, false) / p.workers as f64))
+        });
+        PriceBook::bounds_by_type(types, samples, bounds)
+    } else {
+        vec![bounds; types]
+    };
     order_jobs(config, input, &mut ready);
-    let mut book = PriceBook::new(input.cluster, bounds);
+    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds);
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
@@ -268,6 +349,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                 utility: &p.utility,
                 previous: p.previous,
                 max_nodes: p.max_nodes,
+                mixed_types: p.mixed_types,
             })
             .collect();
         let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
@@ -306,11 +388,32 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         }
     } else {
         let mut priced_out: Vec<usize> = Vec::new();
+        // owners[i]: the prepared job of assignments[i].
+        let mut owners: Vec<usize> = Vec::new();
+        // With reservations, every running job's old GPUs are held for it until its turn,
+        // so that jobs placed before it do not take them and force it to restart.
+        let mut reserved = vec![false; ready.len()];
+        if config.stickiness && config.reserve_running {
+            for (k, p) in ready.iter().enumerate() {
+                if let Some(prev) = p.previous
+                    && book.fits(prev)
+                {
+                    book.charge(prev);
+                    reserved[k] = true;
+                }
+            }
+        }
         for (k, p) in ready.iter().enumerate() {
             let js = &input.jobs[p.index];
+            if reserved[k]
+                && let Some(prev) = p.previous
+            {
+                book.release(prev);
+            }
             match best_offer(&book, &dual_job(p)) {
                 DualOutcome::Offer(o) if o.payoff() > 0.0 => {
                     stats.admitted += 1;
+                    owners.push(k);
                     admit(&mut book, &mut assignments, &mut stats, p, js, o);
                 }
                 DualOutcome::Offer(o) => {
@@ -332,6 +435,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                     DualOutcome::Offer(o) => {
                         stats.filled += 1;
                         filled_ids.push(js.id());
+                        owners.push(k);
                         admit(&mut book, &mut assignments, &mut stats, p, js, o);
                     }
                     DualOutcome::NoPlacement(_) => {}
@@ -341,6 +445,17 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         if !filled_ids.is_empty() {
             let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
             waiting.retain(|w| !filled.contains(&w.job));
+        }
+        if config.swap_improvement {
+            swap::improve(&ready, &mut assignments, &owners);
+            stats.objective = 0.0;
+            stats.kept = 0;
+            for (a, &k) in assignments.iter().zip(&owners) {
+                let p = &ready[k];
+                let kept = p.previous.is_some_and(|q| *q == a.placement);
+                stats.kept += usize::from(kept);
+                stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
+            }
         }
     }
     assignments.sort_by_key(|a| pos(a.job));
@@ -355,6 +470,7 @@ fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
         utility: &p.utility,
         previous: p.previous,
         max_nodes: p.max_nodes,
+        mixed_types: p.mixed_types,
     }
 }
 

@@ -5,7 +5,10 @@
 //! costs `p(u) = L * (U/L)^(u/c)`; taking `k` GPUs costs `p(u) + p(u+1) + ... + p(u+k-1)`.
 //! An empty resource therefore sells its first GPU at `L`, and the price approaches `U` as
 //! the resource fills. `U` and `L` come from the jobs' utilities (see
-//! [`PriceBook::bounds_from_utilities`]).
+//! [`PriceBook::bounds_from_utilities`]), either one pair for every type (as in the paper)
+//! or one pair per GPU type (see [`PriceBook::bounds_by_type`]), so that a fast type is
+//! priced by what jobs gain on it and a job that would pace fast GPUs at a slow type's
+//! speed pays for the fast GPUs it wastes.
 //!
 //! Besides usage, the book keeps nodes grouped into classes of identical state (same
 //! capacity and usage for every type). Nodes of one class have identical prices, so the
@@ -54,12 +57,13 @@ impl NodeClass {
 #[derive(Clone, Debug)]
 pub struct PriceBook {
     types: usize,
-    bounds: PriceBounds,
+    bounds: Vec<PriceBounds>,
     cap: Vec<u32>,
     used: Vec<u32>,
     free_by_type: Vec<u32>,
-    /// `prefix[c][k]`: the cost of the first `k` GPUs of an empty resource of capacity `c`.
-    prefix: Vec<Vec<f64>>,
+    /// `prefix[t][c][k]`: the cost of the first `k` GPUs of an empty resource of type `t`
+    /// and capacity `c`.
+    prefix: Vec<Vec<Vec<f64>>>,
     classes: Vec<NodeClass>,
     class_index: HashMap<Vec<(u32, u32)>, usize>,
     class_of: Vec<usize>,
@@ -91,8 +95,26 @@ impl PriceBook {
         Ok(PriceBounds { low: lo / 2.0, high: hi })
     }
 
-    /// A book with nothing given out yet.
-    pub fn new(cluster: &Cluster, bounds: PriceBounds) -> Self {
+    /// Per-type bounds from `(type, utility per GPU-round)` samples: for each type, `U` is
+    /// the largest utility per GPU a job gets on it (all its workers on that type) and `L`
+    /// half the smallest. A type without samples (no job can use it) gets `overall`.
+    pub fn bounds_by_type(
+        types: usize,
+        samples: impl IntoIterator<Item = (usize, f64)>,
+        overall: PriceBounds,
+    ) -> Vec<PriceBounds> {
+        let mut per: Vec<Vec<f64>> = vec![Vec::new(); types];
+        for (t, v) in samples {
+            if let Some(list) = per.get_mut(t) {
+                list.push(v);
+            }
+        }
+        per.into_iter().map(|vs| Self::bounds_from_utilities(vs).unwrap_or(overall)).collect()
+    }
+
+    /// A book with nothing given out yet; `bounds` holds one pair per GPU type (a shorter
+    /// list is padded with its last pair).
+    pub fn new(cluster: &Cluster, bounds: &[PriceBounds]) -> Self {
         let types = cluster.type_count();
         let mut cap = Vec::with_capacity(cluster.nodes().len() * types);
         for n in cluster.nodes() {
@@ -100,18 +122,25 @@ impl PriceBook {
         }
         let used = vec![0; cap.len()];
         let free_by_type = cluster.types().map(|t| cluster.total_of_type(t)).collect();
-        let max_cap = cap.iter().copied().max().unwrap_or(0) as usize;
-        let ratio = bounds.high / bounds.low;
-        let mut prefix = Vec::with_capacity(max_cap + 1);
-        for c in 0..=max_cap {
-            let mut p = Vec::with_capacity(c + 1);
-            let mut sum = 0.0;
-            p.push(0.0);
-            for u in 0..c {
-                sum += bounds.low * ratio.powf(u as f64 / c as f64);
-                p.push(sum);
+        let fallback = bounds.last().copied().unwrap_or(PriceBounds { low: 1.0, high: 2.0 });
+        let bounds: Vec<PriceBounds> =
+            (0..types).map(|t| bounds.get(t).copied().unwrap_or(fallback)).collect();
+        let mut prefix = Vec::with_capacity(types);
+        for (t, b) in bounds.iter().enumerate() {
+            let max_cap = cluster.max_per_node(crate::cluster::GpuType(t as u16)) as usize;
+            let ratio = b.high / b.low;
+            let mut by_cap = Vec::with_capacity(max_cap + 1);
+            for c in 0..=max_cap {
+                let mut p = Vec::with_capacity(c + 1);
+                let mut sum = 0.0;
+                p.push(0.0);
+                for u in 0..c {
+                    sum += b.low * ratio.powf(u as f64 / c as f64);
+                    p.push(sum);
+                }
+                by_cap.push(p);
             }
-            prefix.push(p);
+            prefix.push(by_cap);
         }
         let mut book = PriceBook {
             types,
@@ -132,9 +161,14 @@ impl PriceBook {
         book
     }
 
-    /// `L` and `U`.
-    pub fn bounds(&self) -> PriceBounds {
-        self.bounds
+    /// `L` and `U` of each type.
+    pub fn bounds(&self) -> &[PriceBounds] {
+        &self.bounds
+    }
+
+    /// The smallest `L` of any type: no GPU costs less.
+    pub fn lowest_price(&self) -> f64 {
+        self.bounds.iter().map(|b| b.low).fold(f64::INFINITY, f64::min)
     }
 
     /// Number of GPU types.
@@ -142,23 +176,24 @@ impl PriceBook {
         self.types
     }
 
-    /// The price of the next GPU on a resource of capacity `cap` with `used` given out:
-    /// `L * (U/L)^(used/cap)`.
-    pub fn unit_price(&self, cap: u32, used: u32) -> f64 {
-        let b = self.bounds;
-        if cap == 0 {
+    /// The price of the next GPU of type `t` on a resource of capacity `cap` with `used`
+    /// given out: `L * (U/L)^(used/cap)` with type `t`'s bounds.
+    pub fn unit_price(&self, t: usize, cap: u32, used: u32) -> f64 {
+        let b = self.bounds[t];
+        if used >= cap {
             return b.high;
         }
-        b.low * (b.high / b.low).powf(used as f64 / cap as f64)
+        let p = &self.prefix[t][cap as usize];
+        p[used as usize + 1] - p[used as usize]
     }
 
-    /// The cost of `k` more GPUs on a resource of capacity `cap` with `used` given out,
-    /// `None` when fewer than `k` are free.
-    pub fn cost_at(&self, cap: u32, used: u32, k: u32) -> Option<f64> {
+    /// The cost of `k` more GPUs of type `t` on a resource of capacity `cap` with `used`
+    /// given out, `None` when fewer than `k` are free.
+    pub fn cost_at(&self, t: usize, cap: u32, used: u32, k: u32) -> Option<f64> {
         if used + k > cap {
             return None;
         }
-        let p = &self.prefix[cap as usize];
+        let p = &self.prefix[t][cap as usize];
         Some(p[(used + k) as usize] - p[used as usize])
     }
 
@@ -186,7 +221,7 @@ impl PriceBook {
     /// The price of the next GPU of type `t` on node `n`.
     pub fn next_price(&self, n: NodeId, t: GpuType) -> f64 {
         let i = n.index() * self.types + t.index();
-        self.unit_price(self.cap[i], self.used[i])
+        self.unit_price(t.index(), self.cap[i], self.used[i])
     }
 
     /// What a placement would cost now; `None` when it does not fit (or names a node or
@@ -198,7 +233,7 @@ impl PriceBook {
                 return None;
             }
             let i = p.node.index() * self.types + p.gpu_type.index();
-            total += self.cost_at(self.cap[i], self.used[i], p.gpus)?;
+            total += self.cost_at(p.gpu_type.index(), self.cap[i], self.used[i], p.gpus)?;
         }
         Some(total)
     }
@@ -217,6 +252,29 @@ impl PriceBook {
             let take = p.gpus.min(self.cap[i] - self.used[i]);
             self.used[i] += take;
             self.free_by_type[p.gpu_type.index()] -= take;
+            if touched.last() != Some(&p.node) {
+                touched.push(p.node);
+            }
+        }
+        for n in touched {
+            self.remove_from_class(n);
+            let key = self.key_of(n);
+            self.insert_into_class(n, key);
+        }
+    }
+
+    /// Takes a placement back: its GPUs count as free again, lowering their prices. Parts
+    /// beyond what is in use are clamped.
+    pub fn release(&mut self, placement: &Placement) {
+        let mut touched: Vec<NodeId> = Vec::new();
+        for p in placement.parts() {
+            if p.node.index() >= self.class_of.len() || p.gpu_type.index() >= self.types {
+                continue;
+            }
+            let i = p.node.index() * self.types + p.gpu_type.index();
+            let back = p.gpus.min(self.used[i]);
+            self.used[i] -= back;
+            self.free_by_type[p.gpu_type.index()] += back;
             if touched.last() != Some(&p.node) {
                 touched.push(p.node);
             }
@@ -270,7 +328,17 @@ mod tests {
 
     fn book() -> PriceBook {
         let c = Cluster::from_type_counts(&[("v100".into(), 8), ("k80".into(), 4)], 4).unwrap();
-        PriceBook::new(&c, PriceBounds { low: 1.0, high: 16.0 })
+        PriceBook::new(&c, &[PriceBounds { low: 1.0, high: 16.0 }, PriceBounds { low: 0.5, high: 2.0 }])
+    }
+
+    #[test]
+    fn per_type_bounds_fall_back_to_the_overall_pair() {
+        let overall = PriceBounds { low: 1.0, high: 9.0 };
+        let b = PriceBook::bounds_by_type(3, [(0, 4.0), (0, 8.0), (2, 2.0)], overall);
+        assert_eq!(
+            b,
+            vec![PriceBounds { low: 2.0, high: 8.0 }, overall, PriceBounds { low: 1.0, high: 2.0 }]
+        );
     }
 
     #[test]
@@ -285,11 +353,15 @@ mod tests {
         let b = book();
         assert_eq!(b.next_price(NodeId(0), GpuType(0)), 1.0);
         // Capacity 4, 2 used: 1 * 16^(2/4) = 4.
-        assert!((b.unit_price(4, 2) - 4.0).abs() < 1e-12);
-        assert!((b.unit_price(4, 4) - 16.0).abs() < 1e-12);
+        assert!((b.unit_price(0, 4, 2) - 4.0).abs() < 1e-12);
+        assert!((b.unit_price(0, 4, 4) - 16.0).abs() < 1e-12);
         // 3 GPUs from empty: 1 + 2 + 4.
-        assert!((b.cost_at(4, 0, 3).unwrap() - 7.0).abs() < 1e-12);
-        assert_eq!(b.cost_at(4, 3, 2), None);
+        assert!((b.cost_at(0, 4, 0, 3).unwrap() - 7.0).abs() < 1e-12);
+        assert_eq!(b.cost_at(0, 4, 3, 2), None);
+        // The K80 node (type 1) has its own bounds: 0.5 * 4^(1/4) for its second GPU.
+        assert_eq!(b.next_price(NodeId(2), GpuType(1)), 0.5);
+        assert!((b.unit_price(1, 4, 1) - 0.5 * 4f64.powf(0.25)).abs() < 1e-12);
+        assert_eq!(b.lowest_price(), 0.5);
     }
 
     #[test]
@@ -302,6 +374,10 @@ mod tests {
         assert_eq!(b.free_of_type(0), 6);
         let live: usize = b.classes().iter().map(|c| c.nodes.len()).sum();
         assert_eq!(live, 3);
+        let mut back = b.clone();
+        back.release(&p);
+        assert_eq!(back.next_price(NodeId(1), GpuType(0)), 1.0);
+        assert_eq!(back.free_of_type(0), 8);
         let of_node1 = b.classes().iter().find(|c| c.nodes.contains(&NodeId(1))).unwrap();
         assert_eq!(of_node1.key[0], (4, 2));
         assert_eq!(of_node1.nodes, vec![NodeId(1)]);
