@@ -130,6 +130,8 @@ pub struct JobRow {
     pub preemptions: u32,
     /// Slurm's restart count when the daemon last saw it.
     pub restarts: u32,
+    /// While it runs: the time up to which its run time is counted, seconds since the epoch.
+    pub accounted_s: Option<f64>,
 }
 
 impl JobRow {
@@ -158,6 +160,7 @@ impl JobRow {
             starts: 0,
             preemptions: 0,
             restarts: 0,
+            accounted_s: None,
         }
     }
 }
