@@ -1,6 +1,6 @@
 //! Command-line definitions (clap). Help texts are written for the person at the terminal.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Heterogeneity-aware GPU scheduling for Slurm clusters.
@@ -29,6 +29,14 @@ pub enum Command {
     /// With no arguments, runs every policy on an embedded 40-job multi-GPU trace on a
     /// 4 V100 + 4 P100 + 4 K80 cluster (Gavel's measured throughputs).
     Simulate(SimulateArgs),
+    /// Estimate jobs' throughput from GPU and job traits, or judge the estimator against a
+    /// measured table.
+    ///
+    /// `--evaluate FILE` compares the estimates with a table in Gavel's format (each job type
+    /// predicted by constants fitted on the other job types) and replays the online
+    /// refinement with simulated noisy measurements. `--job-type NAME` prints one job type's
+    /// estimated steps/s on each GPU type.
+    Estimate(EstimateArgs),
     /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -130,4 +138,45 @@ pub struct SimulateArgs {
     /// the aggregated steps and the consolidation weights.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
+}
+
+/// `hadar estimate` arguments.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("what").required(true).args(["evaluate", "job_type"])))]
+pub struct EstimateArgs {
+    /// A measured throughput table in Gavel's simulation_throughputs.json format to judge
+    /// the estimator against (e.g. ../shared/data/gavel/simulation_throughputs.json).
+    #[arg(long, value_name = "FILE")]
+    pub evaluate: Option<PathBuf>,
+
+    /// Print this job type's estimated steps/s, e.g. `ResNet-50 (batch size 64)` (the job
+    /// types of Gavel's table are known).
+    #[arg(long, value_name = "NAME")]
+    pub job_type: Option<String>,
+
+    /// GPU types for --job-type, comma-separated (names or aliases such as `a100-40gb`).
+    /// [default: every GPU in the built-in table]
+    #[arg(long, value_name = "LIST")]
+    pub gpus: Option<String>,
+
+    /// Relative standard deviation of the simulated measurements in the refinement replay
+    /// (0.05: each observed rate is the true rate times 1 + 0.05 z, z standard normal).
+    #[arg(long, value_name = "X", default_value_t = 0.05)]
+    pub noise: f64,
+
+    /// Seed of the simulated measurement noise.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+
+    /// Relative error at which the refinement counts as converged (0.10: within 10%).
+    #[arg(long, value_name = "X", default_value_t = 0.10)]
+    pub tolerance: f64,
+
+    /// Rounds replayed per job and GPU type.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub rounds: u32,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }

@@ -6,6 +6,7 @@
 
 mod bench;
 mod cli;
+mod estimate;
 mod simulate;
 mod table;
 
@@ -17,6 +18,7 @@ fn main() -> ExitCode {
     init_logging(args.verbose);
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
+        cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Bench(b) => bench::run(b),
     };
     match outcome {

@@ -8,6 +8,7 @@
 //!
 //! * [`cluster`]: nodes, GPU types and capacities.
 //! * [`throughput`]: how fast a job runs on each GPU type with a given number of workers.
+//! * [`estimate`]: estimating throughput from GPU and job traits, refined from measurements.
 //! * [`job`]: a job's fixed description and its per-round state.
 //! * [`placement`]: where a job's workers (or forked copies) run, and the rate that gives.
 //! * [`capacity`]: a ledger of free GPUs per (node, type), used while building a plan.
@@ -22,6 +23,7 @@
 pub mod bounds;
 pub mod capacity;
 pub mod cluster;
+pub mod estimate;
 pub mod job;
 pub mod lp;
 pub mod placement;

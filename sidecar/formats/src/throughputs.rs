@@ -104,6 +104,15 @@ impl ThroughputTable {
             .map(|(_, r)| *r)
     }
 
+    /// Every listed `(workers, steps/s)` point of a job type on a GPU type (zero rates
+    /// included: they mean the job cannot run so), in file order.
+    pub fn points(&self, job_type: &str, gpu_type: &str) -> &[(u32, f64)] {
+        self.rates
+            .get(job_type)
+            .and_then(|by_type| by_type.get(&gpu_type.to_ascii_lowercase()))
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// The job type's profile on a cluster's GPU types (types the table lacks give an empty
     /// curve: the job cannot use them). `None` when the job type is unknown.
     pub fn profile(&self, job_type: &str, cluster: &Cluster) -> Option<ThroughputProfile> {

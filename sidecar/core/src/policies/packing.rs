@@ -39,11 +39,8 @@ fn fewest_nodes_best_fit(mut avail: Vec<(NodeId, u32)>, gpus: u32) -> Option<Vec
         i += 1;
     }
     // Some node at index >= i holds `left`; pick the tightest, lowest id on ties.
-    let last = avail[i..]
-        .iter()
-        .filter(|&&(_, a)| a >= left)
-        .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
-        .copied()?;
+    let last =
+        avail[i..].iter().filter(|&&(_, a)| a >= left).min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0))).copied()?;
     chosen.push((last.0, left));
     Some(chosen)
 }
@@ -69,10 +66,8 @@ pub fn pack_consolidated(free: &FreeCapacity, gpu_type: GpuType, gpus: u32) -> O
 /// The caller passes only types the job can run on: a gang advances at the pace of its
 /// slowest type, and a type without throughput would stop it entirely.
 pub fn pack_any_types(free: &FreeCapacity, types: &[GpuType], gpus: u32) -> Option<Placement> {
-    let avail = (0..free.node_count() as u32)
-        .map(NodeId)
-        .map(|n| (n, types.iter().map(|&t| free.free(n, t)).sum()))
-        .collect();
+    let avail =
+        (0..free.node_count() as u32).map(NodeId).map(|n| (n, types.iter().map(|&t| free.free(n, t)).sum())).collect();
     let nodes = fewest_nodes_best_fit(avail, gpus)?;
     let mut parts = Vec::new();
     for (node, mut left) in nodes {
@@ -180,10 +175,7 @@ mod tests {
     fn any_types_mixes_only_the_given_types() {
         let c = Cluster::new(
             vec!["v100".into(), "k80".into(), "p100".into()],
-            vec![
-                Node { name: "x".into(), gpus: vec![1, 1, 4] },
-                Node { name: "y".into(), gpus: vec![0, 2, 0] },
-            ],
+            vec![Node { name: "x".into(), gpus: vec![1, 1, 4] }, Node { name: "y".into(), gpus: vec![0, 2, 0] }],
         )
         .unwrap();
         let free = FreeCapacity::of(&c);

@@ -110,12 +110,26 @@ impl Profile {
     /// seconds, with the best-fit placement there. The last segment has every reservation
     /// handed back, so a request the cluster can hold at all always gets an answer.
     fn earliest(&self, t: GpuType, gpus: u32, duration: f64) -> Option<(usize, Placement)> {
-        for first in 0..self.starts.len() {
+        let mut first = 0;
+        while first < self.starts.len() {
             if self.free[first].free_of_type(t) < gpus {
+                first += 1;
                 continue;
             }
-            let last = self.window_end(first, self.starts[first] + duration);
-            if self.free[first..=last].iter().any(|f| f.free_of_type(t) < gpus) {
+            // Walk the window; a segment short of GPUs of type t also blocks every start
+            // before it whose window reaches it, so the search resumes right after it.
+            let end = self.starts[first] + duration;
+            let mut last = first;
+            let mut blocked = None;
+            while last + 1 < self.starts.len() && self.starts[last + 1] < end {
+                last += 1;
+                if self.free[last].free_of_type(t) < gpus {
+                    blocked = Some(last);
+                    break;
+                }
+            }
+            if let Some(b) = blocked {
+                first = b + 1;
                 continue;
             }
             // What stays free of type t on each node through the whole window.
@@ -133,6 +147,7 @@ impl Profile {
             if let Some(p) = pack_consolidated(&window, t, gpus) {
                 return Some((first, p));
             }
+            first += 1;
         }
         None
     }
@@ -233,10 +248,7 @@ mod tests {
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         plan.validate(&c, &jobs).unwrap();
         assert!(plan.placement_of(JobId(2)).is_none());
-        assert_eq!(
-            plan.waiting,
-            vec![Waiting { job: JobId(2), reason: WaitReason::WaitingForRelease }]
-        );
+        assert_eq!(plan.waiting, vec![Waiting { job: JobId(2), reason: WaitReason::WaitingForRelease }]);
         assert_eq!(requested_type(&jobs[1], &c), Some((ty(0), 3.0)));
     }
 

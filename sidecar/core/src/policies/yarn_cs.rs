@@ -76,16 +76,16 @@ impl Policy for YarnCs {
         let mut head: Option<JobId> = None;
         for js in queue {
             let job = &js.job;
-            if let Some(h) = head {
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::QueuedBehind { head: Some(h) } });
-                continue;
-            }
-            let possible: Vec<GpuType> = usable_types(job, cluster)
-                .into_iter()
-                .filter(|&t| pack_consolidated(&empty, t, job.workers).is_some())
-                .collect();
+            // A consolidated placement exists on the empty cluster exactly when the type has
+            // `N` GPUs in all (packing never fails for lack of shape, only of GPUs).
+            let possible: Vec<GpuType> =
+                usable_types(job, cluster).into_iter().filter(|&t| empty.free_of_type(t) >= job.workers).collect();
             if possible.is_empty() {
                 plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+                continue;
+            }
+            if let Some(h) = head {
+                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::QueuedBehind { head: Some(h) } });
                 continue;
             }
             let mut feasible: Vec<Placement> =

@@ -38,6 +38,23 @@ impl AllocationProblem<'_> {
         self.capacity.len()
     }
 
+    /// Checks that every per-job slice has one entry per job and every row one per type.
+    fn check(&self, per_job: &[(&str, usize)]) -> Result<(), LpError> {
+        let m = self.throughputs.len();
+        if self.scale_factors.len() != m {
+            return Err(LpError::InvalidInput(format!("{m} throughput rows but {} scale factors", self.scale_factors.len())));
+        }
+        for &(what, len) in per_job {
+            if len != m {
+                return Err(LpError::InvalidInput(format!("{m} throughput rows but {len} {what}")));
+            }
+        }
+        if let Some((i, row)) = self.throughputs.iter().enumerate().find(|(_, r)| r.len() != self.types()) {
+            return Err(LpError::InvalidInput(format!("throughput row {i} has {} entries for {} types", row.len(), self.types())));
+        }
+        Ok(())
+    }
+
     fn runnable(&self, i: usize) -> bool {
         self.throughputs[i].iter().any(|&t| t > 0.0)
     }
@@ -77,6 +94,7 @@ impl AllocationProblem<'_> {
 /// throughput when its time is split over the types in proportion to their GPU counts
 /// (Gavel's `ProportionalPolicy`).
 pub fn max_min_fairness_perf(p: &AllocationProblem<'_>, weights: &[f64]) -> Result<Vec<Vec<f64>>, LpError> {
+    p.check(&[("weights", weights.len())])?;
     let n = p.types();
     let total: f64 = p.capacity.iter().map(|&c| f64::from(c)).sum();
     let mut lp = LinearProgram::new();
@@ -128,6 +146,7 @@ pub fn min_total_duration_perf(
     p: &AllocationProblem<'_>,
     remaining_steps: &[f64],
 ) -> Result<MakespanAllocation, LpError> {
+    p.check(&[("remaining step counts", remaining_steps.len())])?;
     let n = p.types();
     let optimal = optimal_horizon(p, remaining_steps)?;
     let Some(optimal) = optimal else {
@@ -249,12 +268,23 @@ mod tests {
         let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
         assert!(x[0][0] > x[1][0], "{x:?}");
-        for j in 0..2 {
-            assert!(x[0][j] + x[1][j] <= 1.0 + 1e-6);
+        for (a, b) in x[0].iter().zip(&x[1]) {
+            assert!(a + b <= 1.0 + 1e-6);
         }
         for row in &x {
             assert!(row.iter().sum::<f64>() <= 1.0 + 1e-6);
         }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_refused() {
+        let tp = vec![vec![1.0, 2.0], vec![1.0]];
+        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
+        assert!(matches!(max_min_fairness_perf(&p, &[1.0, 1.0]), Err(LpError::InvalidInput(_))));
+        let tp = vec![vec![1.0, 2.0]];
+        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1], capacity: &[1, 1] };
+        assert!(matches!(min_total_duration_perf(&p, &[1.0, 2.0]), Err(LpError::InvalidInput(_))));
+        assert!(matches!(max_min_fairness_perf(&p, &[]), Err(LpError::InvalidInput(_))));
     }
 
     #[test]
@@ -286,7 +316,7 @@ mod tests {
     fn bisection_replays_gavels_probe_sequence() {
         // Gavel stops once its interval is within 5%, on a probe at or above the optimum.
         let h = gavel_bisection(7200.0).unwrap();
-        assert!(h >= 7200.0 && h <= 7200.0 * 1.06, "{h}");
+        assert!((7200.0..=7200.0 * 1.06).contains(&h), "{h}");
         // The same replay by explicit simulation of Gavel's loop.
         let (mut lo, mut hi, mut last) = (100.0f64, 1e6f64, None);
         while 1.05 * lo < hi {
@@ -301,6 +331,54 @@ mod tests {
         assert_eq!(Some(h), last);
         // Beyond 10^6 s the interval widens tenfold.
         let far = gavel_bisection(2.5e6).unwrap();
-        assert!(far >= 2.5e6 && far <= 2.5e6 * 1.06, "{far}");
+        assert!((2.5e6..=2.5e6 * 1.06).contains(&far), "{far}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, .. Default::default() })]
+
+        /// Both allocations respect Gavel's base constraints, and the max-min optimum is at
+        /// least as good as a feasible proportional split.
+        #[test]
+        fn allocations_respect_the_base_constraints(
+            rows in proptest::collection::vec((0u32..3, 0.0f64..50.0, 0.0f64..50.0, 0.0f64..50.0, 1.0f64..1e5), 1..25),
+            caps in (1u32..9, 1u32..9, 0u32..9),
+        ) {
+            let capacity = [caps.0, caps.1, caps.2];
+            let tp: Vec<Vec<f64>> = rows.iter().map(|r| vec![r.1, r.2, r.3]).collect();
+            let sf: Vec<u32> = rows.iter().map(|r| 1 << r.0).collect();
+            let steps: Vec<f64> = rows.iter().map(|r| r.4).collect();
+            let p = AllocationProblem { throughputs: &tp, scale_factors: &sf, capacity: &capacity };
+            let weights = vec![1.0; tp.len()];
+            let check = |x: &Vec<Vec<f64>>| -> Result<(), proptest::test_runner::TestCaseError> {
+                for j in 0..3 {
+                    let used: f64 = x.iter().zip(&sf).map(|(row, &s)| row[j] * f64::from(s)).sum();
+                    proptest::prop_assert!(used <= f64::from(capacity[j]) + 1e-5, "type {} used {}", j, used);
+                }
+                for row in x {
+                    proptest::prop_assert!(row.iter().sum::<f64>() <= 1.0 + 1e-5);
+                    proptest::prop_assert!(row.iter().all(|&v| (0.0..=1.0).contains(&v)));
+                }
+                Ok(())
+            };
+            let x = max_min_fairness_perf(&p, &weights).unwrap();
+            check(&x)?;
+            let total: f64 = capacity.iter().map(|&c| f64::from(c)).sum();
+            let score = |x: &Vec<Vec<f64>>| -> f64 {
+                (0..tp.len())
+                    .filter(|&i| tp[i].iter().any(|&t| t > 0.0))
+                    .map(|i| {
+                        let prop: f64 = (0..3).map(|j| tp[i][j] * f64::from(capacity[j]) / total).sum();
+                        (0..3).map(|j| tp[i][j] * f64::from(sf[i]) * x[i][j]).sum::<f64>() / prop
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let baseline = crate::policies::gavel::proportional_split(&p);
+            check(&baseline)?;
+            proptest::prop_assert!(score(&x) >= score(&baseline) * (1.0 - 1e-5) - 1e-7, "{} < {}", score(&x), score(&baseline));
+            let m = min_total_duration_perf(&p, &steps).unwrap();
+            check(&m.allocation)?;
+            proptest::prop_assert!(m.horizon_s >= m.optimal_horizon_s);
+        }
     }
 }

@@ -78,6 +78,9 @@ pub struct GavelStats {
     pub allocations: u32,
     /// Allocations whose LP failed, replaced by the proportional split.
     pub lp_failures: u32,
+    /// Rounds in which nothing would have run because the waiting jobs had no allocation
+    /// yet, so the allocation was recomputed early (where Gavel may idle instead).
+    pub early_resets: u32,
 }
 
 /// One GPU: a slot on a node, of the type the assignment is for.
@@ -436,6 +439,7 @@ impl Policy for GavelPolicy {
             .any(|(i, j)| !self.allocation.contains_key(&j.id()) && throughputs[i].iter().any(|&r| r > 0.0));
         if placed.is_empty() && waiting_for_allocation {
             // Nothing would run: re-solve now instead of idling.
+            self.stats.early_resets += 1;
             self.need_update = true;
             self.last_reset_s = 0.0;
             self.update_priorities(input, &throughputs);

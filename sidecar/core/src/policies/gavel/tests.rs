@@ -171,6 +171,25 @@ fn a_late_job_waits_for_the_next_reset() {
 }
 
 #[test]
+fn when_only_unallocated_jobs_remain_the_allocation_is_recomputed_at_once() {
+    // One GPU. A (1000 s) at 0 s, B (360 s) at 10 s: both get an allocation at 360 s (the
+    // reset at 0 s counts as none). C (100 s) arrives at 400 s, within 1,920 s of that
+    // reset, so it has no allocation while A and B run. Once they are done (about 1,360 s),
+    // only C is left: rather than idling until 2,280 s, the allocation is re-solved.
+    let c = cluster(&[("v100", 1)]);
+    let jobs = [job(0, 0.0, 1, 1000.0, &[1.0]), job(1, 10.0, 1, 360.0, &[1.0]), job(2, 400.0, 1, 100.0, &[1.0])];
+    let mut p = GavelPolicy::max_min_fairness();
+    let (rounds, finished) = drive(&mut p, &c, &jobs, 100);
+    assert_eq!(finished.len(), 3);
+    let c_start = rounds.iter().find(|r| r.plan.placement_of(JobId(2)).is_some()).unwrap().now_s;
+    assert!(c_start < 360.0 + 1920.0, "C started at {c_start}");
+    assert_eq!(p.stats().early_resets, 1);
+    // No round idled: the GPU was busy from 0 s to the end.
+    let last = finished.values().copied().fold(0.0, f64::max);
+    assert!((last - 1460.0).abs() < 1e-6, "{last}");
+}
+
+#[test]
 fn makespan_policy_finishes_everything_near_the_optimum() {
     // Job 0 is 3x faster on v100, job 1 equally fast on both: the makespan LP puts job 0 on
     // the v100. Fluid optimum: job 0 alone on v100 needs 3600 / 3 = 1200 s, job 1 on the
@@ -226,6 +245,14 @@ proptest! {
         let mut p = if makespan { GavelPolicy::min_total_duration() } else { GavelPolicy::max_min_fairness() };
         let (rounds, finished) = drive(&mut p, &c, &sorted, 5000);
         prop_assert_eq!(finished.len(), jobs.len());
+        // The fluid bounds stay below what the schedule achieved, the forking one lowest.
+        let plain: Vec<Job> = sorted.iter().map(|j| (**j).clone()).collect();
+        let first = plain.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
+        let ttd = finished.values().copied().fold(first, f64::max) - first;
+        let lb = crate::bounds::fluid_makespan(&c, &plain).unwrap();
+        let fork = crate::bounds::fluid_makespan_forking(&c, &plain).unwrap();
+        prop_assert!(lb <= ttd * (1.0 + 1e-6), "bound {} above makespan {}", lb, ttd);
+        prop_assert!(fork <= lb * (1.0 + 1e-6), "forking bound {} above plain bound {}", fork, lb);
         for r in &rounds {
             for a in &r.plan.assignments {
                 prop_assert_eq!(a.placement.types().len(), 1);
