@@ -6,7 +6,9 @@
 
 mod bench;
 mod cli;
+mod emulate;
 mod estimate;
+mod serve;
 mod simulate;
 mod table;
 
@@ -20,6 +22,10 @@ fn main() -> ExitCode {
         cli::Command::Simulate(a) => simulate::run(a),
         cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Bench(b) => bench::run(b),
+        cli::Command::Serve(a) => serve::serve(a),
+        cli::Command::Status(a) => serve::status(a),
+        cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::Emulate(a) => emulate::run(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

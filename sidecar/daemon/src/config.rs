@@ -81,6 +81,9 @@ impl SidecarConfig {
 /// Why the configuration was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
+    /// The tables shared with the plugin were refused by the plugin's reader.
+    #[error(transparent)]
+    Shared(hadar_request::ConfigError),
     /// The file could not be read.
     #[error("cannot read {path}: {reason}")]
     Read {
@@ -216,5 +219,9 @@ mod tests {
         assert!(e.contains("preempt_signal"), "{e}");
         let e = DaemonConfig::parse("h.toml", "[hadar]\nstickyness = true\n").unwrap_err().to_string();
         assert!(e.contains("stickyness"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[slurm]\nmanaged_partition = [\"gpu\"]\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Shared(_)) && e.to_string().contains("managed_partition"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
+        assert!(e.to_string().contains("notify_timeout_ms"), "{e}");
     }
 }

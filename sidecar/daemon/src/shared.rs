@@ -1,7 +1,8 @@
-//! The tables of `hadar.toml` the daemon shares with the job_submit plugin.
+//! The tables of `hadar.toml` the daemon shares with the job_submit plugin, read by the
+//! plugin's own reader (`hadar_request::Config`), so that both programs accept and refuse
+//! exactly the same `[slurm]` and `[plugin]` tables.
 
 use crate::config::ConfigError;
-use serde::Deserialize;
 use std::path::PathBuf;
 
 /// What the daemon uses from `[slurm]`.
@@ -13,29 +14,10 @@ pub struct SlurmTables {
     pub slurm_conf: Option<PathBuf>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct Slurm {
-    #[serde(default)]
-    managed_partitions: Vec<String>,
-    default_partition: Option<String>,
-    slurm_conf: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-struct Top {
-    #[serde(default)]
-    slurm: Slurm,
-}
-
 impl SlurmTables {
-    /// Reads `[slurm]` (refusing unknown keys there).
+    /// Reads and checks `[slurm]` and `[plugin]` as the plugin does.
     pub fn parse(path: &str, text: &str) -> Result<SlurmTables, ConfigError> {
-        let top: Top = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_string(),
-            reason: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
-        })?;
-        let _ = top.slurm.default_partition;
-        Ok(SlurmTables { managed_partitions: top.slurm.managed_partitions, slurm_conf: top.slurm.slurm_conf })
+        let c = hadar_request::Config::parse(path, text).map_err(ConfigError::Shared)?;
+        Ok(SlurmTables { managed_partitions: c.slurm.managed_partitions, slurm_conf: c.slurm.slurm_conf })
     }
 }

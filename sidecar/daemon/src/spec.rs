@@ -11,6 +11,7 @@
 
 use hadar_core::{RateCurve, ThroughputProfile};
 use hadar_formats::ThroughputTable;
+use hadar_request::{Record, Scope};
 use hadar_store::LearnedRate;
 use serde::Serialize;
 
@@ -27,6 +28,33 @@ pub struct JobSpec {
     pub hints: Vec<(String, f64)>,
     /// The only GPU types it may use, when it restricted them.
     pub gpu_types: Option<Vec<String>>,
+}
+
+impl JobSpec {
+    /// The spec of a job from its plugin record: workers are the GPUs it asked for (per job,
+    /// or per node times its node count), steps its `steps=` (or `epochs=`, counted in the
+    /// same units the job reports). The GPU types in the request do not bind Hadar, which
+    /// chooses types itself; `gpu-types=` does. Components of heterogeneous jobs are refused.
+    pub fn from_record(text: &str) -> Result<JobSpec, String> {
+        let rec = Record::decode(text).map_err(|e| e.to_string())?;
+        if let Some(h) = rec.het_offset {
+            return Err(format!("component {h} of a heterogeneous job; hadar serve schedules single jobs"));
+        }
+        let per = rec.gpus.total();
+        let workers = match rec.gpus.scope {
+            Scope::PerJob => per,
+            Scope::PerNode => per * u64::from(rec.nodes.unwrap_or(1)),
+        };
+        let workers = u32::try_from(workers).ok().filter(|w| *w > 0).ok_or_else(|| format!("asks for {workers} GPUs"))?;
+        let d = rec.directives;
+        Ok(JobSpec {
+            workers,
+            steps: d.steps.or(d.epochs),
+            job_type: d.job_type,
+            hints: d.throughput.into_iter().map(|h| (h.gpu_type, h.rate)).collect(),
+            gpu_types: d.gpu_types,
+        })
+    }
 }
 
 /// Where a rate came from, for `hadar explain`.
@@ -113,7 +141,7 @@ fn split_batch(t: &str) -> (&str, Option<u64>) {
 
 /// The rate of a table job type with `workers` workers of `gpu_type`: the measured value, or
 /// for an unmeasured worker count the nearest smaller measured count scaled linearly.
-fn table_rate(table: &ThroughputTable, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
+pub fn table_rate(table: &ThroughputTable, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
     if let Some(r) = table.rate(job_type, gpu_type, workers) {
         return Some(r);
     }
@@ -172,6 +200,18 @@ mod tests {
     }
 
     const PRIORS: Priors = Priors { default_rate_per_gpu: 1.0, throughput_scale: 1.0 };
+
+    #[test]
+    fn records_give_workers_steps_and_limits() {
+        let s = JobSpec::from_record("hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 gpu-types=v100,k80").unwrap();
+        assert_eq!((s.workers, s.steps, s.job_type.as_deref()), (4, Some(1000), Some("resnet50")));
+        assert_eq!(s.gpu_types, Some(vec!["v100".to_string(), "k80".to_string()]));
+        let s = JobSpec::from_record("hadar:v1 gpus=v100:3,k80:1 epochs=7 throughput=k80:2.5").unwrap();
+        assert_eq!((s.workers, s.steps), (4, Some(7)));
+        assert_eq!(s.hints, vec![("k80".to_string(), 2.5)]);
+        assert!(JobSpec::from_record("hadar:v1 gpus=2 het=1").unwrap_err().contains("heterogeneous"));
+        assert!(JobSpec::from_record("hadar:v2 gpus=2").is_err());
+    }
 
     #[test]
     fn job_type_names_resolve() {

@@ -138,14 +138,20 @@ impl Slurm {
         }
     }
 
-    /// Gives a pending job its nodes and GPUs ([`GpuSpec::update_fields`]). The old GPU
-    /// request of the other kind (per node or per job) is cleared first, so that a job
-    /// placed again after a preemption carries only its new request.
+    /// Gives a pending job its nodes and GPUs ([`GpuSpec::update_fields`]). A GPU request of
+    /// the other kind (per node or per job) left from an earlier placement is cleared first,
+    /// so that a job placed again after a preemption carries only its new request.
     pub fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
-        let clear = if spec.is_uniform() { "TresPerJob=" } else { "Gres=" };
-        let mut args = vec!["update".to_string(), format!("JobId={id}"), clear.to_string()];
-        self.scontrol(&args)?;
-        args.truncate(2);
+        let current = self.job(id)?;
+        let stale = match &current {
+            Some(j) if spec.is_uniform() && j.tres_per_job.is_some() => Some("TresPerJob="),
+            Some(j) if !spec.is_uniform() && j.tres_per_node.is_some() => Some("Gres="),
+            _ => None,
+        };
+        if let Some(clear) = stale {
+            self.scontrol(&["update".to_string(), format!("JobId={id}"), clear.to_string()])?;
+        }
+        let mut args = vec!["update".to_string(), format!("JobId={id}")];
         args.extend(spec.update_fields());
         self.scontrol(&args)?;
         Ok(())
