@@ -173,6 +173,15 @@ pub enum Format {
     Json,
 }
 
+/// Where the policies' throughput figures come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ThroughputSource {
+    /// The measured table.
+    True,
+    /// Estimated from GPU and job traits, refined online.
+    Estimated,
+}
+
 /// `hadar simulate` arguments.
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
@@ -220,6 +229,12 @@ pub struct SimulateArgs {
     /// policy finished).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+
+    /// What the policies plan with: `true` (the table's measured rates) or `estimated`
+    /// (traits-based estimates refined from the rates jobs are measured at as they run;
+    /// jobs still advance at their true rates). Bounds always use the true rates.
+    #[arg(long, value_enum, default_value_t = ThroughputSource::True)]
+    pub throughput_source: ThroughputSource,
 
     /// Write the Job Tracker to FILE as JSON lines: per policy, round and running job, its
     /// copies (forked) or parts (gang) with node, type and GPUs, the steps each copy did,

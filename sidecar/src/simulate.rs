@@ -1,14 +1,14 @@
 //! `hadar simulate`: read the inputs, play every requested policy, print the comparison.
 
 use crate::Failure;
-use crate::cli::{Format, SimulateArgs};
+use crate::cli::{Format, SimulateArgs, ThroughputSource};
 use crate::table::Table;
 use anyhow::Context;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::{Cluster, Job};
 use hadar_formats::{ThroughputTable, embedded, load_cluster, load_trace};
 use hadar_core::tracker::TrackerRecord;
-use hadar_sim::{SimConfig, SimReport, Workload, simulate_observed};
+use hadar_sim::{Beliefs, EstimatedThroughputs, SimConfig, SimReport, Workload, simulate_with};
 use serde_json::{Value, json};
 
 /// The workload a simulation runs on, with where each part came from.
@@ -17,6 +17,7 @@ pub struct Inputs {
     pub jobs: Vec<Job>,
     pub cluster_origin: String,
     pub trace_origin: String,
+    pub throughput_source: &'static str,
 }
 
 /// Reads cluster, throughputs and trace (or their embedded defaults).
@@ -44,7 +45,7 @@ pub fn load_inputs(
             "embedded 40-job multi-GPU trace".to_string(),
         ),
     };
-    Ok(Inputs { cluster, jobs, cluster_origin, trace_origin })
+    Ok(Inputs { cluster, jobs, cluster_origin, trace_origin, throughput_source: "true" })
 }
 
 /// One row of the comparison: a simulated policy or a computed bound.
@@ -70,7 +71,10 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             cfg.restart_s
         )));
     }
-    let inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
+    let mut inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
+    if args.throughput_source == ThroughputSource::Estimated {
+        inputs.throughput_source = "estimated";
+    }
     let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
     let opts = PolicyOptions { seed: args.seed, ..PolicyOptions::default() };
 
@@ -88,7 +92,15 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         tracing::info!(policy = %name, "simulating");
         let want_trace = args.trace_out.is_some();
         let cluster = &workload.cluster;
-        let report = simulate_observed(&workload, policy.as_mut(), &cfg, &mut |round| {
+        let mut estimated = match args.throughput_source {
+            ThroughputSource::True => None,
+            ThroughputSource::Estimated => Some(
+                EstimatedThroughputs::new(&workload.cluster, &workload.jobs)
+                    .map_err(|e| Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}")))?,
+            ),
+        };
+        let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);
+        let report = simulate_with(&workload, policy.as_mut(), &cfg, beliefs, &mut |round| {
             if !want_trace {
                 return;
             }
@@ -157,8 +169,8 @@ fn hours(s: f64) -> String {
 
 fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> String {
     let mut out = format!(
-        "cluster: {} ({})\ntrace:   {} jobs ({})\nrounds:  {} s, restart cost {} s, seed {}\n\n",
-        inputs.cluster, inputs.cluster_origin, inputs.jobs.len(), inputs.trace_origin, cfg.round_s, cfg.restart_s, cfg.seed
+        "cluster: {} ({})\ntrace:   {} jobs ({})\nrounds:  {} s, restart cost {} s, seed {}, policies plan with {} throughputs\n\n",
+        inputs.cluster, inputs.cluster_origin, inputs.jobs.len(), inputs.trace_origin, cfg.round_s, cfg.restart_s, cfg.seed, inputs.throughput_source
     );
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
@@ -254,6 +266,7 @@ fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value 
             "round_s": cfg.round_s,
             "restart_s": cfg.restart_s,
             "seed": cfg.seed,
+            "throughput_source": inputs.throughput_source,
         },
         "results": results,
     })

@@ -208,6 +208,14 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_file_parses_and_states_the_defaults() {
+        let c = DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
+        assert_eq!(c.sidecar, SidecarConfig::default());
+        assert_eq!(c.hadar, HadarConfig::default());
+        assert_eq!(c.partitions, vec!["gpu"]);
+    }
+
+    #[test]
     fn unknown_keys_and_tables_and_bad_values_are_refused() {
         let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_second = 2\n").unwrap_err().to_string();
         assert!(e.starts_with("h.toml: ") && e.contains("round_second") && e.contains("line 2"), "{e}");

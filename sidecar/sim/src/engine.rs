@@ -128,6 +128,18 @@ pub fn simulate_observed(
     cfg: &SimConfig,
     observe: &mut dyn FnMut(&RoundRecord),
 ) -> Result<SimReport, SimError> {
+    simulate_with(w, policy, cfg, None, observe)
+}
+
+/// The general form: policies plan with `beliefs` (their throughputs, refined from
+/// measurements) when given, else with the true throughputs; `observe` sees every round.
+pub fn simulate_with(
+    w: &Workload,
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+    mut beliefs: Option<&mut dyn crate::Beliefs>,
+    observe: &mut dyn FnMut(&RoundRecord),
+) -> Result<SimReport, SimError> {
     if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
         return Err(SimError::InvalidConfig(format!("round length must be positive, got {}", cfg.round_s)));
     }
@@ -173,7 +185,12 @@ pub fn simulate_observed(
 
     loop {
         while next < order.len() && order[next].arrival_s <= now {
-            active.push(Tracked::new(order[next].clone(), types));
+            let truth = order[next].clone();
+            let mut t = Tracked::new(truth.clone(), types);
+            if let Some(b) = beliefs.as_deref_mut() {
+                t.state.job = Arc::new(Job { throughput: b.on_arrival(&truth), ..(*truth).clone() });
+            }
+            active.push(t);
             next += 1;
         }
         if active.is_empty() {
@@ -228,12 +245,12 @@ pub fn simulate_observed(
             let i = index_of[&a.job];
             ran[i] = true;
             let t = &mut active[i];
-            let job = t.state.job.clone();
+            let job = t.truth.clone();
             let rate = a.placement.rate(&job.throughput, job.workers);
             let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
             let overhead = if restarted { cfg.restart_s } else { 0.0 };
             let need_s = t.state.remaining_steps / rate;
-            let (seconds, steps) = if overhead + need_s <= cfg.round_s {
+            let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
                 (overhead + need_s, t.state.remaining_steps)
             } else {
                 (cfg.round_s, rate * (cfg.round_s - overhead))
@@ -263,7 +280,7 @@ pub fn simulate_observed(
                     .placement
                     .parts()
                     .iter()
-                    .map(|p| steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate)
+                    .map(|p| if rate > 0.0 { steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate } else { 0.0 })
                     .collect(),
                 PlacementKind::Gang => Vec::new(),
             };
@@ -283,6 +300,9 @@ pub fn simulate_observed(
             }
         }
         add_contention(&mut active, end - now);
+        if let Some(b) = beliefs.as_deref_mut() {
+            learn(b, &mut active, &index_of, &runs);
+        }
         observe(&RoundRecord { index: rounds, start_s: now, end_s: end, runs });
         rounds += 1;
 
@@ -332,8 +352,40 @@ pub fn simulate_observed(
     Ok(SimReport { policy: name, metrics, jobs: outcomes })
 }
 
+/// Feeds the round's measured rates to the beliefs and refreshes the profiles policies see.
+/// A single-type gang measures `X[type][workers]`; each forked copy measures
+/// `X[type][gpus]`; a mixed gang runs at its slowest type's pace, which cannot be told apart
+/// from the others', so it teaches nothing.
+fn learn(
+    beliefs: &mut dyn crate::Beliefs,
+    active: &mut [Tracked],
+    index_of: &std::collections::HashMap<JobId, usize>,
+    runs: &[RoundRun],
+) {
+    for run in runs {
+        let t = &mut active[index_of[&run.job]];
+        let truth = t.truth.clone();
+        let types = run.placement.types();
+        let measurements: Vec<(hadar_core::GpuType, u32)> = match run.placement.kind() {
+            PlacementKind::Forked => run.placement.parts().iter().map(|p| (p.gpu_type, p.gpus)).collect(),
+            PlacementKind::Gang if types.len() == 1 => vec![(types[0], truth.workers)],
+            PlacementKind::Gang => Vec::new(),
+        };
+        let mut profile = None;
+        for (ty, g) in measurements {
+            profile = Some(beliefs.on_measurement(truth.id, ty, g, truth.throughput.rate_or_zero(ty, g)));
+        }
+        if let Some(p) = profile {
+            t.state.job = Arc::new(Job { throughput: p, ..(*t.state.job).clone() });
+        }
+    }
+}
+
 /// A job in the system, with the simulator's own bookkeeping beside the policy's view.
 struct Tracked {
+    /// The job as it really is (its true throughput).
+    truth: Arc<Job>,
+    /// What the policy sees (its throughput may be an estimate).
     state: JobState,
     restarts: u32,
     stop_s: f64,
@@ -344,11 +396,18 @@ struct Tracked {
 
 impl Tracked {
     fn new(job: Arc<Job>, types: usize) -> Self {
-        Tracked { state: JobState::arrived(job, types), restarts: 0, stop_s: 0.0, contention_s: 0.0, in_system_s: 0.0 }
+        Tracked {
+            state: JobState::arrived(job.clone(), types),
+            truth: job,
+            restarts: 0,
+            stop_s: 0.0,
+            contention_s: 0.0,
+            in_system_s: 0.0,
+        }
     }
 
     fn finish(self) -> JobOutcome {
-        let job = &self.state.job;
+        let job = &self.truth;
         let best = job.throughput.fastest(job.workers).map(|(_, r)| r).unwrap_or(f64::NAN);
         JobOutcome {
             id: job.id,

@@ -15,11 +15,17 @@
 //! * The plan is checked against capacity and gang rules every round; a policy that breaks
 //!   them is a bug, reported as [`SimError::PolicyViolation`].
 //!
+//! * Policies plan with the jobs' true throughputs, or, with [`Beliefs`] such as
+//!   [`EstimatedThroughputs`], with estimates refined from the rates jobs are measured at,
+//!   while every job still advances at its true rate.
+//!
 //! The simulator is deterministic for a given workload, policy and seed; only the measured
 //! decision times vary between runs.
 
+mod beliefs;
 mod engine;
 mod metrics;
 
-pub use engine::{RoundRecord, RoundRun, SimConfig, SimError, Workload, simulate, simulate_observed};
+pub use beliefs::{Beliefs, EstimatedThroughputs, UnknownTraits};
+pub use engine::{RoundRecord, RoundRun, SimConfig, SimError, Workload, simulate, simulate_observed, simulate_with};
 pub use metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation};

@@ -1,0 +1,548 @@
+//! The plugin's decision for one submitted job (or one heterogeneous job component): leave it
+//! alone, refuse it with a message, or manage it (record its request, strip its GPUs, hold it).
+//!
+//! Everything here is a pure function of the job description's fields, the configuration and
+//! the inventory, so the whole decision is unit-tested without Slurm.
+
+use crate::config::Config;
+use crate::directive::{self, DirectiveError, Directives, OptChoice};
+use crate::gpu::{self, GpuRequest, GpuRequestError, Scope, TresFields};
+use crate::inventory::Inventory;
+use crate::record::Record;
+
+/// The fields of a Slurm job description the decision reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Submission<'a> {
+    /// `--partition` (possibly a comma-separated list), `None` if not given.
+    pub partition: Option<&'a str>,
+    /// `--comment`.
+    pub comment: Option<&'a str>,
+    /// The batch script; for a heterogeneous component after the first, the leader's script.
+    pub script: Option<&'a str>,
+    /// The GPU-related TRES fields.
+    pub tres: TresFields<'a>,
+    /// `-N` minimum node count, if given.
+    pub min_nodes: Option<u32>,
+    /// The heterogeneous job offset, `None` for an ordinary job.
+    pub het_offset: Option<u32>,
+    /// Whether this is an interactive allocation (`salloc`, `srun` without `sbatch`): it has
+    /// no batch script (nor has its het leader).
+    pub interactive: bool,
+}
+
+/// What to do with a valid managed job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Managed {
+    /// The record to store in the job's admin comment.
+    pub record: Record,
+    /// The new `tres_per_job` (GPU entries removed).
+    pub tres_per_job: Option<String>,
+    /// The new `tres_per_node` (GPU entries removed).
+    pub tres_per_node: Option<String>,
+}
+
+/// Why a job is left alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmanaged {
+    /// The job opted out with `off`.
+    OptedOut,
+    /// The job is not in a managed partition and did not opt in.
+    NotSelected,
+    /// An interactive allocation: someone is waiting at a terminal for it, and Hadar can
+    /// neither hold it for a round nor preempt it, so it is always left to Slurm.
+    Interactive,
+}
+
+/// The decision for one job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Leave the job exactly as submitted.
+    Unmanaged(Unmanaged),
+    /// Manage the job (boxed: it is much larger than the other variant).
+    Managed(Box<Managed>),
+}
+
+/// Why a managed job was refused. The message is shown by `sbatch`; it says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A directive error.
+    #[error(transparent)]
+    Directive(#[from] DirectiveError),
+    /// A GPU request error.
+    #[error(transparent)]
+    Gpu(#[from] GpuRequestError),
+    /// A managed job without GPUs.
+    #[error(
+        "this job is Hadar-managed but requests no GPUs; add --gres=gpu:N or --gpus=N (or `#HADAR off` to opt out)"
+    )]
+    NoGpus,
+    /// A GPU type no node has.
+    #[error(
+        "GPU type `{gpu_type}` in {place} does not exist in this cluster; known types: {known}"
+    )]
+    UnknownType {
+        /// The type.
+        gpu_type: String,
+        /// Where it was written.
+        place: &'static str,
+        /// The cluster's types.
+        known: String,
+    },
+    /// A typed request outside the job's own `gpu-types=`.
+    #[error("GPU type `{gpu_type}` is requested but not in gpu-types={allowed}; make them agree")]
+    TypeNotAllowed {
+        /// The type.
+        gpu_type: String,
+        /// The allowed list.
+        allowed: String,
+    },
+    /// A per-job request larger than what the job's partitions (or the cluster) have.
+    #[error(
+        "no set of nodes can provide {wanted} {what} GPUs: {scope} has {have}; ask for at most {have}"
+    )]
+    TooManyForCluster {
+        /// `partition NAME[,NAME]` or `the whole cluster`.
+        scope: String,
+        /// Requested.
+        wanted: u64,
+        /// The type, or "usable" for untyped requests.
+        what: String,
+        /// Available in the cluster.
+        have: u64,
+    },
+    /// A per-node request no set of nodes can satisfy.
+    #[error(
+        "no {nodes} node(s) in {scope} have {spec} GPUs each (only {have} node(s) do); lower the GPUs per node or the node count"
+    )]
+    TooManyPerNode {
+        /// `partition NAME[,NAME]` or `the whole cluster`.
+        scope: String,
+        /// Nodes wanted.
+        nodes: u32,
+        /// The per-node request.
+        spec: String,
+        /// Nodes that qualify.
+        have: usize,
+    },
+    /// A partition list mixing managed and unmanaged partitions.
+    #[error(
+        "partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`"
+    )]
+    MixedPartitions {
+        /// The list.
+        partitions: String,
+    },
+}
+
+/// Decides what to do with one submitted job.
+pub fn decide(
+    sub: &Submission<'_>,
+    config: &Config,
+    inventory: &Inventory,
+) -> Result<Decision, RequestError> {
+    if sub.interactive {
+        return Ok(Decision::Unmanaged(Unmanaged::Interactive));
+    }
+    let mut directives = Directives::default();
+    if let Some(script) = sub.script {
+        directive::read_script(script, &mut directives)?;
+    }
+    if let Some(comment) = sub.comment {
+        directive::read_comment(comment, &mut directives)?;
+    }
+    match directives.choice {
+        Some(OptChoice::Out) => return Ok(Decision::Unmanaged(Unmanaged::OptedOut)),
+        Some(OptChoice::In) => {}
+        None => {
+            if !in_managed_partition(sub.partition, config)? {
+                return Ok(Decision::Unmanaged(Unmanaged::NotSelected));
+            }
+        }
+    }
+
+    let extracted = gpu::extract(&sub.tres, config.plugin.max_gpus_per_job)?;
+    let request = extracted.request.ok_or(RequestError::NoGpus)?;
+    let partitions = job_partitions(sub.partition, config);
+    check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
+    Ok(Decision::Managed(Box::new(Managed {
+        record: Record {
+            gpus: request,
+            nodes: sub.min_nodes,
+            het_offset: sub.het_offset,
+            directives: directives.job,
+        },
+        tres_per_job: extracted.per_job_rest,
+        tres_per_node: extracted.per_node_rest,
+    })))
+}
+
+/// Whether the job's partitions are all managed (an error if only some are).
+fn in_managed_partition(partition: Option<&str>, config: &Config) -> Result<bool, RequestError> {
+    let parts = job_partitions(partition, config);
+    if parts.is_empty() {
+        return Ok(false);
+    }
+    let list = parts.join(",");
+    let managed = parts
+        .iter()
+        .filter(|p| config.slurm.managed_partitions.iter().any(|m| m == *p))
+        .count();
+    match managed {
+        0 => Ok(false),
+        n if n == parts.len() => Ok(true),
+        _ => Err(RequestError::MixedPartitions { partitions: list }),
+    }
+}
+
+/// The partitions a job will run in: its `--partition` list, else the configured default
+/// partition; empty if neither is known.
+fn job_partitions<'a>(partition: Option<&'a str>, config: &'a Config) -> Vec<&'a str> {
+    let list = match partition.filter(|p| !p.trim().is_empty()) {
+        Some(p) => p,
+        None => match &config.slurm.default_partition {
+            Some(d) => d.as_str(),
+            None => return Vec::new(),
+        },
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// Checks that the named types exist in the cluster and that some set of nodes of the job's
+/// partitions can hold the request.
+fn check_against_inventory(
+    request: &GpuRequest,
+    min_nodes: Option<u32>,
+    directives: &Directives,
+    inventory: &Inventory,
+    partitions: &[&str],
+) -> Result<(), RequestError> {
+    let usable_nodes = inventory.nodes_in(partitions);
+    let known_partitions = !partitions.is_empty()
+        && partitions
+            .iter()
+            .all(|p| inventory.partitions.iter().any(|q| q.name == *p));
+    let scope = if known_partitions {
+        format!("partition {}", partitions.join(","))
+    } else {
+        "the whole cluster".to_string()
+    };
+    let known = || inventory.type_names().join(", ");
+    let unknown = |t: &str, place| RequestError::UnknownType {
+        gpu_type: t.to_string(),
+        place,
+        known: known(),
+    };
+    let allowed = directives.job.gpu_types.as_deref();
+    if let Some(types) = allowed {
+        if let Some(t) = types.iter().find(|t| !inventory.has_type(t)) {
+            return Err(unknown(t, "gpu-types="));
+        }
+    }
+    if let Some(h) = directives
+        .job
+        .throughput
+        .iter()
+        .find(|h| !inventory.has_type(&h.gpu_type))
+    {
+        return Err(unknown(&h.gpu_type, "throughput="));
+    }
+    let place = match request.scope {
+        Scope::PerJob => gpu::PER_JOB_OPTION,
+        Scope::PerNode => gpu::PER_NODE_OPTION,
+    };
+    for t in request.counts.iter().filter_map(|c| c.gpu_type.as_deref()) {
+        if !inventory.has_type(t) {
+            return Err(unknown(t, place));
+        }
+        if let Some(types) = allowed
+            && !types.iter().any(|a| a == t)
+        {
+            return Err(RequestError::TypeNotAllowed {
+                gpu_type: t.to_string(),
+                allowed: types.join(","),
+            });
+        }
+    }
+
+    let per_node_need = |node: &crate::inventory::NodeGpus| {
+        request.counts.iter().all(|c| match &c.gpu_type {
+            Some(t) => u64::from(node.typed.get(t).copied().unwrap_or(0)) >= u64::from(c.count),
+            None => node.usable(allowed) >= u64::from(c.count),
+        })
+    };
+    match request.scope {
+        Scope::PerJob => {
+            for c in &request.counts {
+                let (have, what) = match &c.gpu_type {
+                    Some(t) => (
+                        usable_nodes
+                            .iter()
+                            .map(|n| u64::from(n.typed.get(t).copied().unwrap_or(0)))
+                            .sum(),
+                        t.clone(),
+                    ),
+                    None => (
+                        usable_nodes.iter().map(|n| n.usable(allowed)).sum(),
+                        "usable".to_string(),
+                    ),
+                };
+                if u64::from(c.count) > have {
+                    return Err(RequestError::TooManyForCluster {
+                        scope,
+                        wanted: u64::from(c.count),
+                        what,
+                        have,
+                    });
+                }
+            }
+        }
+        Scope::PerNode => {
+            let nodes = min_nodes.unwrap_or(1).max(1);
+            let have = usable_nodes.iter().filter(|n| per_node_need(n)).count();
+            if have < nodes as usize {
+                return Err(RequestError::TooManyPerNode {
+                    scope,
+                    nodes,
+                    spec: request.to_string(),
+                    have,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuCount;
+    use proptest::prelude::*;
+
+    fn inventory() -> Inventory {
+        let conf = "NodeName=n1 Gres=gpu:v100:4\nNodeName=n2 Gres=gpu:p100:4\nNodeName=n3 Gres=gpu:k80:4\nNodeName=n4 Gres=gpu:v100:2,gpu:k80:2\n";
+        Inventory::from_slurm_conf("slurm.conf", conf, &mut |_: &str| Err(String::new())).unwrap()
+    }
+
+    fn config() -> Config {
+        Config::parse(
+            "h.toml",
+            "[slurm]\nmanaged_partitions=[\"gpu\"]\ndefault_partition=\"gpu\"\n",
+        )
+        .unwrap()
+    }
+
+    fn node_gres(field: &'static str) -> Submission<'static> {
+        Submission {
+            tres: TresFields {
+                per_node: Some(field),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn managed(sub: &Submission<'_>) -> Managed {
+        match decide(sub, &config(), &inventory()) {
+            Ok(Decision::Managed(m)) => *m,
+            other => panic!("expected a managed job, got {other:?}"),
+        }
+    }
+
+    fn refused(sub: &Submission<'_>) -> String {
+        match decide(sub, &config(), &inventory()) {
+            Err(e) => e.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn default_partition_job_is_managed_recorded_and_stripped() {
+        let m = managed(&node_gres("gres:gpu:2"));
+        assert_eq!(m.record.encode(), "hadar:v1 gpus-per-node=2");
+        assert_eq!(m.tres_per_node, None);
+        assert_eq!(m.tres_per_job, None);
+    }
+
+    #[test]
+    fn other_partitions_are_left_alone_unless_opted_in() {
+        let mut sub = node_gres("gres:gpu:2");
+        sub.partition = Some("cpu");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::NotSelected))
+        );
+        sub.comment = Some("hadar");
+        assert!(matches!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Managed(_))
+        ));
+        sub.partition = Some("gpu,cpu");
+        sub.comment = None;
+        assert!(refused(&sub).contains("mix Hadar-managed and other partitions"));
+    }
+
+    #[test]
+    fn interactive_allocations_are_left_to_slurm() {
+        let mut sub = node_gres("gres:gpu:a100:99");
+        sub.interactive = true;
+        sub.comment = Some("hadar");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::Interactive))
+        );
+    }
+
+    #[test]
+    fn opt_out_wins_over_a_managed_partition() {
+        let mut sub = node_gres("gres:gpu:2");
+        sub.script = Some("#!/bin/sh\n#HADAR off\n");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
+        );
+    }
+
+    #[test]
+    fn directives_land_in_the_record() {
+        let mut sub = Submission {
+            tres: TresFields {
+                per_job: Some("gres:gpu:v100:3,gres:gpu:k80:1"),
+                ..Default::default()
+            },
+            min_nodes: Some(2),
+            het_offset: Some(1),
+            ..Default::default()
+        };
+        sub.script = Some("#!/bin/sh\n#HADAR type=resnet50 steps=500 fork=no\n");
+        let m = managed(&sub);
+        assert_eq!(
+            m.record.encode(),
+            "hadar:v1 gpus=v100:3,k80:1 nodes=2 het=1 type=resnet50 steps=500 fork=no"
+        );
+    }
+
+    #[test]
+    fn each_kind_of_bad_request_has_its_message() {
+        assert_eq!(
+            refused(&Submission::default()),
+            "this job is Hadar-managed but requests no GPUs; add --gres=gpu:N or --gpus=N (or `#HADAR off` to opt out)"
+        );
+        assert_eq!(
+            refused(&node_gres("gres:gpu:a100:1")),
+            "GPU type `a100` in --gres/--gpus-per-node does not exist in this cluster; known types: k80, p100, v100"
+        );
+        assert_eq!(
+            refused(&node_gres("gres:gpu:8")),
+            "no 1 node(s) in the whole cluster have 8 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count"
+        );
+        let mut three_v100_nodes = node_gres("gres:gpu:v100:2");
+        three_v100_nodes.min_nodes = Some(3);
+        assert!(refused(&three_v100_nodes).starts_with(
+            "no 3 node(s) in the whole cluster have v100:2 GPUs each (only 2 node(s) do)"
+        ));
+        let per_job = Submission {
+            tres: TresFields {
+                per_job: Some("gres:gpu:p100:5"),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(&per_job),
+            "no set of nodes can provide 5 p100 GPUs: the whole cluster has 4; ask for at most 4"
+        );
+        let mut restricted = node_gres("gres:gpu:p100:1");
+        restricted.script = Some("#HADAR gpu-types=v100,k80");
+        assert_eq!(
+            refused(&restricted),
+            "GPU type `p100` is requested but not in gpu-types=v100,k80; make them agree"
+        );
+        let mut hint = node_gres("gres:gpu:1");
+        hint.comment = Some("hadar: throughput=h100:3");
+        assert!(refused(&hint).starts_with("GPU type `h100` in throughput= does not exist"));
+        assert!(refused(&node_gres("gres:gpu:0")).starts_with("zero GPUs requested"));
+        assert!(refused(&node_gres("gres:gpu:5000")).starts_with("5000 GPUs requested"));
+    }
+
+    #[test]
+    fn capacity_is_judged_within_the_jobs_partitions() {
+        let conf = "NodeName=n1 Gres=gpu:v100:4\nNodeName=n2 Gres=gpu:p100:4\nNodeName=n3 Gres=gpu:k80:4\nNodeName=n4 Gres=gpu:v100:2,gpu:k80:2\nPartitionName=gpu Nodes=ALL Default=YES\nPartitionName=old Nodes=n3,n4\n";
+        let inv = Inventory::from_slurm_conf("slurm.conf", conf, &mut |_: &str| Err(String::new()))
+            .unwrap();
+        let config =
+            Config::parse("h.toml", "[slurm]\nmanaged_partitions=[\"gpu\",\"old\"]\n").unwrap();
+        let mut sub = node_gres("gres:gpu:v100:4");
+        sub.partition = Some("gpu");
+        assert!(matches!(
+            decide(&sub, &config, &inv),
+            Ok(Decision::Managed(_))
+        ));
+        sub.partition = Some("old");
+        assert_eq!(
+            decide(&sub, &config, &inv).unwrap_err().to_string(),
+            "no 1 node(s) in partition old have v100:4 GPUs each (only 0 node(s) do); lower the GPUs per node or the node count"
+        );
+        let per_job = Submission {
+            partition: Some("old"),
+            tres: TresFields {
+                per_job: Some("gres:gpu:k80:7"),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&per_job, &config, &inv).unwrap_err().to_string(),
+            "no set of nodes can provide 7 k80 GPUs: partition old has 6; ask for at most 6"
+        );
+    }
+
+    #[test]
+    fn untyped_per_node_respects_allowed_types() {
+        let mut sub = node_gres("gres:gpu:3");
+        sub.script = Some("#HADAR gpu-types=k80");
+        assert_eq!(
+            managed(&sub).record.gpus.counts,
+            vec![GpuCount {
+                gpu_type: None,
+                count: 3
+            }]
+        );
+        sub.min_nodes = Some(2);
+        assert!(
+            refused(&sub).starts_with(
+                "no 2 node(s) in the whole cluster have 3 GPUs each (only 1 node(s) do)"
+            )
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn decide_never_panics(
+            partition in proptest::option::of("[a-z,]{0,8}"),
+            comment in proptest::option::of("(hadar:? ?)?[a-z=0-9:, ]{0,20}"),
+            script in proptest::option::of("#!/bin/sh\n(#HADAR [a-z=0-9:,\\- ]{0,20}\n){0,3}"),
+            per_node in proptest::option::of("(gres:gpu(:[a-z0-9]{1,5}){0,2},?){0,3}"),
+            per_job in proptest::option::of("(gres:gpu(:[a-z0-9]{1,5}){0,2},?){0,3}"),
+            min_nodes in proptest::option::of(0u32..10),
+        ) {
+            let sub = Submission {
+                partition: partition.as_deref(),
+                comment: comment.as_deref(),
+                script: script.as_deref(),
+                tres: TresFields { per_node: per_node.as_deref(), per_job: per_job.as_deref(), ..Default::default() },
+                min_nodes,
+                het_offset: None,
+                interactive: false,
+            };
+            if let Ok(Decision::Managed(m)) = decide(&sub, &config(), &inventory()) {
+                // Whatever is accepted must be recorded faithfully and stripped of GPUs.
+                prop_assert_eq!(Record::decode(&m.record.encode()).unwrap(), m.record.clone());
+                prop_assert!(!gpu::mentions_gpu(&m.tres_per_node.unwrap_or_default()));
+                prop_assert!(!gpu::mentions_gpu(&m.tres_per_job.unwrap_or_default()));
+            }
+        }
+    }
+}

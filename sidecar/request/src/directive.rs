@@ -1,0 +1,498 @@
+//! Hadar directives: what a user tells Hadar about a job, in `#HADAR` lines of the batch script
+//! or in a `--comment="hadar: ..."` submission option.
+//!
+//! Syntax (one or more whitespace-separated words per `#HADAR` line, or after `hadar:` in the
+//! comment): `on`, `off`, and `key=value` with the keys `type`, `throughput`, `steps`,
+//! `epochs`, `fork` and `gpu-types`. The same `key=value` words make up the directive part of
+//! the stored record (see [`crate::record`]), so one parser serves both.
+
+use std::fmt;
+
+/// The keys a directive may set, in the order the record writes them.
+pub const KEYS: [&str; 6] = ["type", "throughput", "steps", "epochs", "fork", "gpu-types"];
+
+/// Whether a job opted in to or out of Hadar explicitly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptChoice {
+    /// `#HADAR on` or any other Hadar directive: manage this job.
+    In,
+    /// `#HADAR off`: never manage this job, even in a managed partition.
+    Out,
+}
+
+/// A per-type throughput hint: the job does `rate` steps per second on one GPU of `gpu_type`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThroughputHint {
+    /// The GPU type.
+    pub gpu_type: String,
+    /// Steps per second; positive and finite.
+    pub rate: f64,
+}
+
+/// Everything a job's Hadar directives say, apart from the opt-in/opt-out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobDirectives {
+    /// The job type (model name) whose throughput profile Hadar should use.
+    pub job_type: Option<String>,
+    /// Per-type throughput hints, overriding any profile.
+    pub throughput: Vec<ThroughputHint>,
+    /// Total training steps the job runs for.
+    pub steps: Option<u64>,
+    /// Total epochs the job runs for (when it counts in epochs rather than steps).
+    pub epochs: Option<u64>,
+    /// Whether Hadar may fork the job into copies on several GPU types (HadarE).
+    pub may_fork: Option<bool>,
+    /// The GPU types the job may run on; `None` means any type.
+    pub gpu_types: Option<Vec<String>>,
+}
+
+/// Where a directive was written, for error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A `#HADAR` line of the batch script (1-based line number).
+    ScriptLine(usize),
+    /// The `--comment` option.
+    Comment,
+    /// The stored record in the job's admin comment.
+    Record,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::ScriptLine(n) => write!(f, "#HADAR line {n} of the batch script"),
+            Origin::Comment => f.write_str("--comment"),
+            Origin::Record => f.write_str("the hadar record"),
+        }
+    }
+}
+
+/// Why directives were refused. Each message says where and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectiveError {
+    /// A word that is not a known directive.
+    #[error(
+        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types="
+    )]
+    Unknown {
+        /// Where.
+        origin: Origin,
+        /// The word.
+        word: String,
+    },
+    /// A value that does not parse.
+    #[error("malformed value `{value}` for `{key}` in {origin}; expected {expected}")]
+    Malformed {
+        /// Where.
+        origin: Origin,
+        /// The key.
+        key: &'static str,
+        /// The offending value.
+        value: String,
+        /// What a valid value looks like.
+        expected: &'static str,
+    },
+    /// A key given twice.
+    #[error("`{key}` given twice ({first} and {second}); give it once")]
+    Duplicate {
+        /// The key.
+        key: &'static str,
+        /// Where it was first given.
+        first: Origin,
+        /// Where it was given again.
+        second: Origin,
+    },
+    /// Both `steps` and `epochs`.
+    #[error("both steps= and epochs= given; give only one of them")]
+    StepsAndEpochs,
+    /// Both `on` and `off`, or `off` together with other directives.
+    #[error("`off` cannot be combined with other Hadar directives ({origin}); remove one of them")]
+    OffWithOthers {
+        /// Where the conflicting word is.
+        origin: Origin,
+    },
+}
+
+/// The parsed directives of one job, with the place each key was set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Directives {
+    /// `Some(In)` if the job has any directive, `Some(Out)` for `off`, `None` if none at all.
+    pub choice: Option<OptChoice>,
+    /// The settings.
+    pub job: JobDirectives,
+    origins: Vec<(&'static str, Origin)>,
+    off_origin: Option<Origin>,
+}
+
+/// The largest `steps=`/`epochs=` value accepted: beyond it a job would never finish.
+pub const MAX_WORK: u64 = 1 << 53;
+
+impl Directives {
+    /// Parses and adds the words of one directive line (the text after `#HADAR` or `hadar:`).
+    pub fn add_words(&mut self, text: &str, origin: Origin) -> Result<(), DirectiveError> {
+        for word in text.split_whitespace() {
+            if word.starts_with('#') {
+                break; // the rest of the line is a comment
+            }
+            self.add_word(word, &origin)?;
+        }
+        Ok(())
+    }
+
+    fn add_word(&mut self, word: &str, origin: &Origin) -> Result<(), DirectiveError> {
+        let lower = word.to_ascii_lowercase();
+        match lower.as_str() {
+            "off" => {
+                if self.choice == Some(OptChoice::In) {
+                    return Err(DirectiveError::OffWithOthers {
+                        origin: origin.clone(),
+                    });
+                }
+                self.choice = Some(OptChoice::Out);
+                self.off_origin = Some(origin.clone());
+                return Ok(());
+            }
+            "on" => return self.opt_in(origin),
+            _ => {}
+        }
+        let Some((key, value)) = word.split_once('=') else {
+            return Err(DirectiveError::Unknown {
+                origin: origin.clone(),
+                word: word.to_string(),
+            });
+        };
+        let key_lower = key.to_ascii_lowercase();
+        let Some(&key) = KEYS.iter().find(|k| **k == key_lower) else {
+            return Err(DirectiveError::Unknown {
+                origin: origin.clone(),
+                word: word.to_string(),
+            });
+        };
+        if let Some((_, first)) = self.origins.iter().find(|(k, _)| *k == key) {
+            return Err(DirectiveError::Duplicate {
+                key,
+                first: first.clone(),
+                second: origin.clone(),
+            });
+        }
+        let malformed = |expected| DirectiveError::Malformed {
+            origin: origin.clone(),
+            key,
+            value: value.to_string(),
+            expected,
+        };
+        match key {
+            "type" => {
+                if !is_name(value) {
+                    return Err(malformed(
+                        "a job type name (letters, digits, `-`, `_`, `.`, `/`)",
+                    ));
+                }
+                self.job.job_type = Some(value.to_string());
+            }
+            "throughput" => {
+                let mut hints = Vec::new();
+                for item in value.split(',') {
+                    let (t, r) = item.split_once(':').ok_or_else(|| {
+                        malformed("TYPE:RATE[,TYPE:RATE...], e.g. v100:12.5,k80:3")
+                    })?;
+                    let rate: f64 = r
+                        .parse()
+                        .map_err(|_| malformed("TYPE:RATE with RATE a positive number"))?;
+                    if !(crate::gpu::is_type_name(t) && rate.is_finite() && rate > 0.0) {
+                        return Err(malformed("TYPE:RATE with RATE a positive number"));
+                    }
+                    if hints.iter().any(|h: &ThroughputHint| h.gpu_type == t) {
+                        return Err(malformed("each GPU type once"));
+                    }
+                    hints.push(ThroughputHint {
+                        gpu_type: t.to_string(),
+                        rate,
+                    });
+                }
+                self.job.throughput = hints;
+            }
+            "steps" | "epochs" => {
+                let n = parse_work(value)
+                    .ok_or_else(|| malformed("a whole number between 1 and 2^53"))?;
+                if key == "steps" {
+                    self.job.steps = Some(n);
+                } else {
+                    self.job.epochs = Some(n);
+                }
+                if self.job.steps.is_some() && self.job.epochs.is_some() {
+                    return Err(DirectiveError::StepsAndEpochs);
+                }
+            }
+            "fork" => {
+                self.job.may_fork = Some(match value.to_ascii_lowercase().as_str() {
+                    "yes" | "true" | "1" => true,
+                    "no" | "false" | "0" => false,
+                    _ => return Err(malformed("yes or no")),
+                });
+            }
+            "gpu-types" => {
+                let mut types: Vec<String> = Vec::new();
+                for t in value.split(',') {
+                    if !crate::gpu::is_type_name(t) {
+                        return Err(malformed(
+                            "a comma-separated list of GPU types, e.g. v100,p100",
+                        ));
+                    }
+                    if !types.iter().any(|u| u == t) {
+                        types.push(t.to_string());
+                    }
+                }
+                self.job.gpu_types = Some(types);
+            }
+            _ => unreachable!("KEYS and this match list the same keys"),
+        }
+        self.origins.push((key, origin.clone()));
+        self.opt_in(origin)
+    }
+
+    fn opt_in(&mut self, origin: &Origin) -> Result<(), DirectiveError> {
+        if self.choice == Some(OptChoice::Out) {
+            return Err(DirectiveError::OffWithOthers {
+                origin: self.off_origin.clone().unwrap_or_else(|| origin.clone()),
+            });
+        }
+        self.choice = Some(OptChoice::In);
+        Ok(())
+    }
+}
+
+/// Whether `s` is a plausible job type name.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+/// Parses a positive decimal work amount up to [`MAX_WORK`].
+fn parse_work(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<u64>().ok().filter(|n| (1..=MAX_WORK).contains(n))
+}
+
+/// Reads the `#HADAR` lines of a batch script into `into`.
+///
+/// Like `sbatch` with `#SBATCH`, only the leading block of comment lines counts: reading stops
+/// at the first line that is neither blank nor a `#` comment.
+pub fn read_script(script: &str, into: &mut Directives) -> Result<(), DirectiveError> {
+    for (i, line) in script.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if !trimmed.starts_with('#') {
+            break;
+        }
+        if let Some(rest) = trimmed.strip_prefix("#HADAR") {
+            if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+                // `#HADARX`: not our directive, like `#SBATCHX` is not sbatch's.
+                continue;
+            }
+            into.add_words(rest, Origin::ScriptLine(i + 1))?;
+            if rest.trim().is_empty() || rest.trim_start().starts_with('#') {
+                into.opt_in(&Origin::ScriptLine(i + 1))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the Hadar part of a job's `--comment` into `into`, if the comment is a Hadar one.
+///
+/// A Hadar comment is `hadar` alone or `hadar:` followed by directive words (`hadar` in any
+/// case). Any other comment is not Hadar's business and is ignored.
+pub fn read_comment(comment: &str, into: &mut Directives) -> Result<(), DirectiveError> {
+    let trimmed = comment.trim();
+    let Some(prefix) = trimmed.get(..5) else {
+        return Ok(());
+    };
+    if !prefix.eq_ignore_ascii_case("hadar") {
+        return Ok(());
+    }
+    let rest = &trimmed[5..];
+    if rest.is_empty() {
+        return into.opt_in(&Origin::Comment);
+    }
+    let Some(words) = rest.strip_prefix(':') else {
+        return Ok(()); // e.g. "hadarized": someone else's comment
+    };
+    if words.trim().is_empty() {
+        return into.opt_in(&Origin::Comment);
+    }
+    into.add_words(&words.replace(';', " "), Origin::Comment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn script(s: &str) -> Result<Directives, DirectiveError> {
+        let mut d = Directives::default();
+        read_script(s, &mut d).map(|()| d)
+    }
+
+    #[test]
+    fn reads_leading_hadar_lines() {
+        let d = script(
+            "#!/bin/bash\n#SBATCH --gres=gpu:2\n#HADAR type=resnet50 steps=1000\n\n#HADAR fork=yes gpu-types=v100,k80 # why\necho hi\n#HADAR epochs=3\n",
+        )
+        .unwrap();
+        assert_eq!(d.choice, Some(OptChoice::In));
+        assert_eq!(d.job.job_type.as_deref(), Some("resnet50"));
+        assert_eq!(d.job.steps, Some(1000));
+        assert_eq!(
+            d.job.epochs, None,
+            "directives after the first command are ignored"
+        );
+        assert_eq!(d.job.may_fork, Some(true));
+        assert_eq!(
+            d.job.gpu_types,
+            Some(vec!["v100".to_string(), "k80".to_string()])
+        );
+    }
+
+    #[test]
+    fn bare_hadar_line_opts_in_and_off_opts_out() {
+        assert_eq!(
+            script("#!/bin/sh\n#HADAR\n").unwrap().choice,
+            Some(OptChoice::In)
+        );
+        assert_eq!(
+            script("#!/bin/sh\n#HADAR off\n").unwrap().choice,
+            Some(OptChoice::Out)
+        );
+        assert_eq!(script("#!/bin/sh\n#HADARS x\n").unwrap().choice, None);
+        assert_eq!(script("#!/bin/sh\necho\n").unwrap().choice, None);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_fix() {
+        let e = script("#!/bin/sh\n#SBATCH -N1\n#HADAR stepz=4\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types="
+        );
+        let e = script("#!/bin/sh\n#HADAR steps=12k\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "malformed value `12k` for `steps` in #HADAR line 2 of the batch script; expected a whole number between 1 and 2^53"
+        );
+        assert!(matches!(
+            script("#HADAR steps=0").unwrap_err(),
+            DirectiveError::Malformed { key: "steps", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR fork=maybe").unwrap_err(),
+            DirectiveError::Malformed { key: "fork", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR throughput=v100:-1").unwrap_err(),
+            DirectiveError::Malformed { .. }
+        ));
+        assert!(matches!(
+            script("#HADAR throughput=v100:1,v100:2").unwrap_err(),
+            DirectiveError::Malformed { .. }
+        ));
+        assert_eq!(
+            script("#HADAR steps=1 epochs=2").unwrap_err(),
+            DirectiveError::StepsAndEpochs
+        );
+        assert!(matches!(
+            script("#HADAR steps=1\n#HADAR steps=2").unwrap_err(),
+            DirectiveError::Duplicate { key: "steps", .. }
+        ));
+        assert!(matches!(
+            script("#HADAR off type=x").unwrap_err(),
+            DirectiveError::OffWithOthers { .. }
+        ));
+        assert!(matches!(
+            script("#HADAR type=x\n#HADAR off").unwrap_err(),
+            DirectiveError::OffWithOthers { .. }
+        ));
+    }
+
+    #[test]
+    fn throughput_hints_parse() {
+        let d = script("#HADAR throughput=v100:12.5,k80:3").unwrap();
+        assert_eq!(
+            d.job.throughput,
+            vec![
+                ThroughputHint {
+                    gpu_type: "v100".into(),
+                    rate: 12.5
+                },
+                ThroughputHint {
+                    gpu_type: "k80".into(),
+                    rate: 3.0
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn comment_form() {
+        let mut d = Directives::default();
+        read_comment("hadar", &mut d).unwrap();
+        assert_eq!(d.choice, Some(OptChoice::In));
+        let mut d = Directives::default();
+        read_comment("HADAR: type=bert;steps=50", &mut d).unwrap();
+        assert_eq!(
+            (d.job.job_type.as_deref(), d.job.steps),
+            (Some("bert"), Some(50))
+        );
+        let mut d = Directives::default();
+        read_comment("hadar:off", &mut d).unwrap();
+        assert_eq!(d.choice, Some(OptChoice::Out));
+        let mut d = Directives::default();
+        read_comment("my notes about hadar", &mut d).unwrap();
+        assert_eq!(d.choice, None);
+        read_comment("hadarized", &mut d).unwrap();
+        assert_eq!(d.choice, None);
+        let mut d = Directives::default();
+        assert!(matches!(
+            read_comment("hadar: bogus", &mut d),
+            Err(DirectiveError::Unknown {
+                origin: Origin::Comment,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn script_and_comment_may_not_set_the_same_key() {
+        let mut d = script("#HADAR steps=5").unwrap();
+        let e = read_comment("hadar: steps=6", &mut d).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`steps` given twice (#HADAR line 1 of the batch script and --comment); give it once"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn script_parser_never_panics(s in "(#HADAR ?)?.{0,80}(\n(#HADAR|#SBATCH|#)? ?.{0,40}){0,5}") {
+            let _ = script(&s);
+        }
+
+        #[test]
+        fn word_parser_never_panics(words in proptest::collection::vec("(type|throughput|steps|epochs|fork|gpu-types|on|off|x)(=[a-z0-9:.,\\-]{0,12})?", 0..6)) {
+            let mut d = Directives::default();
+            let _ = d.add_words(&words.join(" "), Origin::Comment);
+        }
+
+        #[test]
+        fn comment_parser_never_panics(s in "\\PC{0,60}") {
+            let mut d = Directives::default();
+            let _ = read_comment(&s, &mut d);
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The record of a managed job's request, stored by the plugin in the job's `AdminComment`
+//! (which ordinary users cannot change) and parsed back by the sidecar.
+//!
+//! Format, one line: `hadar:v1` followed by space-separated `key=value` words:
+//! `gpus=SPEC` (per job) or `gpus-per-node=SPEC`, then optionally `nodes=N`, `het=OFFSET`
+//! and the directive words of [`crate::directive`] (`type=`, `throughput=`, `steps=`,
+//! `epochs=`, `fork=`, `gpu-types=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
+//! `hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 fork=yes`.
+
+use crate::directive::{Directives, JobDirectives, Origin};
+use crate::gpu::{self, GpuCount, GpuRequest, Scope};
+
+/// The prefix and version tag every record starts with.
+pub const TAG: &str = "hadar:v1";
+
+/// A managed job's request, as recorded in the job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// The GPU request the user submitted (stripped from the job itself).
+    pub gpus: GpuRequest,
+    /// The node count the user asked for (`-N`), if any.
+    pub nodes: Option<u32>,
+    /// The offset of this component in a heterogeneous job, if it is one.
+    pub het_offset: Option<u32>,
+    /// The job's Hadar directives.
+    pub directives: JobDirectives,
+}
+
+/// Why a stored record could not be read back.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    /// The text does not start with the tag, or with another version's.
+    #[error("not a hadar record (expected it to start with `{TAG}`): `{0}`")]
+    NotARecord(String),
+    /// No GPU request in the record.
+    #[error("hadar record has neither gpus= nor gpus-per-node=")]
+    NoGpus,
+    /// A malformed GPU or node field.
+    #[error("hadar record field `{0}` is malformed")]
+    Field(String),
+    /// A malformed directive word.
+    #[error("hadar record: {0}")]
+    Directive(#[from] crate::directive::DirectiveError),
+}
+
+impl Record {
+    /// Writes the record as one line.
+    pub fn encode(&self) -> String {
+        let mut out = String::from(TAG);
+        let key = match self.gpus.scope {
+            Scope::PerJob => "gpus",
+            Scope::PerNode => "gpus-per-node",
+        };
+        out.push_str(&format!(" {key}={}", self.gpus));
+        if let Some(n) = self.nodes {
+            out.push_str(&format!(" nodes={n}"));
+        }
+        if let Some(h) = self.het_offset {
+            out.push_str(&format!(" het={h}"));
+        }
+        let d = &self.directives;
+        if let Some(t) = &d.job_type {
+            out.push_str(&format!(" type={t}"));
+        }
+        if !d.throughput.is_empty() {
+            let hints: Vec<String> = d
+                .throughput
+                .iter()
+                .map(|h| format!("{}:{}", h.gpu_type, h.rate))
+                .collect();
+            out.push_str(&format!(" throughput={}", hints.join(",")));
+        }
+        if let Some(s) = d.steps {
+            out.push_str(&format!(" steps={s}"));
+        }
+        if let Some(e) = d.epochs {
+            out.push_str(&format!(" epochs={e}"));
+        }
+        if let Some(f) = d.may_fork {
+            out.push_str(if f { " fork=yes" } else { " fork=no" });
+        }
+        if let Some(types) = &d.gpu_types {
+            out.push_str(&format!(" gpu-types={}", types.join(",")));
+        }
+        out
+    }
+
+    /// Reads a record back. Unknown fields are refused: a record is only ever written by the
+    /// plugin, so anything unexpected means it was tampered with or comes from a newer version.
+    pub fn decode(text: &str) -> Result<Record, RecordError> {
+        let mut words = text.split_whitespace();
+        if words.next() != Some(TAG) {
+            return Err(RecordError::NotARecord(text.chars().take(40).collect()));
+        }
+        let mut gpus = None;
+        let mut nodes = None;
+        let mut het_offset = None;
+        let mut directive_words = Vec::new();
+        for word in words {
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| RecordError::Field(word.to_string()))?;
+            match key {
+                "gpus" | "gpus-per-node" => {
+                    if gpus.is_some() {
+                        return Err(RecordError::Field(word.to_string()));
+                    }
+                    let scope = if key == "gpus" {
+                        Scope::PerJob
+                    } else {
+                        Scope::PerNode
+                    };
+                    gpus = Some(
+                        decode_spec(value, scope)
+                            .ok_or_else(|| RecordError::Field(word.to_string()))?,
+                    );
+                }
+                "nodes" | "het" => {
+                    let n: u32 = value
+                        .parse()
+                        .map_err(|_| RecordError::Field(word.to_string()))?;
+                    let slot = if key == "nodes" {
+                        &mut nodes
+                    } else {
+                        &mut het_offset
+                    };
+                    if slot.replace(n).is_some() {
+                        return Err(RecordError::Field(word.to_string()));
+                    }
+                }
+                _ => directive_words.push(word),
+            }
+        }
+        let mut directives = Directives::default();
+        directives.add_words(&directive_words.join(" "), Origin::Record)?;
+        Ok(Record {
+            gpus: gpus.ok_or(RecordError::NoGpus)?,
+            nodes,
+            het_offset,
+            directives: directives.job,
+        })
+    }
+}
+
+/// Parses `N` or `TYPE:N[,TYPE:N...]`.
+fn decode_spec(value: &str, scope: Scope) -> Option<GpuRequest> {
+    let mut counts = Vec::new();
+    for item in value.split(',') {
+        let (gpu_type, n) = match item.rsplit_once(':') {
+            Some((t, n)) if gpu::is_type_name(t) => (Some(t.to_string()), n),
+            Some(_) => return None,
+            None => (None, item),
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let count: u32 = n.parse().ok().filter(|&c| c > 0)?;
+        counts.push(GpuCount { gpu_type, count });
+    }
+    let typed = counts.iter().filter(|c| c.gpu_type.is_some()).count();
+    if counts.is_empty()
+        || (typed != 0 && typed != counts.len())
+        || (typed == 0 && counts.len() != 1)
+    {
+        return None;
+    }
+    Some(GpuRequest { scope, counts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directive::ThroughputHint;
+    use proptest::prelude::*;
+
+    #[test]
+    fn encodes_compactly_and_decodes_back() {
+        let rec = Record {
+            gpus: GpuRequest {
+                scope: Scope::PerNode,
+                counts: vec![GpuCount {
+                    gpu_type: Some("v100".into()),
+                    count: 2,
+                }],
+            },
+            nodes: Some(2),
+            het_offset: None,
+            directives: JobDirectives {
+                job_type: Some("resnet50".into()),
+                throughput: vec![ThroughputHint {
+                    gpu_type: "k80".into(),
+                    rate: 2.5,
+                }],
+                steps: Some(1000),
+                epochs: None,
+                may_fork: Some(true),
+                gpu_types: Some(vec!["v100".into(), "k80".into()]),
+            },
+        };
+        let text = rec.encode();
+        assert_eq!(
+            text,
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80"
+        );
+        assert_eq!(Record::decode(&text).unwrap(), rec);
+    }
+
+    #[test]
+    fn refuses_foreign_or_broken_records() {
+        assert!(matches!(
+            Record::decode("hadar:v2 gpus=1"),
+            Err(RecordError::NotARecord(_))
+        ));
+        assert_eq!(Record::decode("hadar:v1 steps=3"), Err(RecordError::NoGpus));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=0"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=2,v100:1"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=1 gpus=2"),
+            Err(RecordError::Field(_))
+        ));
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=1 color=red"),
+            Err(RecordError::Directive(_))
+        ));
+    }
+
+    fn arb_record() -> impl Strategy<Value = Record> {
+        let types = prop::sample::subsequence(vec!["v100", "p100", "k80", "a100-80g"], 1..=3);
+        let counts = prop_oneof![
+            (1u32..1000).prop_map(|n| vec![GpuCount {
+                gpu_type: None,
+                count: n
+            }]),
+            (types, 1u32..64).prop_map(|(ts, n)| ts
+                .into_iter()
+                .map(|t| GpuCount {
+                    gpu_type: Some(t.to_string()),
+                    count: n
+                })
+                .collect()),
+        ];
+        let scope = prop_oneof![Just(Scope::PerJob), Just(Scope::PerNode)];
+        let directives = (
+            proptest::option::of("[a-z][a-z0-9_]{0,10}"),
+            proptest::collection::vec(
+                (prop::sample::select(vec!["v100", "k80"]), 0.001f64..1e6),
+                0..2,
+            ),
+            proptest::option::of(1u64..=crate::directive::MAX_WORK),
+            proptest::option::of(any::<bool>()),
+            proptest::option::of(prop::sample::subsequence(
+                vec!["v100", "p100", "k80"],
+                1..=3,
+            )),
+        )
+            .prop_map(|(job_type, hints, steps, may_fork, gpu_types)| {
+                let mut throughput: Vec<ThroughputHint> = Vec::new();
+                for (t, rate) in hints {
+                    if !throughput.iter().any(|h| h.gpu_type == t) {
+                        throughput.push(ThroughputHint {
+                            gpu_type: t.to_string(),
+                            rate,
+                        });
+                    }
+                }
+                JobDirectives {
+                    job_type,
+                    throughput,
+                    steps,
+                    epochs: None,
+                    may_fork,
+                    gpu_types: gpu_types.map(|v| v.into_iter().map(String::from).collect()),
+                }
+            });
+        (
+            counts,
+            scope,
+            proptest::option::of(1u32..100),
+            proptest::option::of(0u32..8),
+            directives,
+        )
+            .prop_map(|(counts, scope, nodes, het_offset, directives)| Record {
+                gpus: GpuRequest { scope, counts },
+                nodes,
+                het_offset,
+                directives,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_round_trips(rec in arb_record()) {
+            prop_assert_eq!(Record::decode(&rec.encode()).unwrap(), rec);
+        }
+
+        #[test]
+        fn decode_never_panics(s in "(hadar:v1 )?[a-z=:,0-9. \\-]{0,60}") {
+            let _ = Record::decode(&s);
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Generates Rust bindings for the installed Slurm's `slurm.h` (job descriptions, the global
+//! configuration and `SLURM_VERSION_NUMBER`), so the plugin is built against exactly the
+//! Slurm it will be loaded into. The header folder is `$SLURM_INCLUDE_DIR` (default
+//! `/usr/include`, where Debian's libslurm-dev puts `slurm/slurm.h`).
+
+use std::path::PathBuf;
+
+fn main() {
+    let include = std::env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".to_string());
+    let header = PathBuf::from(&include).join("slurm/slurm.h");
+    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    println!("cargo:rerun-if-changed={}", header.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        PathBuf::from(&include)
+            .join("slurm/slurm_version.h")
+            .display()
+    );
+    if !header.exists() {
+        panic!(
+            "{} not found: install Slurm's headers (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR",
+            header.display()
+        );
+    }
+    let bindings = bindgen::Builder::default()
+        .header_contents("wrapper.h", "#include <slurm/slurm.h>\n#include <slurm/slurm_errno.h>\n#include <slurm/slurm_version.h>\n")
+        .clang_arg(format!("-I{include}"))
+        .allowlist_type("job_desc_msg_t")
+        .allowlist_type("slurm_conf_t")
+        .allowlist_var("SLURM_VERSION_NUMBER")
+        .allowlist_var("SLURM_SUCCESS")
+        .allowlist_var("SLURM_ERROR")
+        .allowlist_var("NO_VAL")
+        .layout_tests(false)
+        .generate()
+        .unwrap_or_else(|e| panic!("bindgen could not read {}: {e}", header.display()));
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("slurm.rs");
+    bindings
+        .write_to_file(&out)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+}

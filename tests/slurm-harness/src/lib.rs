@@ -1,0 +1,750 @@
+//! A real Slurm test cluster on this one machine, for the integration tests and benchmarks
+//! of the `job_submit/hadar` plugin.
+//!
+//! [`Testbed::start`] starts a private munged, one slurmctld and four slurmd (n1: 4 V100,
+//! n2: 4 P100, n3: 4 K80, n4: 2 V100 + 2 K80; fake GPUs are symlinks to /dev/null) with all
+//! state, logs and pid files in one scratch folder, and waits until every node is idle.
+//! Dropping the [`Testbed`] stops every daemon by the PID in its pid file, also when a test
+//! panics; [`Testbed::start`] first stops whatever a crashed earlier run left in the same
+//! scratch folder.
+//!
+//! Slurm's ports are fixed, so only one testbed can run on the machine at a time: a testbed
+//! holds a machine-wide lock (an abstract Unix socket, which the kernel releases when the
+//! process dies and which leaves nothing on disk) for its whole life, and a second one waits.
+
+use std::fmt;
+use std::io::Write;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The TCP port of the test slurmctld; the slurmd of node `nK` listens on `CONTROLLER_PORT + K`.
+pub const CONTROLLER_PORT: u16 = 17000;
+
+/// The test cluster's nodes and their GPUs: (node, [(type, count)]).
+pub const NODES: [(&str, &[(&str, u32)]); 4] = [
+    ("n1", &[("v100", 4)]),
+    ("n2", &[("p100", 4)]),
+    ("n3", &[("k80", 4)]),
+    ("n4", &[("v100", 2), ("k80", 2)]),
+];
+
+/// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`.
+const DAEMONS: [&str; 3] = ["slurmctld", "slurmd", "munged"];
+
+/// What went wrong while starting or driving the testbed.
+#[derive(Debug)]
+pub enum TestbedError {
+    /// A file operation failed.
+    Io(String, std::io::Error),
+    /// A command failed.
+    Command(String),
+    /// Something did not happen in time.
+    Timeout(String),
+}
+
+impl fmt::Display for TestbedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TestbedError::Io(what, e) => write!(f, "{what}: {e}"),
+            TestbedError::Command(m) | TestbedError::Timeout(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for TestbedError {}
+
+fn io<T>(what: impl Into<String>, r: std::io::Result<T>) -> Result<T, TestbedError> {
+    r.map_err(|e| TestbedError::Io(what.into(), e))
+}
+
+/// Where the plugin comes from.
+#[derive(Clone, Debug)]
+pub enum Plugin {
+    /// No plugin: `JobSubmitPlugins` is not set.
+    None,
+    /// Run the repository's `slurm-plugin/install.sh --plugin-dir <scratch>/plugins`
+    /// (which builds the plugin) and enable it.
+    InstallScript(PathBuf),
+}
+
+/// How to start a testbed.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The scratch folder holding all state; wiped at start.
+    pub scratch: PathBuf,
+    /// The plugin to install and enable.
+    pub plugin: Plugin,
+    /// The content of `hadar.toml` (placed next to slurm.conf); `{scratch}` is replaced by the
+    /// scratch folder.
+    pub hadar_toml: String,
+}
+
+/// The Hadar configuration the tests use: partitions `gpu` (the default, all nodes) and `old`
+/// (n3, n4: the K80 nodes) are managed, `cpu` (all nodes) is not; the sidecar socket lives in
+/// the scratch folder.
+pub const DEFAULT_HADAR_TOML: &str = r#"# hadar.toml of the Slurm test cluster
+[slurm]
+managed_partitions = ["gpu", "old"]
+default_partition = "gpu"
+
+[plugin]
+notify_timeout_ms = 5
+
+[sidecar]
+socket = "{scratch}/run/hadar.sock"
+"#;
+
+/// A running test cluster. Dropping it stops every daemon.
+pub struct Testbed {
+    scratch: PathBuf,
+    /// Output of the install command, if the plugin was installed.
+    pub install_output: String,
+    last_reconfigure: Instant,
+    _lock: UnixListener,
+}
+
+/// The result of one `sbatch`.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    /// Whether sbatch exited with success.
+    pub ok: bool,
+    /// The job id it printed, if any.
+    pub job_id: Option<u32>,
+    /// sbatch's standard output.
+    pub stdout: String,
+    /// sbatch's standard error.
+    pub stderr: String,
+}
+
+impl Testbed {
+    /// Starts a testbed: waits for the machine-wide lock, stops leftovers of an earlier run in
+    /// the same scratch folder, writes the configuration, installs the plugin if asked, starts
+    /// munged, slurmctld and the four slurmd, and waits until all nodes are idle.
+    pub fn start(options: Options) -> Result<Testbed, TestbedError> {
+        let lock = acquire_lock(Duration::from_secs(900))?;
+        let scratch = options.scratch.clone();
+        stop_daemons(&scratch.join("run"));
+        check_ports_free()?;
+        if scratch.exists() {
+            io(
+                format!("removing {}", scratch.display()),
+                std::fs::remove_dir_all(&scratch),
+            )?;
+        }
+        for sub in [
+            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs",
+        ] {
+            io(
+                "creating the scratch folder",
+                std::fs::create_dir_all(scratch.join(sub)),
+            )?;
+        }
+        for (node, _) in NODES {
+            let dir = scratch.join("dev").join(node);
+            io("creating fake GPU devices", std::fs::create_dir_all(&dir))?;
+            for i in 0..4 {
+                io(
+                    "creating fake GPU devices",
+                    std::os::unix::fs::symlink("/dev/null", dir.join(format!("gpu{i}"))),
+                )?;
+            }
+        }
+        let mut testbed = Testbed {
+            scratch,
+            install_output: String::new(),
+            last_reconfigure: Instant::now(),
+            _lock: lock,
+        };
+        let plugins = match &options.plugin {
+            Plugin::None => None,
+            Plugin::InstallScript(_) => Some("hadar"),
+        };
+        testbed.write_slurm_conf(plugins)?;
+        testbed.write_file("etc/gres.conf", &testbed.gres_conf())?;
+        testbed.write_hadar_toml(&options.hadar_toml)?;
+        if let Plugin::InstallScript(script) = &options.plugin {
+            let plugin_dir = testbed.path("plugins");
+            let out = testbed.run(Command::new(script).arg("--plugin-dir").arg(&plugin_dir))?;
+            if !out.status.success() {
+                return Err(TestbedError::Command(format!(
+                    "{} failed: {}{}",
+                    script.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )));
+            }
+            testbed.install_output = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        testbed.start_munge()?;
+        let conf = testbed.path("etc/slurm.conf");
+        testbed.checked(Command::new("slurmctld").arg("-c").arg("-f").arg(&conf))?;
+        for (node, _) in NODES {
+            testbed.checked(
+                Command::new("slurmd")
+                    .arg("-N")
+                    .arg(node)
+                    .arg("-f")
+                    .arg(&conf),
+            )?;
+        }
+        testbed.wait_nodes_idle(Duration::from_secs(60))?;
+        testbed.last_reconfigure = Instant::now();
+        Ok(testbed)
+    }
+
+    /// A path inside the scratch folder.
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.scratch.join(relative)
+    }
+
+    /// The scratch folder.
+    pub fn scratch(&self) -> &Path {
+        &self.scratch
+    }
+
+    fn write_file(&self, relative: &str, text: &str) -> Result<(), TestbedError> {
+        let path = self.path(relative);
+        io(
+            format!("writing {}", path.display()),
+            std::fs::write(&path, text),
+        )
+    }
+
+    /// Writes `hadar.toml` next to slurm.conf (`{scratch}` replaced by the scratch folder).
+    /// Takes effect at the next [`Testbed::reconfigure`].
+    pub fn write_hadar_toml(&self, text: &str) -> Result<(), TestbedError> {
+        self.write_file(
+            "etc/hadar.toml",
+            &text.replace("{scratch}", &self.scratch.display().to_string()),
+        )
+    }
+
+    /// Writes slurm.conf with `JobSubmitPlugins` set to `plugins` (or unset).
+    pub fn write_slurm_conf(&self, plugins: Option<&str>) -> Result<(), TestbedError> {
+        let c = self.scratch.display();
+        let mut conf = format!(
+            "ClusterName=hadartest
+SlurmctldHost=localhost
+SlurmctldPort={CONTROLLER_PORT}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={c}/munge/munge.socket
+StateSaveLocation={c}/state
+SlurmdSpoolDir={c}/spool/%n
+SlurmctldPidFile={c}/run/slurmctld.pid
+SlurmdPidFile={c}/run/slurmd-%n.pid
+SlurmctldLogFile={c}/log/slurmctld.log
+SlurmdLogFile={c}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={c}/log/jobcomp.txt
+MailProg=/bin/true
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=1
+GresTypes=gpu
+SlurmdParameters=config_overrides
+ReturnToService=2
+MinJobAge=600
+MaxJobCount=100000
+PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
+"
+        );
+        if let Some(p) = plugins {
+            conf.push_str(&format!("JobSubmitPlugins={p}\n"));
+        }
+        for (i, (node, gpus)) in NODES.iter().enumerate() {
+            let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+            conf.push_str(&format!(
+                "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={}\n",
+                CONTROLLER_PORT + 1 + i as u16,
+                gres.join(",")
+            ));
+        }
+        conf.push_str("PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP\n");
+        conf.push_str("PartitionName=cpu Nodes=n[1-4] MaxTime=INFINITE State=UP\n");
+        conf.push_str("PartitionName=old Nodes=n[3-4] MaxTime=INFINITE State=UP\n");
+        self.write_file("etc/slurm.conf", &conf)
+    }
+
+    fn gres_conf(&self) -> String {
+        let mut text = String::from("AutoDetect=off\n");
+        for (node, gpus) in NODES {
+            let mut first = 0;
+            for (t, n) in gpus {
+                let files = format!(
+                    "{}/dev/{node}/gpu[{first}-{}]",
+                    self.scratch.display(),
+                    first + n - 1
+                );
+                text.push_str(&format!("NodeName={node} Name=gpu Type={t} File={files}\n"));
+                first += n;
+            }
+        }
+        text
+    }
+
+    fn start_munge(&self) -> Result<(), TestbedError> {
+        let key = self.path("munge/munge.key");
+        let mut bytes = vec![0u8; 1024];
+        let mut urandom = io("opening /dev/urandom", std::fs::File::open("/dev/urandom"))?;
+        io(
+            "reading /dev/urandom",
+            std::io::Read::read_exact(&mut urandom, &mut bytes),
+        )?;
+        io("writing the munge key", std::fs::write(&key, &bytes))?;
+        io(
+            "protecting the munge key",
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)),
+        )?;
+        let socket = self.path("munge/munge.socket");
+        self.checked(
+            Command::new("munged")
+                .arg("--force")
+                .arg(format!("--socket={}", socket.display()))
+                .arg(format!("--key-file={}", key.display()))
+                .arg(format!(
+                    "--pid-file={}",
+                    self.path("run/munged.pid").display()
+                ))
+                .arg(format!(
+                    "--log-file={}",
+                    self.path("log/munged.log").display()
+                ))
+                .arg(format!(
+                    "--seed-file={}",
+                    self.path("munge/munged.seed").display()
+                )),
+        )?;
+        wait_for(Duration::from_secs(10), "munged's socket", || {
+            socket.exists()
+        })
+    }
+
+    fn wait_nodes_idle(&self, timeout: Duration) -> Result<(), TestbedError> {
+        let mut last = String::new();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(out) =
+                self.run(Command::new("sinfo").args(["-h", "-N", "-p", "gpu", "-o", "%N %T"]))
+            {
+                last = String::from_utf8_lossy(&out.stdout).into_owned();
+                let idle = last.lines().filter(|l| l.ends_with(" idle")).count();
+                if idle == NODES.len() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(TestbedError::Timeout(format!(
+            "nodes not idle after {timeout:?}; last sinfo: {last}; see {}",
+            self.path("log").display()
+        )))
+    }
+
+    /// A Slurm client command with `SLURM_CONF` pointing at the testbed.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env("SLURM_CONF", self.path("etc/slurm.conf"))
+            .current_dir(self.path("jobs"));
+        c
+    }
+
+    fn run(&self, cmd: &mut Command) -> Result<Output, TestbedError> {
+        cmd.env("SLURM_CONF", self.path("etc/slurm.conf"))
+            .stdin(Stdio::null());
+        io(format!("running {cmd:?}"), cmd.output())
+    }
+
+    fn checked(&self, cmd: &mut Command) -> Result<Output, TestbedError> {
+        let out = self.run(cmd)?;
+        if !out.status.success() {
+            return Err(TestbedError::Command(format!(
+                "{cmd:?} failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Runs `sbatch ARGS`, feeding `script` on standard input when given.
+    pub fn sbatch(&self, args: &[&str], script: Option<&str>) -> Submitted {
+        let mut cmd = self.command("sbatch");
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(if script.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let out = cmd.spawn().and_then(|mut child| {
+            if let (Some(text), Some(mut stdin)) = (script, child.stdin.take()) {
+                stdin.write_all(text.as_bytes())?;
+            }
+            child.wait_with_output()
+        });
+        match out {
+            Ok(out) => {
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                let job_id = stdout
+                    .trim()
+                    .strip_prefix("Submitted batch job ")
+                    .and_then(|s| s.trim().parse().ok());
+                Submitted {
+                    ok: out.status.success(),
+                    job_id,
+                    stdout,
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                }
+            }
+            Err(e) => Submitted {
+                ok: false,
+                job_id: None,
+                stdout: String::new(),
+                stderr: format!("cannot run sbatch: {e}"),
+            },
+        }
+    }
+
+    /// Runs a Slurm client command and returns its standard output (an error if it fails).
+    pub fn client(&self, program: &str, args: &[&str]) -> Result<String, TestbedError> {
+        let out = self.checked(self.command(program).args(args))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `scontrol show job ID`, parsed. For a het job leader, scontrol shows every component;
+    /// only the record of job `id` itself is kept.
+    pub fn job(&self, id: u32) -> Result<JobInfo, TestbedError> {
+        let text = self.client("scontrol", &["show", "job", &id.to_string()])?;
+        Ok(JobInfo::only(&text, id))
+    }
+
+    /// Waits until job `id` reaches one of `states` (e.g. `COMPLETED`), returning its info.
+    pub fn wait_job(
+        &self,
+        id: u32,
+        states: &[&str],
+        timeout: Duration,
+    ) -> Result<JobInfo, TestbedError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let info = self.job(id)?;
+            if info
+                .field("JobState")
+                .is_some_and(|s| states.contains(&s.as_str()))
+            {
+                return Ok(info);
+            }
+            if Instant::now() >= deadline {
+                return Err(TestbedError::Timeout(format!(
+                    "job {id} not in {states:?} after {timeout:?}: {}",
+                    info.0
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Runs `scontrol reconfigure`. slurmctld stamps its re-read configuration with a time in
+    /// whole seconds, which the plugin watches; so a reconfigure is never issued within the
+    /// same second as the previous one or as the start.
+    pub fn reconfigure(&mut self) -> Result<(), TestbedError> {
+        let since = self.last_reconfigure.elapsed();
+        if since < Duration::from_millis(1100) {
+            std::thread::sleep(Duration::from_millis(1100) - since);
+        }
+        self.client("scontrol", &["reconfigure"])?;
+        self.last_reconfigure = Instant::now();
+        Ok(())
+    }
+
+    /// slurmctld's log so far.
+    pub fn controller_log(&self) -> String {
+        std::fs::read_to_string(self.path("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    /// Cancels every job (`scancel --user=root`; only the tests submit here).
+    pub fn cancel_all(&self) -> Result<(), TestbedError> {
+        self.client("scancel", &["--user=root"]).map(|_| ())
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        stop_daemons(&self.path("run"));
+    }
+}
+
+/// The text of `scontrol show job`.
+#[derive(Debug, Clone)]
+pub struct JobInfo(pub String);
+
+impl JobInfo {
+    /// The record of job `id` out of `scontrol show job` text holding one or more records
+    /// (each starts with a `JobId=` line); the whole text if none matches.
+    pub fn only(text: &str, id: u32) -> JobInfo {
+        let head = format!("JobId={id} ");
+        let mut records: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("JobId=") || records.is_empty() {
+                records.push(String::new());
+            }
+            if let Some(r) = records.last_mut() {
+                r.push_str(line);
+                r.push('\n');
+            }
+        }
+        let found = records.into_iter().find(|r| r.starts_with(&head));
+        JobInfo(found.unwrap_or_else(|| text.to_string()))
+    }
+
+    /// The value of `Key=` (for `Comment`, `AdminComment` and `Command` the rest of the line,
+    /// since those may contain spaces; trailing spaces trimmed). `None` if absent.
+    pub fn field(&self, key: &str) -> Option<String> {
+        let needle = format!("{key}=");
+        for line in self.0.lines() {
+            let mut start = 0;
+            while let Some(pos) = line[start..].find(&needle) {
+                let at = start + pos;
+                if at == 0 || line.as_bytes()[at - 1] == b' ' {
+                    let value = &line[at + needle.len()..];
+                    let value = if matches!(key, "Comment" | "AdminComment" | "Command") {
+                        value.trim_end()
+                    } else {
+                        value.split(' ').next().unwrap_or("")
+                    };
+                    return Some(value.to_string());
+                }
+                start = at + needle.len();
+            }
+        }
+        None
+    }
+}
+
+/// A sidecar that is alive but stuck: it listens on the socket and never accepts, and its
+/// listen backlog is full, so every further connect finds no room (EAGAIN). This is the case
+/// where the plugin must wait at most `plugin.notify_timeout_ms` and then give up.
+pub struct StuckSidecar {
+    _listener: UnixListener,
+    _queued: Vec<std::os::fd::OwnedFd>,
+    path: PathBuf,
+}
+
+impl StuckSidecar {
+    /// Binds `path` and fills the listener's backlog with non-blocking connections.
+    pub fn start(path: &Path) -> Result<StuckSidecar, TestbedError> {
+        use std::os::fd::FromRawFd;
+        let _ = std::fs::remove_file(path);
+        let listener = io(
+            format!("binding {}", path.display()),
+            UnixListener::bind(path),
+        )?;
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr
+            .sun_path
+            .iter_mut()
+            .zip(path.as_os_str().as_encoded_bytes())
+        {
+            *dst = *src as libc::c_char;
+        }
+        let mut queued = Vec::new();
+        loop {
+            // SAFETY: plain socket/connect calls on a descriptor owned at once.
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_UNIX,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                )
+            };
+            if fd < 0 {
+                return Err(TestbedError::Io(
+                    "socket".into(),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            let rc = unsafe {
+                libc::connect(
+                    fd,
+                    (&raw const addr).cast::<libc::sockaddr>(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    break;
+                }
+                return Err(TestbedError::Io(
+                    "filling the stuck sidecar's backlog".into(),
+                    e,
+                ));
+            }
+            queued.push(owned);
+            if queued.len() > 100_000 {
+                return Err(TestbedError::Command(
+                    "the listen backlog never filled".into(),
+                ));
+            }
+        }
+        Ok(StuckSidecar {
+            _listener: listener,
+            _queued: queued,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for StuckSidecar {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Takes the machine-wide testbed lock, waiting up to `timeout` for another testbed to end.
+fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
+    let addr = io(
+        "making the lock address",
+        SocketAddr::from_abstract_name(b"hadar-slurm-testbed-lock"),
+    )?;
+    let deadline = Instant::now() + timeout;
+    let mut told = false;
+    loop {
+        match UnixListener::bind_addr(&addr) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                if !told {
+                    eprintln!(
+                        "slurm testbed: another test cluster is running on this machine; waiting for it to end"
+                    );
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => return Err(TestbedError::Io("taking the testbed lock".into(), e)),
+        }
+    }
+}
+
+/// Fails if Slurm's test ports are taken (by a cluster this harness did not start).
+fn check_ports_free() -> Result<(), TestbedError> {
+    for port in CONTROLLER_PORT..=CONTROLLER_PORT + NODES.len() as u16 {
+        if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", port)) {
+            return Err(TestbedError::Command(format!(
+                "TCP port {port} is taken ({e}): another Slurm is running on the test ports; stop it (`ss -ltnp 'sport = :{port}'` names it)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Stops every daemon whose pid file is in `run_dir`: SIGTERM to all at once, then waits for
+/// them to exit, SIGKILL after 15 s. A pid whose process is not one of our daemons (a
+/// recycled pid) is left alone.
+pub fn stop_daemons(run_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return;
+    };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "pid") {
+            continue;
+        }
+        let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 1 && is_our_daemon(pid) {
+            // SAFETY: kill(2) on a pid we checked is one of our daemons.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            pids.push(pid);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline && pids.iter().any(|&p| is_our_daemon(p)) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for pid in pids.into_iter().filter(|&p| is_our_daemon(p)) {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Whether `pid` is alive (not a zombie) and runs one of the testbed's daemons.
+fn is_our_daemon(pid: i32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    DAEMONS.contains(&comm.trim()) && !zombie
+}
+
+fn wait_for(
+    timeout: Duration,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), TestbedError> {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() >= deadline {
+            return Err(TestbedError::Timeout(format!(
+                "{what} not ready after {timeout:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_fields_with_and_without_spaces() {
+        let info = JobInfo(
+            "JobId=7 JobName=wrap\n   Priority=0 Nice=0\n   JobState=PENDING Reason=JobHeldUser Dependency=(null)\n   AdminComment=hadar:v1 gpus-per-node=2 \n   Comment=hello world \n".into(),
+        );
+        assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
+        assert_eq!(info.field("Priority").as_deref(), Some("0"));
+        assert_eq!(info.field("Comment").as_deref(), Some("hello world"));
+        assert_eq!(
+            info.field("AdminComment").as_deref(),
+            Some("hadar:v1 gpus-per-node=2")
+        );
+        assert_eq!(info.field("Name"), None, "JobName= must not match Name=");
+        assert_eq!(info.field("TresPerNode"), None);
+    }
+
+    #[test]
+    fn only_keeps_the_asked_component() {
+        let text =
+            "JobId=15 HetJobId=15\n   TresPerNode=a\n\nJobId=16 HetJobId=15\n   TresPerNode=b\n";
+        assert_eq!(
+            JobInfo::only(text, 16).field("TresPerNode").as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            JobInfo::only(text, 15).field("TresPerNode").as_deref(),
+            Some("a")
+        );
+    }
+}
