@@ -364,9 +364,12 @@ fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
         assert_eq!(out.matches("hadar-emulate: job type").count(), 1, "ran once: {out}");
         assert_eq!(out.matches(&format!("completed {steps} steps")).count(), 1, "{out}");
     }
-    let status: serde_json::Value = serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
-    let finished = status["jobs"].as_array().unwrap().iter().filter(|j| j["phase"] == "finished").count();
-    assert_eq!(finished, jobs.len(), "{status}");
+    // The daemon notices the last completion at its next round.
+    wait_until("the daemon records every job as finished", 15, || {
+        let status: serde_json::Value = serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
+        let rows = status["jobs"].as_array().cloned().unwrap_or_default();
+        rows.len() == jobs.len() && rows.iter().all(|j| j["phase"] == "finished" && j["final_state"] == "completed" && j["starts"] == 1)
+    });
 }
 
 fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
@@ -391,3 +394,4 @@ fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
         let _ = bed.client("scancel", &[&f.to_string()]);
     }
 }
+

@@ -78,6 +78,16 @@ impl SidecarConfig {
     }
 }
 
+/// Whether `[hadar]` sets `max_nodes_per_job`. The daemon's default is 1 (unlike the
+/// simulator's "no limit"): one Slurm job gets the same GPUs on every node, so a placement
+/// spanning nodes is only enforceable when it is uniform, and on one node any mix of types is.
+fn text_sets_max_nodes(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text)
+        .ok()
+        .and_then(|t| t.get("hadar").and_then(|h| h.as_table()).map(|h| h.contains_key("max_nodes_per_job")))
+        .unwrap_or(false)
+}
+
 /// Why the configuration was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -176,7 +186,11 @@ impl DaemonConfig {
                 expected: "give a signal name such as USR1",
             });
         }
-        Ok(DaemonConfig { sidecar: file.sidecar, hadar: file.hadar, partitions: shared.managed_partitions, slurm_conf: shared.slurm_conf })
+        let mut hadar = file.hadar;
+        if !text_sets_max_nodes(text) {
+            hadar.max_nodes_per_job = Some(1);
+        }
+        Ok(DaemonConfig { sidecar: file.sidecar, hadar, partitions: shared.managed_partitions, slurm_conf: shared.slurm_conf })
     }
 
     /// Reads and parses a file.
@@ -196,6 +210,9 @@ mod tests {
         let c = DaemonConfig::parse("h.toml", "").unwrap();
         assert_eq!(c.sidecar, SidecarConfig::default());
         assert!(c.partitions.is_empty());
+        assert_eq!(c.hadar.max_nodes_per_job, Some(1), "the daemon keeps jobs on one node by default");
+        let c = DaemonConfig::parse("h.toml", "[hadar]\nmax_nodes_per_job = 2\n").unwrap();
+        assert_eq!(c.hadar.max_nodes_per_job, Some(2));
         let c = DaemonConfig::parse(
             "h.toml",
             "[slurm]\nmanaged_partitions = [\"gpu\"]\n[sidecar]\nround_seconds = 2\nstate = \"/tmp/s.db\"\n[hadar]\nstickiness = false\n",
@@ -211,7 +228,7 @@ mod tests {
     fn the_documented_example_file_parses_and_states_the_defaults() {
         let c = DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
         assert_eq!(c.sidecar, SidecarConfig::default());
-        assert_eq!(c.hadar, HadarConfig::default());
+        assert_eq!(c.hadar, HadarConfig { max_nodes_per_job: Some(1), ..HadarConfig::default() });
         assert_eq!(c.partitions, vec!["gpu"]);
     }
 

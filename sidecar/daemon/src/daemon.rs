@@ -258,7 +258,8 @@ impl<S: SlurmApi> Daemon<S> {
             for r in rows.values().filter(|r| r.phase != Phase::Finished) {
                 let Some(spec) = specs.get(&r.id) else { continue };
                 let learned = self.store.learned_rates(r.id)?;
-                let (throughput, origins) = spec::profile(spec, &cv.types, &learned, &self.table, &self.priors());
+                let spec = bind_types(spec, r.bound_types.as_deref());
+                let (throughput, origins) = spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
                 origins_by_job.insert(r.id, origins);
                 let job = Arc::new(Job {
                     id: JobId(r.id),
@@ -300,9 +301,17 @@ impl<S: SlurmApi> Daemon<S> {
         };
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
         let mut planned: BTreeMap<u64, NodeGpus> = BTreeMap::new();
+        let mut unenforceable: Vec<u64> = Vec::new();
         if let (Some(plan), Some(cluster)) = (&plan, &cv.cluster) {
             for a in &plan.assignments {
-                planned.insert(a.job.0, view::to_node_gpus(cluster, &a.placement));
+                let gpus = view::to_node_gpus(cluster, &a.placement);
+                if (GpuSpec { nodes: gpus.clone() }).is_uniform() {
+                    planned.insert(a.job.0, gpus);
+                } else {
+                    // One Slurm job gets the same GPUs on every node (a per-job request of
+                    // several types is refused by 22.05), so this placement cannot be given.
+                    unenforceable.push(a.job.0);
+                }
             }
         }
 
@@ -347,7 +356,15 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
         summary.actions = done.iter().map(|(j, a, o)| (*j, format!("{a}: {o}"))).collect();
-        let decisions = self.decisions(round, &rows, &plan, &planned, &origins_by_job, &cv.unusable, &before);
+        let mut decisions = self.decisions(round, &rows, &plan, &planned, &origins_by_job, &cv.unusable, &before);
+        for d in decisions.iter_mut().filter(|d| unenforceable.contains(&d.job)) {
+            d.runs = false;
+            d.text = format!(
+                "waits: Hadar's best placement for it, {}, gives different GPUs on different nodes, which one Slurm job cannot have; set [hadar] max_nodes_per_job = 1 to keep jobs on one node",
+                d.placement.as_ref().map(explain::placement_words).unwrap_or_default()
+            );
+            d.placement = None;
+        }
         self.store.write(|w| {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &round.to_string())
@@ -466,6 +483,9 @@ impl<S: SlurmApi> Daemon<S> {
                 r.phase = Phase::Starting;
                 r.placement = Some(placement.clone());
                 r.starts += 1;
+                if r.bound_types.is_none() {
+                    r.bound_types = Some(view::per_type(placement).into_keys().collect());
+                }
             }
             self.close(intent, &text, rows.get(&id))?;
             done.push((id, "start".into(), text));
@@ -522,6 +542,19 @@ impl<S: SlurmApi> Daemon<S> {
         }
         out
     }
+}
+
+/// The spec with its GPU types limited to `bound` (the types of its first placement).
+fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
+    let mut s = spec.clone();
+    if let Some(b) = bound {
+        let allowed: Vec<String> = match &spec.gpu_types {
+            Some(own) => own.iter().filter(|t| b.iter().any(|u| u.eq_ignore_ascii_case(t))).cloned().collect(),
+            None => b.to_vec(),
+        };
+        s.gpu_types = Some(allowed);
+    }
+    s
 }
 
 fn outcome_text(o: &Result<String, SlurmError>) -> String {

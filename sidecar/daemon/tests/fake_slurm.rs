@@ -234,7 +234,7 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
     d.round(1_000_001.0).unwrap();
     slurm.schedule();
     d.round(1_000_002.0).unwrap();
-    let on_n3 = if slurm.alloc(2)[0].node == "n3" { 2 } else { 1 };
+    let on_n3 = [1, 2].into_iter().find(|id| slurm.alloc(*id).first().is_some_and(|a| a.node == "n3")).expect("a job on n3");
     let on_n3_gpus = gpus_of(&slurm.alloc(on_n3));
     slurm.set_node_state("n3", NodeState::Draining);
     let r = d.round(1_000_003.0).unwrap();
@@ -248,7 +248,9 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
     assert_eq!((row.phase, row.preemptions), (Phase::Waiting, 1));
     // Without n3 only n4's two K80s remain: a 2-GPU job can be placed there again once free.
     if on_n3_gpus == 2 {
-        slurm.finish(3 - on_n3);
+        if slurm.status(3 - on_n3) == JobStatus::Running {
+            slurm.finish(3 - on_n3);
+        }
         let r = d.round(1_000_004.0).unwrap();
         assert!(r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "start"), "{r:?}");
         slurm.schedule();

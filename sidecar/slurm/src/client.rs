@@ -61,9 +61,9 @@ impl GpuSpec {
 
     /// The `scontrol update` fields that give a held job exactly these GPUs: the node list,
     /// the node count, one task per node, and the GPUs as a per-node GRES when every node
-    /// gets the same, otherwise as per-job typed totals (which on these named nodes Slurm can
-    /// only satisfy one way when each node has the types it is given; the daemon checks the
-    /// allocation afterwards).
+    /// gets the same, otherwise as per-job typed totals. Slurm 22.05 refuses per-job totals of
+    /// several types ("Invalid generic resource (gres) specification"), so the daemon only
+    /// enforces uniform placements; the per-job form serves single-type totals.
     pub fn update_fields(&self) -> Vec<String> {
         let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
         let k = self.nodes.len();

@@ -132,6 +132,11 @@ pub struct JobRow {
     pub restarts: u32,
     /// While it runs: the time up to which its run time is counted, seconds since the epoch.
     pub accounted_s: Option<f64>,
+    /// The GPU types of its first placement. Slurm 22.05 keeps a job's first GPU types: a
+    /// later request of other types leaves it pending forever (BadConstraints), so the
+    /// daemon places it again only on these types.
+    #[serde(default)]
+    pub bound_types: Option<Vec<String>>,
 }
 
 impl JobRow {
@@ -161,6 +166,7 @@ impl JobRow {
             preemptions: 0,
             restarts: 0,
             accounted_s: None,
+            bound_types: None,
         }
     }
 }
