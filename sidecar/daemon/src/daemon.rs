@@ -301,16 +301,26 @@ impl<S: SlurmApi> Daemon<S> {
         };
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
         let mut planned: BTreeMap<u64, NodeGpus> = BTreeMap::new();
-        let mut unenforceable: Vec<u64> = Vec::new();
+        let mut unenforceable: Vec<(u64, String)> = Vec::new();
         if let (Some(plan), Some(cluster)) = (&plan, &cv.cluster) {
             for a in &plan.assignments {
                 let gpus = view::to_node_gpus(cluster, &a.placement);
-                if (GpuSpec { nodes: gpus.clone() }).is_uniform() {
-                    planned.insert(a.job.0, gpus);
-                } else {
-                    // One Slurm job gets the same GPUs on every node (a per-job request of
-                    // several types is refused by 22.05), so this placement cannot be given.
-                    unenforceable.push(a.job.0);
+                let bound = rows.get(&a.job.0).and_then(|r| r.bound_types.as_deref());
+                match enforceable(&gpus, bound, &nodes) {
+                    Ok(()) => {
+                        planned.insert(a.job.0, gpus);
+                    }
+                    Err(why) => {
+                        // A running or starting job stays where it is rather than being
+                        // preempted towards GPUs Slurm would not give it.
+                        let row = rows.get(&a.job.0);
+                        match row.filter(|r| matches!(r.phase, Phase::Running | Phase::Starting)).and_then(|r| r.placement.clone()) {
+                            Some(here) => {
+                                planned.insert(a.job.0, here);
+                            }
+                            None => unenforceable.push((a.job.0, format!("{}: {why}", explain::placement_words(&gpus)))),
+                        }
+                    }
                 }
             }
         }
@@ -357,13 +367,12 @@ impl<S: SlurmApi> Daemon<S> {
         }
         summary.actions = done.iter().map(|(j, a, o)| (*j, format!("{a}: {o}"))).collect();
         let mut decisions = self.decisions(round, &rows, &plan, &planned, &origins_by_job, &cv.unusable, &before);
-        for d in decisions.iter_mut().filter(|d| unenforceable.contains(&d.job)) {
-            d.runs = false;
-            d.text = format!(
-                "waits: Hadar's best placement for it, {}, gives different GPUs on different nodes, which one Slurm job cannot have; set [hadar] max_nodes_per_job = 1 to keep jobs on one node",
-                d.placement.as_ref().map(explain::placement_words).unwrap_or_default()
-            );
-            d.placement = None;
+        for (job, why) in &unenforceable {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+                d.runs = false;
+                d.placement = None;
+                d.text = format!("waits: Hadar's best placement for it, {why}");
+            }
         }
         self.store.write(|w| {
             w.put_round(&summary, &decisions)?;
@@ -544,6 +553,28 @@ impl<S: SlurmApi> Daemon<S> {
     }
 }
 
+/// Whether Slurm can give a job these GPUs: the same GPUs on every node (one job has one
+/// per-node request; 22.05 refuses per-job requests of several types), and, for a job placed
+/// before, only nodes that have every type of its first placement (22.05 keeps a job's first
+/// types and leaves it pending forever on a node without them).
+fn enforceable(gpus: &NodeGpus, bound: Option<&[String]>, nodes: &[NodeInfo]) -> Result<(), String> {
+    if !(GpuSpec { nodes: gpus.clone() }).is_uniform() {
+        return Err("gives different GPUs on different nodes, which one Slurm job cannot have; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
+    }
+    if let Some(bound) = bound.filter(|b| b.len() > 1) {
+        for (node, _) in gpus {
+            let has = nodes.iter().find(|n| n.name == *node).map(|n| n.gpus.clone()).unwrap_or_default();
+            if let Some(t) = bound.iter().find(|t| !has.iter().any(|(u, _)| u.eq_ignore_ascii_case(t))) {
+                return Err(format!(
+                    "is on {node}, which has no {t}; Slurm keeps the GPU types of a job's first placement ({})",
+                    bound.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The spec with its GPU types limited to `bound` (the types of its first placement).
 fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
     let mut s = spec.clone();
@@ -567,4 +598,39 @@ fn outcome_text(o: &Result<String, SlurmError>) -> String {
 /// Seconds since 1970 by the system clock.
 pub fn now_unix() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_slurm::NodeState;
+
+    fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            state: NodeState::Idle,
+            gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+            partitions: vec![],
+        }
+    }
+
+    fn on(parts: &[(&str, &[(&str, u32)])]) -> NodeGpus {
+        parts.iter().map(|(n, g)| (n.to_string(), g.iter().map(|(t, c)| (t.to_string(), *c)).collect())).collect()
+    }
+
+    #[test]
+    fn only_placements_slurm_can_give_are_enforced() {
+        let nodes = vec![node("n1", &[("v100", 4)]), node("n3", &[("k80", 4)]), node("n4", &[("v100", 2), ("k80", 2)])];
+        let mixed_n4 = on(&[("n4", &[("v100", 2), ("k80", 2)])]);
+        assert!(enforceable(&mixed_n4, None, &nodes).is_ok());
+        assert!(enforceable(&on(&[("n1", &[("v100", 1)]), ("n4", &[("v100", 1)])]), None, &nodes).is_ok());
+        let e = enforceable(&on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]), None, &nodes).unwrap_err();
+        assert!(e.contains("different GPUs on different nodes"), "{e}");
+        let bound = vec!["k80".to_string(), "v100".to_string()];
+        let e = enforceable(&on(&[("n1", &[("v100", 4)])]), Some(&bound), &nodes).unwrap_err();
+        assert!(e.contains("n1, which has no k80"), "{e}");
+        assert!(enforceable(&mixed_n4, Some(&bound), &nodes).is_ok());
+        let single = vec!["k80".to_string()];
+        assert!(enforceable(&on(&[("n3", &[("k80", 2)])]), Some(&single), &nodes).is_ok());
+    }
 }
