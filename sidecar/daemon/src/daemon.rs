@@ -16,6 +16,7 @@ use crate::{explain, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
+use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
 use std::collections::{BTreeMap, HashSet};
@@ -29,7 +30,7 @@ pub trait SlurmApi {
     /// All nodes.
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError>;
     /// All jobs, and refused records.
-    fn jobs(&self) -> Result<(Vec<SlurmJob>, Vec<(String, String)>), SlurmError>;
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError>;
     /// One job.
     fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError>;
     /// Gives a pending job its GPUs.
@@ -50,7 +51,7 @@ impl SlurmApi for Slurm {
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         Slurm::nodes(self)
     }
-    fn jobs(&self) -> Result<(Vec<SlurmJob>, Vec<(String, String)>), SlurmError> {
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
         Slurm::jobs(self)
     }
     fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
@@ -513,7 +514,7 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn decisions(
         &self,
         round: u64,

@@ -113,7 +113,7 @@ impl SlurmApi for FakeSlurm {
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         Ok(self.0.borrow().nodes.clone())
     }
-    fn jobs(&self) -> Result<(Vec<SlurmJob>, Vec<(String, String)>), SlurmError> {
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, hadar_slurm::job::Refused), SlurmError> {
         Ok((self.0.borrow().jobs.values().cloned().collect(), vec![]))
     }
     fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {

@@ -121,7 +121,7 @@ impl Slurm {
 
     /// All jobs Slurm still knows (`scontrol -d show job`), and the records refused as
     /// untrustworthy (see [`job::parse_jobs`]).
-    pub fn jobs(&self) -> Result<(Vec<SlurmJob>, Vec<(String, String)>), SlurmError> {
+    pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
         let text = self.scontrol(&["-d".into(), "show".into(), "job".into()])?;
         if text.trim() == "No jobs in the system" {
             return Ok((Vec::new(), Vec::new()));

@@ -30,7 +30,7 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
             }
             _ => {}
         }
-        if depth < 0 || depth > 1 {
+        if !(0..=1).contains(&depth) {
             return Err(bad());
         }
     }

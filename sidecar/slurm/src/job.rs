@@ -164,10 +164,13 @@ impl SlurmJob {
     }
 }
 
+/// Records refused as untrustworthy: `(job id or "?", why)`.
+pub type Refused = Vec<(String, String)>;
+
 /// The records of `scontrol -d show job`, parsed. Records that cannot be trusted (a free-text
 /// field spanning lines, or two records with one job id) are dropped and reported in the
 /// second list as `(job id or "?", why)`.
-pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Vec<(String, String)>) {
+pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
     let records = record::parse(text, "JobId");
     let mut jobs: Vec<SlurmJob> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();

@@ -57,7 +57,7 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.jobs < 1 || !(a.time_scale > 0.0) {
+    if a.jobs < 1 || a.time_scale.is_nan() || a.time_scale <= 0.0 {
         return Err("--jobs must be at least 1 and --time-scale positive".into());
     }
     a.hadar = std::fs::canonicalize(&a.hadar).map_err(|e| format!("--hadar {}: {e}", a.hadar.display()))?;
@@ -105,7 +105,7 @@ fn workload(n: usize, seed: u64, scale: f64) -> Vec<WorkJob> {
     out
 }
 
-fn script(hadar: &PathBuf, j: &WorkJob, scale: f64, managed: bool) -> String {
+fn script(hadar: &std::path::Path, j: &WorkJob, scale: f64, managed: bool) -> String {
     let directive = if managed { format!("#HADAR type={} steps={}", j.job_type, j.steps) } else { "#HADAR off".to_string() };
     format!(
         "#!/bin/sh\n{directive}\nexec {} emulate --job-type {} --steps {} --time-scale {scale} --report-every 2\n",
