@@ -55,6 +55,94 @@ pub enum Command {
     /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Schedule a Slurm cluster with Hadar: the daemon (runs until SIGTERM).
+    ///
+    /// Each round it reads Slurm's nodes and hadar-managed jobs (held by the job_submit/hadar
+    /// plugin), plans with the Hadar core, starts, keeps or preempts jobs, and records the
+    /// round in its state database.
+    Serve(ServeArgs),
+    /// Show the daemon's last round: GPUs per type, prices, queue and running placements.
+    Status(StatusArgs),
+    /// Say why a job runs where it does, or why it waits.
+    Explain(ExplainArgs),
+    /// An example training job for `hadar serve` (run it inside a Slurm job).
+    ///
+    /// It trains at the rate Gavel measured for --job-type on the GPU types of its own
+    /// allocation (the slowest type's rate across several types), times --time-scale,
+    /// reports progress in its Slurm comment, checkpoints on --signal and waits to be
+    /// requeued, and resumes from its checkpoint after a restart.
+    Emulate(EmulateArgs),
+}
+
+/// `hadar serve` arguments.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The configuration file (the same hadar.toml the plugin reads).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+}
+
+/// `hadar status` arguments.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The state database itself (instead of --config).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Also list finished jobs.
+    #[arg(long)]
+    pub all: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar explain` arguments.
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The Slurm job id.
+    #[arg(value_name = "JOBID")]
+    pub job: u64,
+    /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The state database itself (instead of --config).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar emulate` arguments.
+#[derive(Args, Debug)]
+pub struct EmulateArgs {
+    /// The job type: a name of Gavel's table or its short form (resnet50-b64, lm-b20, a3c).
+    #[arg(long, value_name = "NAME")]
+    pub job_type: String,
+    /// Total training steps.
+    #[arg(long, value_name = "N")]
+    pub steps: u64,
+    /// Run this many times faster than the measured rate.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// The checkpoint file. [default: hadar-checkpoint-$SLURM_JOB_ID in the working folder]
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// The signal that asks for a checkpoint.
+    #[arg(long, value_name = "NAME", default_value = "USR1")]
+    pub signal: String,
+    /// Seconds between progress reports.
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub report_every: f64,
+    /// Report progress through the job's Slurm comment (turn off with --report=false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub report: bool,
+    /// Use these GPUs instead of reading the allocation from Slurm (TYPE:N[,TYPE:N...]).
+    #[arg(long, value_name = "SPEC")]
+    pub gpus: Option<String>,
 }
 
 /// Hadar's settings, shared by the commands that run it.

@@ -8,7 +8,9 @@ mod average;
 mod bench;
 mod cli;
 mod dry_run;
+mod emulate;
 mod estimate;
+mod serve;
 mod simulate;
 mod table;
 
@@ -24,6 +26,10 @@ fn main() -> ExitCode {
         cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Average(a) => average::run(a),
         cli::Command::Bench(b) => bench::run(b),
+        cli::Command::Serve(a) => serve::serve(a),
+        cli::Command::Status(a) => serve::status(a),
+        cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::Emulate(a) => emulate::run(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
