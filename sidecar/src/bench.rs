@@ -1,7 +1,9 @@
 //! `hadar bench`: speed figures, measured on this machine, printed for the README.
 
 use crate::Failure;
-use crate::cli::{BenchCommand, BenchRoundArgs, BenchRoundPolicy, BenchSimulateArgs, Format};
+use crate::cli::{
+    BenchAverageArgs, BenchCommand, BenchDtype, BenchRoundArgs, BenchRoundPolicy, BenchSimulateArgs, Format,
+};
 use crate::table::Table;
 use hadar_core::policies::hadar::{RoundStats, plan_round};
 use hadar_core::policies::hadare;
@@ -30,6 +32,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     match cmd {
         BenchCommand::Simulate(a) => simulate_bench(a),
         BenchCommand::Round(a) => round_bench(a),
+        BenchCommand::Average(a) => average_bench(a),
     }
 }
 
@@ -214,5 +217,105 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
             println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
         }
     }
+    Ok(())
+}
+
+/// Tensors of the generated checkpoints: 64 MiB, a typical size for a large layer.
+const BENCH_TENSOR_BYTES: u64 = 64 << 20;
+
+fn average_bench(a: BenchAverageArgs) -> Result<(), Failure> {
+    use hadar_average::dtype::Dtype;
+    if !(a.size_gb.is_finite() && a.size_gb > 0.0 && a.size_gb <= 1000.0) {
+        return Err(Failure::input(anyhow::anyhow!("--size-gb: must be above 0 and at most 1000, got {}", a.size_gb)));
+    }
+    if a.copies < 2 || a.repeat == 0 {
+        return Err(Failure::input(anyhow::anyhow!("--copies must be at least 2 and --repeat at least 1")));
+    }
+    let dtype = match a.dtype {
+        BenchDtype::F32 => Dtype::F32,
+        BenchDtype::Bf16 => Dtype::BF16,
+        BenchDtype::F16 => Dtype::F16,
+    };
+    let elem = dtype.bits() / 8;
+    let total = (a.size_gb * 1e9) as u64 / elem * elem;
+    let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new().prefix("hadar-bench-average.").tempdir_in(&base).map_err(|e| Failure::runtime(anyhow::anyhow!("{}: {e}", base.display())))?;
+    let mut layout = Vec::new();
+    let mut left = total;
+    while left > 0 {
+        let len = left.min(BENCH_TENSOR_BYTES);
+        layout.push((format!("layer{:04}.weight", layout.len()), len));
+        left -= len;
+    }
+    let gen_started = Instant::now();
+    let mut inputs = Vec::new();
+    for k in 0..a.copies {
+        let path = dir.path().join(format!("copy{k}.safetensors"));
+        write_bench_checkpoint(&path, dtype, &layout, k as u64).map_err(Failure::runtime)?;
+        inputs.push((path, 1000.0 + 100.0 * k as f64));
+    }
+    let gen_s = gen_started.elapsed().as_secs_f64();
+    let out = dir.path().join("merged.safetensors");
+    let mut runs = Vec::new();
+    for _ in 0..a.repeat {
+        let started = Instant::now();
+        let s = hadar_average::average_files(&inputs, &out, &hadar_average::AverageOptions::default()).map_err(Failure::runtime)?;
+        let secs = started.elapsed().as_secs_f64();
+        runs.push((secs, s.bytes_read as f64 / secs / 1e9, s.bytes_written as f64 / secs / 1e9));
+    }
+    let mut by_speed = runs.clone();
+    by_speed.sort_by(|x, y| x.1.total_cmp(&y.1));
+    let median = by_speed[by_speed.len() / 2];
+    println!(
+        "hadar average: {} copies x {:.2} GB ({} tensors of {}), {} run(s); build: {}; inputs generated in {gen_s:.1} s",
+        a.copies,
+        total as f64 / 1e9,
+        layout.len(),
+        dtype,
+        a.repeat,
+        if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
+    );
+    let mut t = Table::new(&["run", "seconds", "read GB/s", "written GB/s"]);
+    for (i, (secs, rd, wr)) in runs.iter().enumerate() {
+        t.row(vec![(i + 1).to_string(), format!("{secs:.2}"), format!("{rd:.2}"), format!("{wr:.2}")]);
+    }
+    t.row(vec!["median".into(), format!("{:.2}", median.0), format!("{:.2}", median.1), format!("{:.2}", median.2)]);
+    print!("{}", t.render());
+    Ok(())
+}
+
+/// Writes a checkpoint of pseudo-random values in the range [-1, 1), one tensor at a time.
+fn write_bench_checkpoint(path: &std::path::Path, dtype: hadar_average::dtype::Dtype, layout: &[(String, u64)], seed: u64) -> anyhow::Result<()> {
+    use hadar_average::dtype::Dtype;
+    let elem = dtype.bits() / 8;
+    let entries: Vec<_> = layout.iter().map(|(n, len)| (n.as_str(), dtype, vec![len / elem], *len)).collect();
+    let header = hadar_average::write::header_bytes(None, &entries);
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    hadar_average::write::atomically(path, |w| {
+        let err = |error| hadar_average::AverageError::Io { path: path.to_path_buf(), error };
+        w.write_all(&header).map_err(err)?;
+        let mut buf = Vec::with_capacity(1 << 20);
+        for (_, len) in layout {
+            let mut left = *len;
+            while left > 0 {
+                buf.clear();
+                let n = left.min(1 << 20);
+                while (buf.len() as u64) < n {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let x = (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                    match dtype {
+                        Dtype::BF16 => buf.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+                        Dtype::F16 => buf.extend_from_slice(&half::f16::from_f32(x).to_le_bytes()),
+                        _ => buf.extend_from_slice(&x.to_le_bytes()),
+                    }
+                }
+                w.write_all(&buf).map_err(err)?;
+                left -= n;
+            }
+        }
+        Ok(())
+    })?;
     Ok(())
 }

@@ -44,9 +44,105 @@ pub enum Command {
     /// refinement with simulated noisy measurements. `--job-type NAME` prints one job type's
     /// estimated steps/s on each GPU type.
     Estimate(EstimateArgs),
+    /// Average safetensors checkpoints of a forked job's copies, weighted by their steps.
+    ///
+    /// `hadar average --out merged.safetensors a.safetensors:1200 b.safetensors:800` writes
+    /// 0.6 a + 0.4 b. Floating-point tensors (F64, F32, F16, BF16, C64, F8_E4M3, F8_E5M2) are
+    /// averaged in f64 and rounded once to their dtype (ties to even); integer, BOOL, F8_E8M0
+    /// and packed F4/F6 tensors are not averaged (see --integers). The output has the first
+    /// input's header and metadata, and is written atomically (temp file, fsync, rename).
+    Average(AverageArgs),
     /// Measure hadar's speed and print the figures (run a release build: `cargo run --release -- bench ...`).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Schedule a Slurm cluster with Hadar: the daemon (runs until SIGTERM).
+    ///
+    /// Each round it reads Slurm's nodes and hadar-managed jobs (held by the job_submit/hadar
+    /// plugin), plans with the Hadar core, starts, keeps or preempts jobs, and records the
+    /// round in its state database.
+    Serve(ServeArgs),
+    /// Show the daemon's last round: GPUs per type, prices, queue and running placements.
+    Status(StatusArgs),
+    /// Say why a job runs where it does, or why it waits.
+    Explain(ExplainArgs),
+    /// An example training job for `hadar serve` (run it inside a Slurm job).
+    ///
+    /// It trains at the rate Gavel measured for --job-type on the GPU types of its own
+    /// allocation (the slowest type's rate across several types), times --time-scale,
+    /// reports progress in its Slurm comment, checkpoints on --signal and waits to be
+    /// requeued, and resumes from its checkpoint after a restart.
+    Emulate(EmulateArgs),
+}
+
+/// `hadar serve` arguments.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The configuration file (the same hadar.toml the plugin reads).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+}
+
+/// `hadar status` arguments.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The state database itself (instead of --config).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Also list finished jobs.
+    #[arg(long)]
+    pub all: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar explain` arguments.
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The Slurm job id.
+    #[arg(value_name = "JOBID")]
+    pub job: u64,
+    /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The state database itself (instead of --config).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar emulate` arguments.
+#[derive(Args, Debug)]
+pub struct EmulateArgs {
+    /// The job type: a name of Gavel's table or its short form (resnet50-b64, lm-b20, a3c).
+    #[arg(long, value_name = "NAME")]
+    pub job_type: String,
+    /// Total training steps.
+    #[arg(long, value_name = "N")]
+    pub steps: u64,
+    /// Run this many times faster than the measured rate.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// The checkpoint file. [default: hadar-checkpoint-$SLURM_JOB_ID in the working folder]
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// The signal that asks for a checkpoint.
+    #[arg(long, value_name = "NAME", default_value = "USR1")]
+    pub signal: String,
+    /// Seconds between progress reports.
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub report_every: f64,
+    /// Report progress through the job's Slurm comment (turn off with --report=false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub report: bool,
+    /// Use these GPUs instead of reading the allocation from Slurm (TYPE:N[,TYPE:N...]).
+    #[arg(long, value_name = "SPEC")]
+    pub gpus: Option<String>,
 }
 
 /// Hadar's settings, shared by the commands that run it.
@@ -208,6 +304,13 @@ pub enum BenchCommand {
     /// rates that fall with the type index, and the jobs a first round placed count as
     /// running (so stickiness is weighed). Prints median and max milliseconds.
     Round(BenchRoundArgs),
+    /// Time `hadar average` on generated checkpoints and print its throughput in GB/s.
+    ///
+    /// Writes --copies checkpoints of --size-gb GB each (64 MiB tensors of pseudo-random
+    /// values) into a temporary directory under --dir, averages them --repeat times and
+    /// prints input bytes read per second. The inputs were just written, so they are read
+    /// from the page cache when memory allows.
+    Average(BenchAverageArgs),
 }
 
 /// `hadar bench round` arguments.
@@ -270,6 +373,87 @@ pub struct BenchSimulateArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
     /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar bench average` arguments.
+#[derive(Args, Debug)]
+pub struct BenchAverageArgs {
+    /// Size of each generated checkpoint, in GB (10^9 bytes).
+    #[arg(long, value_name = "GB", default_value_t = 1.0)]
+    pub size_gb: f64,
+    /// Checkpoints averaged.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub copies: usize,
+    /// Element type of the generated tensors.
+    #[arg(long, value_enum, default_value_t = BenchDtype::F32)]
+    pub dtype: BenchDtype,
+    /// Timed repetitions.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: usize,
+    /// Directory for the temporary files. [default: the system temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Element types `hadar bench average` can generate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchDtype {
+    /// IEEE single precision.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+/// What `hadar average` does with integer, boolean and other non-averaged tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IntegersArg {
+    /// They must be identical in every input; otherwise refuse, naming the tensor.
+    Identical,
+    /// Take the first input's values (e.g. BatchNorm's num_batches_tracked counters).
+    First,
+}
+
+/// `hadar average` arguments.
+#[derive(Args, Debug)]
+pub struct AverageArgs {
+    /// Where to write the averaged checkpoint (replaced atomically).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Checkpoints as FILE:STEPS (the steps that copy did; weights are steps / total). With
+    /// --weights-from, plain FILEs in the record's copy order, or none when the record
+    /// names each copy's checkpoint.
+    #[arg(value_name = "FILE[:STEPS]")]
+    pub inputs: Vec<String>,
+
+    /// Take the steps from a Job Tracker file (JSON lines, as written by `hadar simulate
+    /// --trace-out` and the daemon): the one forked-job record selected by --job, --round
+    /// and --policy.
+    #[arg(long, value_name = "FILE")]
+    pub weights_from: Option<PathBuf>,
+
+    /// With --weights-from: the job id of the record.
+    #[arg(long, value_name = "ID", requires = "weights_from")]
+    pub job: Option<u64>,
+
+    /// With --weights-from: the round of the record.
+    #[arg(long, value_name = "N", requires = "weights_from")]
+    pub round: Option<u64>,
+
+    /// With --weights-from: the policy of the record (simulator output holds several).
+    #[arg(long, value_name = "NAME", requires = "weights_from")]
+    pub policy: Option<String>,
+
+    /// Integer, BOOL, F8_E8M0 and packed F4/F6 tensors are never averaged: `identical`
+    /// requires them equal in every input, `first` takes the first input's.
+    #[arg(long, value_enum, default_value_t = IntegersArg::Identical)]
+    pub integers: IntegersArg,
+
+    /// Output format of the summary.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }

@@ -4,10 +4,13 @@
 //! Exit codes: 0 success; 2 bad input (arguments, files, policy names: nothing was run);
 //! 1 a failure while running (a policy broke a rule, output could not be written).
 
+mod average;
 mod bench;
 mod cli;
 mod dry_run;
+mod emulate;
 mod estimate;
+mod serve;
 mod simulate;
 mod table;
 
@@ -21,7 +24,12 @@ fn main() -> ExitCode {
         cli::Command::Simulate(a) => simulate::run(a),
         cli::Command::DryRun(a) => dry_run::run(a),
         cli::Command::Estimate(a) => estimate::run(a),
+        cli::Command::Average(a) => average::run(a),
         cli::Command::Bench(b) => bench::run(b),
+        cli::Command::Serve(a) => serve::serve(a),
+        cli::Command::Status(a) => serve::status(a),
+        cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::Emulate(a) => emulate::run(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,338 @@
+//! HadarE's consolidation step: averages the safetensors checkpoints of a forked job's
+//! copies with weights proportional to the steps each copy did (`steps_k / sum(steps)`).
+//!
+//! * [`header`]: strict parsing of the safetensors header (a checkpoint is untrusted input).
+//! * [`dtype`]: every dtype the format defines, and how each is averaged or carried over.
+//! * [`weights`]: turning `FILE:STEPS` arguments or a Job Tracker record into weights.
+//! * [`write`]: writing safetensors files atomically (temp file, fsync, rename).
+//!
+//! Inputs are memory-mapped and processed tensor by tensor in fixed-size chunks, so memory
+//! use does not grow with the checkpoint and checkpoints larger than memory work. The output
+//! has the first input's header byte for byte (names, dtypes, shapes, offsets, metadata), so
+//! it loads wherever the first input loaded.
+
+pub mod dtype;
+pub mod header;
+pub mod weights;
+pub mod write;
+
+use dtype::{Codec, Dtype, Treatment};
+use header::{Header, HeaderError, TensorInfo};
+use memmap2::Mmap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use weights::{WeightsError, normalise_weights, parse_input_spec};
+
+/// What to do with tensors that are not averaged (integers, booleans, exponent-only
+/// scales, packed sub-byte floats) when the inputs disagree on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IntegerPolicy {
+    /// They must be identical in every input; a difference is refused, naming the tensor.
+    /// Safe default: such tensors are usually indices, masks or vocabularies, which copies
+    /// of one job never change.
+    #[default]
+    Identical,
+    /// Take the first input's values. For counters that copies advance independently,
+    /// such as BatchNorm's `num_batches_tracked`.
+    First,
+}
+
+/// Tuning of the averaging loop.
+#[derive(Clone, Copy, Debug)]
+pub struct AverageOptions {
+    /// How non-averaged tensors are treated when inputs differ.
+    pub integers: IntegerPolicy,
+    /// Scalars processed per chunk; bounds memory (about 8 bytes of accumulator each).
+    pub chunk_scalars: usize,
+}
+
+impl Default for AverageOptions {
+    fn default() -> Self {
+        AverageOptions { integers: IntegerPolicy::Identical, chunk_scalars: 1 << 16 }
+    }
+}
+
+/// Why averaging failed. Every variant names the file or tensor at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum AverageError {
+    /// A file could not be read or written.
+    #[error("{path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error (not a `source`: it is part of the one-line message).
+        error: std::io::Error,
+    },
+    /// A checkpoint's header is malformed.
+    #[error("{path}: not a valid safetensors file: {reason}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: HeaderError,
+    },
+    /// No inputs.
+    #[error("no checkpoints to average")]
+    NoInputs,
+    /// The number of weights differs from the number of inputs.
+    #[error("{weights} weights for {inputs} checkpoints")]
+    WeightCount {
+        /// Weights given.
+        weights: usize,
+        /// Inputs given.
+        inputs: usize,
+    },
+    /// A weight is negative or not finite.
+    #[error("weight {weight} for {path} is not a finite non-negative number")]
+    BadWeight {
+        /// The file.
+        path: PathBuf,
+        /// The weight.
+        weight: f64,
+    },
+    /// A tensor is in one input but not another.
+    #[error("tensor `{tensor}` is in {present} but not in {missing}")]
+    MissingTensor {
+        /// The tensor.
+        tensor: String,
+        /// A file that has it.
+        present: PathBuf,
+        /// A file that lacks it.
+        missing: PathBuf,
+    },
+    /// Two inputs disagree on a tensor's dtype.
+    #[error("tensor `{tensor}` is {first_dtype} in {first} but {other_dtype} in {other}")]
+    DtypeMismatch {
+        /// The tensor.
+        tensor: String,
+        /// The first input.
+        first: PathBuf,
+        /// Its dtype there.
+        first_dtype: Dtype,
+        /// The disagreeing input.
+        other: PathBuf,
+        /// Its dtype there.
+        other_dtype: Dtype,
+    },
+    /// Two inputs disagree on a tensor's shape.
+    #[error("tensor `{tensor}` has shape {first_shape:?} in {first} but {other_shape:?} in {other}")]
+    ShapeMismatch {
+        /// The tensor.
+        tensor: String,
+        /// The first input.
+        first: PathBuf,
+        /// Its shape there.
+        first_shape: Vec<u64>,
+        /// The disagreeing input.
+        other: PathBuf,
+        /// Its shape there.
+        other_shape: Vec<u64>,
+    },
+    /// A non-averaged tensor differs between inputs under [`IntegerPolicy::Identical`].
+    #[error("tensor `{tensor}` ({dtype}) differs between {first} and {other} (first difference at byte {byte}); {dtype} tensors are not averaged: they must be identical, or pass --integers first")]
+    ExactTensorDiffers {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// The first input.
+        first: PathBuf,
+        /// The disagreeing input.
+        other: PathBuf,
+        /// Byte offset within the tensor of the first difference.
+        byte: u64,
+    },
+    /// The output path has no file name.
+    #[error("{0}: not a file path")]
+    BadOutput(PathBuf),
+}
+
+/// An opened, validated checkpoint.
+pub struct Checkpoint {
+    path: PathBuf,
+    map: Mmap,
+    header: Header,
+}
+
+impl Checkpoint {
+    /// Opens and maps `path` and validates its header. Nothing but the header is read.
+    pub fn open(path: &Path) -> Result<Self, AverageError> {
+        let io = |error| AverageError::Io { path: path.to_path_buf(), error };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        // SAFETY: the map is read-only. A checkpoint truncated by another process while we
+        // read it would fault (SIGBUS); checkpoints are written once by the copies and only
+        // read here, which is the same assumption every safetensors loader makes.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let header = header::parse_header(&map, len).map_err(|reason| AverageError::Header { path: path.to_path_buf(), reason })?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(Checkpoint { path: path.to_path_buf(), map, header })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// A tensor's bytes.
+    pub fn data(&self, t: &TensorInfo) -> &[u8] {
+        let start = (self.header.data_start() + t.begin) as usize;
+        &self.map[start..start + t.len() as usize]
+    }
+
+    fn header_bytes(&self) -> &[u8] {
+        &self.map[..self.header.data_start() as usize]
+    }
+}
+
+/// What an averaging run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Tensors written.
+    pub tensors: usize,
+    /// Tensors averaged (the rest were carried over exactly).
+    pub averaged: usize,
+    /// Bytes of tensor data read over all inputs.
+    pub bytes_read: u64,
+    /// Bytes written (header and data).
+    pub bytes_written: u64,
+    /// The normalised weights used, in input order.
+    pub weights: Vec<f64>,
+}
+
+/// Checks that every input has the same tensors with the same dtypes and shapes as the
+/// first, naming the first disagreement.
+pub fn check_compatible(inputs: &[Checkpoint]) -> Result<(), AverageError> {
+    let Some(first) = inputs.first() else { return Err(AverageError::NoInputs) };
+    for other in &inputs[1..] {
+        for t in &first.header.tensors {
+            let Some(o) = other.header.tensor(&t.name) else {
+                return Err(AverageError::MissingTensor { tensor: t.name.clone(), present: first.path.clone(), missing: other.path.clone() });
+            };
+            if o.dtype != t.dtype {
+                return Err(AverageError::DtypeMismatch {
+                    tensor: t.name.clone(),
+                    first: first.path.clone(),
+                    first_dtype: t.dtype,
+                    other: other.path.clone(),
+                    other_dtype: o.dtype,
+                });
+            }
+            if o.shape != t.shape {
+                return Err(AverageError::ShapeMismatch {
+                    tensor: t.name.clone(),
+                    first: first.path.clone(),
+                    first_shape: t.shape.clone(),
+                    other: other.path.clone(),
+                    other_shape: o.shape.clone(),
+                });
+            }
+        }
+        if let Some(extra) = other.header.tensors.iter().find(|o| first.header.tensor(&o.name).is_none()) {
+            return Err(AverageError::MissingTensor { tensor: extra.name.clone(), present: other.path.clone(), missing: first.path.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// Averages `inputs` (paths with raw weights, normalised here to sum to 1) into `out`,
+/// atomically: `out` is either untouched or holds the complete result.
+pub fn average_files(inputs: &[(PathBuf, f64)], out: &Path, opts: &AverageOptions) -> Result<Summary, AverageError> {
+    if inputs.is_empty() {
+        return Err(AverageError::NoInputs);
+    }
+    for (path, w) in inputs {
+        if !(w.is_finite() && *w >= 0.0) {
+            return Err(AverageError::BadWeight { path: path.clone(), weight: *w });
+        }
+    }
+    let raw: Vec<f64> = inputs.iter().map(|(_, w)| *w).collect();
+    let weights = hadar_core::tracker::consolidation_weights(&raw);
+    let checkpoints = inputs.iter().map(|(p, _)| Checkpoint::open(p)).collect::<Result<Vec<_>, _>>()?;
+    check_compatible(&checkpoints)?;
+    let (bytes_written, mut summary) = write::atomically(out, |w| average_into(&checkpoints, &weights, opts, out, w))?;
+    summary.bytes_written = bytes_written;
+    summary.weights = weights;
+    Ok(summary)
+}
+
+/// Streams the weighted average of compatible checkpoints into `w`.
+fn average_into(
+    inputs: &[Checkpoint],
+    weights: &[f64],
+    opts: &AverageOptions,
+    out: &Path,
+    w: &mut dyn Write,
+) -> Result<Summary, AverageError> {
+    let first = &inputs[0];
+    let werr = |error| AverageError::Io { path: out.to_path_buf(), error };
+    w.write_all(first.header_bytes()).map_err(werr)?;
+    let codec = Codec::new();
+    let chunk_scalars = opts.chunk_scalars.max(1);
+    let mut acc = vec![0.0f64; chunk_scalars];
+    let mut buf = Vec::with_capacity(chunk_scalars * 8);
+    let mut summary = Summary { tensors: 0, averaged: 0, bytes_read: 0, bytes_written: 0, weights: Vec::new() };
+    // Each input's copy of every tensor, looked up once by name.
+    let per_input: Vec<Vec<&TensorInfo>> = inputs
+        .iter()
+        .map(|c| first.header.tensors.iter().map(|t| c.header.tensor(&t.name).unwrap_or(t)).collect())
+        .collect();
+    for (ti, t) in first.header.tensors.iter().enumerate() {
+        let slices: Vec<&[u8]> = inputs.iter().zip(&per_input).map(|(c, ts)| c.data(ts[ti])).collect();
+        summary.bytes_read += t.len() * inputs.len() as u64;
+        summary.tensors += 1;
+        match t.dtype.treatment() {
+            Treatment::Averaged => {
+                summary.averaged += 1;
+                let sb = t.dtype.scalar_bytes();
+                let step = chunk_scalars * sb;
+                let mut off = 0usize;
+                let len = t.len() as usize;
+                while off < len {
+                    let end = (off + step).min(len);
+                    let n = (end - off) / sb;
+                    let acc = &mut acc[..n];
+                    // -0.0 is the additive identity (0.0 would turn an average of -0.0s into +0.0).
+                    acc.fill(-0.0);
+                    for (s, wk) in slices.iter().zip(weights) {
+                        if *wk != 0.0 {
+                            codec.accumulate(t.dtype, &s[off..end], *wk, acc);
+                        }
+                    }
+                    buf.clear();
+                    codec.encode(t.dtype, acc, &mut buf);
+                    w.write_all(&buf).map_err(werr)?;
+                    off = end;
+                }
+            }
+            Treatment::Exact => {
+                if opts.integers == IntegerPolicy::Identical {
+                    for (k, s) in slices.iter().enumerate().skip(1) {
+                        if let Some(byte) = slices[0].iter().zip(s.iter()).position(|(a, b)| a != b) {
+                            return Err(AverageError::ExactTensorDiffers {
+                                tensor: t.name.clone(),
+                                dtype: t.dtype,
+                                first: first.path.clone(),
+                                other: inputs[k].path.clone(),
+                                byte: byte as u64,
+                            });
+                        }
+                    }
+                }
+                w.write_all(slices[0]).map_err(werr)?;
+            }
+        }
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+//! Enforcement planning: the difference between the round's plan and where the jobs stand,
+//! as a list of actions. Pure; the daemon carries the actions out.
+
+use crate::view::same_gpus;
+use hadar_store::{JobRow, NodeGpus, Phase};
+use std::collections::BTreeMap;
+
+/// One thing to do to one job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Give a held job these GPUs and release it.
+    Start {
+        /// The job.
+        job: u64,
+        /// Its GPUs.
+        placement: NodeGpus,
+    },
+    /// Checkpoint a running job and requeue it held.
+    Preempt {
+        /// The job.
+        job: u64,
+    },
+    /// Hold a released job that has not started (its plan changed).
+    Hold {
+        /// The job.
+        job: u64,
+    },
+}
+
+impl Action {
+    /// The job acted on.
+    pub fn job(&self) -> u64 {
+        match self {
+            Action::Start { job, .. } | Action::Preempt { job } | Action::Hold { job } => *job,
+        }
+    }
+
+    /// The action's name as stored in intents.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Start { .. } => "start",
+            Action::Preempt { .. } => "preempt",
+            Action::Hold { .. } => "hold",
+        }
+    }
+}
+
+/// The actions that turn the current state into the plan (`planned`: job -> GPUs). A
+/// running job on the planned GPUs is left alone; a released job waiting for its planned
+/// GPUs is left alone; a running job that is moved is preempted this round and placed again
+/// in a later round (once Slurm shows it held). Holds come first, then preemptions, then
+/// starts, each in job order.
+pub fn plan(rows: &BTreeMap<u64, JobRow>, planned: &BTreeMap<u64, NodeGpus>) -> Vec<Action> {
+    let mut holds = Vec::new();
+    let mut preempts = Vec::new();
+    let mut starts = Vec::new();
+    for row in rows.values() {
+        let want = planned.get(&row.id);
+        let here = row.placement.as_ref();
+        match row.phase {
+            Phase::Finished => {}
+            Phase::Running | Phase::Preempting => {
+                if !matches!((want, here), (Some(w), Some(h)) if same_gpus(w, h)) {
+                    preempts.push(Action::Preempt { job: row.id });
+                }
+            }
+            Phase::Starting => match (want, here) {
+                (Some(w), Some(h)) if same_gpus(w, h) => {}
+                (Some(w), _) => {
+                    holds.push(Action::Hold { job: row.id });
+                    starts.push(Action::Start { job: row.id, placement: w.clone() });
+                }
+                (None, _) => holds.push(Action::Hold { job: row.id }),
+            },
+            Phase::Waiting => {
+                if let Some(w) = want {
+                    starts.push(Action::Start { job: row.id, placement: w.clone() });
+                }
+            }
+        }
+    }
+    holds.into_iter().chain(preempts).chain(starts).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: u64, phase: Phase, placement: Option<&str>) -> JobRow {
+        let mut r = JobRow::new(id, String::new(), String::new(), 1, 10.0, 0.0);
+        r.phase = phase;
+        r.placement = placement.map(|n| vec![(n.to_string(), vec![("v100".to_string(), 1)])]);
+        r
+    }
+
+    fn on(n: &str) -> NodeGpus {
+        vec![(n.to_string(), vec![("v100".to_string(), 1)])]
+    }
+
+    #[test]
+    fn keep_move_start_stop_and_hold() {
+        let rows: BTreeMap<u64, JobRow> = [
+            row(1, Phase::Running, Some("n1")),  // kept
+            row(2, Phase::Running, Some("n1")),  // moved -> preempt
+            row(3, Phase::Running, Some("n4")),  // not planned -> preempt
+            row(4, Phase::Waiting, None),        // planned -> start
+            row(5, Phase::Waiting, None),        // not planned -> nothing
+            row(6, Phase::Starting, Some("n4")), // same -> nothing
+            row(7, Phase::Starting, Some("n4")), // changed -> hold + start
+            row(8, Phase::Starting, Some("n4")), // dropped -> hold
+            row(9, Phase::Finished, Some("n4")), // nothing
+        ]
+        .into_iter()
+        .map(|r| (r.id, r))
+        .collect();
+        let planned: BTreeMap<u64, NodeGpus> =
+            [(1, on("n1")), (2, on("n4")), (4, on("n2")), (6, on("n4")), (7, on("n1"))].into_iter().collect();
+        let acts = plan(&rows, &planned);
+        assert_eq!(
+            acts,
+            vec![
+                Action::Hold { job: 7 },
+                Action::Hold { job: 8 },
+                Action::Preempt { job: 2 },
+                Action::Preempt { job: 3 },
+                Action::Start { job: 4, placement: on("n2") },
+                Action::Start { job: 7, placement: on("n1") },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plan_equal_to_the_state_needs_no_action() {
+        let rows: BTreeMap<u64, JobRow> =
+            [row(1, Phase::Running, Some("n1")), row(2, Phase::Starting, Some("n2"))].into_iter().map(|r| (r.id, r)).collect();
+        let planned: BTreeMap<u64, NodeGpus> = [(1, on("n1")), (2, on("n2"))].into_iter().collect();
+        assert!(plan(&rows, &planned).is_empty());
+    }
+}

@@ -1,0 +1,252 @@
+//! The daemon's configuration: the `[sidecar]` and `[hadar]` tables of the shared
+//! `hadar.toml` (the `[slurm]` and `[plugin]` tables are the plugin's and are read by the
+//! shared request crate's reader, so both programs accept exactly the same file). Unknown
+//! keys and tables are refused, naming the file and line. The annotated reference is
+//! `etc/hadar.toml`.
+
+use hadar_core::policies::hadar::HadarConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything `hadar serve` reads from `hadar.toml`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DaemonConfig {
+    /// `[sidecar]`.
+    pub sidecar: SidecarConfig,
+    /// `[hadar]`: the Hadar policy's settings (as in `hadar simulate`).
+    pub hadar: HadarConfig,
+    /// `[slurm].managed_partitions`: the partitions whose nodes hadar schedules (empty: all).
+    pub partitions: Vec<String>,
+    /// `[slurm].slurm_conf`: the slurm.conf the client commands use (`SLURM_CONF`).
+    pub slurm_conf: Option<PathBuf>,
+}
+
+/// `[sidecar]`: the daemon's own settings.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SidecarConfig {
+    /// The Unix socket the plugin notifies of new jobs (a notice starts a round early).
+    pub socket: PathBuf,
+    /// The SQLite state database.
+    pub state: PathBuf,
+    /// Seconds between rounds.
+    pub round_seconds: f64,
+    /// Seconds a preempted job gets between its checkpoint signal and its requeue.
+    pub preempt_grace_seconds: f64,
+    /// The signal that asks a job to checkpoint (a name `scancel --signal` accepts).
+    pub preempt_signal: String,
+    /// Seconds a job loses when it is moved (checkpoint and reload), as Hadar weighs it.
+    pub restart_seconds: f64,
+    /// The most seconds one Slurm command may take.
+    pub command_timeout_seconds: f64,
+    /// The folder holding scontrol and scancel; unset: found on PATH.
+    pub slurm_bin_dir: Option<PathBuf>,
+    /// Steps assumed for a job that gives neither steps= nor epochs=.
+    pub default_steps: u64,
+    /// Steps/s per GPU assumed for a job with no type, hint or report yet.
+    pub default_rate_per_gpu: f64,
+    /// Multiplies every prior throughput (1 on a real cluster; the time scale of emulated jobs).
+    pub throughput_scale: f64,
+    /// Weight of a new progress report in the learned rate (exponential moving average).
+    pub rate_learning_weight: f64,
+}
+
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig {
+            socket: PathBuf::from("/run/hadar/hadar.sock"),
+            state: PathBuf::from("/var/lib/hadar/state.db"),
+            round_seconds: 360.0,
+            preempt_grace_seconds: 30.0,
+            preempt_signal: "USR1".into(),
+            restart_seconds: 60.0,
+            command_timeout_seconds: 20.0,
+            slurm_bin_dir: None,
+            default_steps: 10_000,
+            default_rate_per_gpu: 1.0,
+            throughput_scale: 1.0,
+            rate_learning_weight: 0.3,
+        }
+    }
+}
+
+impl SidecarConfig {
+    /// The round length.
+    pub fn round(&self) -> Duration {
+        Duration::from_secs_f64(self.round_seconds)
+    }
+}
+
+/// Whether `[hadar]` sets `max_nodes_per_job`. The daemon's default is 1 (unlike the
+/// simulator's "no limit"): one Slurm job gets the same GPUs on every node, so a placement
+/// spanning nodes is only enforceable when it is uniform, and on one node any mix of types is.
+fn text_sets_max_nodes(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text)
+        .ok()
+        .and_then(|t| t.get("hadar").and_then(|h| h.as_table()).map(|h| h.contains_key("max_nodes_per_job")))
+        .unwrap_or(false)
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// The tables shared with the plugin were refused by the plugin's reader.
+    #[error(transparent)]
+    Shared(hadar_request::ConfigError),
+    /// The file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Malformed TOML, an unknown key, or a wrong type (the message names line and column).
+    #[error("{path}: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A value out of range.
+    #[error("{path}: {key} = {value} is out of range; {expected}")]
+    Range {
+        /// The file.
+        path: String,
+        /// The key.
+        key: &'static str,
+        /// The value.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    slurm: Option<toml::Value>,
+    #[serde(default)]
+    plugin: Option<toml::Value>,
+    #[serde(default)]
+    sidecar: SidecarConfig,
+    #[serde(default)]
+    hadar: HadarConfig,
+}
+
+impl DaemonConfig {
+    /// Parses configuration text; `path` is for messages.
+    pub fn parse(path: &str, text: &str) -> Result<DaemonConfig, ConfigError> {
+        let shared = crate::shared::SlurmTables::parse(path, text)?;
+        let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_string(),
+            reason: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
+        })?;
+        let _ = (&file.slurm, &file.plugin);
+        let s = &file.sidecar;
+        let range = |key: &'static str, value: f64, ok: bool, expected: &'static str| {
+            if ok { Ok(()) } else { Err(ConfigError::Range { path: path.to_string(), key, value: value.to_string(), expected }) }
+        };
+        range("sidecar.round_seconds", s.round_seconds, s.round_seconds.is_finite() && s.round_seconds >= 0.5, "give at least 0.5")?;
+        range(
+            "sidecar.preempt_grace_seconds",
+            s.preempt_grace_seconds,
+            s.preempt_grace_seconds.is_finite() && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
+            "give 0 to 3600",
+        )?;
+        range("sidecar.restart_seconds", s.restart_seconds, s.restart_seconds.is_finite() && s.restart_seconds >= 0.0, "give 0 or more")?;
+        range(
+            "sidecar.command_timeout_seconds",
+            s.command_timeout_seconds,
+            s.command_timeout_seconds.is_finite() && (0.1..=600.0).contains(&s.command_timeout_seconds),
+            "give 0.1 to 600",
+        )?;
+        range("sidecar.default_steps", s.default_steps as f64, s.default_steps > 0, "give at least 1")?;
+        range(
+            "sidecar.default_rate_per_gpu",
+            s.default_rate_per_gpu,
+            s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
+            "give a positive number",
+        )?;
+        range("sidecar.throughput_scale", s.throughput_scale, s.throughput_scale.is_finite() && s.throughput_scale > 0.0, "give a positive number")?;
+        range(
+            "sidecar.rate_learning_weight",
+            s.rate_learning_weight,
+            s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
+            "give a number in (0, 1]",
+        )?;
+        if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(ConfigError::Range {
+                path: path.to_string(),
+                key: "sidecar.preempt_signal",
+                value: s.preempt_signal.clone(),
+                expected: "give a signal name such as USR1",
+            });
+        }
+        let mut hadar = file.hadar;
+        if !text_sets_max_nodes(text) {
+            hadar.max_nodes_per_job = Some(1);
+        }
+        Ok(DaemonConfig { sidecar: file.sidecar, hadar, partitions: shared.managed_partitions, slurm_conf: shared.slurm_conf })
+    }
+
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read { path: shown.clone(), reason: e.to_string() })?;
+        DaemonConfig::parse(&shown, &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = DaemonConfig::parse("h.toml", "").unwrap();
+        assert_eq!(c.sidecar, SidecarConfig::default());
+        assert!(c.partitions.is_empty());
+        assert_eq!(c.hadar.max_nodes_per_job, Some(1), "the daemon keeps jobs on one node by default");
+        let c = DaemonConfig::parse("h.toml", "[hadar]\nmax_nodes_per_job = 2\n").unwrap();
+        assert_eq!(c.hadar.max_nodes_per_job, Some(2));
+        let c = DaemonConfig::parse(
+            "h.toml",
+            "[slurm]\nmanaged_partitions = [\"gpu\"]\n[sidecar]\nround_seconds = 2\nstate = \"/tmp/s.db\"\n[hadar]\nstickiness = false\n",
+        )
+        .unwrap();
+        assert_eq!(c.sidecar.round_seconds, 2.0);
+        assert_eq!(c.sidecar.state, PathBuf::from("/tmp/s.db"));
+        assert!(!c.hadar.stickiness);
+        assert_eq!(c.partitions, vec!["gpu"]);
+    }
+
+    #[test]
+    fn the_documented_example_file_parses_and_states_the_defaults() {
+        let c = DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
+        assert_eq!(c.sidecar, SidecarConfig::default());
+        assert_eq!(c.hadar, HadarConfig { max_nodes_per_job: Some(1), ..HadarConfig::default() });
+        assert_eq!(c.partitions, vec!["gpu"]);
+    }
+
+    #[test]
+    fn unknown_keys_and_tables_and_bad_values_are_refused() {
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_second = 2\n").unwrap_err().to_string();
+        assert!(e.starts_with("h.toml: ") && e.contains("round_second") && e.contains("line 2"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[sidekar]\n").unwrap_err().to_string();
+        assert!(e.contains("sidekar"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_seconds = 0\n").unwrap_err().to_string();
+        assert_eq!(e, "h.toml: sidecar.round_seconds = 0 is out of range; give at least 0.5");
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\npreempt_signal = \"USR1;reboot\"\n").unwrap_err().to_string();
+        assert!(e.contains("preempt_signal"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[hadar]\nstickyness = true\n").unwrap_err().to_string();
+        assert!(e.contains("stickyness"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[slurm]\nmanaged_partition = [\"gpu\"]\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Shared(_)) && e.to_string().contains("managed_partition"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
+        assert!(e.to_string().contains("notify_timeout_ms"), "{e}");
+    }
+}

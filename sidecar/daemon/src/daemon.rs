@@ -1,0 +1,637 @@
+//! The daemon's round: read Slurm, reconcile with the store, plan with the Hadar core,
+//! enforce the plan, record the round.
+//!
+//! Crash safety: every action is written to the store as an intent before it is carried out
+//! and closed after; each action first checks the job's state in Slurm, so repeating it is
+//! harmless; and every round starts from Slurm's state, never from memory. A daemon killed
+//! at any point therefore restarts, closes the intents it finds open (noting them), and
+//! carries on from what Slurm shows: no job is lost, and none runs twice (Slurm runs a job id
+//! once at a time; only a requeue, which the daemon does after a checkpoint, reruns it).
+
+use crate::actions::{self, Action};
+use crate::config::DaemonConfig;
+use crate::reconcile::{self, Event};
+use crate::spec::{self, JobSpec, Priors, RateSource};
+use crate::{explain, view};
+use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
+use hadar_core::{Job, JobId, JobState, RoundInput};
+use hadar_formats::ThroughputTable;
+use hadar_slurm::job::Refused;
+use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
+use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+/// What the daemon needs from Slurm; implemented by [`Slurm`] and by test doubles.
+pub trait SlurmApi {
+    /// All nodes.
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError>;
+    /// All jobs, and refused records.
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError>;
+    /// One job.
+    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError>;
+    /// Gives a pending job its GPUs.
+    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError>;
+    /// Makes a job eligible now.
+    fn start_now(&self, id: u64) -> Result<(), SlurmError>;
+    /// Releases a held job.
+    fn release(&self, id: u64) -> Result<(), SlurmError>;
+    /// Holds a pending job.
+    fn hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Signals a job.
+    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
+    /// Requeues a job held.
+    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+}
+
+impl SlurmApi for Slurm {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        Slurm::nodes(self)
+    }
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
+        Slurm::jobs(self)
+    }
+    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
+        Slurm::job(self, id)
+    }
+    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
+        Slurm::set_placement(self, id, spec)
+    }
+    fn start_now(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::start_now(self, id)
+    }
+    fn release(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::release(self, id)
+    }
+    fn hold(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::hold(self, id)
+    }
+    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
+        Slurm::signal(self, id, signal)
+    }
+    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::requeue_hold(self, id)
+    }
+}
+
+/// Why a round failed (the next round starts again from Slurm's state).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Slurm could not be read.
+    #[error("reading Slurm: {0}")]
+    Slurm(#[from] SlurmError),
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The policy produced a plan that breaks capacity or gang rules (a bug; nothing enforced).
+    #[error("the plan is invalid, nothing was enforced: {0}")]
+    InvalidPlan(String),
+}
+
+/// What one round did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundReport {
+    /// The round number.
+    pub round: u64,
+    /// Active managed jobs.
+    pub active: usize,
+    /// Actions carried out, `(job, action, outcome)`.
+    pub actions: Vec<(u64, String, String)>,
+    /// Milliseconds the policy took.
+    pub decision_ms: f64,
+}
+
+/// Reads a hadar record into a job spec.
+pub type Decoder = Box<dyn Fn(&str) -> Result<JobSpec, String> + Send>;
+
+/// The daemon.
+pub struct Daemon<S: SlurmApi> {
+    slurm: S,
+    store: Store,
+    config: DaemonConfig,
+    table: ThroughputTable,
+    decode: Decoder,
+    epoch: f64,
+    round: u64,
+    refused: HashSet<u64>,
+}
+
+impl<S: SlurmApi> Daemon<S> {
+    /// A daemon over this Slurm and store, fixing the store's epoch at `now_unix` on first use
+    /// and closing intents a previous run left open.
+    pub fn new(slurm: S, mut store: Store, config: DaemonConfig, decode: Decoder, now_unix: f64) -> Result<Self, DaemonError> {
+        let table = hadar_formats::embedded::throughputs().map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+        let epoch = store.epoch(now_unix)?;
+        let round = store.meta("round")?.and_then(|r| r.parse().ok()).unwrap_or(0);
+        let open = store.open_intents()?;
+        let now_s = now_unix - epoch;
+        if !open.is_empty() {
+            store.write(|w| {
+                for i in &open {
+                    tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
+                    w.close_intent(i.id, now_s, "interrupted")?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(Daemon { slurm, store, config, table, decode, epoch, round, refused: HashSet::new() })
+    }
+
+    /// The store (for reports and tests).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The Slurm handle.
+    pub fn slurm(&self) -> &S {
+        &self.slurm
+    }
+
+    fn priors(&self) -> Priors {
+        Priors {
+            default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
+            throughput_scale: self.config.sidecar.throughput_scale,
+        }
+    }
+
+    /// Runs rounds until `stop` is set: one every `round_seconds`, or sooner when `wake`
+    /// receives (a new job was announced). A failed round is logged and the next one starts
+    /// again from Slurm's state.
+    pub fn run(&mut self, stop: &AtomicBool, wake: &Receiver<()>, clock: &dyn Fn() -> f64) {
+        while !stop.load(Ordering::SeqCst) {
+            let started = Instant::now();
+            match self.round(clock()) {
+                Ok(r) => {
+                    tracing::info!(round = r.round, active = r.active, actions = r.actions.len(), decision_ms = r.decision_ms, "round done")
+                }
+                Err(e) => tracing::error!("round failed: {e}; the next round rebuilds its view from Slurm"),
+            }
+            let period = self.config.sidecar.round();
+            // Sleep in short steps so that a stop request is honoured promptly.
+            while !stop.load(Ordering::SeqCst) {
+                let left = period.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                if wake.recv_timeout(left.min(Duration::from_millis(200))).is_ok() {
+                    while wake.try_recv().is_ok() {}
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Runs one round at wall-clock time `now_unix`.
+    pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        let now_s = now_unix - self.epoch;
+        let nodes = self.slurm.nodes()?;
+        let (slurm_jobs, refused_records) = self.slurm.jobs()?;
+        for (id, why) in refused_records {
+            tracing::warn!(job = %id, "ignoring an untrustworthy job record: {why}");
+        }
+        self.round += 1;
+        let round = self.round;
+        let mut rows: BTreeMap<u64, JobRow> = self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
+        let before = rows.clone();
+        let events = reconcile::reconcile(&mut rows, &slurm_jobs, now_s, self.epoch, self.config.sidecar.default_steps, &*self.decode);
+        self.log_events(&events);
+
+        // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
+        let foreign: Vec<(String, String, u32)> = slurm_jobs
+            .iter()
+            .filter(|j| !rows.contains_key(&j.id) && matches!(j.status, JobStatus::Running | JobStatus::Completing | JobStatus::Suspended))
+            .flat_map(|j| j.gpu_parts())
+            .collect();
+        let cv = view::build(&nodes, &self.config.partitions, &foreign);
+
+        // Specs, learned rates and profiles of the active jobs.
+        let mut specs: BTreeMap<u64, JobSpec> = BTreeMap::new();
+        for r in rows.values().filter(|r| r.phase != Phase::Finished) {
+            if let Ok(s) = (self.decode)(&r.record) {
+                specs.insert(r.id, s);
+            }
+        }
+        let alpha = self.config.sidecar.rate_learning_weight;
+        let learn: Vec<(u64, String, u32, f64)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Progress { job, rate, placement } => {
+                    let spec = specs.get(job)?;
+                    let types = view::per_type(placement);
+                    let gpu_type = if types.len() == 1 {
+                        types.keys().next()?.clone()
+                    } else {
+                        // A gang over several types runs at its slowest type's pace: credit
+                        // the report to the type currently believed slowest.
+                        let learned = self.store.learned_rates(*job).ok()?;
+                        let names: Vec<String> = types.keys().cloned().collect();
+                        let (_, origins) = spec::profile(spec, &names, &learned, &self.table, &self.priors());
+                        origins
+                            .iter()
+                            .filter_map(|(t, r, _)| r.map(|r| (t.clone(), r)))
+                            .min_by(|a, b| a.1.total_cmp(&b.1))
+                            .map(|(t, _)| t)?
+                    };
+                    Some((*job, gpu_type, spec.workers, *rate))
+                }
+                _ => None,
+            })
+            .collect();
+        self.store.write(|w| {
+            for r in rows.values() {
+                if before.get(&r.id) != Some(r) {
+                    w.put_job(r)?;
+                }
+            }
+            for (job, t, n, rate) in &learn {
+                w.learn_rate(*job, t, *n, *rate, alpha)?;
+            }
+            Ok(())
+        })?;
+
+        // Plan.
+        let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> = BTreeMap::new();
+        let mut states: Vec<JobState> = Vec::new();
+        if let Some(cluster) = &cv.cluster {
+            for r in rows.values().filter(|r| r.phase != Phase::Finished) {
+                let Some(spec) = specs.get(&r.id) else { continue };
+                let learned = self.store.learned_rates(r.id)?;
+                let spec = bind_types(spec, r.bound_types.as_deref());
+                let (throughput, origins) = spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
+                origins_by_job.insert(r.id, origins);
+                let job = Arc::new(Job {
+                    id: JobId(r.id),
+                    kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
+                    arrival_s: r.arrival_s,
+                    workers: r.workers,
+                    total_steps: r.total_steps,
+                    weight: 1.0,
+                    throughput,
+                });
+                let mut js = JobState::arrived(job, cv.types.len());
+                js.remaining_steps = (r.total_steps - r.steps_done).max(1.0).min(r.total_steps);
+                js.placement = r.placement.as_ref().and_then(|p| view::to_placement(cluster, p));
+                js.run_s = r.run_s;
+                js.run_s_by_type = cv.types.iter().map(|t| r.run_s_by_type.get(t).copied().unwrap_or(0.0)).collect();
+                js.attained_gpu_s = r.attained_gpu_s;
+                js.rounds_run = r.rounds_run;
+                js.first_start_s = r.first_start_s;
+                states.push(js);
+            }
+            states.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
+        }
+        let hadar_config: HadarConfig = self.config.hadar.clone();
+        let t0 = Instant::now();
+        let (plan, stats) = match &cv.cluster {
+            Some(cluster) => {
+                let input = RoundInput {
+                    now_s,
+                    round_s: self.config.sidecar.round_seconds,
+                    restart_s: self.config.sidecar.restart_seconds,
+                    cluster,
+                    jobs: &states,
+                };
+                let (plan, stats) = plan_round(&hadar_config, &input);
+                plan.validate(cluster, &states).map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+                (Some(plan), Some(stats))
+            }
+            None => (None, None),
+        };
+        let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let mut planned: BTreeMap<u64, NodeGpus> = BTreeMap::new();
+        let mut unenforceable: Vec<(u64, String)> = Vec::new();
+        if let (Some(plan), Some(cluster)) = (&plan, &cv.cluster) {
+            for a in &plan.assignments {
+                let gpus = view::to_node_gpus(cluster, &a.placement);
+                let bound = rows.get(&a.job.0).and_then(|r| r.bound_types.as_deref());
+                match enforceable(&gpus, bound, &nodes) {
+                    Ok(()) => {
+                        planned.insert(a.job.0, gpus);
+                    }
+                    Err(why) => {
+                        // A running or starting job stays where it is rather than being
+                        // preempted towards GPUs Slurm would not give it.
+                        let row = rows.get(&a.job.0);
+                        match row.filter(|r| matches!(r.phase, Phase::Running | Phase::Starting)).and_then(|r| r.placement.clone()) {
+                            Some(here) => {
+                                planned.insert(a.job.0, here);
+                            }
+                            None => unenforceable.push((a.job.0, format!("{}: {why}", explain::placement_words(&gpus)))),
+                        }
+                    }
+                }
+            }
+        }
+
+        // Enforce.
+        let todo = actions::plan(&rows, &planned);
+        let done = self.enforce(round, &todo, &mut rows)?;
+
+        // Record the round.
+        let mut summary = RoundRow { round, started_s: now_s, decision_ms, policy: "hadar".into(), ..Default::default() };
+        summary.unusable_nodes = cv.unusable.clone();
+        if let Some(cluster) = &cv.cluster {
+            for t in cluster.types() {
+                summary.capacity.insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
+            }
+            for p in planned.values() {
+                for (t, c) in view::per_type(p) {
+                    *summary.planned_use.entry(t).or_default() += c;
+                }
+            }
+            if let (Some(stats), Some(plan)) = (&stats, &plan)
+                && let Some(bounds) = stats.price_bounds
+            {
+                summary.price_bounds = Some((bounds.low, bounds.high));
+                let mut book = PriceBook::new(cluster, &vec![bounds; cluster.type_count()]);
+                for a in &plan.assignments {
+                    book.charge(&a.placement);
+                }
+                for n in cluster.node_ids() {
+                    for t in cluster.types() {
+                        if cluster.capacity(n, t) > 0 {
+                            summary.prices.push((cluster.node(n).name.clone(), cluster.type_name(t).to_string(), book.next_price(n, t)));
+                        }
+                    }
+                }
+            }
+        }
+        for j in &slurm_jobs {
+            if j.status == JobStatus::Running {
+                for (_, t, c) in j.gpu_parts() {
+                    *summary.busy.entry(t).or_default() += c;
+                }
+            }
+        }
+        summary.actions = done.iter().map(|(j, a, o)| (*j, format!("{a}: {o}"))).collect();
+        let mut decisions = self.decisions(round, &rows, &plan, &planned, &origins_by_job, &cv.unusable, &before);
+        for (job, why) in &unenforceable {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+                d.runs = false;
+                d.placement = None;
+                d.text = format!("waits: Hadar's best placement for it, {why}");
+            }
+        }
+        self.store.write(|w| {
+            w.put_round(&summary, &decisions)?;
+            w.set_meta("round", &round.to_string())
+        })?;
+        Ok(RoundReport { round, active: states.len(), actions: done, decision_ms })
+    }
+
+    fn log_events(&mut self, events: &[Event]) {
+        for e in events {
+            match e {
+                Event::New(id) => tracing::info!(job = id, "new managed job"),
+                Event::Refused(id, why) => {
+                    if self.refused.insert(*id) {
+                        tracing::warn!(job = id, "not scheduling this job: {why}");
+                    }
+                }
+                Event::Started(id) => tracing::info!(job = id, "job is running"),
+                Event::Finished(id, state) => tracing::info!(job = id, state = %state, "job left the queue"),
+                Event::Requeued(id) => tracing::info!(job = id, "job is held again after a requeue"),
+                Event::Progress { .. } => {}
+            }
+        }
+    }
+
+    /// Carries out the actions: holds, then checkpoint signals to every job being preempted,
+    /// one grace period, their requeues, then starts. Each action is an intent in the store
+    /// first and is closed with its outcome; a failed action does not stop the others.
+    fn enforce(&mut self, round: u64, todo: &[Action], rows: &mut BTreeMap<u64, JobRow>) -> Result<Vec<(u64, String, String)>, DaemonError> {
+        let mut done = Vec::new();
+        let now = |d: &Self| now_unix() - d.epoch;
+        let preempts: Vec<&Action> = todo.iter().filter(|a| matches!(a, Action::Preempt { .. })).collect();
+        let mut signalled: Vec<(u64, i64)> = Vec::new();
+        for a in todo.iter().filter(|a| matches!(a, Action::Hold { .. })) {
+            let id = a.job();
+            let t = now(self);
+            let intent = self.store.write(|w| w.add_intent(round, id, "hold", None, t))?;
+            let outcome = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => self.slurm.hold(id).map(|_| "ok".to_string()),
+                Ok(_) => Ok("skipped: not a released pending job".to_string()),
+                Err(e) => Err(e),
+            };
+            let text = outcome_text(&outcome);
+            if let (Ok(_), Some(r)) = (&outcome, rows.get_mut(&id)) {
+                r.phase = Phase::Waiting;
+                r.placement = None;
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, "hold".into(), text));
+        }
+        let signal = self.config.sidecar.preempt_signal.clone();
+        for a in &preempts {
+            let id = a.job();
+            let t = now(self);
+            let intent = self.store.write(|w| w.add_intent(round, id, "preempt", None, t))?;
+            match self.slurm.signal(id, &signal) {
+                Ok(()) => {
+                    if let Some(r) = rows.get_mut(&id) {
+                        r.phase = Phase::Preempting;
+                    }
+                    let r = rows.get(&id).cloned();
+                    self.store.write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
+                    signalled.push((id, intent));
+                }
+                Err(e) => {
+                    let text = format!("error: {e}");
+                    self.close(intent, &text, rows.get(&id))?;
+                    done.push((id, "preempt".into(), text));
+                }
+            }
+        }
+        if !signalled.is_empty() {
+            std::thread::sleep(Duration::from_secs_f64(self.config.sidecar.preempt_grace_seconds));
+        }
+        for (id, intent) in signalled {
+            let outcome = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Running => self.slurm.requeue_hold(id).map(|_| "ok".to_string()),
+                Ok(_) => Ok("skipped: no longer running".to_string()),
+                Err(e) => Err(e),
+            };
+            let text = outcome_text(&outcome);
+            if let Some(r) = rows.get_mut(&id) {
+                if matches!(outcome.as_deref(), Ok("ok")) {
+                    reconcile::account(r, now(self), None);
+                    r.accounted_s = None;
+                    r.phase = Phase::Waiting;
+                    r.placement = None;
+                    r.preemptions += 1;
+                } else {
+                    r.phase = Phase::Running;
+                }
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, "preempt".into(), text));
+        }
+        for a in todo {
+            let Action::Start { job: id, placement } = a else { continue };
+            let id = *id;
+            let t = now(self);
+            let intent = self.store.write(|w| w.add_intent(round, id, "start", Some(placement), t))?;
+            let spec = GpuSpec { nodes: placement.clone() };
+            let outcome = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
+                    .slurm
+                    .set_placement(id, &spec)
+                    .and_then(|_| self.slurm.start_now(id))
+                    .and_then(|_| self.slurm.release(id))
+                    .map(|_| "ok".to_string()),
+                Ok(Some(j)) => Ok(format!("skipped: job is {} and not held", j.status.as_str())),
+                Ok(None) => Ok("skipped: Slurm no longer knows the job".to_string()),
+                Err(e) => Err(e),
+            };
+            let text = outcome_text(&outcome);
+            if matches!(outcome.as_deref(), Ok("ok"))
+                && let Some(r) = rows.get_mut(&id)
+            {
+                r.phase = Phase::Starting;
+                r.placement = Some(placement.clone());
+                r.starts += 1;
+                if r.bound_types.is_none() {
+                    r.bound_types = Some(view::per_type(placement).into_keys().collect());
+                }
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, "start".into(), text));
+        }
+        Ok(done)
+    }
+
+    fn close(&mut self, intent: i64, text: &str, row: Option<&JobRow>) -> Result<(), DaemonError> {
+        let now_s = now_unix() - self.epoch;
+        self.store.write(|w| {
+            if let Some(r) = row {
+                w.put_job(r)?;
+            }
+            w.close_intent(intent, now_s, text)
+        })?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn decisions(
+        &self,
+        round: u64,
+        rows: &BTreeMap<u64, JobRow>,
+        plan: &Option<hadar_core::RoundPlan>,
+        planned: &BTreeMap<u64, NodeGpus>,
+        origins: &BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>>,
+        unusable: &[(String, String)],
+        before: &BTreeMap<u64, JobRow>,
+    ) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for r in rows.values().filter(|r| r.phase != Phase::Finished) {
+            let rates = origins.get(&r.id).map(|o| explain::rates_words(o)).unwrap_or_default();
+            let base = Decision { job: r.id, round, runs: false, placement: None, rate: None, payoff: None, wait_reason: None, text: String::new() };
+            let d = match plan {
+                None => Decision { text: explain::no_cluster(unusable), ..base },
+                Some(plan) => {
+                    if let Some(a) = plan.assignments.iter().find(|a| a.job.0 == r.id) {
+                        let p = planned.get(&r.id).cloned().unwrap_or_default();
+                        let kept = before.get(&r.id).and_then(|b| b.placement.as_ref()).is_some_and(|q| view::same_gpus(q, &p));
+                        let text = explain::runs(&p, a.rate, a.payoff, kept, a.placement.types().len() > 1, &rates);
+                        Decision { runs: true, placement: Some(p), rate: Some(a.rate), payoff: a.payoff, text, ..base }
+                    } else if let Some(w) = plan.waiting.iter().find(|w| w.job.0 == r.id) {
+                        Decision {
+                            wait_reason: serde_json::to_value(&w.reason).ok(),
+                            text: explain::waits(&w.reason, &rates),
+                            ..base
+                        }
+                    } else {
+                        Decision { text: format!("waits: no record of this job's request could be read. {rates}"), ..base }
+                    }
+                }
+            };
+            out.push(d);
+        }
+        out
+    }
+}
+
+/// Whether Slurm can give a job these GPUs: the same GPUs on every node (one job has one
+/// per-node request; 22.05 refuses per-job requests of several types), and, for a job placed
+/// before, only nodes that have every type of its first placement (22.05 keeps a job's first
+/// types and leaves it pending forever on a node without them).
+fn enforceable(gpus: &NodeGpus, bound: Option<&[String]>, nodes: &[NodeInfo]) -> Result<(), String> {
+    if !(GpuSpec { nodes: gpus.clone() }).is_uniform() {
+        return Err("gives different GPUs on different nodes, which one Slurm job cannot have; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
+    }
+    if let Some(bound) = bound.filter(|b| b.len() > 1) {
+        for (node, _) in gpus {
+            let has = nodes.iter().find(|n| n.name == *node).map(|n| n.gpus.clone()).unwrap_or_default();
+            if let Some(t) = bound.iter().find(|t| !has.iter().any(|(u, _)| u.eq_ignore_ascii_case(t))) {
+                return Err(format!(
+                    "is on {node}, which has no {t}; Slurm keeps the GPU types of a job's first placement ({})",
+                    bound.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The spec with its GPU types limited to `bound` (the types of its first placement).
+fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
+    let mut s = spec.clone();
+    if let Some(b) = bound {
+        let allowed: Vec<String> = match &spec.gpu_types {
+            Some(own) => own.iter().filter(|t| b.iter().any(|u| u.eq_ignore_ascii_case(t))).cloned().collect(),
+            None => b.to_vec(),
+        };
+        s.gpu_types = Some(allowed);
+    }
+    s
+}
+
+fn outcome_text(o: &Result<String, SlurmError>) -> String {
+    match o {
+        Ok(s) => s.clone(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Seconds since 1970 by the system clock.
+pub fn now_unix() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_slurm::NodeState;
+
+    fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            state: NodeState::Idle,
+            gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+            partitions: vec![],
+        }
+    }
+
+    fn on(parts: &[(&str, &[(&str, u32)])]) -> NodeGpus {
+        parts.iter().map(|(n, g)| (n.to_string(), g.iter().map(|(t, c)| (t.to_string(), *c)).collect())).collect()
+    }
+
+    #[test]
+    fn only_placements_slurm_can_give_are_enforced() {
+        let nodes = vec![node("n1", &[("v100", 4)]), node("n3", &[("k80", 4)]), node("n4", &[("v100", 2), ("k80", 2)])];
+        let mixed_n4 = on(&[("n4", &[("v100", 2), ("k80", 2)])]);
+        assert!(enforceable(&mixed_n4, None, &nodes).is_ok());
+        assert!(enforceable(&on(&[("n1", &[("v100", 1)]), ("n4", &[("v100", 1)])]), None, &nodes).is_ok());
+        let e = enforceable(&on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]), None, &nodes).unwrap_err();
+        assert!(e.contains("different GPUs on different nodes"), "{e}");
+        let bound = vec!["k80".to_string(), "v100".to_string()];
+        let e = enforceable(&on(&[("n1", &[("v100", 4)])]), Some(&bound), &nodes).unwrap_err();
+        assert!(e.contains("n1, which has no k80"), "{e}");
+        assert!(enforceable(&mixed_n4, Some(&bound), &nodes).is_ok());
+        let single = vec!["k80".to_string()];
+        assert!(enforceable(&on(&[("n3", &[("k80", 2)])]), Some(&single), &nodes).is_ok());
+    }
+}

@@ -1,0 +1,23 @@
+//! `hadar serve`: the daemon that schedules a real Slurm cluster with the Hadar core.
+//!
+//! * [`config`]: its settings in the shared `hadar.toml`.
+//! * [`spec`]: a managed job's size, length and throughput priors.
+//! * [`progress`]: the progress channel (the job's own Slurm comment).
+//! * [`view`]: the cluster as the policy sees it, and placement name translation.
+//! * [`reconcile`]: the store brought in line with Slurm (pure).
+//! * [`actions`]: the plan turned into actions (pure).
+//! * [`explain`]: decisions in words.
+//! * [`daemon`]: the round loop with enforcement and crash safety.
+
+pub mod actions;
+pub mod config;
+pub mod daemon;
+pub mod explain;
+pub mod progress;
+pub mod reconcile;
+pub mod shared;
+pub mod spec;
+pub mod view;
+
+pub use config::DaemonConfig;
+pub use daemon::{Daemon, DaemonError, Decoder, RoundReport, SlurmApi};

@@ -1,0 +1,256 @@
+//! Reconciliation: brings the stored view of every managed job in line with what Slurm
+//! reports, as a pure function of the two. Slurm decides which jobs exist, run, wait or have
+//! ended; the store contributes what Slurm does not keep (progress, service received).
+
+use crate::progress::Progress;
+use crate::spec::JobSpec;
+use hadar_slurm::{JobStatus, SlurmJob};
+use hadar_store::{JobRow, NodeGpus, Phase};
+use std::collections::BTreeMap;
+
+/// What reconciliation noticed, for the log and for learning.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A managed job seen for the first time.
+    New(u64),
+    /// A managed job whose record was refused (it is left to Slurm, held).
+    Refused(u64, String),
+    /// A job seen running that was not running before.
+    Started(u64),
+    /// A job that left Slurm's queue for good, with Slurm's final state.
+    Finished(u64, String),
+    /// A job that was running and is now held again (preempted or requeued).
+    Requeued(u64),
+    /// A new progress report from a running job, on this placement.
+    Progress {
+        /// The job.
+        job: u64,
+        /// Its reported steps/s.
+        rate: f64,
+        /// Where it runs.
+        placement: NodeGpus,
+    },
+}
+
+/// Whether a Slurm job is managed by hadar: it carries the plugin's record and is not a
+/// component of a heterogeneous job.
+pub fn is_managed(job: &SlurmJob) -> bool {
+    job.admin_comment.as_deref().is_some_and(|c| c.starts_with("hadar:v1"))
+}
+
+/// The GPUs a running job holds, in Slurm's names.
+pub fn allocation(job: &SlurmJob) -> NodeGpus {
+    job.alloc.iter().filter(|a| !a.gpus.is_empty()).map(|a| (a.node.clone(), a.gpus.clone())).collect()
+}
+
+/// Reconciles `rows` (every job the store knows, by id) with Slurm's jobs at time `now_s`
+/// (seconds since the store's epoch `epoch_unix`). `decode` reads a record into a spec;
+/// `default_steps` is the length of a job that did not say.
+pub fn reconcile(
+    rows: &mut BTreeMap<u64, JobRow>,
+    slurm_jobs: &[SlurmJob],
+    now_s: f64,
+    epoch_unix: f64,
+    default_steps: u64,
+    decode: &dyn Fn(&str) -> Result<JobSpec, String>,
+) -> Vec<Event> {
+    let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
+    let mut events = Vec::new();
+    let by_id: BTreeMap<u64, &SlurmJob> = slurm_jobs.iter().map(|j| (j.id, j)).collect();
+    let unseen: Vec<&SlurmJob> = slurm_jobs.iter().filter(|j| is_managed(j) && !rows.contains_key(&j.id)).collect();
+    for sj in unseen {
+        if sj.status.is_terminal() {
+            continue; // ended before the daemon ever saw it: nothing to schedule
+        }
+        let record = sj.admin_comment.clone().unwrap_or_default();
+        if sj.het_job_id.is_some() {
+            events.push(Event::Refused(sj.id, "heterogeneous job components are not scheduled by hadar serve".into()));
+            continue;
+        }
+        match decode(&record) {
+            Ok(spec) => {
+                let arrival = rel(sj.submit_time).unwrap_or(now_s);
+                let steps = spec.steps.unwrap_or(default_steps) as f64;
+                let mut row = JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
+                row.user_id = sj.user_id;
+                rows.insert(sj.id, row);
+                events.push(Event::New(sj.id));
+            }
+            Err(why) => events.push(Event::Refused(sj.id, why)),
+        }
+    }
+    for row in rows.values_mut().filter(|r| r.phase != Phase::Finished) {
+        let Some(sj) = by_id.get(&row.id) else {
+            row.phase = Phase::Finished;
+            row.final_state = Some("vanished".into());
+            row.finished_s = Some(now_s);
+            row.accounted_s = None;
+            events.push(Event::Finished(row.id, "vanished".into()));
+            continue;
+        };
+        row.restarts = sj.restarts;
+        let report = sj.comment.as_deref().and_then(Progress::decode);
+        if let Some(p) = report
+            && (p.steps != row.steps_done || row.last_rate != Some(p.rate))
+        {
+            row.steps_done = p.steps;
+            row.last_rate = Some(p.rate);
+            row.last_report_s = Some(now_s);
+            if sj.status == JobStatus::Running && p.rate > 0.0 {
+                events.push(Event::Progress { job: row.id, rate: p.rate, placement: allocation(sj) });
+            }
+        }
+        match &sj.status {
+            s if s.is_terminal() => {
+                account(row, now_s, rel(sj.end_time));
+                row.phase = Phase::Finished;
+                row.final_state = Some(s.as_str().to_string());
+                row.finished_s = Some(rel(sj.end_time).unwrap_or(now_s).min(now_s));
+                events.push(Event::Finished(row.id, s.as_str().to_string()));
+            }
+            JobStatus::Running => {
+                let alloc = allocation(sj);
+                if row.phase != Phase::Running && row.phase != Phase::Preempting {
+                    events.push(Event::Started(row.id));
+                }
+                if row.phase != Phase::Preempting {
+                    row.phase = Phase::Running;
+                }
+                if row.first_start_s.is_none() {
+                    row.first_start_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
+                }
+                if row.accounted_s.is_none() {
+                    row.accounted_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
+                    row.rounds_run += 1;
+                }
+                row.placement = Some(alloc);
+                account(row, now_s, None);
+            }
+            JobStatus::Pending => {
+                account(row, now_s, None);
+                row.accounted_s = None;
+                if sj.is_held() {
+                    if matches!(row.phase, Phase::Running | Phase::Preempting | Phase::Starting) && sj.restarts > 0 {
+                        events.push(Event::Requeued(row.id));
+                    }
+                    row.phase = Phase::Waiting;
+                    row.placement = None;
+                } else if row.phase != Phase::Starting {
+                    // Released by someone (or by a daemon that crashed before noting it).
+                    row.phase = Phase::Starting;
+                }
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
+/// Adds the time since the job was last accounted (up to `until` or `now_s`) to its service.
+pub(crate) fn account(row: &mut JobRow, now_s: f64, until: Option<f64>) {
+    let Some(from) = row.accounted_s else {
+        return;
+    };
+    let to = until.unwrap_or(now_s).min(now_s);
+    let dt = (to - from).max(0.0);
+    row.run_s += dt;
+    if let Some(p) = &row.placement {
+        let gpus: u32 = p.iter().flat_map(|(_, g)| g.iter().map(|(_, c)| *c)).sum();
+        row.attained_gpu_s += dt * gpus as f64;
+        for t in crate::view::per_type(p).keys() {
+            *row.run_s_by_type.entry(t.clone()).or_default() += dt;
+        }
+    }
+    row.accounted_s = Some(to);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_slurm::NodeAlloc;
+
+    fn sj(id: u64, status: JobStatus, held: bool) -> SlurmJob {
+        SlurmJob {
+            id,
+            name: format!("j{id}"),
+            user_id: Some(0),
+            status,
+            reason: Some(if held { "JobHeldUser".into() } else { "None".into() }),
+            priority: Some(if held { 0 } else { 1 }),
+            admin_comment: Some("hadar:v1 gpus=2 steps=100".into()),
+            comment: None,
+            partition: Some("gpu".into()),
+            nodes: vec![],
+            req_nodes: vec![],
+            tres_per_node: None,
+            tres_per_job: None,
+            alloc: vec![],
+            restarts: 0,
+            het_job_id: None,
+            submit_time: Some(1010),
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+        }
+    }
+
+    fn decode(_: &str) -> Result<JobSpec, String> {
+        Ok(JobSpec { workers: 2, steps: Some(100), job_type: None, hints: vec![], gpu_types: None })
+    }
+
+    #[test]
+    fn a_job_goes_through_its_life() {
+        let mut rows = BTreeMap::new();
+        let mut j = sj(5, JobStatus::Pending, true);
+        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 20.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::New(5)]);
+        assert_eq!(rows[&5].arrival_s, 10.0);
+        assert_eq!(rows[&5].phase, Phase::Waiting);
+
+        j.status = JobStatus::Running;
+        j.start_time = Some(1025);
+        j.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 2)] }];
+        j.comment = Some("hadar-progress:v1 steps=10 rate=2".into());
+        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 30.0, 1000.0, 50, &decode);
+        assert!(ev.contains(&Event::Started(5)));
+        assert!(ev.iter().any(|e| matches!(e, Event::Progress { job: 5, rate: 2.0, .. })), "{ev:?}");
+        let r = &rows[&5];
+        assert_eq!((r.phase, r.first_start_s, r.run_s, r.steps_done), (Phase::Running, Some(25.0), 5.0, 10.0));
+        assert_eq!(r.attained_gpu_s, 10.0);
+        assert_eq!(r.run_s_by_type.get("v100"), Some(&5.0));
+
+        j.status = JobStatus::Completed;
+        j.end_time = Some(1040);
+        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 45.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::Finished(5, "completed".into())]);
+        let r = &rows[&5];
+        assert_eq!((r.phase, r.finished_s, r.run_s), (Phase::Finished, Some(40.0), 15.0));
+    }
+
+    #[test]
+    fn requeued_jobs_wait_and_vanished_jobs_finish() {
+        let mut rows = BTreeMap::new();
+        let mut j = sj(6, JobStatus::Running, false);
+        j.alloc = vec![NodeAlloc { node: "n4".into(), gpus: vec![("v100".into(), 1), ("k80".into(), 1)] }];
+        reconcile(&mut rows, std::slice::from_ref(&j), 5.0, 1000.0, 50, &decode);
+        assert_eq!(rows[&6].phase, Phase::Running);
+        let mut held = sj(6, JobStatus::Pending, true);
+        held.restarts = 1;
+        let ev = reconcile(&mut rows, &[held], 9.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::Requeued(6)]);
+        assert_eq!((rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s), (Phase::Waiting, None, 4.0));
+        let ev = reconcile(&mut rows, &[], 12.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::Finished(6, "vanished".into())]);
+    }
+
+    #[test]
+    fn unmanaged_and_refused_jobs_are_not_adopted() {
+        let mut rows = BTreeMap::new();
+        let mut plain = sj(7, JobStatus::Pending, false);
+        plain.admin_comment = None;
+        let bad = sj(8, JobStatus::Pending, true);
+        let ev = reconcile(&mut rows, &[plain, bad], 1.0, 1000.0, 50, &|_| Err("broken".into()));
+        assert_eq!(ev, vec![Event::Refused(8, "broken".into())]);
+        assert!(rows.is_empty());
+    }
+}

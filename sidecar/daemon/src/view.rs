@@ -1,0 +1,178 @@
+//! The cluster as the policy sees it, built from Slurm's nodes: only usable nodes (not
+//! drained, draining or down) of the managed partitions, with the GPUs that jobs hadar does
+//! not manage hold taken out. Also the translation between the core's placements (node and
+//! type indices) and Slurm's names.
+
+use hadar_core::{Cluster, GpuType, Node, NodeId, Part, Placement};
+use hadar_slurm::NodeInfo;
+use hadar_store::NodeGpus;
+use std::collections::BTreeMap;
+
+/// The policy's view of the cluster for one round.
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    /// The usable capacity; `None` when no usable node has a GPU.
+    pub cluster: Option<Cluster>,
+    /// Every GPU type of the managed partitions, in the cluster's order.
+    pub types: Vec<String>,
+    /// Nodes left out, with their state.
+    pub unusable: Vec<(String, String)>,
+    /// GPUs per type held by jobs hadar does not manage, on usable nodes.
+    pub foreign: BTreeMap<String, u32>,
+}
+
+/// Builds the view. `partitions` empty means every node; `foreign` lists `(node, type,
+/// count)` held by unmanaged jobs.
+pub fn build(nodes: &[NodeInfo], partitions: &[String], foreign: &[(String, String, u32)]) -> ClusterView {
+    let in_scope: Vec<&NodeInfo> = nodes
+        .iter()
+        .filter(|n| partitions.is_empty() || n.partitions.iter().any(|p| partitions.contains(p)))
+        .filter(|n| !n.gpus.is_empty())
+        .collect();
+    let mut types: Vec<String> = Vec::new();
+    for n in &in_scope {
+        for (t, _) in &n.gpus {
+            if !types.iter().any(|u| u.eq_ignore_ascii_case(t)) {
+                types.push(t.clone());
+            }
+        }
+    }
+    let mut unusable = Vec::new();
+    let mut core_nodes = Vec::new();
+    let mut foreign_by_type: BTreeMap<String, u32> = BTreeMap::new();
+    for n in &in_scope {
+        if !n.state.usable() {
+            unusable.push((n.name.clone(), n.state.as_str().to_string()));
+            continue;
+        }
+        let mut gpus = vec![0u32; types.len()];
+        for (t, c) in &n.gpus {
+            if let Some(i) = types.iter().position(|u| u.eq_ignore_ascii_case(t)) {
+                gpus[i] += c;
+            }
+        }
+        for (_, t, c) in foreign.iter().filter(|(node, _, _)| *node == n.name) {
+            if let Some(i) = types.iter().position(|u| u.eq_ignore_ascii_case(t)) {
+                let taken = (*c).min(gpus[i]);
+                gpus[i] -= taken;
+                *foreign_by_type.entry(types[i].clone()).or_default() += taken;
+            }
+        }
+        core_nodes.push(Node { name: n.name.clone(), gpus });
+    }
+    let cluster = if types.is_empty() { None } else { Cluster::new(types.clone(), core_nodes).ok() };
+    ClusterView { cluster, types, unusable, foreign: foreign_by_type }
+}
+
+/// A core placement in Slurm's names, nodes and types in the cluster's order.
+pub fn to_node_gpus(cluster: &Cluster, placement: &Placement) -> NodeGpus {
+    let mut out: NodeGpus = Vec::new();
+    for p in placement.parts() {
+        let node = cluster.node(p.node).name.clone();
+        let t = cluster.type_name(p.gpu_type).to_string();
+        match out.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, g)) => g.push((t, p.gpus)),
+            None => out.push((node, vec![(t, p.gpus)])),
+        }
+    }
+    out
+}
+
+/// A placement in Slurm's names as a core gang placement; `None` when it uses a node or type
+/// the cluster view lacks (a drained or down node).
+pub fn to_placement(cluster: &Cluster, gpus: &NodeGpus) -> Option<Placement> {
+    let mut parts = Vec::new();
+    for (node, per_type) in gpus {
+        let n: NodeId = cluster.node_by_name(node)?;
+        for (t, c) in per_type {
+            let gt: GpuType = cluster.type_by_name(t)?;
+            parts.push(Part { node: n, gpu_type: gt, gpus: *c });
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(Placement::gang(parts))
+}
+
+/// GPUs per type of a placement in Slurm's names.
+pub fn per_type(gpus: &NodeGpus) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for (_, g) in gpus {
+        for (t, c) in g {
+            *out.entry(t.clone()).or_default() += c;
+        }
+    }
+    out
+}
+
+/// Two placements in Slurm's names are the same GPUs (order of nodes and types aside).
+pub fn same_gpus(a: &NodeGpus, b: &NodeGpus) -> bool {
+    let norm = |x: &NodeGpus| {
+        let mut v: Vec<(String, String, u32)> =
+            x.iter().flat_map(|(n, g)| g.iter().map(move |(t, c)| (n.clone(), t.to_ascii_lowercase(), *c))).collect();
+        v.sort();
+        v
+    };
+    norm(a) == norm(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_slurm::NodeState;
+
+    fn node(name: &str, state: NodeState, gpus: &[(&str, u32)]) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            state,
+            gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+            partitions: vec!["gpu".into()],
+        }
+    }
+
+    fn testbed(n3: NodeState) -> Vec<NodeInfo> {
+        vec![
+            node("n1", NodeState::Idle, &[("v100", 4)]),
+            node("n2", NodeState::Mixed, &[("p100", 4)]),
+            node("n3", n3, &[("k80", 4)]),
+            node("n4", NodeState::Idle, &[("v100", 2), ("k80", 2)]),
+        ]
+    }
+
+    #[test]
+    fn drained_nodes_leave_and_foreign_gpus_are_taken_out() {
+        let foreign = vec![("n2".to_string(), "p100".to_string(), 3)];
+        let v = build(&testbed(NodeState::Drained), &["gpu".into()], &foreign);
+        let c = v.cluster.unwrap();
+        assert_eq!(v.types, ["v100", "p100", "k80"]);
+        assert_eq!(c.nodes().len(), 3);
+        assert_eq!(c.node_by_name("n3"), None);
+        assert_eq!(c.total_of_type(GpuType(1)), 1);
+        assert_eq!(c.total_of_type(GpuType(2)), 2);
+        assert_eq!(v.unusable, vec![("n3".to_string(), "drained".to_string())]);
+        assert_eq!(v.foreign.get("p100"), Some(&3));
+    }
+
+    #[test]
+    fn placements_translate_both_ways() {
+        let v = build(&testbed(NodeState::Idle), &[], &[]);
+        let c = v.cluster.unwrap();
+        let gpus: NodeGpus = vec![("n4".into(), vec![("v100".into(), 2), ("k80".into(), 2)])];
+        let p = to_placement(&c, &gpus).unwrap();
+        assert_eq!(p.gpus(), 4);
+        assert_eq!(p.types().len(), 2);
+        assert!(same_gpus(&to_node_gpus(&c, &p), &gpus));
+        let down = build(&testbed(NodeState::Down), &[], &[]).cluster.unwrap();
+        let on_n3: NodeGpus = vec![("n3".into(), vec![("k80".into(), 1)])];
+        assert_eq!(to_placement(&down, &on_n3), None);
+    }
+
+    #[test]
+    fn no_usable_gpu_gives_no_cluster() {
+        let nodes = vec![node("n1", NodeState::Down, &[("v100", 4)])];
+        let v = build(&nodes, &[], &[]);
+        assert!(v.cluster.is_none());
+        assert_eq!(v.unusable.len(), 1);
+    }
+}

@@ -1,0 +1,284 @@
+//! The daemon's round against an in-memory stand-in for Slurm that follows the rules the
+//! real one showed (a released job with a placement starts on exactly those GPUs; a requeue
+//! makes a running job pending and held again). The real-cluster tests are in the
+//! workspace's `tests/serve_slurm.rs`; these check the daemon's logic in milliseconds.
+
+use hadar_daemon::daemon::SlurmApi;
+use hadar_daemon::spec::JobSpec;
+use hadar_daemon::{Daemon, DaemonConfig};
+use hadar_slurm::{GpuSpec, JobStatus, NodeAlloc, NodeInfo, NodeState, SlurmError, SlurmJob};
+use hadar_store::{Phase, Store};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+#[derive(Default)]
+struct State {
+    nodes: Vec<NodeInfo>,
+    jobs: BTreeMap<u64, SlurmJob>,
+    placements: BTreeMap<u64, GpuSpec>,
+    log: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct FakeSlurm(Rc<RefCell<State>>);
+
+fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        state: NodeState::Idle,
+        gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+        partitions: vec!["gpu".into()],
+    }
+}
+
+impl FakeSlurm {
+    fn testbed() -> FakeSlurm {
+        let f = FakeSlurm::default();
+        f.0.borrow_mut().nodes = vec![
+            node("n1", &[("v100", 4)]),
+            node("n2", &[("p100", 4)]),
+            node("n3", &[("k80", 4)]),
+            node("n4", &[("v100", 2), ("k80", 2)]),
+        ];
+        f
+    }
+
+    fn submit(&self, id: u64, record: &str) {
+        let job = SlurmJob {
+            id,
+            name: format!("job{id}"),
+            user_id: Some(1000),
+            status: JobStatus::Pending,
+            reason: Some("JobHeldUser".into()),
+            priority: Some(0),
+            admin_comment: Some(record.into()),
+            comment: None,
+            partition: Some("gpu".into()),
+            nodes: vec![],
+            req_nodes: vec![],
+            tres_per_node: None,
+            tres_per_job: None,
+            alloc: vec![],
+            restarts: 0,
+            het_job_id: None,
+            submit_time: Some(1_000_000),
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+        };
+        self.0.borrow_mut().jobs.insert(id, job);
+    }
+
+    /// What slurmctld's scheduler would do: start released jobs on their placements.
+    fn schedule(&self) {
+        let mut s = self.0.borrow_mut();
+        let ids: Vec<u64> = s.jobs.values().filter(|j| j.status == JobStatus::Pending && !j.is_held()).map(|j| j.id).collect();
+        for id in ids {
+            let spec = s.placements.get(&id).cloned().expect("released without a placement");
+            let j = s.jobs.get_mut(&id).unwrap();
+            j.status = JobStatus::Running;
+            j.start_time = Some(1_000_010);
+            j.alloc = spec.nodes.iter().map(|(n, g)| NodeAlloc { node: n.clone(), gpus: g.clone() }).collect();
+        }
+    }
+
+    fn finish(&self, id: u64) {
+        let mut s = self.0.borrow_mut();
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.status = JobStatus::Completed;
+        j.end_time = Some(1_000_020);
+        j.alloc.clear();
+    }
+
+    fn set_node_state(&self, name: &str, state: NodeState) {
+        let mut s = self.0.borrow_mut();
+        s.nodes.iter_mut().find(|n| n.name == name).unwrap().state = state;
+    }
+
+    fn status(&self, id: u64) -> JobStatus {
+        self.0.borrow().jobs[&id].status.clone()
+    }
+
+    fn alloc(&self, id: u64) -> Vec<NodeAlloc> {
+        self.0.borrow().jobs[&id].alloc.clone()
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.0.borrow().log.clone()
+    }
+}
+
+impl SlurmApi for FakeSlurm {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        Ok(self.0.borrow().nodes.clone())
+    }
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, hadar_slurm::job::Refused), SlurmError> {
+        Ok((self.0.borrow().jobs.values().cloned().collect(), vec![]))
+    }
+    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
+        Ok(self.0.borrow().jobs.get(&id).cloned())
+    }
+    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("place {id}"));
+        s.placements.insert(id, spec.clone());
+        Ok(())
+    }
+    fn start_now(&self, _id: u64) -> Result<(), SlurmError> {
+        Ok(())
+    }
+    fn release(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("release {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.priority = Some(1);
+        j.reason = Some("None".into());
+        Ok(())
+    }
+    fn hold(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("hold {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.priority = Some(0);
+        j.reason = Some("JobHeldUser".into());
+        Ok(())
+    }
+    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
+        self.0.borrow_mut().log.push(format!("signal {id} {signal}"));
+        Ok(())
+    }
+    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("requeuehold {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.status = JobStatus::Pending;
+        j.priority = Some(0);
+        j.reason = Some("JobHeldUser".into());
+        j.restarts += 1;
+        j.alloc.clear();
+        Ok(())
+    }
+}
+
+fn config() -> DaemonConfig {
+    DaemonConfig::parse("test.toml", "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\n").unwrap()
+}
+
+fn daemon(slurm: &FakeSlurm, store: Store) -> Daemon<FakeSlurm> {
+    Daemon::new(slurm.clone(), store, config(), Box::new(JobSpec::from_record), 1_000_000.0).unwrap()
+}
+
+fn gpus_of(alloc: &[NodeAlloc]) -> u32 {
+    alloc.iter().flat_map(|a| a.gpus.iter().map(|(_, c)| *c)).sum()
+}
+
+#[test]
+fn held_jobs_are_placed_started_and_then_left_alone() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 type=resnet50-b64 steps=1000");
+    slurm.submit(2, "hadar:v1 gpus=4 type=transformer-b64 steps=1000");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert_eq!(r.actions.iter().filter(|a| a.1 == "start" && a.2 == "ok").count(), 2, "{r:?}");
+    slurm.schedule();
+    assert_eq!(gpus_of(&slurm.alloc(1)), 2);
+    assert_eq!(gpus_of(&slurm.alloc(2)), 4);
+    let r = d.round(1_000_002.0).unwrap();
+    assert!(r.actions.is_empty(), "a plan equal to what runs needs no action: {r:?}");
+    let rows = d.store().jobs().unwrap();
+    assert!(rows.iter().all(|j| j.phase == Phase::Running && j.starts == 1));
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(dec.runs && dec.text.starts_with("runs on "), "{}", dec.text);
+
+    slurm.finish(1);
+    d.round(1_000_003.0).unwrap();
+    let j = d.store().job(1).unwrap().unwrap();
+    assert_eq!((j.phase, j.final_state.as_deref()), (Phase::Finished, Some("completed")));
+}
+
+#[test]
+fn a_restarted_daemon_never_starts_a_job_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    {
+        let mut d = daemon(&slurm, Store::open(&path).unwrap());
+        d.round(1_000_001.0).unwrap();
+    }
+    // A crash left a start intent open, for a job that Slurm shows released already.
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.write(|w| w.add_intent(9, 1, "start", None, 5.0)).unwrap();
+    }
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let open = d.store().open_intents().unwrap();
+    assert!(open.is_empty(), "open intents are closed at start: {open:?}");
+    assert!(d.store().all_intents().unwrap().iter().any(|i| i.outcome.as_deref() == Some("interrupted")));
+    let r = d.round(1_000_002.0).unwrap();
+    assert!(r.actions.is_empty(), "{r:?}");
+    slurm.schedule();
+    d.round(1_000_003.0).unwrap();
+    assert_eq!(slurm.log().iter().filter(|l| l.starts_with("release")).count(), 1, "{:?}", slurm.log());
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+}
+
+#[test]
+fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
+    let slurm = FakeSlurm::testbed();
+    // Only K80s allowed, so it lands on n3 or n4; fill n4's K80s first with another job.
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
+    slurm.submit(2, "hadar:v1 gpus=4 steps=1000 gpu-types=k80");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    d.round(1_000_001.0).unwrap();
+    slurm.schedule();
+    d.round(1_000_002.0).unwrap();
+    let on_n3 = [1, 2].into_iter().find(|id| slurm.alloc(*id).first().is_some_and(|a| a.node == "n3")).expect("a job on n3");
+    let on_n3_gpus = gpus_of(&slurm.alloc(on_n3));
+    slurm.set_node_state("n3", NodeState::Draining);
+    let r = d.round(1_000_003.0).unwrap();
+    assert!(r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "preempt" && a.2 == "ok"), "{r:?}");
+    let log = slurm.log();
+    let sig = log.iter().position(|l| *l == format!("signal {on_n3} USR1")).expect("checkpoint signal");
+    let rq = log.iter().position(|l| *l == format!("requeuehold {on_n3}")).expect("requeue");
+    assert!(sig < rq, "signal before requeue: {log:?}");
+    assert_eq!(slurm.status(on_n3), JobStatus::Pending);
+    let row = d.store().job(on_n3).unwrap().unwrap();
+    assert_eq!((row.phase, row.preemptions), (Phase::Waiting, 1));
+    // Without n3 only n4's two K80s remain: a 2-GPU job can be placed there again once free.
+    if on_n3_gpus == 2 {
+        if slurm.status(3 - on_n3) == JobStatus::Running {
+            slurm.finish(3 - on_n3);
+        }
+        let r = d.round(1_000_004.0).unwrap();
+        assert!(r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "start"), "{r:?}");
+        slurm.schedule();
+        assert_eq!(slurm.alloc(on_n3)[0].node, "n4");
+    }
+}
+
+#[test]
+fn unmanaged_jobs_keep_their_gpus_out_of_the_plan() {
+    let slurm = FakeSlurm::testbed();
+    {
+        // A job Slurm runs on its own holds all four V100s of n1.
+        let mut s = slurm.0.borrow_mut();
+        let mut j = SlurmJob { admin_comment: None, ..dummy(50) };
+        j.status = JobStatus::Running;
+        j.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 4)] }];
+        s.jobs.insert(50, j);
+    }
+    slurm.submit(1, "hadar:v1 gpus=4 steps=1000 gpu-types=v100");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert!(r.actions.is_empty(), "no four free V100s on one node or across n1+n4: {r:?}");
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(!dec.runs && dec.text.starts_with("waits"), "{}", dec.text);
+}
+
+fn dummy(id: u64) -> SlurmJob {
+    let f = FakeSlurm::testbed();
+    f.submit(id, "x");
+    f.0.borrow().jobs[&id].clone()
+}

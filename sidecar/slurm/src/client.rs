@@ -1,0 +1,221 @@
+//! The [`Slurm`] handle: reads the cluster's nodes and jobs, and carries out the daemon's
+//! actions on jobs. Each method is one or two client commands; none is retried here (the
+//! daemon's round decides what to do after a failure, from Slurm's state).
+
+use crate::command::{self, CommandError};
+use crate::job::{self, SlurmJob};
+use crate::node::{self, NodeInfo};
+use crate::SlurmError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where Slurm's commands are and how long they may take.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlurmConfig {
+    /// The `slurm.conf` to use (`SLURM_CONF`); `None`: Slurm's default.
+    pub conf: Option<PathBuf>,
+    /// The folder holding `scontrol` and `scancel`; `None`: found on `PATH`.
+    pub bin_dir: Option<PathBuf>,
+    /// The most time one command may take before it is killed.
+    pub timeout: Duration,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        SlurmConfig { conf: None, bin_dir: None, timeout: Duration::from_secs(20) }
+    }
+}
+
+/// The GPUs a placement gives a job: per node, GPUs per type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSpec {
+    /// `(node, [(type, count)])`, nodes in order, types in order.
+    pub nodes: Vec<(String, Vec<(String, u32)>)>,
+}
+
+impl GpuSpec {
+    /// Total GPUs.
+    pub fn total(&self) -> u32 {
+        self.nodes.iter().flat_map(|(_, g)| g.iter().map(|(_, n)| *n)).sum()
+    }
+
+    /// GPUs per type over all nodes, types in first-seen order.
+    pub fn per_type(&self) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = Vec::new();
+        for (_, gpus) in &self.nodes {
+            for (t, n) in gpus {
+                match out.iter_mut().find(|(u, _)| u == t) {
+                    Some(e) => e.1 += n,
+                    None => out.push((t.clone(), *n)),
+                }
+            }
+        }
+        out
+    }
+
+    /// True when every node gets the same GPUs, so a per-node request describes it exactly.
+    pub fn is_uniform(&self) -> bool {
+        self.nodes.windows(2).all(|w| w[0].1 == w[1].1)
+    }
+
+    /// The `scontrol update` fields that give a held job exactly these GPUs: the node list,
+    /// the node count, one task per node, and the GPUs as a per-node GRES when every node
+    /// gets the same, otherwise as per-job typed totals. Slurm 22.05 refuses per-job totals of
+    /// several types ("Invalid generic resource (gres) specification"), so the daemon only
+    /// enforces uniform placements; the per-job form serves single-type totals.
+    pub fn update_fields(&self) -> Vec<String> {
+        let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
+        let k = self.nodes.len();
+        let mut f = vec![format!("ReqNodeList={}", names.join(",")), format!("NumNodes={k}-{k}"), format!("NumTasks={k}")];
+        let gres = |gpus: &[(String, u32)], prefix: &str| {
+            gpus.iter().map(|(t, n)| format!("{prefix}gpu:{t}:{n}")).collect::<Vec<_>>().join(",")
+        };
+        if self.is_uniform() {
+            f.push(format!("Gres={}", gres(&self.nodes[0].1, "")));
+        } else {
+            f.push(format!("TresPerJob={}", gres(&self.per_type(), "gres:")));
+        }
+        f
+    }
+}
+
+/// A handle on one Slurm cluster.
+#[derive(Clone, Debug)]
+pub struct Slurm {
+    config: SlurmConfig,
+}
+
+impl Slurm {
+    /// A handle using these settings.
+    pub fn new(config: SlurmConfig) -> Self {
+        Slurm { config }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &SlurmConfig {
+        &self.config
+    }
+
+    fn program(&self, name: &str) -> String {
+        match &self.config.bin_dir {
+            Some(d) => d.join(name).display().to_string(),
+            None => name.to_string(),
+        }
+    }
+
+    fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
+        let env: Vec<(String, String)> =
+            self.config.conf.iter().map(|c| ("SLURM_CONF".to_string(), c.display().to_string())).collect();
+        Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
+    }
+
+    fn scontrol(&self, args: &[String]) -> Result<String, SlurmError> {
+        Ok(self.run("scontrol", args)?)
+    }
+
+    /// All nodes (`scontrol show node`).
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        node::parse_nodes(&self.scontrol(&["show".into(), "node".into()])?)
+    }
+
+    /// All jobs Slurm still knows (`scontrol -d show job`), and the records refused as
+    /// untrustworthy (see [`job::parse_jobs`]).
+    pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
+        let text = self.scontrol(&["-d".into(), "show".into(), "job".into()])?;
+        if text.trim() == "No jobs in the system" {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        Ok(job::parse_jobs(&text))
+    }
+
+    /// One job, `None` when Slurm no longer knows it.
+    pub fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
+        match self.scontrol(&["-d".into(), "show".into(), "job".into(), id.to_string()]) {
+            Ok(text) => Ok(job::parse_jobs(&text).0.into_iter().find(|j| j.id == id)),
+            Err(SlurmError::Command(CommandError::Failed { stderr, .. })) if stderr.contains("Invalid job id") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives a pending job its nodes and GPUs ([`GpuSpec::update_fields`]). A GPU request of
+    /// the other kind (per node or per job) left from an earlier placement is cleared first,
+    /// so that a job placed again after a preemption carries only its new request.
+    pub fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
+        let current = self.job(id)?;
+        let stale = match &current {
+            Some(j) if spec.is_uniform() && j.tres_per_job.is_some() => Some("TresPerJob="),
+            Some(j) if !spec.is_uniform() && j.tres_per_node.is_some() => Some("Gres="),
+            _ => None,
+        };
+        if let Some(clear) = stale {
+            self.scontrol(&["update".to_string(), format!("JobId={id}"), clear.to_string()])?;
+        }
+        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        args.extend(spec.update_fields());
+        self.scontrol(&args)?;
+        Ok(())
+    }
+
+    /// Makes a requeued job eligible at once (Slurm otherwise waits about two minutes).
+    pub fn start_now(&self, id: u64) -> Result<(), SlurmError> {
+        self.scontrol(&["update".into(), format!("JobId={id}"), "StartTime=now".into()]).map(|_| ())
+    }
+
+    /// Releases a held job.
+    pub fn release(&self, id: u64) -> Result<(), SlurmError> {
+        self.scontrol(&["release".into(), id.to_string()]).map(|_| ())
+    }
+
+    /// Holds a pending job.
+    pub fn hold(&self, id: u64) -> Result<(), SlurmError> {
+        self.scontrol(&["hold".into(), id.to_string()]).map(|_| ())
+    }
+
+    /// Sends `signal` (a name such as `USR1`) to every process of a job, batch script
+    /// included.
+    pub fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
+        Ok(self.run("scancel", &["--full".into(), format!("--signal={signal}"), id.to_string()]).map(|_| ())?)
+    }
+
+    /// Requeues a running job and holds it.
+    pub fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
+        self.scontrol(&["requeuehold".into(), id.to_string()]).map(|_| ())
+    }
+
+    /// Sets a job's `Comment` (the job's own progress channel; also what a job's owner may do).
+    pub fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        self.scontrol(&["update".into(), format!("JobId={id}"), format!("Comment={text}")]).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(nodes: &[(&str, &[(&str, u32)])]) -> GpuSpec {
+        GpuSpec {
+            nodes: nodes
+                .iter()
+                .map(|(n, g)| (n.to_string(), g.iter().map(|(t, c)| (t.to_string(), *c)).collect()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn uniform_placements_use_a_per_node_gres() {
+        let s = spec(&[("n1", &[("v100", 2)]), ("n4", &[("v100", 2)])]);
+        assert_eq!(s.update_fields(), ["ReqNodeList=n1,n4", "NumNodes=2-2", "NumTasks=2", "Gres=gpu:v100:2"]);
+        let s = spec(&[("n4", &[("v100", 2), ("k80", 2)])]);
+        assert_eq!(s.update_fields(), ["ReqNodeList=n4", "NumNodes=1-1", "NumTasks=1", "Gres=gpu:v100:2,gpu:k80:2"]);
+        assert_eq!(s.total(), 4);
+    }
+
+    #[test]
+    fn mixed_placements_use_per_job_typed_totals() {
+        let s = spec(&[("n1", &[("v100", 3)]), ("n3", &[("k80", 1)])]);
+        assert!(!s.is_uniform());
+        assert_eq!(s.update_fields(), ["ReqNodeList=n1,n3", "NumNodes=2-2", "NumTasks=2", "TresPerJob=gres:gpu:v100:3,gres:gpu:k80:1"]);
+        assert_eq!(s.per_type(), vec![("v100".to_string(), 3), ("k80".to_string(), 1)]);
+    }
+}

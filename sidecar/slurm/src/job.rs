@@ -1,0 +1,304 @@
+//! Jobs as `scontrol -d show job` reports them: state, comments, and where their GPUs are.
+
+use crate::node::parse_gres;
+use crate::record::{self, Record};
+use crate::{SlurmError, hostlist};
+use serde::{Deserialize, Serialize};
+
+/// A job's state (Slurm's `JobState`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting (held or eligible).
+    Pending,
+    /// Running.
+    Running,
+    /// Suspended.
+    Suspended,
+    /// Finishing: processes being cleaned up.
+    Completing,
+    /// Exited with status 0.
+    Completed,
+    /// Cancelled.
+    Cancelled,
+    /// Exited with a failure, or could not start.
+    Failed,
+    /// Ran out of time.
+    Timeout,
+    /// A node it ran on failed.
+    NodeFail,
+    /// Preempted by Slurm itself.
+    Preempted,
+    /// Killed for memory.
+    OutOfMemory,
+    /// Requeued, or requeued and held; about to be pending again.
+    Requeued,
+    /// Any other state, as Slurm spelled it.
+    Other(String),
+}
+
+impl JobStatus {
+    /// Parses `JobState=`.
+    pub fn parse(text: &str) -> JobStatus {
+        match text {
+            "PENDING" => JobStatus::Pending,
+            "RUNNING" => JobStatus::Running,
+            "SUSPENDED" => JobStatus::Suspended,
+            "COMPLETING" => JobStatus::Completing,
+            "COMPLETED" => JobStatus::Completed,
+            "CANCELLED" => JobStatus::Cancelled,
+            "FAILED" | "BOOT_FAIL" | "DEADLINE" | "SPECIAL_EXIT" => JobStatus::Failed,
+            "TIMEOUT" => JobStatus::Timeout,
+            "NODE_FAIL" => JobStatus::NodeFail,
+            "PREEMPTED" => JobStatus::Preempted,
+            "OUT_OF_MEMORY" => JobStatus::OutOfMemory,
+            "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" => JobStatus::Requeued,
+            other => JobStatus::Other(other.to_string()),
+        }
+    }
+
+    /// True when the job will not run again (unless an admin requeues it).
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            JobStatus::Completed
+                | JobStatus::Cancelled
+                | JobStatus::Failed
+                | JobStatus::Timeout
+                | JobStatus::NodeFail
+                | JobStatus::Preempted
+                | JobStatus::OutOfMemory
+        )
+    }
+
+    /// The state as a lower-case word.
+    pub fn as_str(&self) -> &str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Suspended => "suspended",
+            JobStatus::Completing => "completing",
+            JobStatus::Completed => "completed",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Failed => "failed",
+            JobStatus::Timeout => "timeout",
+            JobStatus::NodeFail => "node_fail",
+            JobStatus::Preempted => "preempted",
+            JobStatus::OutOfMemory => "out_of_memory",
+            JobStatus::Requeued => "requeued",
+            JobStatus::Other(s) => s,
+        }
+    }
+}
+
+/// The GPUs a job holds on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAlloc {
+    /// The node.
+    pub node: String,
+    /// GPUs per type there.
+    pub gpus: Vec<(String, u32)>,
+}
+
+/// One job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlurmJob {
+    /// `JobId`.
+    pub id: u64,
+    /// `JobName`.
+    pub name: String,
+    /// The numeric user id (from `UserId=name(uid)`).
+    pub user_id: Option<u32>,
+    /// `JobState`.
+    pub status: JobStatus,
+    /// `Reason` (`JobHeldUser`, `Resources`, `None`, ...).
+    pub reason: Option<String>,
+    /// `Priority` (0 while held).
+    pub priority: Option<u64>,
+    /// `AdminComment`, where the plugin keeps the hadar record.
+    pub admin_comment: Option<String>,
+    /// `Comment`, where a running job reports progress.
+    pub comment: Option<String>,
+    /// `Partition`.
+    pub partition: Option<String>,
+    /// The allocated nodes (`NodeList`, expanded).
+    pub nodes: Vec<String>,
+    /// The requested nodes (`ReqNodeList`, expanded).
+    pub req_nodes: Vec<String>,
+    /// `TresPerNode` (`gres:gpu:v100:2`), if set.
+    pub tres_per_node: Option<String>,
+    /// `TresPerJob`, if set.
+    pub tres_per_job: Option<String>,
+    /// GPUs held per node (from the `-d` detail lines), empty when not running.
+    pub alloc: Vec<NodeAlloc>,
+    /// `Restarts`: how often the job was requeued.
+    pub restarts: u32,
+    /// `HetJobId`, for components of heterogeneous jobs.
+    pub het_job_id: Option<u64>,
+    /// `SubmitTime` as seconds since 1970 (Slurm prints local time; read as UTC).
+    pub submit_time: Option<i64>,
+    /// `StartTime`, when known.
+    pub start_time: Option<i64>,
+    /// `EndTime`, when known.
+    pub end_time: Option<i64>,
+    /// `ExitCode` (`0:0`).
+    pub exit_code: Option<String>,
+}
+
+impl SlurmJob {
+    /// True when Slurm holds the job (priority 0 or a held reason).
+    pub fn is_held(&self) -> bool {
+        self.status == JobStatus::Pending
+            && (self.priority == Some(0) || self.reason.as_deref().is_some_and(|r| r.starts_with("JobHeld")))
+    }
+
+    /// GPUs held by the job, by node and type, as `(node, type, count)`.
+    pub fn gpu_parts(&self) -> Vec<(String, String, u32)> {
+        let mut out = Vec::new();
+        for a in &self.alloc {
+            for (t, n) in &a.gpus {
+                out.push((a.node.clone(), t.clone(), *n));
+            }
+        }
+        out
+    }
+}
+
+/// Records refused as untrustworthy: `(job id or "?", why)`.
+pub type Refused = Vec<(String, String)>;
+
+/// The records of `scontrol -d show job`, parsed. Records that cannot be trusted (a free-text
+/// field spanning lines, or two records with one job id) are dropped and reported in the
+/// second list as `(job id or "?", why)`.
+pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
+    let records = record::parse(text, "JobId");
+    let mut jobs: Vec<SlurmJob> = Vec::new();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    let mut duplicate_ids: Vec<u64> = Vec::new();
+    for r in &records {
+        let id = r.value("JobId").unwrap_or("?").to_string();
+        if r.is_ambiguous() {
+            refused.push((id, "a free-text field spans several lines".into()));
+            continue;
+        }
+        match job_from_record(r) {
+            Ok(j) => {
+                if jobs.iter().any(|k| k.id == j.id) {
+                    duplicate_ids.push(j.id);
+                } else {
+                    jobs.push(j);
+                }
+            }
+            Err(e) => refused.push((id, e.to_string())),
+        }
+    }
+    for id in duplicate_ids {
+        jobs.retain(|j| j.id != id);
+        refused.push((id.to_string(), "the job appears twice in scontrol's output".into()));
+    }
+    (jobs, refused)
+}
+
+fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
+    let bad = |detail: String| SlurmError::Parse { what: "scontrol show job", detail };
+    let id_text = r.value("JobId").ok_or_else(|| bad("a record without JobId".into()))?;
+    let id: u64 = id_text.parse().map_err(|_| bad(format!("JobId={id_text}")))?;
+    let status = JobStatus::parse(r.value("JobState").ok_or_else(|| bad(format!("job {id} has no JobState")))?);
+    let user_id = r.value("UserId").and_then(|u| u.rsplit_once('(')).and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
+    let nodes = match r.value("NodeList") {
+        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
+        None => Vec::new(),
+    };
+    let req_nodes = match r.value("ReqNodeList") {
+        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
+        None => Vec::new(),
+    };
+    let mut alloc: Vec<NodeAlloc> = Vec::new();
+    for d in &r.details {
+        let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let names = hostlist::expand(get("Nodes").unwrap_or("")).map_err(|e| bad(format!("job {id}: {e}")))?;
+        let gpus = match get("GRES").filter(|g| !g.is_empty() && *g != "(null)") {
+            Some(g) => parse_gres(g).ok_or_else(|| bad(format!("job {id}: GRES={g}")))?,
+            None => Vec::new(),
+        };
+        for node in names {
+            alloc.push(NodeAlloc { node, gpus: gpus.clone() });
+        }
+    }
+    Ok(SlurmJob {
+        id,
+        name: r.get("JobName").unwrap_or("").to_string(),
+        user_id,
+        status,
+        reason: r.value("Reason").map(str::to_string),
+        priority: r.value("Priority").and_then(|p| p.parse().ok()),
+        admin_comment: r.value("AdminComment").map(str::to_string),
+        comment: r.value("Comment").map(str::to_string),
+        partition: r.value("Partition").map(str::to_string),
+        nodes,
+        req_nodes,
+        tres_per_node: r.value("TresPerNode").map(str::to_string),
+        tres_per_job: r.value("TresPerJob").map(str::to_string),
+        alloc,
+        restarts: r.value("Restarts").and_then(|v| v.parse().ok()).unwrap_or(0),
+        het_job_id: r.value("HetJobId").and_then(|v| v.parse().ok()),
+        submit_time: r.value("SubmitTime").and_then(parse_time),
+        start_time: r.value("StartTime").and_then(parse_time),
+        end_time: r.value("EndTime").and_then(parse_time),
+        exit_code: r.value("ExitCode").map(str::to_string),
+    })
+}
+
+/// Parses Slurm's `YYYY-MM-DDTHH:MM:SS` into seconds since 1970, reading it as UTC.
+pub fn parse_time(text: &str) -> Option<i64> {
+    let (date, time) = text.split_once('T')?;
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let t: Vec<i64> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let ([y, m, day], [hh, mm, ss]) = (d.as_slice(), t.as_slice()) else {
+        return None;
+    };
+    if !(1..=12).contains(m) || !(1..=31).contains(day) || *hh > 23 || *mm > 59 || *ss > 60 {
+        return None;
+    }
+    Some(days_from_civil(*y, *m, *day) * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_utc_seconds() {
+        assert_eq!(parse_time("1970-01-01T00:00:00"), Some(0));
+        assert_eq!(parse_time("2000-03-01T00:00:01"), Some(951_868_801));
+        assert_eq!(parse_time("Unknown"), None);
+        assert_eq!(parse_time("2026-13-01T00:00:00"), None);
+    }
+
+    #[test]
+    fn states_and_terminality() {
+        assert!(JobStatus::parse("COMPLETED").is_terminal());
+        assert!(JobStatus::parse("CANCELLED").is_terminal());
+        assert!(!JobStatus::parse("PENDING").is_terminal());
+        assert!(!JobStatus::parse("REQUEUE_HOLD").is_terminal());
+        assert_eq!(JobStatus::parse("WEIRD"), JobStatus::Other("WEIRD".into()));
+    }
+
+    #[test]
+    fn forged_duplicate_job_ids_are_dropped() {
+        let text = "JobId=5 JobName=a\n   JobState=RUNNING Reason=None\n   Comment=x\nJobId=5 JobName=b\n   JobState=PENDING Reason=None\n";
+        let (jobs, refused) = parse_jobs(text);
+        assert!(jobs.is_empty());
+        assert_eq!(refused.len(), 1);
+    }
+}

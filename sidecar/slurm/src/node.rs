@@ -1,0 +1,178 @@
+//! Nodes as `scontrol show node` reports them: GPUs per type and whether the node is usable.
+
+use crate::SlurmError;
+use crate::record::{self, Record};
+use serde::{Deserialize, Serialize};
+
+/// A node's scheduling state, reduced to what hadar needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// No job on it.
+    Idle,
+    /// Some of it allocated.
+    Mixed,
+    /// All of it allocated.
+    Allocated,
+    /// Being drained (jobs still running, no new ones).
+    Draining,
+    /// Drained: no jobs, none accepted.
+    Drained,
+    /// Down or not responding.
+    Down,
+    /// Any other state (future, reserved, powering, ...), as Slurm spelled it; not usable.
+    Other(String),
+}
+
+impl NodeState {
+    /// Parses Slurm's `State=` value such as `IDLE`, `MIXED+DRAIN`, `DOWN*+NOT_RESPONDING`.
+    pub fn parse(text: &str) -> NodeState {
+        let upper = text.to_ascii_uppercase();
+        let mut parts = upper.split('+');
+        let base = parts.next().unwrap_or("");
+        let flags: Vec<&str> = parts.collect();
+        let not_responding = base.ends_with('*') || flags.contains(&"NOT_RESPONDING");
+        let base = base.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+        let drain = flags.iter().any(|f| *f == "DRAIN" || *f == "DRAINING" || *f == "DRAINED");
+        if base == "DOWN" || base == "FAIL" || flags.contains(&"FAIL") || not_responding {
+            return NodeState::Down;
+        }
+        if drain || base == "DRAINED" || base == "DRAINING" {
+            return if base == "IDLE" || base == "DRAINED" { NodeState::Drained } else { NodeState::Draining };
+        }
+        let blocking = ["MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "RESERVED", "FUTURE", "PLANNED"];
+        if let Some(f) = flags.iter().find(|f| blocking.contains(f)) {
+            return NodeState::Other(format!("{base}+{f}"));
+        }
+        match base {
+            "IDLE" => NodeState::Idle,
+            "MIXED" => NodeState::Mixed,
+            "ALLOCATED" | "ALLOC" | "COMPLETING" => NodeState::Allocated,
+            other => NodeState::Other(other.to_string()),
+        }
+    }
+
+    /// True when new jobs may be placed on the node.
+    pub fn usable(&self) -> bool {
+        matches!(self, NodeState::Idle | NodeState::Mixed | NodeState::Allocated)
+    }
+
+    /// The state as a lower-case word for reports.
+    pub fn as_str(&self) -> &str {
+        match self {
+            NodeState::Idle => "idle",
+            NodeState::Mixed => "mixed",
+            NodeState::Allocated => "allocated",
+            NodeState::Draining => "draining",
+            NodeState::Drained => "drained",
+            NodeState::Down => "down",
+            NodeState::Other(s) => s,
+        }
+    }
+}
+
+/// One node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// `NodeName`.
+    pub name: String,
+    /// Its state.
+    pub state: NodeState,
+    /// GPUs per type, in the order Slurm lists them (`Gres=gpu:v100:2,gpu:k80:2`).
+    pub gpus: Vec<(String, u32)>,
+    /// The partitions it belongs to.
+    pub partitions: Vec<String>,
+}
+
+/// Parses `scontrol show node` output (multi-line form).
+pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
+    record::parse(text, "NodeName").iter().map(node_from_record).collect()
+}
+
+fn node_from_record(r: &Record) -> Result<NodeInfo, SlurmError> {
+    let bad = |detail: String| SlurmError::Parse { what: "scontrol show node", detail };
+    let name = r.value("NodeName").ok_or_else(|| bad("a record without NodeName".into()))?.to_string();
+    let state = NodeState::parse(r.value("State").ok_or_else(|| bad(format!("node {name} has no State")))?);
+    let gpus = match r.value("Gres") {
+        Some(g) => parse_gres(g).ok_or_else(|| bad(format!("node {name}: Gres={g}")))?,
+        None => Vec::new(),
+    };
+    let partitions = r.value("Partitions").map(|p| p.split(',').map(str::to_string).collect()).unwrap_or_default();
+    Ok(NodeInfo { name, state, gpus, partitions })
+}
+
+/// Parses a GRES list such as `gpu:v100:2,gpu:k80:2(S:0)` or `gpu:v100:2(IDX:0-1)` into typed
+/// GPU counts (other GRES are skipped; a typeless `gpu:4` becomes type `gpu`). `None` when
+/// a GPU item is malformed.
+pub fn parse_gres(text: &str) -> Option<Vec<(String, u32)>> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for item in split_top(text) {
+        let item = item.strip_prefix("gres/").unwrap_or(item);
+        let core = item.split('(').next().unwrap_or("");
+        let mut parts = core.split(':');
+        if parts.next() != Some("gpu") {
+            continue;
+        }
+        let rest: Vec<&str> = parts.collect();
+        let (gpu_type, count) = match rest.as_slice() {
+            [count] => ("gpu", *count),
+            [t, count] => (*t, *count),
+            _ => return None,
+        };
+        let count: u32 = count.parse().ok()?;
+        match out.iter_mut().find(|(t, _)| t == gpu_type) {
+            Some(e) => e.1 += count,
+            None => out.push((gpu_type.to_string(), count)),
+        }
+    }
+    Some(out)
+}
+
+/// Splits at commas outside parentheses (`gpu:v100:2(IDX:0,2),gpu:k80:1(IDX:3)`).
+fn split_top(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_reduce_to_usable_or_not() {
+        assert_eq!(NodeState::parse("IDLE"), NodeState::Idle);
+        assert_eq!(NodeState::parse("MIXED"), NodeState::Mixed);
+        assert_eq!(NodeState::parse("ALLOCATED"), NodeState::Allocated);
+        assert_eq!(NodeState::parse("IDLE+DRAIN"), NodeState::Drained);
+        assert_eq!(NodeState::parse("MIXED+DRAIN"), NodeState::Draining);
+        assert_eq!(NodeState::parse("DOWN*"), NodeState::Down);
+        assert_eq!(NodeState::parse("IDLE*"), NodeState::Down);
+        assert_eq!(NodeState::parse("DOWN+NOT_RESPONDING"), NodeState::Down);
+        assert!(!NodeState::parse("IDLE+MAINT").usable());
+        assert!(NodeState::parse("MIXED").usable());
+    }
+
+    #[test]
+    fn gres_lists_parse_with_indices_and_sockets() {
+        assert_eq!(parse_gres("gpu:v100:2,gpu:k80:2").unwrap(), vec![("v100".into(), 2), ("k80".into(), 2)]);
+        assert_eq!(parse_gres("gpu:v100:2(IDX:0-1),gpu:k80:1(IDX:2)").unwrap(), vec![("v100".into(), 2), ("k80".into(), 1)]);
+        assert_eq!(parse_gres("gpu:v100:4(S:0-1),mps:100").unwrap(), vec![("v100".into(), 4)]);
+        assert_eq!(parse_gres("gres/gpu:k80:3").unwrap(), vec![("k80".into(), 3)]);
+        assert_eq!(parse_gres("gpu:4").unwrap(), vec![("gpu".into(), 4)]);
+        assert!(parse_gres("gpu:v100:x").is_none());
+    }
+}

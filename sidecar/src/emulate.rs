@@ -1,0 +1,180 @@
+//! `hadar emulate`: an example training job for Slurm that cooperates with `hadar serve`.
+//!
+//! It reads its own allocation from Slurm (which GPU types, how many), trains at the rate
+//! Gavel measured for its job type on those types (a gang over several types goes at the
+//! slowest type's rate), times a time scale so that tests take minutes, reports its progress
+//! through its own Slurm comment, saves a checkpoint when it receives the checkpoint signal
+//! and then waits to be requeued, and on a restart resumes from the checkpoint. It completes
+//! exactly its total steps and exits 0.
+
+use crate::Failure;
+use crate::cli::EmulateArgs;
+use anyhow::{Context, anyhow};
+use hadar_daemon::progress::Progress;
+use hadar_daemon::spec::{resolve_job_type, table_rate};
+use hadar_slurm::{Slurm, SlurmConfig};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+static CHECKPOINT_ASKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_checkpoint_signal(_: libc::c_int) {
+    CHECKPOINT_ASKED.store(true, Ordering::SeqCst);
+}
+
+/// Runs the emulated job.
+pub fn run(a: EmulateArgs) -> Result<(), Failure> {
+    let table = hadar_formats::embedded::throughputs().map_err(Failure::runtime)?;
+    let job_type = resolve_job_type(&table, &a.job_type)
+        .ok_or_else(|| Failure::input(anyhow!("--job-type {}: not a job type of Gavel's table (e.g. resnet50-b64, transformer-b128, a3c)", a.job_type)))?;
+    if !(a.time_scale.is_finite() && a.time_scale > 0.0) {
+        return Err(Failure::input(anyhow!("--time-scale {} must be a positive number", a.time_scale)));
+    }
+    let job_id: Option<u64> = std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok());
+    let slurm = Slurm::new(SlurmConfig::default());
+    let gpus: Vec<(String, u32)> = match &a.gpus {
+        Some(spec) => parse_gpus(spec).ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
+        None => {
+            let id = job_id.ok_or_else(|| Failure::input(anyhow!("not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given")))?;
+            let job = slurm
+                .job(id)
+                .map_err(Failure::runtime)?
+                .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+            let mut per_type: Vec<(String, u32)> = Vec::new();
+            for (_, t, c) in job.gpu_parts() {
+                match per_type.iter_mut().find(|(u, _)| *u == t) {
+                    Some(e) => e.1 += c,
+                    None => per_type.push((t, c)),
+                }
+            }
+            per_type
+        }
+    };
+    let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
+    if workers == 0 {
+        return Err(Failure::runtime(anyhow!("the job has no GPU in its allocation")));
+    }
+    let mut rate = f64::INFINITY;
+    for (t, _) in &gpus {
+        let r = table_rate(&table, &job_type, t, workers)
+            .filter(|r| *r > 0.0)
+            .ok_or_else(|| Failure::runtime(anyhow!("{job_type} has no measured rate on {t} with {workers} workers")))?;
+        rate = rate.min(r);
+    }
+    let rate = rate * a.time_scale;
+
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    let signal = signal_number(&a.signal).ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
+    unsafe { libc::signal(signal, on_checkpoint_signal as *const () as libc::sighandler_t) };
+
+    let checkpoint = match (&a.checkpoint, job_id) {
+        (Some(p), _) => p.clone(),
+        (None, Some(id)) => std::path::PathBuf::from(format!("hadar-checkpoint-{id}")),
+        (None, None) => std::path::PathBuf::from("hadar-checkpoint"),
+    };
+    let resumed = read_checkpoint(&checkpoint).map_err(Failure::runtime)?;
+    let total = a.steps as f64;
+    let mut steps = resumed.min(total);
+    let gpu_words: Vec<String> = gpus.iter().map(|(t, c)| format!("{t}:{c}")).collect();
+    println!("hadar-emulate: job type {job_type}, GPUs {}, rate {rate:.4} steps/s, resuming at {steps} of {total} steps", gpu_words.join(","));
+    let report = |steps: f64, r: f64| {
+        if let Some(id) = job_id
+            && a.report
+        {
+            let text = Progress { steps: steps.floor(), rate: r }.encode();
+            if let Err(e) = slurm.set_comment(id, &text) {
+                eprintln!("hadar-emulate: cannot report progress: {e}");
+            }
+        }
+    };
+    report(steps, rate);
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let start_steps = steps;
+    while steps < total {
+        std::thread::sleep(Duration::from_millis(20));
+        if CHECKPOINT_ASKED.load(Ordering::SeqCst) {
+            let done = steps.floor();
+            write_checkpoint(&checkpoint, done).map_err(Failure::runtime)?;
+            report(done, rate);
+            println!("hadar-emulate: checkpoint at {done} steps; waiting to be requeued");
+            let _ = std::io::stdout().flush();
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        steps = (start_steps + rate * started.elapsed().as_secs_f64()).min(total);
+        if last_report.elapsed().as_secs_f64() >= a.report_every {
+            report(steps, rate);
+            last_report = Instant::now();
+        }
+    }
+    write_checkpoint(&checkpoint, total).map_err(Failure::runtime)?;
+    report(total, rate);
+    println!("hadar-emulate: completed {total} steps");
+    Ok(())
+}
+
+fn parse_gpus(spec: &str) -> Option<Vec<(String, u32)>> {
+    spec.split(',')
+        .map(|item| {
+            let (t, n) = item.split_once(':')?;
+            Some((t.to_string(), n.parse().ok().filter(|n| *n > 0)?))
+        })
+        .collect()
+}
+
+fn signal_number(name: &str) -> Option<libc::c_int> {
+    Some(match name.trim_start_matches("SIG") {
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "HUP" => libc::SIGHUP,
+        _ => return None,
+    })
+}
+
+fn read_checkpoint(path: &Path) -> anyhow::Result<f64> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let steps: f64 = text
+                .trim()
+                .strip_prefix("steps=")
+                .and_then(|s| s.parse().ok())
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                .with_context(|| format!("checkpoint {} is not `steps=N`", path.display()))?;
+            Ok(steps)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0.0),
+        Err(e) => Err(e).with_context(|| format!("reading checkpoint {}", path.display())),
+    }
+}
+
+/// Writes the checkpoint atomically (a temporary file renamed over it).
+fn write_checkpoint(path: &Path, steps: f64) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("steps={steps}\n")).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_round_trip_and_gpu_specs_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck");
+        assert_eq!(read_checkpoint(&p).unwrap(), 0.0);
+        write_checkpoint(&p, 42.0).unwrap();
+        assert_eq!(read_checkpoint(&p).unwrap(), 42.0);
+        std::fs::write(&p, "garbage").unwrap();
+        assert!(read_checkpoint(&p).is_err());
+        assert_eq!(parse_gpus("v100:2,k80:2"), Some(vec![("v100".into(), 2), ("k80".into(), 2)]));
+        assert_eq!(parse_gpus("v100"), None);
+    }
+}
