@@ -66,7 +66,7 @@ fn bind(raw: &[RawJob], cluster: &Cluster) -> Vec<Arc<Job>> {
             })
         })
         .collect();
-    jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+    jobs.sort_by(|a, b| a.arrival_order(b));
     jobs
 }
 

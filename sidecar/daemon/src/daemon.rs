@@ -281,7 +281,7 @@ impl<S: SlurmApi> Daemon<S> {
                 js.first_start_s = r.first_start_s;
                 states.push(js);
             }
-            states.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
+            states.sort_by(|a, b| a.job.arrival_order(&b.job));
         }
         let hadar_config: HadarConfig = self.config.hadar.clone();
         let t0 = Instant::now();

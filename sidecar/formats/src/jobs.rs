@@ -375,7 +375,7 @@ fn build(
             format!("must be at or after the latest arrival ({latest} s), found {now_s}"),
         ));
     }
-    jobs.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
+    jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
     Ok(JobsFile { jobs, now_s, round_s, restart_s })
 }
 

@@ -155,7 +155,7 @@ pub fn simulate_with(
     let cluster = &w.cluster;
     let types = cluster.type_count();
     let mut order: Vec<Arc<Job>> = w.jobs.iter().cloned().map(Arc::new).collect();
-    order.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+    order.sort_by(|a, b| a.arrival_order(b));
     for pair in order.windows(2) {
         if pair[0].id == pair[1].id {
             return Err(SimError::DuplicateJob(pair[0].id));

@@ -310,8 +310,7 @@ fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: Cons
         return RoundPlan { assignments: Vec::new(), waiting };
     };
     jobs.sort_by(|a, b| {
-        let (x, y) = (&input.jobs[a.index].job, &input.jobs[b.index].job);
-        x.arrival_s.total_cmp(&y.arrival_s).then(x.id.cmp(&y.id))
+        input.jobs[a.index].job.arrival_order(&input.jobs[b.index].job)
     });
     let mut book = PriceBook::new(cluster, &[bounds]).with_type_pressure(config.type_pressure);
     let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];

@@ -241,7 +241,7 @@ proptest! {
             })
             .collect();
         let mut sorted = jobs.clone();
-        sorted.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        sorted.sort_by(|a, b| a.arrival_order(b));
         let mut p = if makespan { GavelPolicy::min_total_duration() } else { GavelPolicy::max_min_fairness() };
         let (rounds, finished) = drive(&mut p, &c, &sorted, 5000);
         prop_assert_eq!(finished.len(), jobs.len());

@@ -277,8 +277,7 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
     match config.order {
         JobOrder::Arrival => {
             ready.sort_by(|a, b| {
-                let (x, y) = (&input.jobs[a.index].job, &input.jobs[b.index].job);
-                x.arrival_s.total_cmp(&y.arrival_s).then(x.id.cmp(&y.id))
+                input.jobs[a.index].job.arrival_order(&input.jobs[b.index].job)
             });
         }
         JobOrder::UtilityPerGpu => {

@@ -129,7 +129,7 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
         state.remaining_steps = steps * rng.random_range(0.2..1.0);
         jobs.push(state);
     }
-    jobs.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
+    jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
     let mut workload = SyntheticWorkload { cluster, jobs };
     let (earlier, _) = plan_round(&HadarConfig::default(), &workload.input());
     let placements: std::collections::HashMap<JobId, _> =

@@ -270,7 +270,7 @@ fn random_instance(
         j.remaining_steps = steps * rng.random_range(0.1..1.0);
         jobs.push(j);
     }
-    jobs.sort_by(|a, b| a.job.arrival_s.total_cmp(&b.job.arrival_s).then(a.id().cmp(&b.id())));
+    jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
     // Give some jobs the placement an earlier round chose, so stickiness is exercised.
     if rng.random_bool(0.5) {
         let (earlier, _) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 0.0));
