@@ -88,41 +88,10 @@ fn text_sets_max_nodes(text: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Why the configuration was refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ConfigError {
-    /// The tables shared with the plugin were refused by the plugin's reader.
-    #[error(transparent)]
-    Shared(hadar_request::ConfigError),
-    /// The file could not be read.
-    #[error("cannot read {path}: {reason}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// Malformed TOML, an unknown key, or a wrong type (the message names line and column).
-    #[error("{path}: {reason}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// The parser's message.
-        reason: String,
-    },
-    /// A value out of range.
-    #[error("{path}: {key} = {value} is out of range; {expected}")]
-    Range {
-        /// The file.
-        path: String,
-        /// The key.
-        key: &'static str,
-        /// The value.
-        value: String,
-        /// What is allowed.
-        expected: &'static str,
-    },
-}
+/// Why the configuration was refused: the same errors as the plugin's reader gives for the
+/// tables it shares with the daemon (unreadable file, malformed TOML or unknown key, a value
+/// out of range), so both programs word a bad `hadar.toml` alike.
+pub use hadar_request::ConfigError;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -245,7 +214,7 @@ mod tests {
         let e = DaemonConfig::parse("h.toml", "[hadar]\nstickyness = true\n").unwrap_err().to_string();
         assert!(e.contains("stickyness"), "{e}");
         let e = DaemonConfig::parse("h.toml", "[slurm]\nmanaged_partition = [\"gpu\"]\n").unwrap_err();
-        assert!(matches!(e, ConfigError::Shared(_)) && e.to_string().contains("managed_partition"), "{e}");
+        assert!(matches!(e, ConfigError::Parse { .. }) && e.to_string().contains("managed_partition"), "{e}");
         let e = DaemonConfig::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
         assert!(e.to_string().contains("notify_timeout_ms"), "{e}");
     }
