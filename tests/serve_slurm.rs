@@ -5,13 +5,12 @@
 //! reads its own allocation, reports progress, checkpoints and resumes), and checks what
 //! Slurm shows. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Testbed};
+use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, select_scenarios};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-type Scenario = (&'static str, fn(&mut Testbed));
 
 const SCENARIOS: &[Scenario] = &[
     ("two_gpu_job_runs_where_the_plan_says", two_gpu_job_runs_where_the_plan_says),
@@ -25,26 +24,7 @@ const SCENARIOS: &[Scenario] = &[
 const TIME_SCALE: f64 = 50.0;
 
 fn main() -> ExitCode {
-    let mut filters = Vec::new();
-    let mut skips = Vec::new();
-    let mut list = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--list" => list = true,
-            "--skip" => skips.extend(args.next()),
-            "--test-threads" | "--format" | "--color" | "-Z" => {
-                args.next();
-            }
-            s if s.starts_with('-') => {}
-            s => filters.push(s.to_string()),
-        }
-    }
-    let selected: Vec<&Scenario> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .filter(|(name, _)| !skips.iter().any(|s| name.contains(s.as_str())))
-        .collect();
+    let (list, selected) = select_scenarios(SCENARIOS, std::env::args().skip(1));
     if list {
         for (name, _) in &selected {
             println!("{name}: test");

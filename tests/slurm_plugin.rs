@@ -8,7 +8,7 @@
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
 use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, StuckSidecar, Submitted, Testbed,
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed, select_scenarios,
 };
 use std::io::Read;
 use std::os::unix::net::UnixListener;
@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-type Scenario = (&'static str, fn(&mut Testbed));
 
 /// In the order they run; the configuration-changing ones last.
 const SCENARIOS: &[Scenario] = &[
@@ -88,26 +87,7 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn main() -> ExitCode {
-    let mut filters = Vec::new();
-    let mut skips = Vec::new();
-    let mut list = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--list" => list = true,
-            "--skip" => skips.extend(args.next()),
-            "--test-threads" | "--format" | "--color" | "-Z" => {
-                args.next();
-            }
-            s if s.starts_with('-') => {}
-            s => filters.push(s.to_string()),
-        }
-    }
-    let selected: Vec<&Scenario> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .filter(|(name, _)| !skips.iter().any(|s| name.contains(s.as_str())))
-        .collect();
+    let (list, selected) = select_scenarios(SCENARIOS, std::env::args().skip(1));
     if list {
         for (name, _) in &selected {
             println!("{name}: test");

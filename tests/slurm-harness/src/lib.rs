@@ -748,3 +748,35 @@ mod tests {
         );
     }
 }
+
+/// A named scenario that runs against the test cluster.
+pub type Scenario = (&'static str, fn(&mut Testbed));
+
+/// Picks the scenarios a test binary was asked for, from libtest-style arguments: names are
+/// substring filters, `--skip NAME` leaves matching scenarios out, `--list` asks for the
+/// list only; libtest's other flags (`--test-threads N`, `--format F`, ...) are accepted and
+/// ignored, so `cargo test` and `cargo nextest` can drive these `harness = false` binaries.
+/// Returns whether only a list was asked for, and the selected scenarios in their order.
+pub fn select_scenarios(scenarios: &[Scenario], args: impl Iterator<Item = String>) -> (bool, Vec<&Scenario>) {
+    let mut filters = Vec::new();
+    let mut skips = Vec::new();
+    let mut list = false;
+    let mut args = args;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--list" => list = true,
+            "--skip" => skips.extend(args.next()),
+            "--test-threads" | "--format" | "--color" | "-Z" => {
+                args.next();
+            }
+            s if s.starts_with('-') => {}
+            s => filters.push(s.to_string()),
+        }
+    }
+    let selected = scenarios
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .filter(|(name, _)| !skips.iter().any(|s| name.contains(s.as_str())))
+        .collect();
+    (list, selected)
+}
