@@ -5,8 +5,7 @@
 //! reads its own allocation, reports progress, checkpoints and resumes), and checks what
 //! Slurm shows. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, select_scenarios};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -24,54 +23,13 @@ const SCENARIOS: &[Scenario] = &[
 const TIME_SCALE: f64 = 50.0;
 
 fn main() -> ExitCode {
-    let (list, selected) = select_scenarios(SCENARIOS, std::env::args().skip(1));
-    if list {
-        for (name, _) in &selected {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
-    }
-    if selected.is_empty() {
-        println!("running 0 tests (no Slurm scenario selected)");
-        return ExitCode::SUCCESS;
-    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let options = Options {
         scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-testbed"),
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     };
-    println!("starting the Slurm test cluster in {}", options.scratch.display());
-    let mut bed = match Testbed::start(options) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("cannot start the Slurm test cluster: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("running {} tests", selected.len());
-    let mut failed = Vec::new();
-    for (name, scenario) in &selected {
-        let started = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(|| scenario(&mut bed)));
-        let _ = bed.cancel_all();
-        wait_queue_empty(&bed);
-        match outcome {
-            Ok(()) => println!("test {name} ... ok ({:.0} s)", started.elapsed().as_secs_f64()),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    drop(bed);
-    if failed.is_empty() {
-        println!("\ntest result: ok. {} passed", selected.len());
-        ExitCode::SUCCESS
-    } else {
-        println!("\ntest result: FAILED. failures: {}", failed.join(", "));
-        ExitCode::FAILURE
-    }
+    run_scenarios(SCENARIOS, options, wait_queue_empty)
 }
 
 // ----- the daemon -----

@@ -8,11 +8,10 @@
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
 use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed, select_scenarios,
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed, run_scenarios,
 };
 use std::io::Read;
 use std::os::unix::net::UnixListener;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -87,56 +86,13 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn main() -> ExitCode {
-    let (list, selected) = select_scenarios(SCENARIOS, std::env::args().skip(1));
-    if list {
-        for (name, _) in &selected {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
-    }
-    if selected.is_empty() {
-        println!("running 0 tests (no Slurm scenario selected)");
-        return ExitCode::SUCCESS;
-    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let options = Options {
         scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("slurm-testbed"),
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     };
-    println!(
-        "starting the Slurm test cluster in {}",
-        options.scratch.display()
-    );
-    let mut bed = match Testbed::start(options) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("cannot start the Slurm test cluster: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let passed = selected.len();
-    println!("running {passed} tests");
-    let mut failed = Vec::new();
-    for (name, scenario) in selected {
-        let outcome = catch_unwind(AssertUnwindSafe(|| scenario(&mut bed)));
-        let _ = bed.cancel_all();
-        match outcome {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    drop(bed);
-    if failed.is_empty() {
-        println!("\ntest result: ok. {passed} passed");
-        ExitCode::SUCCESS
-    } else {
-        println!("\ntest result: FAILED. failures: {}", failed.join(", "));
-        ExitCode::FAILURE
-    }
+    run_scenarios(SCENARIOS, options, |_| {})
 }
 
 // ----- helpers -----

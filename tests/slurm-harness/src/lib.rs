@@ -780,3 +780,54 @@ pub fn select_scenarios(scenarios: &[Scenario], args: impl Iterator<Item = Strin
         .collect();
     (list, selected)
 }
+
+/// Runs a `harness = false` test binary's scenarios on one test cluster: selects them from
+/// the command line ([`select_scenarios`]), starts the cluster with `options`, runs each
+/// scenario (a panic fails it, the others go on), cancels its jobs and calls `after_each`
+/// before the next one, tears the cluster down, and prints libtest-style result lines that
+/// `cargo test` and CI read. Returns the process's exit code.
+pub fn run_scenarios(scenarios: &[Scenario], options: Options, after_each: fn(&Testbed)) -> std::process::ExitCode {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let (list, selected) = select_scenarios(scenarios, std::env::args().skip(1));
+    if list {
+        for (name, _) in &selected {
+            println!("{name}: test");
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
+    if selected.is_empty() {
+        println!("running 0 tests (no Slurm scenario selected)");
+        return std::process::ExitCode::SUCCESS;
+    }
+    println!("starting the Slurm test cluster in {}", options.scratch.display());
+    let mut bed = match Testbed::start(options) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("cannot start the Slurm test cluster: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!("running {} tests", selected.len());
+    let mut failed = Vec::new();
+    for (name, scenario) in &selected {
+        let started = Instant::now();
+        let outcome = catch_unwind(AssertUnwindSafe(|| scenario(&mut bed)));
+        let _ = bed.cancel_all();
+        after_each(&bed);
+        match outcome {
+            Ok(()) => println!("test {name} ... ok ({:.0} s)", started.elapsed().as_secs_f64()),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed.push(*name);
+            }
+        }
+    }
+    drop(bed);
+    if failed.is_empty() {
+        println!("\ntest result: ok. {} passed", selected.len());
+        std::process::ExitCode::SUCCESS
+    } else {
+        println!("\ntest result: FAILED. failures: {}", failed.join(", "));
+        std::process::ExitCode::FAILURE
+    }
+}
