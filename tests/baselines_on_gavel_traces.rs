@@ -18,7 +18,8 @@ fn gavel_data() -> PathBuf {
 
 fn workloads() -> Vec<(String, Workload)> {
     let data = gavel_data();
-    let table = ThroughputTable::load(&data.join("simulation_throughputs.json")).expect("throughput table");
+    let table =
+        ThroughputTable::load(&data.join("simulation_throughputs.json")).expect("throughput table");
     let cluster = parse_cluster_spec("v100:4,p100:4,k80:4", 1).expect("cluster");
     let mut traces: Vec<PathBuf> = std::fs::read_dir(data.join("traces"))
         .expect("traces directory")
@@ -31,8 +32,18 @@ fn workloads() -> Vec<(String, Workload)> {
         .into_iter()
         .map(|t| {
             let jobs = load_trace(&t, &table, &cluster).expect("trace");
-            let name = t.file_name().expect("file name").to_string_lossy().into_owned();
-            (name, Workload { cluster: cluster.clone(), jobs })
+            let name = t
+                .file_name()
+                .expect("file name")
+                .to_string_lossy()
+                .into_owned();
+            (
+                name,
+                Workload {
+                    cluster: cluster.clone(),
+                    jobs,
+                },
+            )
         })
         .collect()
 }
@@ -41,15 +52,28 @@ fn workloads() -> Vec<(String, Workload)> {
 type Runs = HashMap<JobId, Vec<(u64, Placement)>>;
 
 fn play(policy: PolicyName, seed: u64, w: &Workload) -> (SimReport, Runs) {
-    let mut p = build(policy, &PolicyOptions { seed, ..PolicyOptions::default() }).expect("a baseline builds");
-    let cfg = SimConfig { seed, ..SimConfig::default() };
+    let mut p = build(
+        policy,
+        &PolicyOptions {
+            seed,
+            ..PolicyOptions::default()
+        },
+    )
+    .expect("a baseline builds");
+    let cfg = SimConfig {
+        seed,
+        ..SimConfig::default()
+    };
     let mut runs: Runs = HashMap::new();
     let mut observe = |r: &RoundRecord| {
         for run in &r.runs {
-            runs.entry(run.job).or_default().push((r.index, run.placement.clone()));
+            runs.entry(run.job)
+                .or_default()
+                .push((r.index, run.placement.clone()));
         }
     };
-    let report = simulate_observed(w, p.as_mut(), &cfg, &mut observe).expect("the simulation finishes");
+    let report =
+        simulate_observed(w, p.as_mut(), &cfg, &mut observe).expect("the simulation finishes");
     (report, runs)
 }
 
@@ -58,8 +82,15 @@ fn assert_never_preempted(policy: PolicyName, trace: &str, runs: &Runs) {
     for (job, r) in runs {
         let (first_round, first_placement) = &r[0];
         for (k, (round, placement)) in r.iter().enumerate() {
-            assert_eq!(*round, first_round + k as u64, "{policy} on {trace}: job {job} paused in round {round}");
-            assert_eq!(placement, first_placement, "{policy} on {trace}: job {job} moved in round {round}");
+            assert_eq!(
+                *round,
+                first_round + k as u64,
+                "{policy} on {trace}: job {job} paused in round {round}"
+            );
+            assert_eq!(
+                placement, first_placement,
+                "{policy} on {trace}: job {job} moved in round {round}"
+            );
         }
     }
 }
@@ -69,8 +100,16 @@ fn every_job_completes_under_every_baseline() {
     for (trace, w) in workloads() {
         for policy in [PolicyName::YarnCs, PolicyName::Tiresias, PolicyName::Slurm] {
             let (report, runs) = play(policy, 0, &w);
-            assert_eq!(report.metrics.jobs_completed, w.jobs.len(), "{policy} on {trace}");
-            assert_eq!(runs.len(), w.jobs.len(), "{policy} on {trace}: every job ran");
+            assert_eq!(
+                report.metrics.jobs_completed,
+                w.jobs.len(),
+                "{policy} on {trace}"
+            );
+            assert_eq!(
+                runs.len(),
+                w.jobs.len(),
+                "{policy} on {trace}: every job ran"
+            );
             assert!(report.metrics.ttd_s > 0.0 && report.metrics.avg_jct_s > 0.0);
         }
     }
@@ -82,7 +121,11 @@ fn yarn_cs_starts_jobs_in_arrival_order_consolidated_and_never_preempts() {
         let (report, runs) = play(PolicyName::YarnCs, 0, &w);
         assert_never_preempted(PolicyName::YarnCs, &trace, &runs);
         for r in runs.values() {
-            assert_eq!(r[0].1.types().len(), 1, "yarn-cs on {trace}: one GPU type per job");
+            assert_eq!(
+                r[0].1.types().len(),
+                1,
+                "yarn-cs on {trace}: one GPU type per job"
+            );
         }
         // Strict FIFO: in arrival order, start times never go back.
         let mut outcomes = report.jobs.clone();
@@ -109,7 +152,12 @@ fn slurm_runs_each_job_on_its_fastest_type_and_never_preempts() {
             let js = JobState::arrived(Arc::new(job.clone()), w.cluster.type_count());
             let (t, _) = requested_type(&js, &w.cluster).expect("every Gavel job fits some type");
             let r = &runs[&job.id];
-            assert_eq!(r[0].1.types(), vec![t], "slurm on {trace}: job {} ran off its requested type", job.id);
+            assert_eq!(
+                r[0].1.types(),
+                vec![t],
+                "slurm on {trace}: job {} ran off its requested type",
+                job.id
+            );
         }
     }
 }
@@ -121,8 +169,16 @@ fn seeded_baselines_are_reproducible() {
         let (a, _) = play(policy, 5, &w);
         let (b, _) = play(policy, 5, &w);
         assert_eq!(a.metrics.ttd_s, b.metrics.ttd_s, "{policy} on {trace}");
-        assert_eq!(a.metrics.avg_jct_s, b.metrics.avg_jct_s, "{policy} on {trace}");
-        let starts = |r: &SimReport| r.jobs.iter().map(|j| (j.id, j.first_start_s, j.finish_s)).collect::<Vec<_>>();
+        assert_eq!(
+            a.metrics.avg_jct_s, b.metrics.avg_jct_s,
+            "{policy} on {trace}"
+        );
+        let starts = |r: &SimReport| {
+            r.jobs
+                .iter()
+                .map(|j| (j.id, j.first_start_s, j.finish_s))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(starts(&a), starts(&b), "{policy} on {trace}");
     }
 }

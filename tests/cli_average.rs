@@ -2,15 +2,18 @@
 //! record, exit codes and one-line errors for bad input, and the output left untouched when
 //! an input is bad.
 
+use hadar_average::Checkpoint;
 use hadar_average::dtype::Dtype;
 use hadar_average::write::{TensorData, write_safetensors};
-use hadar_average::Checkpoint;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).output().expect("run hadar")
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar")
 }
 
 fn checkpoint(dir: &Path, name: &str, values: &[f32]) -> PathBuf {
@@ -21,8 +24,18 @@ fn checkpoint(dir: &Path, name: &str, values: &[f32]) -> PathBuf {
         &path,
         None,
         &[
-            TensorData { name: "w", dtype: Dtype::F32, shape: vec![values.len() as u64], bytes: &bytes },
-            TensorData { name: "n", dtype: Dtype::I64, shape: vec![], bytes: &steps },
+            TensorData {
+                name: "w",
+                dtype: Dtype::F32,
+                shape: vec![values.len() as u64],
+                bytes: &bytes,
+            },
+            TensorData {
+                name: "n",
+                dtype: Dtype::I64,
+                shape: vec![],
+                bytes: &steps,
+            },
         ],
     )
     .unwrap();
@@ -32,7 +45,10 @@ fn checkpoint(dir: &Path, name: &str, values: &[f32]) -> PathBuf {
 fn values(path: &Path) -> Vec<f32> {
     let c = Checkpoint::open(path).unwrap();
     let t = c.header().tensor("w").unwrap().clone();
-    c.data(&t).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    c.data(&t)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 fn s(p: &Path) -> &str {
@@ -45,7 +61,15 @@ fn steps_given_as_arguments_weigh_the_copies() {
     let a = checkpoint(d.path(), "a.safetensors", &[10.0, 0.0]);
     let b = checkpoint(d.path(), "b.safetensors", &[0.0, 10.0]);
     let out = d.path().join("merged.safetensors");
-    let o = hadar(&["average", "--format", "json", "--out", s(&out), &format!("{}:1200", s(&a)), &format!("{}:800", s(&b))]);
+    let o = hadar(&[
+        "average",
+        "--format",
+        "json",
+        "--out",
+        s(&out),
+        &format!("{}:1200", s(&a)),
+        &format!("{}:800", s(&b)),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["inputs"][0]["weight"], 0.6);
@@ -61,7 +85,13 @@ fn steps_can_come_from_a_job_tracker_record() {
     let b = checkpoint(d.path(), "b.safetensors", &[8.0]);
     let tracker = d.path().join("tracker.jsonl");
     let line = |round: u64, sa: f64, sb: f64, with_paths: bool| {
-        let ck = |p: &Path| if with_paths { format!(r#","checkpoint":"{}""#, s(p)) } else { String::new() };
+        let ck = |p: &Path| {
+            if with_paths {
+                format!(r#","checkpoint":"{}""#, s(p))
+            } else {
+                String::new()
+            }
+        };
         format!(
             r#"{{"round":{round},"job":4,"start_s":0,"end_s":360,"kind":"forked","copies":[{{"node":"v100-0","gpu_type":"v100","gpus":1,"steps":{sa}{}}},{{"node":"k80-0","gpu_type":"k80","gpus":1,"steps":{sb}{}}}],"aggregated_steps":{},"remaining_steps":0,"policy":"hadare"}}"#,
             ck(&a),
@@ -69,15 +99,43 @@ fn steps_can_come_from_a_job_tracker_record() {
             sa + sb
         )
     };
-    std::fs::write(&tracker, format!("{}\n{}\n", line(0, 300.0, 100.0, false), line(1, 100.0, 300.0, true))).unwrap();
+    std::fs::write(
+        &tracker,
+        format!(
+            "{}\n{}\n",
+            line(0, 300.0, 100.0, false),
+            line(1, 100.0, 300.0, true)
+        ),
+    )
+    .unwrap();
     let out = d.path().join("m.safetensors");
 
     // Round 0: files given in copy order; weights 0.75 and 0.25.
-    let o = hadar(&["average", "--out", s(&out), "--weights-from", s(&tracker), "--job", "4", "--round", "0", s(&a), s(&b)]);
+    let o = hadar(&[
+        "average",
+        "--out",
+        s(&out),
+        "--weights-from",
+        s(&tracker),
+        "--job",
+        "4",
+        "--round",
+        "0",
+        s(&a),
+        s(&b),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(values(&out), vec![5.0]);
     // Round 1: the record names the checkpoints.
-    let o = hadar(&["average", "--out", s(&out), "--weights-from", s(&tracker), "--round", "1"]);
+    let o = hadar(&[
+        "average",
+        "--out",
+        s(&out),
+        "--weights-from",
+        s(&tracker),
+        "--round",
+        "1",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(values(&out), vec![7.0]);
     // Two records match, or the record has two copies but one file is given: refused.
@@ -86,7 +144,12 @@ fn steps_can_come_from_a_job_tracker_record() {
         all.extend(args);
         let o = hadar(&all);
         assert_eq!(o.status.code(), Some(2));
-        assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr).lines().count(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
 
@@ -100,16 +163,37 @@ fn bad_inputs_exit_2_with_one_line_and_leave_the_output_alone() {
     let out = d.path().join("m.safetensors");
     std::fs::write(&out, "round 3").unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec![format!("{}:1", s(&a)), format!("{}:1", s(&short))], "`w`"),
-        (vec![format!("{}:1", s(&a)), format!("{}:1", s(&junk))], "junk.safetensors"),
-        (vec![format!("{}:1", s(&a)), format!("{}:-1", s(&a))], "steps must be"),
-        (vec![format!("{}:1", s(&a)), s(&a).to_string()], "FILE:STEPS"),
-        (vec![format!("{}:1", s(&a)), format!("{}:1", s(&d.path().join("absent")))], "absent"),
+        (
+            vec![format!("{}:1", s(&a)), format!("{}:1", s(&short))],
+            "`w`",
+        ),
+        (
+            vec![format!("{}:1", s(&a)), format!("{}:1", s(&junk))],
+            "junk.safetensors",
+        ),
+        (
+            vec![format!("{}:1", s(&a)), format!("{}:-1", s(&a))],
+            "steps must be",
+        ),
+        (
+            vec![format!("{}:1", s(&a)), s(&a).to_string()],
+            "FILE:STEPS",
+        ),
+        (
+            vec![
+                format!("{}:1", s(&a)),
+                format!("{}:1", s(&d.path().join("absent"))),
+            ],
+            "absent",
+        ),
     ];
     for (inputs, expect) in cases {
         let mut args = vec!["average".to_string(), "--out".into(), s(&out).into()];
         args.extend(inputs);
-        let o = Command::new(env!("CARGO_BIN_EXE_hadar")).args(&args).output().unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(&args)
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");

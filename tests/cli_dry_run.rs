@@ -14,12 +14,20 @@ fn root() -> PathBuf {
 
 /// Runs hadar from the workspace root, so relative paths in its output are stable.
 fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar")).current_dir(root()).args(args).output().expect("run hadar")
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .expect("run hadar")
 }
 
 fn stdout_of(args: &[&str]) -> String {
     let o = hadar(args);
-    assert!(o.status.success(), "hadar {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "hadar {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8(o.stdout).expect("utf-8 output")
 }
 
@@ -29,7 +37,8 @@ fn check_golden(name: &str, actual: &str) {
         std::fs::write(&path, actual).expect("write golden file");
         return;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let expected =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
@@ -48,10 +57,20 @@ fn check_plan_invariants(json: &Value, capacity: &dyn Fn(&str, &str) -> u64) {
         }
         assert!(job["wait"].is_null(), "{job}");
         assert!(job["rate"].as_f64().expect("rate") > 0.0, "{job}");
-        let gpus: u64 = parts.iter().map(|p| p["gpus"].as_u64().expect("gpus")).sum();
-        assert_eq!(gpus, job["gpus"].as_u64().expect("job gpus"), "gang placement: {job}");
+        let gpus: u64 = parts
+            .iter()
+            .map(|p| p["gpus"].as_u64().expect("gpus"))
+            .sum();
+        assert_eq!(
+            gpus,
+            job["gpus"].as_u64().expect("job gpus"),
+            "gang placement: {job}"
+        );
         for p in parts {
-            let key = (p["node"].as_str().unwrap().to_string(), p["type"].as_str().unwrap().to_string());
+            let key = (
+                p["node"].as_str().unwrap().to_string(),
+                p["type"].as_str().unwrap().to_string(),
+            );
             *used.entry(key).or_default() += p["gpus"].as_u64().unwrap();
         }
     }
@@ -74,7 +93,12 @@ fn embedded_example_json_matches_golden_and_keeps_the_rules() {
     // The example cluster: nodes of four GPUs of one type.
     check_plan_invariants(&v, &|node, ty| if node.starts_with(ty) { 4 } else { 0 });
     let decision = |id: u64| {
-        v["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id).map(|j| j["decision"].as_str().unwrap().to_string())
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .map(|j| j["decision"].as_str().unwrap().to_string())
     };
     // The example is written to show these: a kept running job, a job no type can run, one
     // too big for the cluster.
@@ -125,7 +149,11 @@ fn error_of(jobs_text: &str, file_name: &str) -> (String, i32, String) {
     std::fs::write(&path, jobs_text).unwrap();
     let o = hadar(&["dry-run", "--jobs", path.to_str().unwrap()]);
     assert!(o.stdout.is_empty(), "nothing on stdout for bad input");
-    (String::from_utf8(o.stderr).unwrap(), o.status.code().unwrap(), path.display().to_string())
+    (
+        String::from_utf8(o.stderr).unwrap(),
+        o.status.code().unwrap(),
+        path.display().to_string(),
+    )
 }
 
 fn assert_one_line_error(stderr: &str, code: i32, expect: &str) {
@@ -139,7 +167,11 @@ fn assert_one_line_error(stderr: &str, code: i32, expect: &str) {
 fn bad_toml_jobs_file_names_line_job_and_field() {
     let text = "[[job]]\nid = 5\ngpus = 2\nthroughput = { v100 = 10 }\nremaining_steps = -1\n";
     let (err, code, file) = error_of(text, "q.toml");
-    assert_one_line_error(&err, code, &format!("{file}:5: field `remaining_steps`: job 5: must be a positive number, found -1"));
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}:5: field `remaining_steps`: job 5: must be a positive number, found -1"),
+    );
 }
 
 #[test]
@@ -147,7 +179,11 @@ fn bad_json_jobs_file_names_job_and_field() {
     let text = r#"{"jobs": [{"id": 8, "gpus": 2, "throughput": {"v100": 10}, "remaining_steps": 10,
         "running": [{"node": "nowhere", "type": "v100", "gpus": 2}]}]}"#;
     let (err, code, file) = error_of(text, "q.json");
-    assert_one_line_error(&err, code, &format!("{file}: field `running`: job 8: node `nowhere` is not in the cluster"));
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}: field `running`: job 8: node `nowhere` is not in the cluster"),
+    );
 }
 
 #[test]
@@ -159,7 +195,15 @@ fn a_bound_is_not_a_round_policy() {
 
 #[test]
 fn golden_files_exist() {
-    for f in ["dry_run_example.txt", "dry_run_example.json", "dry_run_custom.txt", "dry_run_custom.json"] {
-        assert!(Path::new(&root().join("tests/golden").join(f)).is_file(), "{f}");
+    for f in [
+        "dry_run_example.txt",
+        "dry_run_example.json",
+        "dry_run_custom.txt",
+        "dry_run_custom.json",
+    ] {
+        assert!(
+            Path::new(&root().join("tests/golden").join(f)).is_file(),
+            "{f}"
+        );
     }
 }

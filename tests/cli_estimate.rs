@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).output().expect("run hadar")
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar")
 }
 
 fn gavel_table() -> PathBuf {
@@ -16,22 +19,41 @@ fn gavel_table() -> PathBuf {
 
 fn evaluate_json(extra: &[&str]) -> Value {
     let table = gavel_table();
-    let mut args = vec!["estimate", "--evaluate", table.to_str().unwrap(), "--format", "json"];
+    let mut args = vec![
+        "estimate",
+        "--evaluate",
+        table.to_str().unwrap(),
+        "--format",
+        "json",
+    ];
     args.extend_from_slice(extra);
     let o = hadar(&args);
-    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     serde_json::from_slice(&o.stdout).expect("stdout is one JSON document")
 }
 
 #[test]
 fn evaluation_against_gavel_has_the_promised_structure_and_converges() {
     let v = evaluate_json(&[]);
-    let types: Vec<&str> = v["gpu_types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let types: Vec<&str> = v["gpu_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     assert_eq!(types.len(), 3);
     for t in ["k80", "p100", "v100"] {
         assert!(types.contains(&t), "{types:?}");
     }
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 26, "every Gavel job type has traits");
+    assert_eq!(
+        v["jobs"].as_array().unwrap().len(),
+        26,
+        "every Gavel job type has traits"
+    );
     assert!(v["skipped_job_types"].as_array().unwrap().is_empty());
     for p in v["per_type"].as_array().unwrap() {
         assert_eq!(p["jobs"], 26);
@@ -47,7 +69,10 @@ fn evaluation_against_gavel_has_the_promised_structure_and_converges() {
     assert!(o["mape_pct"].as_f64().unwrap() < 100.0, "{o}");
     // The in-sample fit can only be at least as good on the loss it minimises; on MAPE it
     // should not be worse than the honest leave-one-out figure by much either.
-    assert!(o["in_sample_mape_pct"].as_f64().unwrap() <= o["mape_pct"].as_f64().unwrap() + 1e-9, "{o}");
+    assert!(
+        o["in_sample_mape_pct"].as_f64().unwrap() <= o["mape_pct"].as_f64().unwrap() + 1e-9,
+        "{o}"
+    );
 
     let r = &v["refinement"];
     assert_eq!(r["cells"], 78);
@@ -77,13 +102,23 @@ fn unknown_job_types_are_listed_as_skipped() {
             "k80": {"('ResNet-50 (batch size 64)', 1)": {"null": 0.62}, "('LM (batch size 20)', 1)": {"null": 17.1}}}"#,
     )
     .unwrap();
-    let o = hadar(&["estimate", "--evaluate", file.to_str().unwrap(), "--format", "json"]);
+    let o = hadar(&[
+        "estimate",
+        "--evaluate",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["skipped_job_types"], serde_json::json!(["MyNet"]));
     assert_eq!(v["jobs"].as_array().unwrap().len(), 2);
     let table = hadar(&["estimate", "--evaluate", file.to_str().unwrap()]);
-    assert!(String::from_utf8(table.stdout).unwrap().contains("skipped job types (no traits): MyNet"));
+    assert!(
+        String::from_utf8(table.stdout)
+            .unwrap()
+            .contains("skipped job types (no traits): MyNet")
+    );
 }
 
 #[test]
@@ -105,23 +140,53 @@ fn bad_input_is_one_line_with_exit_code_2() {
 
 #[test]
 fn job_type_profile_lists_every_requested_gpu() {
-    let o = hadar(&["estimate", "--job-type", "ResNet-50 (batch size 64)", "--gpus", "k80,A100-40GB,h100", "--format", "json"]);
+    let o = hadar(&[
+        "estimate",
+        "--job-type",
+        "ResNet-50 (batch size 64)",
+        "--gpus",
+        "k80,A100-40GB,h100",
+        "--format",
+        "json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let gpus = v["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 3);
     let rate = |i: usize| gpus[i]["rates"][0]["steps_per_s"].as_f64().unwrap();
-    assert!(rate(0) < rate(1) && rate(1) < rate(2), "K80 < A100 < H100 for a compute-heavy job: {v}");
+    assert!(
+        rate(0) < rate(1) && rate(1) < rate(2),
+        "K80 < A100 < H100 for a compute-heavy job: {v}"
+    );
 }
 
 #[test]
 fn shipped_constants_are_the_fit_on_gavels_table() {
     let fitted = evaluate_json(&[])["constants_all"].clone();
-    let o = hadar(&["estimate", "--job-type", "A3C", "--gpus", "v100", "--format", "json"]);
+    let o = hadar(&[
+        "estimate",
+        "--job-type",
+        "A3C",
+        "--gpus",
+        "v100",
+        "--format",
+        "json",
+    ]);
     assert!(o.status.success());
     let shipped = serde_json::from_slice::<Value>(&o.stdout).unwrap()["constants"].clone();
-    for field in ["efficiency", "pre_pascal_factor", "step_overhead_s", "layer_overhead_s"] {
-        let (a, b) = (fitted[field].as_f64().unwrap(), shipped[field].as_f64().unwrap());
-        assert!((a / b - 1.0).abs() < 1e-3, "{field}: fitted {a} vs shipped {b}");
+    for field in [
+        "efficiency",
+        "pre_pascal_factor",
+        "step_overhead_s",
+        "layer_overhead_s",
+    ] {
+        let (a, b) = (
+            fitted[field].as_f64().unwrap(),
+            shipped[field].as_f64().unwrap(),
+        );
+        assert!(
+            (a / b - 1.0).abs() < 1e-3,
+            "{field}: fitted {a} vs shipped {b}"
+        );
     }
 }

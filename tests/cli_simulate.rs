@@ -6,8 +6,15 @@ use std::collections::{HashMap, HashSet};
 use std::process::Command;
 
 fn hadar(args: &[&str]) -> (String, String, i32) {
-    let o = Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).output().expect("run hadar");
-    (String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap(), o.status.code().unwrap())
+    let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar");
+    (
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+        o.status.code().unwrap(),
+    )
 }
 
 #[test]
@@ -16,7 +23,10 @@ fn no_arguments_runs_the_embedded_default() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("40 jobs"), "{out}");
     for p in ["yarn-cs", "hadar", "hadare"] {
-        assert!(out.lines().any(|l| l.starts_with(p)), "row for {p} in\n{out}");
+        assert!(
+            out.lines().any(|l| l.starts_with(p)),
+            "row for {p} in\n{out}"
+        );
     }
 }
 
@@ -29,8 +39,21 @@ fn json_output_keeps_its_field_names() {
     assert_eq!(results.len(), 2);
     for r in results {
         for key in [
-            "policy", "ttd_s", "avg_jct_s", "p50_jct_s", "p95_jct_s", "cru", "jobs", "jobs_completed", "restarts",
-            "decision_ms_mean", "decision_ms_max", "avg_queueing_s", "ftf_mean", "ftf_max", "rounds",
+            "policy",
+            "ttd_s",
+            "avg_jct_s",
+            "p50_jct_s",
+            "p95_jct_s",
+            "cru",
+            "jobs",
+            "jobs_completed",
+            "restarts",
+            "decision_ms_mean",
+            "decision_ms_max",
+            "avg_queueing_s",
+            "ftf_mean",
+            "ftf_max",
+            "rounds",
         ] {
             assert!(r.get(key).is_some(), "missing {key} in {r}");
         }
@@ -45,11 +68,21 @@ fn the_same_seed_gives_the_same_results() {
     let strip = |s: &str| {
         let mut v: Value = serde_json::from_str(s).unwrap();
         for r in v["results"].as_array_mut().unwrap() {
-            r.as_object_mut().unwrap().retain(|k, _| !k.starts_with("decision_ms"));
+            r.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with("decision_ms"));
         }
         v
     };
-    let args = ["simulate", "--policy", "yarn-cs,tiresias,hadar,hadare", "--format", "json", "--seed", "3"];
+    let args = [
+        "simulate",
+        "--policy",
+        "yarn-cs,tiresias,hadar,hadare",
+        "--format",
+        "json",
+        "--seed",
+        "3",
+    ];
     let (a, _, _) = hadar(&args);
     let (b, _, _) = hadar(&args);
     assert_eq!(strip(&a), strip(&b));
@@ -59,10 +92,19 @@ fn the_same_seed_gives_the_same_results() {
 fn the_job_tracker_accounts_for_every_step_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let trace_out = dir.path().join("tracker.jsonl");
-    let (out, err, code) =
-        hadar(&["simulate", "--policy", "hadare", "--format", "json", "--trace-out", trace_out.to_str().unwrap()]);
+    let (out, err, code) = hadar(&[
+        "simulate",
+        "--policy",
+        "hadare",
+        "--format",
+        "json",
+        "--trace-out",
+        trace_out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{err}");
-    let jobs = serde_json::from_str::<Value>(&out).unwrap()["results"][0]["jobs"].as_u64().unwrap();
+    let jobs = serde_json::from_str::<Value>(&out).unwrap()["results"][0]["jobs"]
+        .as_u64()
+        .unwrap();
     let text = std::fs::read_to_string(&trace_out).unwrap();
     let mut done: HashMap<u64, f64> = HashMap::new();
     let mut last_remaining: HashMap<u64, f64> = HashMap::new();
@@ -73,10 +115,17 @@ fn the_job_tracker_accounts_for_every_step_exactly_once() {
         assert_eq!(r["kind"], "forked");
         let copies = r["copies"].as_array().unwrap();
         let nodes: HashSet<&str> = copies.iter().map(|c| c["node"].as_str().unwrap()).collect();
-        assert_eq!(nodes.len(), copies.len(), "copies of one job never share a node: {line}");
+        assert_eq!(
+            nodes.len(),
+            copies.len(),
+            "copies of one job never share a node: {line}"
+        );
         let sum: f64 = copies.iter().map(|c| c["steps"].as_f64().unwrap()).sum();
         let agg = r["aggregated_steps"].as_f64().unwrap();
-        assert!((sum - agg).abs() <= 1e-6 * agg.max(1.0), "aggregated = sum of copies: {line}");
+        assert!(
+            (sum - agg).abs() <= 1e-6 * agg.max(1.0),
+            "aggregated = sum of copies: {line}"
+        );
         let w: f64 = copies.iter().map(|c| c["weight"].as_f64().unwrap()).sum();
         assert!((w - 1.0).abs() < 1e-9, "{line}");
         if copies.len() > 1 {
@@ -87,7 +136,10 @@ fn the_job_tracker_accounts_for_every_step_exactly_once() {
         last_remaining.insert(job, r["remaining_steps"].as_f64().unwrap());
     }
     assert_eq!(done.len() as u64, jobs, "every job appears");
-    assert!(last_remaining.values().all(|r| *r == 0.0), "every job ends with nothing left");
+    assert!(
+        last_remaining.values().all(|r| *r == 0.0),
+        "every job ends with nothing left"
+    );
     assert!(forked_rounds > 0, "some job ran as several copies");
 }
 
@@ -123,7 +175,11 @@ fn estimated_throughputs_need_known_job_traits() {
     let table = dir.path().join("t.json");
     std::fs::write(&table, r#"{"v100": {"('MyModel', 1)": {"null": 2.0}}}"#).unwrap();
     let trace = dir.path().join("x.trace");
-    std::fs::write(&trace, "MyModel\tpython3 x.py\t.\t--steps\t0\t100\t1\t1\t-1\t0\n").unwrap();
+    std::fs::write(
+        &trace,
+        "MyModel\tpython3 x.py\t.\t--steps\t0\t100\t1\t1\t-1\t0\n",
+    )
+    .unwrap();
     let (out, err, code) = hadar(&[
         "simulate",
         "--cluster",
@@ -139,5 +195,10 @@ fn estimated_throughputs_need_known_job_traits() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(out.is_empty());
-    assert!(err.contains("--throughput-source estimated: no job traits are known for job type `MyModel`"), "{err}");
+    assert!(
+        err.contains(
+            "--throughput-source estimated: no job traits are known for job type `MyModel`"
+        ),
+        "{err}"
+    );
 }

@@ -5,14 +5,18 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn hadar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).output().expect("run hadar")
+    Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .output()
+        .expect("run hadar")
 }
 
 fn gavel_data() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gavel")
 }
 
-const GOOD_LINE: &str = "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t1\t1\t-1.000000\t0";
+const GOOD_LINE: &str =
+    "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t1\t1\t-1.000000\t0";
 
 /// Runs `simulate` on a trace with `bad` as its second line and returns (stderr, code).
 fn with_trace_line(bad: &str) -> (String, i32, String) {
@@ -27,9 +31,16 @@ fn with_trace_line(bad: &str) -> (String, i32, String) {
         "--out",
         out_file.to_str().unwrap(),
     ]);
-    assert!(!out_file.exists(), "no output file may be written on bad input");
+    assert!(
+        !out_file.exists(),
+        "no output file may be written on bad input"
+    );
     let trace_name = trace.display().to_string();
-    (String::from_utf8(o.stderr).unwrap(), o.status.code().unwrap(), trace_name)
+    (
+        String::from_utf8(o.stderr).unwrap(),
+        o.status.code().unwrap(),
+        trace_name,
+    )
 }
 
 fn assert_one_line_error(stderr: &str, code: i32, expect: &str) {
@@ -43,27 +54,47 @@ fn assert_one_line_error(stderr: &str, code: i32, expect: &str) {
 #[test]
 fn wrong_column_count_names_file_and_line() {
     let (err, code, file) = with_trace_line("ResNet-18 (batch size 32)\tpython3\t1\t2");
-    assert_one_line_error(&err, code, &format!("{file}:2: expected 10 tab-separated fields"));
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}:2: expected 10 tab-separated fields"),
+    );
 }
 
 #[test]
 fn negative_field_names_the_field() {
-    let (err, code, file) =
-        with_trace_line("ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t-3000\t1\t1\t-1\t0");
-    assert_one_line_error(&err, code, &format!("{file}:2: field `total_steps`: steps must be positive"));
+    let (err, code, file) = with_trace_line(
+        "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t-3000\t1\t1\t-1\t0",
+    );
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}:2: field `total_steps`: steps must be positive"),
+    );
 }
 
 #[test]
 fn non_numeric_field_names_the_field() {
-    let (err, code, file) =
-        with_trace_line("ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t3000\tfour\t1\t-1\t0");
-    assert_one_line_error(&err, code, &format!("{file}:2: field `scale_factor`: expected a whole number, found `four`"));
+    let (err, code, file) = with_trace_line(
+        "ResNet-18 (batch size 32)\tpython3 main.py\tdir\t--num_steps\t1\t3000\tfour\t1\t-1\t0",
+    );
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}:2: field `scale_factor`: expected a whole number, found `four`"),
+    );
 }
 
 #[test]
 fn unknown_job_type_names_the_type() {
-    let (err, code, file) = with_trace_line("GPT-9 (batch size 1)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t1\t1\t-1\t0");
-    assert_one_line_error(&err, code, &format!("{file}:2: field `job_type`: unknown job type `GPT-9 (batch size 1)`"));
+    let (err, code, file) = with_trace_line(
+        "GPT-9 (batch size 1)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t1\t1\t-1\t0",
+    );
+    assert_one_line_error(
+        &err,
+        code,
+        &format!("{file}:2: field `job_type`: unknown job type `GPT-9 (batch size 1)`"),
+    );
 }
 
 #[test]
@@ -72,8 +103,18 @@ fn a_job_that_can_run_nowhere_is_named() {
     // can never run it.
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("k80.trace");
-    std::fs::write(&trace, "ResNet-50 (batch size 128)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t2\t1\t-1\t0\n").unwrap();
-    let o = hadar(&["simulate", "--cluster", "k80:8", "--trace", trace.to_str().unwrap()]);
+    std::fs::write(
+        &trace,
+        "ResNet-50 (batch size 128)\tpython3 main.py\tdir\t--num_steps\t1\t3000\t2\t1\t-1\t0\n",
+    )
+    .unwrap();
+    let o = hadar(&[
+        "simulate",
+        "--cluster",
+        "k80:8",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
     let err = String::from_utf8(o.stderr).unwrap();
     assert_one_line_error(&err, o.status.code().unwrap(), "could never run");
     assert!(o.stdout.is_empty());
@@ -83,7 +124,11 @@ fn a_job_that_can_run_nowhere_is_named() {
 fn a_cluster_with_zero_gpus_is_refused() {
     let o = hadar(&["simulate", "--cluster", "v100:0,k80:0"]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_one_line_error(&err, o.status.code().unwrap(), "--cluster: the cluster has no GPUs");
+    assert_one_line_error(
+        &err,
+        o.status.code().unwrap(),
+        "--cluster: the cluster has no GPUs",
+    );
     assert!(o.stdout.is_empty());
 }
 
@@ -94,14 +139,22 @@ fn a_cluster_file_error_names_file_line_and_field() {
     std::fs::write(&f, "[[node]]\nname = \"n1\"\ngpus = { v100 = \"four\" }\n").unwrap();
     let o = hadar(&["simulate", "--cluster", f.to_str().unwrap()]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_one_line_error(&err, o.status.code().unwrap(), &format!("{}:3:", f.display()));
+    assert_one_line_error(
+        &err,
+        o.status.code().unwrap(),
+        &format!("{}:3:", f.display()),
+    );
 }
 
 #[test]
 fn an_unknown_policy_is_named_with_the_known_ones() {
     let o = hadar(&["simulate", "--policy", "gavel,fifo-magic"]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_one_line_error(&err, o.status.code().unwrap(), "--policy: unknown policy `fifo-magic`; known policies: ");
+    assert_one_line_error(
+        &err,
+        o.status.code().unwrap(),
+        "--policy: unknown policy `fifo-magic`; known policies: ",
+    );
     assert!(o.stdout.is_empty());
 }
 
@@ -112,22 +165,42 @@ fn a_bad_throughput_table_names_the_file() {
     std::fs::write(&f, "{\"v100\": {\"('A', 1)\": {\"null\": \"fast\"}}}").unwrap();
     let o = hadar(&["simulate", "--throughputs", f.to_str().unwrap()]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_one_line_error(&err, o.status.code().unwrap(), &format!("{}:1: field `('A', 1)`: the \"null\" rate must be a number", f.display()));
+    assert_one_line_error(
+        &err,
+        o.status.code().unwrap(),
+        &format!(
+            "{}:1: field `('A', 1)`: the \"null\" rate must be a number",
+            f.display()
+        ),
+    );
 }
 
 #[test]
 fn a_missing_file_is_named() {
     let o = hadar(&["simulate", "--trace", "/nonexistent/x.trace"]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_one_line_error(&err, o.status.code().unwrap(), "/nonexistent/x.trace: cannot read");
+    assert_one_line_error(
+        &err,
+        o.status.code().unwrap(),
+        "/nonexistent/x.trace: cannot read",
+    );
 }
 
 #[test]
 fn bad_round_and_restart_lengths_are_refused() {
     for (args, expect) in [
-        (vec!["simulate", "--round-s", "0"], "--round-s: must be a positive"),
-        (vec!["simulate", "--restart-s", "400"], "--restart-s: must be at least 0 and less than"),
-        (vec!["simulate", "--gpus-per-node", "0", "--cluster", "v100:4"], "--gpus-per-node: must be at least 1"),
+        (
+            vec!["simulate", "--round-s", "0"],
+            "--round-s: must be a positive",
+        ),
+        (
+            vec!["simulate", "--restart-s", "400"],
+            "--restart-s: must be at least 0 and less than",
+        ),
+        (
+            vec!["simulate", "--gpus-per-node", "0", "--cluster", "v100:4"],
+            "--gpus-per-node: must be at least 1",
+        ),
     ] {
         let o = hadar(&args);
         let err = String::from_utf8(o.stderr).unwrap();
@@ -138,5 +211,9 @@ fn bad_round_and_restart_lengths_are_refused() {
 #[test]
 fn the_shared_gavel_data_is_where_the_tests_expect_it() {
     // The fidelity tests read ../shared/data/gavel beside the repository, as CI lays it out.
-    assert!(gavel_data().join("reference-results.json").is_file(), "{}", gavel_data().display());
+    assert!(
+        gavel_data().join("reference-results.json").is_file(),
+        "{}",
+        gavel_data().display()
+    );
 }

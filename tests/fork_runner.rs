@@ -17,7 +17,10 @@ fn root() -> PathBuf {
 }
 
 fn runner(args: &[&str]) -> Output {
-    Command::new(root().join("wrappers/hadar-fork-run")).args(args).output().expect("run hadar-fork-run")
+    Command::new(root().join("wrappers/hadar-fork-run"))
+        .args(args)
+        .output()
+        .expect("run hadar-fork-run")
 }
 
 fn result(path: &Path) -> Value {
@@ -42,23 +45,75 @@ sys.exit(int(sys.argv[2]))
 #[test]
 fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
     let d = tempfile::tempdir().unwrap();
-    let (out, res, start) = (d.path().join("copy.ckpt"), d.path().join("r.json"), d.path().join("start.ckpt"));
+    let (out, res, start) = (
+        d.path().join("copy.ckpt"),
+        d.path().join("r.json"),
+        d.path().join("start.ckpt"),
+    );
     std::fs::write(&start, "x").unwrap();
     let hostile = ["$(touch pwned)", "a b", ";", "*", "'\""];
     let mut args = vec![
-        "--index", "1", "--copies", "3", "--round", "2", "--start-from", s(&start), "--checkpoint-out", s(&out), "--result", s(&res),
-        "--step-budget", "50", "--deadline", "4102444800", "--steps-done", "900", "--", "python3", "-c", RECORDER, "40", "0",
+        "--index",
+        "1",
+        "--copies",
+        "3",
+        "--round",
+        "2",
+        "--start-from",
+        s(&start),
+        "--checkpoint-out",
+        s(&out),
+        "--result",
+        s(&res),
+        "--step-budget",
+        "50",
+        "--deadline",
+        "4102444800",
+        "--steps-done",
+        "900",
+        "--",
+        "python3",
+        "-c",
+        RECORDER,
+        "40",
+        "0",
     ];
     args.extend(hostile);
-    let o = Command::new(root().join("wrappers/hadar-fork-run")).args(&args).current_dir(d.path()).output().unwrap();
+    let o = Command::new(root().join("wrappers/hadar-fork-run"))
+        .args(&args)
+        .current_dir(d.path())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = result(&res);
-    assert_eq!((r["fork_index"].as_u64(), r["copies"].as_u64(), r["round"].as_u64()), (Some(1), Some(3), Some(2)));
-    assert_eq!((r["steps"].as_u64(), r["ok"].as_bool(), r["exit_code"].as_u64()), (Some(40), Some(true), Some(0)));
+    assert_eq!(
+        (
+            r["fork_index"].as_u64(),
+            r["copies"].as_u64(),
+            r["round"].as_u64()
+        ),
+        (Some(1), Some(3), Some(2))
+    );
+    assert_eq!(
+        (
+            r["steps"].as_u64(),
+            r["ok"].as_bool(),
+            r["exit_code"].as_u64()
+        ),
+        (Some(40), Some(true), Some(0))
+    );
     let seen: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    let argv: Vec<&str> = seen["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let argv: Vec<&str> = seen["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
     assert_eq!(&argv[2..], &hostile);
-    assert!(!d.path().join("pwned").exists(), "an argument was interpreted by a shell");
+    assert!(
+        !d.path().join("pwned").exists(),
+        "an argument was interpreted by a shell"
+    );
     let env = &seen["env"];
     assert_eq!(env["HADAR_FORK_INDEX"], "1");
     assert_eq!(env["HADAR_FORK_COPIES"], "3");
@@ -72,14 +127,30 @@ fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
 
     // Round 0: no start checkpoint, and none leaks in from the caller's environment.
     let o = Command::new(root().join("wrappers/hadar-fork-run"))
-        .args(["--index", "0", "--copies", "1", "--round", "0", "--checkpoint-out", s(&out), "--result", s(&res), "--step-budget", "5"])
+        .args([
+            "--index",
+            "0",
+            "--copies",
+            "1",
+            "--round",
+            "0",
+            "--checkpoint-out",
+            s(&out),
+            "--result",
+            s(&res),
+            "--step-budget",
+            "5",
+        ])
         .args(["--", "python3", "-c", RECORDER, "5", "0"])
         .env("HADAR_START_CHECKPOINT", "/stale")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let seen: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    assert!(seen["env"].get("HADAR_START_CHECKPOINT").is_none(), "{seen}");
+    assert!(
+        seen["env"].get("HADAR_START_CHECKPOINT").is_none(),
+        "{seen}"
+    );
     assert!(seen["env"].get("HADAR_DEADLINE").is_none(), "{seen}");
 }
 
@@ -87,7 +158,21 @@ fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
 fn failures_and_contract_violations_give_the_documented_statuses() {
     let d = tempfile::tempdir().unwrap();
     let (out, res) = (d.path().join("c"), d.path().join("r.json"));
-    let base = ["--index", "0", "--copies", "2", "--round", "0", "--checkpoint-out", s(&out), "--result", s(&res), "--step-budget", "10", "--"];
+    let base = [
+        "--index",
+        "0",
+        "--copies",
+        "2",
+        "--round",
+        "0",
+        "--checkpoint-out",
+        s(&out),
+        "--result",
+        s(&res),
+        "--step-budget",
+        "10",
+        "--",
+    ];
     let run = |program: &[&str]| {
         let mut a: Vec<&str> = base.to_vec();
         a.extend_from_slice(program);
@@ -97,12 +182,23 @@ fn failures_and_contract_violations_give_the_documented_statuses() {
     let o = run(&["python3", "-c", RECORDER, "4", "3"]);
     assert_eq!(o.status.code(), Some(3));
     let r = result(&res);
-    assert_eq!((r["ok"].as_bool(), r["exit_code"].as_u64(), r["steps"].as_u64()), (Some(false), Some(3), Some(0)));
+    assert_eq!(
+        (
+            r["ok"].as_bool(),
+            r["exit_code"].as_u64(),
+            r["steps"].as_u64()
+        ),
+        (Some(false), Some(3), Some(0))
+    );
     // Exit 0 without a step count, or above the budget: contract violations (65).
     for (steps, why) in [("none", "step count"), ("11", "budget"), ("1x", "integer")] {
         let o = run(&["python3", "-c", RECORDER, steps, "0"]);
         assert_eq!(o.status.code(), Some(65), "{steps}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains(why), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(why),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert_eq!(result(&res)["ok"], false);
     }
     // A checkpoint left by an earlier attempt is not taken for this run's.
@@ -113,11 +209,78 @@ fn failures_and_contract_violations_give_the_documented_statuses() {
     // The runner's own usage errors: 64, nothing run, no result.
     std::fs::remove_file(&res).unwrap();
     for bad in [
-        vec!["--index", "2", "--copies", "2", "--round", "0", "--checkpoint-out", "c", "--result", "r", "--", "true"],
-        vec!["--index", "0", "--copies", "2", "--round", "-1", "--checkpoint-out", "c", "--result", "r", "--", "true"],
-        vec!["--index", "0", "--copies", "2", "--round", "0", "--checkpoint-out", "c", "--result", "r", "--step-budget", "1e3", "--", "true"],
-        vec!["--index", "0", "--copies", "2", "--round", "0", "--checkpoint-out", "c", "--result", "r"],
-        vec!["--index", "0", "--copies", "2", "--round", "0", "--start-from", "/nonexistent", "--checkpoint-out", "c", "--result", "r", "--", "true"],
+        vec![
+            "--index",
+            "2",
+            "--copies",
+            "2",
+            "--round",
+            "0",
+            "--checkpoint-out",
+            "c",
+            "--result",
+            "r",
+            "--",
+            "true",
+        ],
+        vec![
+            "--index",
+            "0",
+            "--copies",
+            "2",
+            "--round",
+            "-1",
+            "--checkpoint-out",
+            "c",
+            "--result",
+            "r",
+            "--",
+            "true",
+        ],
+        vec![
+            "--index",
+            "0",
+            "--copies",
+            "2",
+            "--round",
+            "0",
+            "--checkpoint-out",
+            "c",
+            "--result",
+            "r",
+            "--step-budget",
+            "1e3",
+            "--",
+            "true",
+        ],
+        vec![
+            "--index",
+            "0",
+            "--copies",
+            "2",
+            "--round",
+            "0",
+            "--checkpoint-out",
+            "c",
+            "--result",
+            "r",
+        ],
+        vec![
+            "--index",
+            "0",
+            "--copies",
+            "2",
+            "--round",
+            "0",
+            "--start-from",
+            "/nonexistent",
+            "--checkpoint-out",
+            "c",
+            "--result",
+            "r",
+            "--",
+            "true",
+        ],
     ] {
         let o = runner(&bad);
         assert_eq!(o.status.code(), Some(64), "{bad:?}");
@@ -128,7 +291,12 @@ fn failures_and_contract_violations_give_the_documented_statuses() {
 #[test]
 fn a_terminated_runner_stops_its_program_and_reports_the_signal() {
     let d = tempfile::tempdir().unwrap();
-    let (out, res, ready, term) = (d.path().join("c"), d.path().join("r.json"), d.path().join("ready"), d.path().join("got-term"));
+    let (out, res, ready, term) = (
+        d.path().join("c"),
+        d.path().join("r.json"),
+        d.path().join("ready"),
+        d.path().join("got-term"),
+    );
     // The program says it is ready, then waits for SIGTERM, notes it, and dies of it.
     let program = r#"
 import os, signal, sys, time
@@ -142,28 +310,61 @@ while True:
     time.sleep(0.05)
 "#;
     let mut child = Command::new(root().join("wrappers/hadar-fork-run"))
-        .args(["--index", "0", "--copies", "1", "--round", "0", "--checkpoint-out", s(&out), "--result", s(&res), "--step-budget", "1"])
+        .args([
+            "--index",
+            "0",
+            "--copies",
+            "1",
+            "--round",
+            "0",
+            "--checkpoint-out",
+            s(&out),
+            "--result",
+            s(&res),
+            "--step-budget",
+            "1",
+        ])
         .args(["--", "python3", "-c", program, s(&ready), s(&term)])
         .spawn()
         .unwrap();
     // Wait for the program to be running (a synchronisation, not a timing assertion).
     while !ready.exists() {
-        assert!(child.try_wait().unwrap().is_none(), "the runner ended before its program was ready");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the runner ended before its program was ready"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15), "{status:?}");
-    assert_eq!(std::fs::read_to_string(&term).unwrap(), "yes", "the program did not get SIGTERM");
+    assert_eq!(
+        std::fs::read_to_string(&term).unwrap(),
+        "yes",
+        "the program did not get SIGTERM"
+    );
     let r = result(&res);
-    assert_eq!((r["ok"].as_bool(), r["exit_code"].as_u64(), r["steps"].as_u64()), (Some(false), Some(143), Some(0)));
+    assert_eq!(
+        (
+            r["ok"].as_bool(),
+            r["exit_code"].as_u64(),
+            r["steps"].as_u64()
+        ),
+        (Some(false), Some(143), Some(0))
+    );
 }
 
 fn tensor_f32(path: &Path, name: &str) -> Vec<f32> {
     let c = Checkpoint::open(path).unwrap();
     let t = c.header().tensor(name).unwrap().clone();
-    c.data(&t).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    c.data(&t)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -179,13 +380,30 @@ fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
             let ckpt = d.path().join(format!("r{round}-c{k}.safetensors"));
             let res = d.path().join(format!("r{round}-c{k}.json"));
             let (k_s, r_s, b_s) = (k.to_string(), round.to_string(), budget.to_string());
-            let mut args = vec!["--index", &k_s, "--copies", "2", "--round", &r_s, "--checkpoint-out", s(&ckpt), "--result", s(&res), "--step-budget", &b_s];
+            let mut args = vec![
+                "--index",
+                &k_s,
+                "--copies",
+                "2",
+                "--round",
+                &r_s,
+                "--checkpoint-out",
+                s(&ckpt),
+                "--result",
+                s(&res),
+                "--step-budget",
+                &b_s,
+            ];
             if let Some(m) = &merged {
                 args.extend(["--start-from", s(m)]);
             }
             args.extend(["--", "python3", s(&train), "train", "--seed", "3"]);
             let o = runner(&args);
-            assert!(o.status.success(), "copy {k} round {round}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "copy {k} round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             let steps = result(&res)["steps"].as_u64().unwrap();
             assert_eq!(steps, *budget);
             inputs.push(format!("{}:{steps}", s(&ckpt)));
@@ -194,19 +412,34 @@ fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
         let out = d.path().join(format!("merged-r{round}.safetensors"));
         let mut args = vec!["average", "--out", s(&out)];
         args.extend(inputs.iter().map(String::as_str));
-        let o = Command::new(env!("CARGO_BIN_EXE_hadar")).args(&args).output().unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(&args)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         // The consolidated weights are the step-weighted mean of the copies' (2/3, 1/3).
-        let (a, b, m) = (tensor_f32(&copies[0], "output.weight"), tensor_f32(&copies[1], "output.weight"), tensor_f32(&out, "output.weight"));
+        let (a, b, m) = (
+            tensor_f32(&copies[0], "output.weight"),
+            tensor_f32(&copies[1], "output.weight"),
+            tensor_f32(&out, "output.weight"),
+        );
         for ((x, y), z) in a.iter().zip(&b).zip(&m) {
             let want = (2.0 * *x as f64 + *y as f64) / 3.0;
-            assert!((*z as f64 - want).abs() <= 1e-6 * want.abs().max(1.0), "{z} vs {want}");
+            assert!(
+                (*z as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{z} vs {want}"
+            );
         }
         merged = Some(out);
     }
     // The merged checkpoint loads in Python (safetensors' own loader) and classifies digits
     // far better than chance (10 classes: 0.1).
-    let o = Command::new("python3").arg(&train).arg("evaluate").arg(merged.unwrap()).output().unwrap();
+    let o = Command::new("python3")
+        .arg(&train)
+        .arg("evaluate")
+        .arg(merged.unwrap())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let acc = v["accuracy"].as_f64().unwrap();

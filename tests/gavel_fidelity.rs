@@ -28,7 +28,8 @@ struct Reference {
 
 fn references() -> Vec<Reference> {
     let path = gavel_data().join("reference-results.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let v: serde_json::Value = serde_json::from_str(&text).expect("reference-results.json is JSON");
     v["results"]
         .as_array()
@@ -51,7 +52,8 @@ fn references() -> Vec<Reference> {
 #[test]
 fn gavel_matches_gavels_own_simulator_on_every_trace() {
     let data = gavel_data();
-    let table = ThroughputTable::load(&data.join("simulation_throughputs.json")).expect("throughput table");
+    let table =
+        ThroughputTable::load(&data.join("simulation_throughputs.json")).expect("throughput table");
     let cluster = parse_cluster_spec("v100:4,p100:4,k80:4", 1).expect("cluster");
     let refs = references();
     let mut traces: Vec<PathBuf> = std::fs::read_dir(data.join("traces"))
@@ -60,23 +62,46 @@ fn gavel_matches_gavels_own_simulator_on_every_trace() {
         .filter(|p| p.extension().is_some_and(|x| x == "trace"))
         .collect();
     traces.sort();
-    assert!(!traces.is_empty(), "no traces found in {}", data.join("traces").display());
+    assert!(
+        !traces.is_empty(),
+        "no traces found in {}",
+        data.join("traces").display()
+    );
 
-    let cfg = SimConfig { round_s: 360.0, ..SimConfig::default() };
-    let pairs = [(PolicyName::Gavel, "max_min_fairness_perf"), (PolicyName::GavelMakespan, "min_total_duration_perf")];
+    let cfg = SimConfig {
+        round_s: 360.0,
+        ..SimConfig::default()
+    };
+    let pairs = [
+        (PolicyName::Gavel, "max_min_fairness_perf"),
+        (PolicyName::GavelMakespan, "min_total_duration_perf"),
+    ];
     let mut failures = Vec::new();
     let mut lines = vec![format!(
         "{:<44} {:<15} {:>12} {:>12} {:>7} {:>11} {:>11} {:>7}",
         "trace", "policy", "TTD s", "Gavel TTD s", "ratio", "JCT s", "Gavel JCT", "ratio"
     )];
     for trace in &traces {
-        let name = format!("traces/{}", trace.file_name().and_then(|f| f.to_str()).expect("file name"));
+        let name = format!(
+            "traces/{}",
+            trace
+                .file_name()
+                .and_then(|f| f.to_str())
+                .expect("file name")
+        );
         let jobs = load_trace(trace, &table, &cluster).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let workload = Workload { cluster: cluster.clone(), jobs };
-        let bound = policies::bound(PolicyName::LowerBound, &workload.cluster, &workload.jobs).expect("lower bound");
+        let workload = Workload {
+            cluster: cluster.clone(),
+            jobs,
+        };
+        let bound = policies::bound(PolicyName::LowerBound, &workload.cluster, &workload.jobs)
+            .expect("lower bound");
         for r in refs.iter().filter(|r| r.trace == name) {
             if bound >= r.makespan_s {
-                failures.push(format!("{name}: lower bound {bound:.0} s is not below Gavel's {} ({:.0} s)", r.policy, r.makespan_s));
+                failures.push(format!(
+                    "{name}: lower bound {bound:.0} s is not below Gavel's {} ({:.0} s)",
+                    r.policy, r.makespan_s
+                ));
             }
         }
         for (ours, theirs) in pairs {
@@ -84,15 +109,27 @@ fn gavel_matches_gavels_own_simulator_on_every_trace() {
                 .iter()
                 .find(|r| r.trace == name && r.policy == theirs)
                 .unwrap_or_else(|| panic!("no reference for {name} / {theirs}"));
-            let mut policy = policies::build(ours, &PolicyOptions::default()).expect("gavel is built");
-            let report = simulate(&workload, policy.as_mut(), &cfg).unwrap_or_else(|e| panic!("{name} / {ours}: {e}"));
+            let mut policy =
+                policies::build(ours, &PolicyOptions::default()).expect("gavel is built");
+            let report = simulate(&workload, policy.as_mut(), &cfg)
+                .unwrap_or_else(|e| panic!("{name} / {ours}: {e}"));
             let m = &report.metrics;
-            assert_eq!(m.jobs_completed, m.jobs, "{name} / {ours}: every job completes");
+            assert_eq!(
+                m.jobs_completed, m.jobs,
+                "{name} / {ours}: every job completes"
+            );
             let ttd_ratio = m.ttd_s / reference.makespan_s;
             let jct_ratio = m.avg_jct_s / reference.avg_jct_s;
             lines.push(format!(
                 "{:<44} {:<15} {:>12.0} {:>12.0} {:>7.3} {:>11.0} {:>11.0} {:>7.3}",
-                name, ours.as_str(), m.ttd_s, reference.makespan_s, ttd_ratio, m.avg_jct_s, reference.avg_jct_s, jct_ratio
+                name,
+                ours.as_str(),
+                m.ttd_s,
+                reference.makespan_s,
+                ttd_ratio,
+                m.avg_jct_s,
+                reference.avg_jct_s,
+                jct_ratio
             ));
             if (ttd_ratio - 1.0).abs() > MAKESPAN_TOLERANCE {
                 failures.push(format!("{name} / {ours}: makespan ratio {ttd_ratio:.3} is outside 1 +- {MAKESPAN_TOLERANCE}"));
@@ -101,10 +138,16 @@ fn gavel_matches_gavels_own_simulator_on_every_trace() {
                 failures.push(format!("{name} / {ours}: average JCT ratio {jct_ratio:.3} is outside 1 +- {JCT_TOLERANCE}"));
             }
             if bound >= m.ttd_s {
-                failures.push(format!("{name}: lower bound {bound:.0} s is not below {ours}'s {:.0} s", m.ttd_s));
+                failures.push(format!(
+                    "{name}: lower bound {bound:.0} s is not below {ours}'s {:.0} s",
+                    m.ttd_s
+                ));
             }
         }
-        lines.push(format!("{:<44} {:<15} {:>12.0}", name, "lower-bound", bound));
+        lines.push(format!(
+            "{:<44} {:<15} {:>12.0}",
+            name, "lower-bound", bound
+        ));
     }
     eprintln!("{}", lines.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));

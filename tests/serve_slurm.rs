@@ -5,18 +5,34 @@
 //! reads its own allocation, reports progress, checkpoints and resumes), and checks what
 //! Slurm shows. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios};
+use hadar_slurm_testbed::{
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios,
+};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-
 const SCENARIOS: &[Scenario] = &[
-    ("two_gpu_job_runs_where_the_plan_says", two_gpu_job_runs_where_the_plan_says),
-    ("mixed_v100_k80_job_runs_at_the_slower_rate", mixed_v100_k80_job_runs_at_the_slower_rate),
-    ("preempted_job_checkpoints_resumes_and_completes_exactly", preempted_job_checkpoints_resumes_and_completes_exactly),
-    ("killed_daemon_restarts_and_every_job_completes_once", killed_daemon_restarts_and_every_job_completes_once),
-    ("status_and_explain_read_the_daemons_state", status_and_explain_read_the_daemons_state),
+    (
+        "two_gpu_job_runs_where_the_plan_says",
+        two_gpu_job_runs_where_the_plan_says,
+    ),
+    (
+        "mixed_v100_k80_job_runs_at_the_slower_rate",
+        mixed_v100_k80_job_runs_at_the_slower_rate,
+    ),
+    (
+        "preempted_job_checkpoints_resumes_and_completes_exactly",
+        preempted_job_checkpoints_resumes_and_completes_exactly,
+    ),
+    (
+        "killed_daemon_restarts_and_every_job_completes_once",
+        killed_daemon_restarts_and_every_job_completes_once,
+    ),
+    (
+        "status_and_explain_read_the_daemons_state",
+        status_and_explain_read_the_daemons_state,
+    ),
 ];
 
 /// Emulated jobs run this many times faster than Gavel measured.
@@ -75,7 +91,11 @@ impl Serve {
             .stderr(log)
             .spawn()
             .expect("start hadar serve");
-        Serve { child, config, state }
+        Serve {
+            child,
+            config,
+            state,
+        }
     }
 
     /// SIGKILL, as a crash would.
@@ -91,8 +111,17 @@ impl Serve {
 
     /// Runs `hadar ARGS --state <db>` and returns its standard output.
     fn hadar(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_hadar")).args(args).arg("--state").arg(&self.state).output().expect("run hadar");
-        assert!(out.status.success(), "hadar {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(args)
+            .arg("--state")
+            .arg(&self.state)
+            .output()
+            .expect("run hadar");
+        assert!(
+            out.status.success(),
+            "hadar {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
@@ -116,7 +145,8 @@ fn script(job_type: &str, steps: u64, extra_directives: &str) -> String {
 fn submit(bed: &Testbed, args: &[&str], text: &str) -> u32 {
     let sub = bed.sbatch(args, Some(text));
     assert!(sub.ok, "sbatch {args:?} failed: {}", sub.stderr);
-    sub.job_id.unwrap_or_else(|| panic!("no job id: {}", sub.stdout))
+    sub.job_id
+        .unwrap_or_else(|| panic!("no job id: {}", sub.stdout))
 }
 
 fn output_args(bed: &Testbed) -> String {
@@ -128,19 +158,25 @@ fn output(bed: &Testbed, id: u32) -> String {
 }
 
 fn detail(bed: &Testbed, id: u32) -> String {
-    bed.client("scontrol", &["-d", "show", "job", &id.to_string()]).unwrap_or_default()
+    bed.client("scontrol", &["-d", "show", "job", &id.to_string()])
+        .unwrap_or_default()
 }
 
 /// The GPUs a running job holds, from `scontrol -d show job`: sorted (node, type, count).
 fn allocation(bed: &Testbed, id: u32) -> Vec<(String, String, u32)> {
     let (jobs, _) = hadar_slurm::job::parse_jobs(&detail(bed, id));
-    let mut parts = jobs.into_iter().find(|j| j.id == u64::from(id)).map(|j| j.gpu_parts()).unwrap_or_default();
+    let mut parts = jobs
+        .into_iter()
+        .find(|j| j.id == u64::from(id))
+        .map(|j| j.gpu_parts())
+        .unwrap_or_default();
     parts.sort();
     parts
 }
 
 fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo {
-    bed.wait_job(id, states, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
+    bed.wait_job(id, states, Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
 }
 
 fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
@@ -153,13 +189,22 @@ fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 
 fn daemon_log(bed: &Testbed) -> String {
     let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap_or_default();
-    log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    log.lines()
+        .rev()
+        .take(30)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn wait_queue_empty(bed: &Testbed) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        let q = bed.client("squeue", &["-h", "-o", "%i %T"]).unwrap_or_default();
+        let q = bed
+            .client("squeue", &["-h", "-o", "%i %T"])
+            .unwrap_or_default();
         if q.trim().is_empty() {
             return;
         }
@@ -185,7 +230,13 @@ fn printed_rates(out: &str) -> Vec<f64> {
 fn occupy(bed: &Testbed, what: &[(&str, &str)]) -> Vec<u32> {
     let ids: Vec<u32> = what
         .iter()
-        .map(|(node, gres)| submit(bed, &["-w", node, &format!("--gres={gres}"), "--job-name=filler"], "#!/bin/sh\n#HADAR off\nsleep 600\n"))
+        .map(|(node, gres)| {
+            submit(
+                bed,
+                &["-w", node, &format!("--gres={gres}"), "--job-name=filler"],
+                "#!/bin/sh\n#HADAR off\nsleep 600\n",
+            )
+        })
         .collect();
     for id in &ids {
         wait_state(bed, *id, &["RUNNING"], 30);
@@ -198,45 +249,97 @@ fn occupy(bed: &Testbed, what: &[(&str, &str)]) -> Vec<u32> {
 fn two_gpu_job_runs_where_the_plan_says(bed: &mut Testbed) {
     let serve = Serve::start(bed, "placed");
     let steps = 4000;
-    let id = submit(bed, &["--gpus=2", &output_args(bed)], &script("resnet50-b64", steps, ""));
+    let id = submit(
+        bed,
+        &["--gpus=2", &output_args(bed)],
+        &script("resnet50-b64", steps, ""),
+    );
     wait_state(bed, id, &["RUNNING", "COMPLETED"], 30);
     let alloc = allocation(bed, id);
-    let explained: serde_json::Value = serde_json::from_str(&serve.hadar(&["explain", &id.to_string(), "--format", "json"])).unwrap();
+    let explained: serde_json::Value =
+        serde_json::from_str(&serve.hadar(&["explain", &id.to_string(), "--format", "json"]))
+            .unwrap();
     let planned = &explained["decision"]["placement"];
     let mut planned_parts: Vec<(String, String, u32)> = Vec::new();
     for node in planned.as_array().expect("a planned placement") {
         for g in node[1].as_array().unwrap() {
-            planned_parts.push((node[0].as_str().unwrap().into(), g[0].as_str().unwrap().into(), g[1].as_u64().unwrap() as u32));
+            planned_parts.push((
+                node[0].as_str().unwrap().into(),
+                g[0].as_str().unwrap().into(),
+                g[1].as_u64().unwrap() as u32,
+            ));
         }
     }
     planned_parts.sort();
-    assert_eq!(alloc, planned_parts, "scontrol -d show job: {}", detail(bed, id));
+    assert_eq!(
+        alloc,
+        planned_parts,
+        "scontrol -d show job: {}",
+        detail(bed, id)
+    );
     assert_eq!(alloc.iter().map(|p| p.2).sum::<u32>(), 2);
     // Nothing else runs, so Hadar gives ResNet-50 its fastest type.
     assert!(alloc.iter().all(|p| p.1 == "v100"), "{alloc:?}");
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 60);
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
-    assert!(output(bed, id).contains(&format!("completed {steps} steps")), "{}", output(bed, id));
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    assert!(
+        output(bed, id).contains(&format!("completed {steps} steps")),
+        "{}",
+        output(bed, id)
+    );
 }
 
 fn mixed_v100_k80_job_runs_at_the_slower_rate(bed: &mut Testbed) {
     // Leave only n4's 2 V100 + 2 K80 free.
-    let fillers = occupy(bed, &[("n1", "gpu:v100:4"), ("n2", "gpu:p100:4"), ("n3", "gpu:k80:4")]);
+    let fillers = occupy(
+        bed,
+        &[
+            ("n1", "gpu:v100:4"),
+            ("n2", "gpu:p100:4"),
+            ("n3", "gpu:k80:4"),
+        ],
+    );
     let _serve = Serve::start(bed, "mixed");
     let steps = 10_000;
-    let id = submit(bed, &["--gpus=4", &output_args(bed)], &script("resnet18-b64", steps, ""));
+    let id = submit(
+        bed,
+        &["--gpus=4", &output_args(bed)],
+        &script("resnet18-b64", steps, ""),
+    );
     wait_state(bed, id, &["RUNNING", "COMPLETED"], 30);
     let alloc = allocation(bed, id);
-    assert_eq!(alloc, vec![("n4".to_string(), "k80".to_string(), 2), ("n4".to_string(), "v100".to_string(), 2)], "{}", detail(bed, id));
+    assert_eq!(
+        alloc,
+        vec![
+            ("n4".to_string(), "k80".to_string(), 2),
+            ("n4".to_string(), "v100".to_string(), 2)
+        ],
+        "{}",
+        detail(bed, id)
+    );
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 90);
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
     let out = output(bed, id);
     let k80 = gavel_rate("resnet18-b64", "k80", 4) * TIME_SCALE;
     let v100 = gavel_rate("resnet18-b64", "v100", 4) * TIME_SCALE;
     assert!(k80 < v100);
     let rates = printed_rates(&out);
     assert_eq!(rates.len(), 1, "{out}");
-    assert!((rates[0] - k80).abs() < 1e-3 * k80, "rate {} should be the K80 rate {k80} (V100: {v100}): {out}", rates[0]);
+    assert!(
+        (rates[0] - k80).abs() < 1e-3 * k80,
+        "rate {} should be the K80 rate {k80} (V100: {v100}): {out}",
+        rates[0]
+    );
     for f in fillers {
         let _ = bed.client("scancel", &[&f.to_string()]);
     }
@@ -245,7 +348,11 @@ fn mixed_v100_k80_job_runs_at_the_slower_rate(bed: &mut Testbed) {
 fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
     let _serve = Serve::start(bed, "preempt");
     let steps = 5000;
-    let id = submit(bed, &["--gpus=1", &output_args(bed)], &script("a3c", steps, "gpu-types=k80"));
+    let id = submit(
+        bed,
+        &["--gpus=1", &output_args(bed)],
+        &script("a3c", steps, "gpu-types=k80"),
+    );
     wait_state(bed, id, &["RUNNING"], 30);
     let first = allocation(bed, id);
     let node = first[0].0.clone();
@@ -253,16 +360,39 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
     // Let it make progress, then drain its node: the daemon must checkpoint it, requeue it
     // held and place it on the other K80 node.
     std::thread::sleep(Duration::from_secs(4));
-    bed.client("scontrol", &["update", &format!("NodeName={node}"), "State=DRAIN", "Reason=hadar-test"]).unwrap();
-    wait_until("the job is requeued", 40, || detail(bed, id).contains("Restarts=1"));
+    bed.client(
+        "scontrol",
+        &[
+            "update",
+            &format!("NodeName={node}"),
+            "State=DRAIN",
+            "Reason=hadar-test",
+        ],
+    )
+    .unwrap();
+    wait_until("the job is requeued", 40, || {
+        detail(bed, id).contains("Restarts=1")
+    });
     wait_state(bed, id, &["RUNNING", "COMPLETED"], 40);
     let second = allocation(bed, id);
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 120);
-    bed.client("scontrol", &["update", &format!("NodeName={node}"), "State=RESUME"]).unwrap();
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
+    bed.client(
+        "scontrol",
+        &["update", &format!("NodeName={node}"), "State=RESUME"],
+    )
+    .unwrap();
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
     assert_eq!(info.field("Restarts").as_deref(), Some("1"), "{}", info.0);
     if !second.is_empty() {
-        assert_ne!(second[0].0, node, "re-placed off the drained node: {second:?}");
+        assert_ne!(
+            second[0].0, node,
+            "re-placed off the drained node: {second:?}"
+        );
     }
     let out = output(bed, id);
     let ckpt = std::fs::read_to_string(bed.path(&format!("jobs/hadar-checkpoint-{id}"))).unwrap();
@@ -273,8 +403,15 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
         .filter_map(|r| r.split_whitespace().next()?.parse().ok())
         .last()
         .unwrap_or_else(|| panic!("no resume line: {out}"));
-    assert!(resumed > 0.0 && resumed < steps as f64, "resumed from the checkpoint, not from 0 or the end: {out}");
-    assert_eq!(out.matches(&format!("completed {steps} steps")).count(), 1, "{out}");
+    assert!(
+        resumed > 0.0 && resumed < steps as f64,
+        "resumed from the checkpoint, not from 0 or the end: {out}"
+    );
+    assert_eq!(
+        out.matches(&format!("completed {steps} steps")).count(),
+        1,
+        "{out}"
+    );
 }
 
 fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
@@ -287,49 +424,109 @@ fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
         ("cyclegan", 1, 1000),
         ("resnet50-b64", 4, 6000),
     ]
-        .iter()
-        .map(|(t, n, steps)| (submit(bed, &[&format!("--gpus={n}"), &output_args(bed)], &script(t, *steps, "")), *steps))
-        .collect();
-    wait_until("some job runs", 30, || jobs.iter().any(|(id, _)| detail(bed, *id).contains("JobState=RUNNING")));
+    .iter()
+    .map(|(t, n, steps)| {
+        (
+            submit(
+                bed,
+                &[&format!("--gpus={n}"), &output_args(bed)],
+                &script(t, *steps, ""),
+            ),
+            *steps,
+        )
+    })
+    .collect();
+    wait_until("some job runs", 30, || {
+        jobs.iter()
+            .any(|(id, _)| detail(bed, *id).contains("JobState=RUNNING"))
+    });
     serve.restart(bed);
     std::thread::sleep(Duration::from_secs(3));
     serve.restart(bed);
     for (id, steps) in &jobs {
         let info = wait_state(bed, *id, &["COMPLETED", "FAILED", "CANCELLED"], 180);
-        assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
-        assert_eq!(info.field("Restarts").as_deref(), Some("0"), "started once: {}", info.0);
+        assert_eq!(
+            info.field("JobState").as_deref(),
+            Some("COMPLETED"),
+            "{}",
+            info.0
+        );
+        assert_eq!(
+            info.field("Restarts").as_deref(),
+            Some("0"),
+            "started once: {}",
+            info.0
+        );
         let out = output(bed, *id);
-        assert_eq!(out.matches("hadar-emulate: job type").count(), 1, "ran once: {out}");
-        assert_eq!(out.matches(&format!("completed {steps} steps")).count(), 1, "{out}");
+        assert_eq!(
+            out.matches("hadar-emulate: job type").count(),
+            1,
+            "ran once: {out}"
+        );
+        assert_eq!(
+            out.matches(&format!("completed {steps} steps")).count(),
+            1,
+            "{out}"
+        );
     }
     // The daemon notices the last completion at its next round.
     wait_until("the daemon records every job as finished", 15, || {
-        let status: serde_json::Value = serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
+        let status: serde_json::Value =
+            serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
         let rows = status["jobs"].as_array().cloned().unwrap_or_default();
-        rows.len() == jobs.len() && rows.iter().all(|j| j["phase"] == "finished" && j["final_state"] == "completed" && j["starts"] == 1)
+        rows.len() == jobs.len()
+            && rows.iter().all(|j| {
+                j["phase"] == "finished" && j["final_state"] == "completed" && j["starts"] == 1
+            })
     });
 }
 
 fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
-    let fillers = occupy(bed, &[("n1", "gpu:v100:4"), ("n2", "gpu:p100:4"), ("n3", "gpu:k80:4")]);
+    let fillers = occupy(
+        bed,
+        &[
+            ("n1", "gpu:v100:4"),
+            ("n2", "gpu:p100:4"),
+            ("n3", "gpu:k80:4"),
+        ],
+    );
     let serve = Serve::start(bed, "status");
-    let runs = submit(bed, &["--gpus=4", &output_args(bed)], &script("resnet18-b64", 100_000, ""));
-    let waits = submit(bed, &["--gpus=2", &output_args(bed)], &script("resnet18-b64", 100, "gpu-types=p100"));
+    let runs = submit(
+        bed,
+        &["--gpus=4", &output_args(bed)],
+        &script("resnet18-b64", 100_000, ""),
+    );
+    let waits = submit(
+        bed,
+        &["--gpus=2", &output_args(bed)],
+        &script("resnet18-b64", 100, "gpu-types=p100"),
+    );
     wait_state(bed, runs, &["RUNNING"], 30);
-    wait_until("a round after the start", 10, || serve.hadar(&["explain", &runs.to_string()]).contains("runs on n4"));
+    wait_until("a round after the start", 10, || {
+        serve
+            .hadar(&["explain", &runs.to_string()])
+            .contains("runs on n4")
+    });
     let text = serve.hadar(&["status"]);
     assert!(text.contains("policy hadar decided in"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("v100") && l.contains('%')), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("v100") && l.contains('%')),
+        "{text}"
+    );
     assert!(text.contains("n4/k80"), "prices listed: {text}");
     let why = serve.hadar(&["explain", &runs.to_string()]);
-    assert!(why.contains("runs on n4 (2 x v100, 2 x k80)") && why.contains("slowest"), "{why}");
+    assert!(
+        why.contains("runs on n4 (2 x v100, 2 x k80)") && why.contains("slowest"),
+        "{why}"
+    );
     let why = serve.hadar(&["explain", &waits.to_string()]);
     assert!(why.contains("waits"), "{why}");
-    let json: serde_json::Value = serde_json::from_str(&serve.hadar(&["status", "--format", "json"])).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&serve.hadar(&["status", "--format", "json"])).unwrap();
     assert!(json["round"]["decision_ms"].as_f64().is_some(), "{json}");
     assert_eq!(json["jobs"].as_array().unwrap().len(), 2, "{json}");
     for f in fillers {
         let _ = bed.client("scancel", &[&f.to_string()]);
     }
 }
-

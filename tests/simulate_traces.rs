@@ -18,7 +18,11 @@ fn traces() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "trace"))
         .collect();
     v.sort();
-    assert!(v.len() >= 6, "expected Gavel's six traces, found {}", v.len());
+    assert!(
+        v.len() >= 6,
+        "expected Gavel's six traces, found {}",
+        v.len()
+    );
     v
 }
 
@@ -28,17 +32,32 @@ fn every_policy_completes_every_job_and_no_policy_beats_the_bound() {
     let cluster = parse_cluster_spec("v100:4,p100:4,k80:4", 1).unwrap();
     for trace in traces() {
         let jobs = load_trace(&trace, &table, &cluster).unwrap();
-        let w = Workload { cluster: cluster.clone(), jobs };
+        let w = Workload {
+            cluster: cluster.clone(),
+            jobs,
+        };
         let lb = policies::bound(PolicyName::LowerBound, &w.cluster, &w.jobs).unwrap();
         let lb_fork = policies::bound(PolicyName::LowerBoundFork, &w.cluster, &w.jobs).unwrap();
-        assert!(lb_fork <= lb * (1.0 + 1e-9), "forking can only lower the bound");
+        assert!(
+            lb_fork <= lb * (1.0 + 1e-9),
+            "forking can only lower the bound"
+        );
         for &name in PolicyName::ALL.iter().filter(|p| !p.is_bound()) {
             // HadarE forks, so only the forking bound applies to it.
-            let bound = if name == PolicyName::HadarE { lb_fork } else { lb };
+            let bound = if name == PolicyName::HadarE {
+                lb_fork
+            } else {
+                lb
+            };
             let mut p = policies::build(name, &PolicyOptions::default()).unwrap();
             let r = simulate(&w, p.as_mut(), &SimConfig::default())
                 .unwrap_or_else(|e| panic!("{name} on {}: {e}", trace.display()));
-            assert_eq!(r.metrics.jobs_completed, w.jobs.len(), "{name} on {}", trace.display());
+            assert_eq!(
+                r.metrics.jobs_completed,
+                w.jobs.len(),
+                "{name} on {}",
+                trace.display()
+            );
             assert!(
                 bound <= r.metrics.ttd_s * (1.0 + 1e-9),
                 "{name} on {}: TTD {} below its lower bound {bound}",

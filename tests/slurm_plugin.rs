@@ -8,14 +8,14 @@
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
 use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed, run_scenarios,
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed,
+    run_scenarios,
 };
 use std::io::Read;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
 
 /// In the order they run; the configuration-changing ones last.
 const SCENARIOS: &[Scenario] = &[

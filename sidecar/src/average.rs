@@ -35,7 +35,11 @@ pub fn run(a: AverageArgs) -> Result<(), Failure> {
                 .zip(&summary.weights)
                 .map(|((p, s), w)| format!("{} ({s} steps, weight {w:.4})", p.display()))
                 .collect();
-            println!("averaged {} checkpoints: {}", inputs.len(), weights.join(", "));
+            println!(
+                "averaged {} checkpoints: {}",
+                inputs.len(),
+                weights.join(", ")
+            );
             println!(
                 "wrote {}: {} tensors ({} averaged, {} carried over), {} bytes, in {seconds:.2} s",
                 a.out.display(),
@@ -64,38 +68,69 @@ pub fn run(a: AverageArgs) -> Result<(), Failure> {
 /// The checkpoints with their steps, from the arguments or a tracker record.
 fn inputs(a: &AverageArgs) -> Result<Vec<(PathBuf, f64)>, Failure> {
     let bad = |msg: String| Failure::input(anyhow::anyhow!(msg));
-    let specs = a.inputs.iter().map(|s| parse_input_spec(s).map_err(Failure::input)).collect::<Result<Vec<_>, _>>()?;
+    let specs = a
+        .inputs
+        .iter()
+        .map(|s| parse_input_spec(s).map_err(Failure::input))
+        .collect::<Result<Vec<_>, _>>()?;
     let Some(file) = &a.weights_from else {
         if specs.is_empty() {
-            return Err(bad("give the checkpoints as FILE:STEPS, or --weights-from a Job Tracker file".into()));
+            return Err(bad(
+                "give the checkpoints as FILE:STEPS, or --weights-from a Job Tracker file".into(),
+            ));
         }
         return specs
             .into_iter()
             .zip(&a.inputs)
             .map(|((path, steps), arg)| match steps {
                 Some(s) => Ok((path, s)),
-                None => Err(bad(format!("`{arg}`: give the steps this copy did as FILE:STEPS (or use --weights-from)"))),
+                None => Err(bad(format!(
+                    "`{arg}`: give the steps this copy did as FILE:STEPS (or use --weights-from)"
+                ))),
             })
             .collect();
     };
-    let text = std::fs::read_to_string(file).map_err(|e| bad(format!("--weights-from {}: {e}", file.display())))?;
-    let record = read_tracker(&text, a.job, a.round, a.policy.as_deref()).map_err(|e| bad(format!("--weights-from {}: {e}", file.display())))?;
-    let where_ = format!("--weights-from {} (job {}, round {})", file.display(), record.job, record.round);
-    if let Some(arg) = specs.iter().zip(&a.inputs).find_map(|((_, s), arg)| s.map(|_| arg)) {
-        return Err(bad(format!("`{arg}`: with --weights-from the steps come from the record; give plain FILEs")));
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| bad(format!("--weights-from {}: {e}", file.display())))?;
+    let record = read_tracker(&text, a.job, a.round, a.policy.as_deref())
+        .map_err(|e| bad(format!("--weights-from {}: {e}", file.display())))?;
+    let where_ = format!(
+        "--weights-from {} (job {}, round {})",
+        file.display(),
+        record.job,
+        record.round
+    );
+    if let Some(arg) = specs
+        .iter()
+        .zip(&a.inputs)
+        .find_map(|((_, s), arg)| s.map(|_| arg))
+    {
+        return Err(bad(format!(
+            "`{arg}`: with --weights-from the steps come from the record; give plain FILEs"
+        )));
     }
     let paths: Vec<PathBuf> = if specs.is_empty() {
         record
             .checkpoints
             .iter()
             .enumerate()
-            .map(|(k, c)| c.clone().ok_or_else(|| bad(format!("{where_}: copy {k} names no checkpoint; give the FILEs in copy order"))))
+            .map(|(k, c)| {
+                c.clone().ok_or_else(|| {
+                    bad(format!(
+                        "{where_}: copy {k} names no checkpoint; give the FILEs in copy order"
+                    ))
+                })
+            })
             .collect::<Result<_, _>>()?
     } else {
         specs.into_iter().map(|(p, _)| p).collect()
     };
     if paths.len() != record.steps.len() {
-        return Err(bad(format!("{where_}: the record has {} copies but {} checkpoints were given", record.steps.len(), paths.len())));
+        return Err(bad(format!(
+            "{where_}: the record has {} copies but {} checkpoints were given",
+            record.steps.len(),
+            paths.len()
+        )));
     }
     Ok(paths.into_iter().zip(record.steps).collect())
 }

@@ -2,12 +2,13 @@
 
 use crate::Failure;
 use crate::cli::{
-    BenchAverageArgs, BenchCommand, BenchDtype, BenchRoundArgs, BenchRoundPolicy, BenchSimulateArgs, Format,
+    BenchAverageArgs, BenchCommand, BenchDtype, BenchRoundArgs, BenchRoundPolicy,
+    BenchSimulateArgs, Format,
 };
 use crate::table::Table;
+use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::hadar::{RoundStats, plan_round};
 use hadar_core::policies::hadare;
-use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
 use hadar_formats::{embedded, load_cluster};
@@ -18,7 +19,10 @@ use std::time::Instant;
 /// CPU time this thread has used, in milliseconds. Beside wall time it shows what a run costs
 /// on a machine that other work shares: on an idle core the two are equal.
 pub fn thread_cpu_ms() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own; the clock id is a constant.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
@@ -40,7 +44,9 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
 /// timed ones, each planning the same round from scratch.
 fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     if a.repetitions == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--repetitions: must be at least 1")));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--repetitions: must be at least 1"
+        )));
     }
     let spec = SyntheticSpec {
         jobs: a.jobs,
@@ -49,18 +55,27 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
         types: a.types,
         seed: a.seed,
     };
-    let workload = synthetic::generate(&spec).map_err(|e| Failure::input(anyhow::anyhow!("--{e}")))?;
+    let workload =
+        synthetic::generate(&spec).map_err(|e| Failure::input(anyhow::anyhow!("--{e}")))?;
     let config = a.hadar.config();
     let hadare_config = a.hadar.hadare_config();
     let input = workload.input();
     let plan_once = || match a.policy {
         BenchRoundPolicy::Hadar => plan_round(&config, &input),
-        BenchRoundPolicy::Hadare => (hadare::plan_round(&hadare_config, &input), RoundStats::default()),
+        BenchRoundPolicy::Hadare => (
+            hadare::plan_round(&hadare_config, &input),
+            RoundStats::default(),
+        ),
     };
     let (warm_plan, stats) = plan_once();
     warm_plan
         .validate(&workload.cluster, &workload.jobs)
-        .map_err(|e| Failure::runtime(anyhow::anyhow!("{} broke a rule: {e}", policy_name(a.policy))))?;
+        .map_err(|e| {
+            Failure::runtime(anyhow::anyhow!(
+                "{} broke a rule: {e}",
+                policy_name(a.policy)
+            ))
+        })?;
     let mut times = Vec::with_capacity(a.repetitions as usize);
     for _ in 0..a.repetitions {
         let started = Instant::now();
@@ -87,7 +102,11 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 a.gpus_per_node,
                 a.types,
                 a.seed,
-                if release { "release" } else { "debug (use --release for figures)" }
+                if release {
+                    "release"
+                } else {
+                    "debug (use --release for figures)"
+                }
             );
             out.push_str(&match a.policy {
                 BenchRoundPolicy::Hadar => format!(
@@ -145,22 +164,36 @@ fn policy_name(p: BenchRoundPolicy) -> &'static str {
 
 fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
     let names = match &a.policy {
-        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+        Some(list) => PolicyName::parse_list(list)
+            .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
         None => PolicyName::ALL.to_vec(),
     };
     if a.jobs == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--jobs: must be at least 1")));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--jobs: must be at least 1"
+        )));
     }
     let cluster = match &a.cluster {
         Some(spec) => load_cluster(spec, a.gpus_per_node).map_err(Failure::input)?,
         None => embedded::cluster().map_err(Failure::runtime)?,
     };
     let table = embedded::throughputs().map_err(Failure::runtime)?;
-    let spec = TraceSpec { jobs: a.jobs, multi_gpu: true, arrivals: Arrivals::Static, seed: a.seed };
+    let spec = TraceSpec {
+        jobs: a.jobs,
+        multi_gpu: true,
+        arrivals: Arrivals::Static,
+        seed: a.seed,
+    };
     let jobs = generate_jobs(&table, &cluster, &spec);
     let workload = Workload { cluster, jobs };
-    let cfg = SimConfig { seed: a.seed, ..SimConfig::default() };
-    let opts = PolicyOptions { seed: a.seed, ..PolicyOptions::default() };
+    let cfg = SimConfig {
+        seed: a.seed,
+        ..SimConfig::default()
+    };
+    let opts = PolicyOptions {
+        seed: a.seed,
+        ..PolicyOptions::default()
+    };
 
     let mut rows = Vec::new();
     let all = Instant::now();
@@ -173,12 +206,22 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
             (0, ttd)
         } else {
-            let mut p = policies::build(name, &opts)
-                .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
-            let r = simulate(&workload, p.as_mut(), &cfg).map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
+            let mut p = policies::build(name, &opts).ok_or_else(|| {
+                Failure::input(anyhow::anyhow!(
+                    "--policy: `{name}` is not available in this build"
+                ))
+            })?;
+            let r = simulate(&workload, p.as_mut(), &cfg)
+                .map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
             (r.metrics.rounds, r.metrics.ttd_s)
         };
-        rows.push((name, started.elapsed().as_secs_f64() * 1e3, thread_cpu_ms() - started_cpu, rounds, ttd));
+        rows.push((
+            name,
+            started.elapsed().as_secs_f64() * 1e3,
+            thread_cpu_ms() - started_cpu,
+            rounds,
+            ttd,
+        ));
     }
     let total_ms = all.elapsed().as_secs_f64() * 1e3;
     let total_cpu_ms = thread_cpu_ms() - all_cpu;
@@ -190,7 +233,11 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
                 workload.jobs.len(),
                 a.seed,
                 workload.cluster,
-                if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
+                if cfg!(debug_assertions) {
+                    "debug (use --release for figures)"
+                } else {
+                    "release"
+                }
             );
             let mut t = Table::new(&["policy", "wall ms", "cpu ms", "rounds", "TTD h"]);
             for (name, ms, cpu, rounds, ttd) in &rows {
@@ -202,7 +249,11 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
                     format!("{:.2}", ttd / 3600.0),
                 ]);
             }
-            t.row(vec!["all".into(), format!("{total_ms:.1}"), format!("{total_cpu_ms:.1}")]);
+            t.row(vec![
+                "all".into(),
+                format!("{total_ms:.1}"),
+                format!("{total_cpu_ms:.1}"),
+            ]);
             print!("{}", t.render());
         }
         Format::Json => {
@@ -214,7 +265,10 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
                 "total_cpu_ms": total_cpu_ms,
                 "policies": rows.iter().map(|(n, ms, cpu, rounds, ttd)| json!({"policy": n.as_str(), "wall_ms": ms, "cpu_ms": cpu, "rounds": rounds, "ttd_s": ttd})).collect::<Vec<_>>(),
             });
-            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
+            );
         }
     }
     Ok(())
@@ -226,10 +280,15 @@ const BENCH_TENSOR_BYTES: u64 = 64 << 20;
 fn average_bench(a: BenchAverageArgs) -> Result<(), Failure> {
     use hadar_average::dtype::Dtype;
     if !(a.size_gb.is_finite() && a.size_gb > 0.0 && a.size_gb <= 1000.0) {
-        return Err(Failure::input(anyhow::anyhow!("--size-gb: must be above 0 and at most 1000, got {}", a.size_gb)));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--size-gb: must be above 0 and at most 1000, got {}",
+            a.size_gb
+        )));
     }
     if a.copies < 2 || a.repeat == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--copies must be at least 2 and --repeat at least 1")));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--copies must be at least 2 and --repeat at least 1"
+        )));
     }
     let dtype = match a.dtype {
         BenchDtype::F32 => Dtype::F32,
@@ -239,7 +298,10 @@ fn average_bench(a: BenchAverageArgs) -> Result<(), Failure> {
     let elem = dtype.bits() / 8;
     let total = (a.size_gb * 1e9) as u64 / elem * elem;
     let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new().prefix("hadar-bench-average.").tempdir_in(&base).map_err(|e| Failure::runtime(anyhow::anyhow!("{}: {e}", base.display())))?;
+    let dir = tempfile::Builder::new()
+        .prefix("hadar-bench-average.")
+        .tempdir_in(&base)
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("{}: {e}", base.display())))?;
     let mut layout = Vec::new();
     let mut left = total;
     while left > 0 {
@@ -259,9 +321,15 @@ fn average_bench(a: BenchAverageArgs) -> Result<(), Failure> {
     let mut runs = Vec::new();
     for _ in 0..a.repeat {
         let started = Instant::now();
-        let s = hadar_average::average_files(&inputs, &out, &hadar_average::AverageOptions::default()).map_err(Failure::runtime)?;
+        let s =
+            hadar_average::average_files(&inputs, &out, &hadar_average::AverageOptions::default())
+                .map_err(Failure::runtime)?;
         let secs = started.elapsed().as_secs_f64();
-        runs.push((secs, s.bytes_read as f64 / secs / 1e9, s.bytes_written as f64 / secs / 1e9));
+        runs.push((
+            secs,
+            s.bytes_read as f64 / secs / 1e9,
+            s.bytes_written as f64 / secs / 1e9,
+        ));
     }
     let mut by_speed = runs.clone();
     by_speed.sort_by(|x, y| x.1.total_cmp(&y.1));
@@ -273,26 +341,51 @@ fn average_bench(a: BenchAverageArgs) -> Result<(), Failure> {
         layout.len(),
         dtype,
         a.repeat,
-        if cfg!(debug_assertions) { "debug (use --release for figures)" } else { "release" }
+        if cfg!(debug_assertions) {
+            "debug (use --release for figures)"
+        } else {
+            "release"
+        }
     );
     let mut t = Table::new(&["run", "seconds", "read GB/s", "written GB/s"]);
     for (i, (secs, rd, wr)) in runs.iter().enumerate() {
-        t.row(vec![(i + 1).to_string(), format!("{secs:.2}"), format!("{rd:.2}"), format!("{wr:.2}")]);
+        t.row(vec![
+            (i + 1).to_string(),
+            format!("{secs:.2}"),
+            format!("{rd:.2}"),
+            format!("{wr:.2}"),
+        ]);
     }
-    t.row(vec!["median".into(), format!("{:.2}", median.0), format!("{:.2}", median.1), format!("{:.2}", median.2)]);
+    t.row(vec![
+        "median".into(),
+        format!("{:.2}", median.0),
+        format!("{:.2}", median.1),
+        format!("{:.2}", median.2),
+    ]);
     print!("{}", t.render());
     Ok(())
 }
 
 /// Writes a checkpoint of pseudo-random values in the range [-1, 1), one tensor at a time.
-fn write_bench_checkpoint(path: &std::path::Path, dtype: hadar_average::dtype::Dtype, layout: &[(String, u64)], seed: u64) -> anyhow::Result<()> {
+fn write_bench_checkpoint(
+    path: &std::path::Path,
+    dtype: hadar_average::dtype::Dtype,
+    layout: &[(String, u64)],
+    seed: u64,
+) -> anyhow::Result<()> {
     use hadar_average::dtype::Dtype;
     let elem = dtype.bits() / 8;
-    let entries: Vec<_> = layout.iter().map(|(n, len)| (n.as_str(), dtype, vec![len / elem], *len)).collect();
+    let entries: Vec<_> = layout
+        .iter()
+        .map(|(n, len)| (n.as_str(), dtype, vec![len / elem], *len))
+        .collect();
     let header = hadar_average::write::header_bytes(None, &entries);
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     hadar_average::write::atomically(path, |w| {
-        let err = |error| hadar_average::AverageError::Io { path: path.to_path_buf(), error };
+        let err = |error| hadar_average::AverageError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
         w.write_all(&header).map_err(err)?;
         let mut buf = Vec::with_capacity(1 << 20);
         for (_, len) in layout {
@@ -306,7 +399,9 @@ fn write_bench_checkpoint(path: &std::path::Path, dtype: hadar_average::dtype::D
                     state ^= state << 17;
                     let x = (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
                     match dtype {
-                        Dtype::BF16 => buf.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+                        Dtype::BF16 => {
+                            buf.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())
+                        }
                         Dtype::F16 => buf.extend_from_slice(&half::f16::from_f32(x).to_le_bytes()),
                         _ => buf.extend_from_slice(&x.to_le_bytes()),
                     }

@@ -16,7 +16,9 @@ pub struct Cli {
 
 fn version() -> &'static str {
     match option_env!("HADAR_GIT_REVISION") {
-        Some(rev) => Box::leak(format!("{} (git {rev})", env!("CARGO_PKG_VERSION")).into_boxed_str()),
+        Some(rev) => {
+            Box::leak(format!("{} (git {rev})", env!("CARGO_PKG_VERSION")).into_boxed_str())
+        }
         None => env!("CARGO_PKG_VERSION"),
     }
 }
@@ -229,8 +231,16 @@ impl HadarArgs {
             mixed_types: !self.single_type,
             swap_improvement: !self.no_swaps,
             exact: self.exact,
-            criticality: if self.criticality.is_finite() { self.criticality.max(0.0) } else { 0.0 },
-            type_pressure: if self.type_pressure.is_finite() { self.type_pressure.max(0.0) } else { 0.0 },
+            criticality: if self.criticality.is_finite() {
+                self.criticality.max(0.0)
+            } else {
+                0.0
+            },
+            type_pressure: if self.type_pressure.is_finite() {
+                self.type_pressure.max(0.0)
+            } else {
+                0.0
+            },
             ..HadarConfig::default()
         }
     }

@@ -9,7 +9,8 @@ use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::{Cluster, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
 use hadar_formats::jobs::{EXAMPLE_CLUSTER_SPEC, EXAMPLE_GPUS_PER_NODE, EXAMPLE_JOBS_TOML};
 use hadar_formats::{
-    JobsFile, JobsSyntax, ThroughputTable, embedded, load_cluster, load_jobs, parse_cluster_spec, parse_jobs,
+    JobsFile, JobsSyntax, ThroughputTable, embedded, load_cluster, load_jobs, parse_cluster_spec,
+    parse_jobs,
 };
 use serde_json::{Value, json};
 
@@ -39,20 +40,27 @@ impl Decision {
 
 /// Runs the command.
 pub fn run(a: DryRunArgs) -> Result<(), Failure> {
-    let name: PolicyName = a.policy.parse().map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?;
+    let name: PolicyName = a
+        .policy
+        .parse()
+        .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?;
     if name.is_bound() {
         return Err(Failure::input(anyhow::anyhow!(
             "--policy: `{name}` is a bound computed over a whole workload, not a round policy"
         )));
     }
     let (cluster, cluster_origin) = match &a.cluster {
-        Some(spec) => {
-            (load_cluster(spec, a.gpus_per_node.unwrap_or(1)).map_err(Failure::input)?, spec.clone())
-        }
+        Some(spec) => (
+            load_cluster(spec, a.gpus_per_node.unwrap_or(1)).map_err(Failure::input)?,
+            spec.clone(),
+        ),
         None => {
             let per_node = a.gpus_per_node.unwrap_or(EXAMPLE_GPUS_PER_NODE);
             let c = parse_cluster_spec(EXAMPLE_CLUSTER_SPEC, per_node).map_err(Failure::input)?;
-            (c, format!("embedded example: {EXAMPLE_CLUSTER_SPEC}, {per_node} GPUs per node"))
+            (
+                c,
+                format!("embedded example: {EXAMPLE_CLUSTER_SPEC}, {per_node} GPUs per node"),
+            )
         }
     };
     let table = match &a.throughputs {
@@ -60,10 +68,19 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         None => embedded::throughputs().map_err(Failure::runtime)?,
     };
     let (queue, jobs_origin) = match &a.jobs {
-        Some(p) => (load_jobs(p, &table, &cluster).map_err(Failure::input)?, p.display().to_string()),
+        Some(p) => (
+            load_jobs(p, &table, &cluster).map_err(Failure::input)?,
+            p.display().to_string(),
+        ),
         None => (
-            parse_jobs(EXAMPLE_JOBS_TOML, "<embedded example jobs>", JobsSyntax::Toml, &table, &cluster)
-                .map_err(Failure::input)?,
+            parse_jobs(
+                EXAMPLE_JOBS_TOML,
+                "<embedded example jobs>",
+                JobsSyntax::Toml,
+                &table,
+                &cluster,
+            )
+            .map_err(Failure::input)?,
             "embedded example queue".to_string(),
         ),
     };
@@ -86,12 +103,15 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             hadare: a.hadar.hadare_config(),
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
-            Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build"))
+            Failure::input(anyhow::anyhow!(
+                "--policy: `{name}` is not available in this build"
+            ))
         })?;
         (p.plan(&input), None)
     };
-    plan.validate(&cluster, &queue.jobs)
-        .map_err(|e| Failure::runtime(anyhow::anyhow!("policy `{name}` made an invalid plan: {e}")))?;
+    plan.validate(&cluster, &queue.jobs).map_err(|e| {
+        Failure::runtime(anyhow::anyhow!("policy `{name}` made an invalid plan: {e}"))
+    })?;
 
     let report = Report {
         name,
@@ -104,7 +124,9 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
     };
     let text = match a.format {
         Format::Table => report.table(),
-        Format::Json => serde_json::to_string_pretty(&report.json()).map_err(Failure::runtime)? + "\n",
+        Format::Json => {
+            serde_json::to_string_pretty(&report.json()).map_err(Failure::runtime)? + "\n"
+        }
     };
     emit(&text)
 }
@@ -147,7 +169,11 @@ impl<'a> Report<'a> {
             .iter()
             .map(|job| {
                 let assignment = plan.assignments.iter().find(|x| x.job == job.id());
-                let wait = plan.waiting.iter().find(|w| w.job == job.id()).map(|w| &w.reason);
+                let wait = plan
+                    .waiting
+                    .iter()
+                    .find(|w| w.job == job.id())
+                    .map(|w| &w.reason);
                 let decision = match (assignment, &job.placement) {
                     (None, _) => Decision::Wait,
                     (Some(_), None) => Decision::Start,
@@ -183,7 +209,10 @@ impl<'a> Report<'a> {
 
     fn table(&self) -> String {
         let mut out = String::new();
-        out.push_str(&format!("cluster: {} ({})\n", self.cluster, self.cluster_origin));
+        out.push_str(&format!(
+            "cluster: {} ({})\n",
+            self.cluster, self.cluster_origin
+        ));
         out.push_str(&format!(
             "jobs:    {} ({}); round at {} s, {} s long, restart {} s\n",
             self.queue.jobs.len(),
@@ -209,13 +238,22 @@ impl<'a> Report<'a> {
             None => out.push_str(&format!("policy:  {}\n", self.name)),
         }
         out.push('\n');
-        let mut t = Table::new(&["job", "gpus", "decision", "placement", "rate/s", "payoff", "why waiting"]);
+        let mut t = Table::new(&[
+            "job",
+            "gpus",
+            "decision",
+            "placement",
+            "rate/s",
+            "payoff",
+            "why waiting",
+        ]);
         for r in self.rows() {
             t.row(vec![
                 r.job.id().to_string(),
                 r.job.job.workers.to_string(),
                 r.decision.as_str().to_string(),
-                r.placement.map_or_else(String::new, |p| self.placement_text(p)),
+                r.placement
+                    .map_or_else(String::new, |p| self.placement_text(p)),
                 r.rate.map_or_else(|| "-".to_string(), sig),
                 r.payoff.map_or_else(|| "-".to_string(), sig),
                 r.wait.map_or_else(String::new, describe_wait),
@@ -293,14 +331,25 @@ impl<'a> Report<'a> {
 }
 
 fn describe_config(cfg: &HadarConfig) -> String {
-    let mut parts =
-        vec![format!("objective {}", cfg.objective.as_str()), format!("order {}", cfg.order.as_str())];
+    let mut parts = vec![
+        format!("objective {}", cfg.objective.as_str()),
+        format!("order {}", cfg.order.as_str()),
+    ];
     if let Some(m) = cfg.max_nodes_per_job {
         parts.push(format!("at most {m} nodes per job"));
     }
-    parts.push(format!("work conservation {}", if cfg.work_conservation { "on" } else { "off" }));
-    parts.push(format!("stickiness {}", if cfg.stickiness { "on" } else { "off" }));
-    parts.push(format!("swaps {}", if cfg.swap_improvement { "on" } else { "off" }));
+    parts.push(format!(
+        "work conservation {}",
+        if cfg.work_conservation { "on" } else { "off" }
+    ));
+    parts.push(format!(
+        "stickiness {}",
+        if cfg.stickiness { "on" } else { "off" }
+    ));
+    parts.push(format!(
+        "swaps {}",
+        if cfg.swap_improvement { "on" } else { "off" }
+    ));
     if !cfg.mixed_types {
         parts.push("single type per job".into());
     }
@@ -349,7 +398,11 @@ fn sig(x: f64) -> String {
         return format!("{x}");
     }
     let mag = x.abs().log10().floor() as i32;
-    if (-3..5).contains(&mag) { format!("{:.*}", (3 - mag).max(0) as usize, x) } else { format!("{x:.3e}") }
+    if (-3..5).contains(&mag) {
+        format!("{:.*}", (3 - mag).max(0) as usize, x)
+    } else {
+        format!("{x:.3e}")
+    }
 }
 
 /// Six significant digits, so JSON output does not depend on the last bits of `powf`.

@@ -30,14 +30,24 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     let job_type = resolve_job_type(&table, &a.job_type)
         .ok_or_else(|| Failure::input(anyhow!("--job-type {}: not a job type of Gavel's table (e.g. resnet50-b64, transformer-b128, a3c)", a.job_type)))?;
     if !(a.time_scale.is_finite() && a.time_scale > 0.0) {
-        return Err(Failure::input(anyhow!("--time-scale {} must be a positive number", a.time_scale)));
+        return Err(Failure::input(anyhow!(
+            "--time-scale {} must be a positive number",
+            a.time_scale
+        )));
     }
-    let job_id: Option<u64> = std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok());
+    let job_id: Option<u64> = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let slurm = Slurm::new(SlurmConfig::default());
     let gpus: Vec<(String, u32)> = match &a.gpus {
-        Some(spec) => parse_gpus(spec).ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
+        Some(spec) => parse_gpus(spec)
+            .ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
         None => {
-            let id = job_id.ok_or_else(|| Failure::input(anyhow!("not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given")))?;
+            let id = job_id.ok_or_else(|| {
+                Failure::input(anyhow!(
+                    "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
+                ))
+            })?;
             let job = slurm
                 .job(id)
                 .map_err(Failure::runtime)?
@@ -54,20 +64,32 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     };
     let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
     if workers == 0 {
-        return Err(Failure::runtime(anyhow!("the job has no GPU in its allocation")));
+        return Err(Failure::runtime(anyhow!(
+            "the job has no GPU in its allocation"
+        )));
     }
     let mut rate = f64::INFINITY;
     for (t, _) in &gpus {
         let r = table_rate(&table, &job_type, t, workers)
             .filter(|r| *r > 0.0)
-            .ok_or_else(|| Failure::runtime(anyhow!("{job_type} has no measured rate on {t} with {workers} workers")))?;
+            .ok_or_else(|| {
+                Failure::runtime(anyhow!(
+                    "{job_type} has no measured rate on {t} with {workers} workers"
+                ))
+            })?;
         rate = rate.min(r);
     }
     let rate = rate * a.time_scale;
 
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
-    let signal = signal_number(&a.signal).ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
-    unsafe { libc::signal(signal, on_checkpoint_signal as *const () as libc::sighandler_t) };
+    let signal = signal_number(&a.signal)
+        .ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
+    unsafe {
+        libc::signal(
+            signal,
+            on_checkpoint_signal as *const () as libc::sighandler_t,
+        )
+    };
 
     let checkpoint = match (&a.checkpoint, job_id) {
         (Some(p), _) => p.clone(),
@@ -78,12 +100,19 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     let total = a.steps as f64;
     let mut steps = resumed.min(total);
     let gpu_words: Vec<String> = gpus.iter().map(|(t, c)| format!("{t}:{c}")).collect();
-    println!("hadar-emulate: job type {job_type}, GPUs {}, rate {rate:.4} steps/s, resuming at {steps} of {total} steps", gpu_words.join(","));
+    println!(
+        "hadar-emulate: job type {job_type}, GPUs {}, rate {rate:.4} steps/s, resuming at {steps} of {total} steps",
+        gpu_words.join(",")
+    );
     let report = |steps: f64, r: f64| {
         if let Some(id) = job_id
             && a.report
         {
-            let text = Progress { steps: steps.floor(), rate: r }.encode();
+            let text = Progress {
+                steps: steps.floor(),
+                rate: r,
+            }
+            .encode();
             if let Err(e) = slurm.set_comment(id, &text) {
                 eprintln!("hadar-emulate: cannot report progress: {e}");
             }
@@ -156,7 +185,8 @@ fn read_checkpoint(path: &Path) -> anyhow::Result<f64> {
 /// Writes the checkpoint atomically (a temporary file renamed over it).
 fn write_checkpoint(path: &Path, steps: f64) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("steps={steps}\n")).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::write(&tmp, format!("steps={steps}\n"))
+        .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok(())
 }
@@ -174,7 +204,10 @@ mod tests {
         assert_eq!(read_checkpoint(&p).unwrap(), 42.0);
         std::fs::write(&p, "garbage").unwrap();
         assert!(read_checkpoint(&p).is_err());
-        assert_eq!(parse_gpus("v100:2,k80:2"), Some(vec![("v100".into(), 2), ("k80".into(), 2)]));
+        assert_eq!(
+            parse_gpus("v100:2,k80:2"),
+            Some(vec![("v100".into(), 2), ("k80".into(), 2)])
+        );
         assert_eq!(parse_gpus("v100"), None);
     }
 }

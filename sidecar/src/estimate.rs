@@ -5,27 +5,45 @@ use crate::Failure;
 use crate::cli::{EstimateArgs, Format};
 use crate::table::Table;
 use hadar_core::estimate::evaluate::{EvalReport, Measurement, ReplaySettings, evaluate};
-use hadar_core::estimate::{GpuCatalog, GpuSpec, ModelConstants, WORKER_COUNTS, estimate_rate, gavel_job, gavel_job_traits, step_time};
+use hadar_core::estimate::{
+    GpuCatalog, GpuSpec, ModelConstants, WORKER_COUNTS, estimate_rate, gavel_job, gavel_job_traits,
+    step_time,
+};
 use hadar_formats::ThroughputTable;
 use serde_json::json;
 use std::path::Path;
 
 /// Runs the command.
 pub fn run(a: EstimateArgs) -> Result<(), Failure> {
-    let replay = ReplaySettings { noise: a.noise, seed: a.seed, tolerance: a.tolerance, max_rounds: a.rounds };
+    let replay = ReplaySettings {
+        noise: a.noise,
+        seed: a.seed,
+        tolerance: a.tolerance,
+        max_rounds: a.rounds,
+    };
     if !(a.noise.is_finite() && (0.0..1.0).contains(&a.noise)) {
-        return Err(Failure::input(anyhow::anyhow!("--noise: must be at least 0 and below 1, got {}", a.noise)));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--noise: must be at least 0 and below 1, got {}",
+            a.noise
+        )));
     }
     if !(a.tolerance.is_finite() && a.tolerance > 0.0) {
-        return Err(Failure::input(anyhow::anyhow!("--tolerance: must be a positive fraction, got {}", a.tolerance)));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--tolerance: must be a positive fraction, got {}",
+            a.tolerance
+        )));
     }
     if a.rounds == 0 {
-        return Err(Failure::input(anyhow::anyhow!("--rounds: must be at least 1")));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--rounds: must be at least 1"
+        )));
     }
     match (&a.evaluate, &a.job_type) {
         (Some(path), _) => run_evaluate(path, &replay, a.format),
         (None, Some(name)) => run_job(name, a.gpus.as_deref(), a.format),
-        (None, None) => Err(Failure::input(anyhow::anyhow!("give --evaluate FILE or --job-type NAME"))),
+        (None, None) => Err(Failure::input(anyhow::anyhow!(
+            "give --evaluate FILE or --job-type NAME"
+        ))),
     }
 }
 
@@ -35,18 +53,31 @@ fn run_evaluate(path: &Path, replay: &ReplaySettings, format: Format) -> Result<
     for job in table.job_types() {
         for gpu in table.gpu_types() {
             for &(workers, rate) in table.points(job, gpu) {
-                measurements.push(Measurement { job_type: job.to_string(), gpu_type: gpu.clone(), workers, rate });
+                measurements.push(Measurement {
+                    job_type: job.to_string(),
+                    gpu_type: gpu.clone(),
+                    workers,
+                    rate,
+                });
             }
         }
     }
-    let report = evaluate(&measurements, &gavel_job_traits(), &GpuCatalog::builtin(), replay)
-        .map_err(|e| Failure::input(anyhow::anyhow!("{}: {e}", path.display())))?;
+    let report = evaluate(
+        &measurements,
+        &gavel_job_traits(),
+        &GpuCatalog::builtin(),
+        replay,
+    )
+    .map_err(|e| Failure::input(anyhow::anyhow!("{}: {e}", path.display())))?;
     match format {
         Format::Table => print!("{}", render_report(path, &report)),
         Format::Json => {
             let mut v = serde_json::to_value(&report).map_err(Failure::runtime)?;
             v["file"] = json!(path.display().to_string());
-            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
+            );
         }
     }
     Ok(())
@@ -70,7 +101,15 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         k.step_overhead_s * 1e3,
         k.layer_overhead_s * 1e3,
     );
-    let mut t = Table::new(&["GPU type", "jobs", "MAPE %", "median APE %", "Spearman", "Kendall", "multi-worker MAPE %"]);
+    let mut t = Table::new(&[
+        "GPU type",
+        "jobs",
+        "MAPE %",
+        "median APE %",
+        "Spearman",
+        "Kendall",
+        "multi-worker MAPE %",
+    ]);
     for p in &r.per_type {
         t.row(vec![
             p.gpu_type.clone(),
@@ -107,7 +146,11 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         let mut row = vec![j.job_type.clone()];
         for g in &r.gpu_types {
             row.push(
-                j.rates.iter().find(|c| &c.gpu_type == g).map(|c| format!("{:.2} / {:.2}", c.estimated, c.measured)).unwrap_or_else(|| "-".into()),
+                j.rates
+                    .iter()
+                    .find(|c| &c.gpu_type == g)
+                    .map(|c| format!("{:.2} / {:.2}", c.estimated, c.measured))
+                    .unwrap_or_else(|| "-".into()),
             );
         }
         t.row(row);
@@ -139,10 +182,16 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         ));
     }
     if !r.skipped_job_types.is_empty() {
-        out.push_str(&format!("skipped job types (no traits): {}\n", r.skipped_job_types.join(", ")));
+        out.push_str(&format!(
+            "skipped job types (no traits): {}\n",
+            r.skipped_job_types.join(", ")
+        ));
     }
     if !r.skipped_gpu_types.is_empty() {
-        out.push_str(&format!("skipped GPU types (not in the GPU table): {}\n", r.skipped_gpu_types.join(", ")));
+        out.push_str(&format!(
+            "skipped GPU types (not in the GPU table): {}\n",
+            r.skipped_gpu_types.join(", ")
+        ));
     }
     out
 }
@@ -150,7 +199,10 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
 fn run_job(name: &str, gpus: Option<&str>, format: Format) -> Result<(), Failure> {
     let job = gavel_job(name).ok_or_else(|| {
         let known: Vec<String> = gavel_job_traits().into_iter().map(|j| j.name).collect();
-        Failure::input(anyhow::anyhow!("--job-type: unknown job type `{name}`; known: {}", known.join(", ")))
+        Failure::input(anyhow::anyhow!(
+            "--job-type: unknown job type `{name}`; known: {}",
+            known.join(", ")
+        ))
     })?;
     let catalog = GpuCatalog::builtin();
     let specs: Vec<GpuSpec> = match gpus {
@@ -161,8 +213,12 @@ fn run_job(name: &str, gpus: Option<&str>, format: Format) -> Result<(), Failure
             .filter(|g| !g.is_empty())
             .map(|g| {
                 catalog.lookup(g).cloned().ok_or_else(|| {
-                    let known: Vec<&str> = catalog.specs().iter().map(|s| s.name.as_str()).collect();
-                    Failure::input(anyhow::anyhow!("--gpus: unknown GPU type `{g}`; known: {}", known.join(", ")))
+                    let known: Vec<&str> =
+                        catalog.specs().iter().map(|s| s.name.as_str()).collect();
+                    Failure::input(anyhow::anyhow!(
+                        "--gpus: unknown GPU type `{g}`; known: {}",
+                        known.join(", ")
+                    ))
                 })
             })
             .collect::<Result<_, _>>()?,
@@ -189,9 +245,16 @@ fn run_job(name: &str, gpus: Option<&str>, format: Format) -> Result<(), Failure
             let mut t = Table::new(&refs);
             for g in &specs {
                 let mut row = vec![g.name.clone()];
-                row.extend(WORKER_COUNTS.iter().map(|&n| estimate_rate(&job, g, n, &k).map(|r| format!("{r:.3}")).unwrap_or_else(|| "-".into())));
+                row.extend(WORKER_COUNTS.iter().map(|&n| {
+                    estimate_rate(&job, g, n, &k)
+                        .map(|r| format!("{r:.3}"))
+                        .unwrap_or_else(|| "-".into())
+                }));
                 let st = step_time(&job, g, 1, &k);
-                row.extend([st.overhead_s, st.compute_s, st.memory_s, st.input_s].map(|s| format!("{:.2}", s * 1e3)));
+                row.extend(
+                    [st.overhead_s, st.compute_s, st.memory_s, st.input_s]
+                        .map(|s| format!("{:.2}", s * 1e3)),
+                );
                 t.row(row);
             }
             print!("{}", t.render());
@@ -206,7 +269,10 @@ fn run_job(name: &str, gpus: Option<&str>, format: Format) -> Result<(), Failure
                     "step_time_1_worker": step_time(&job, g, 1, &k),
                 })).collect::<Vec<_>>(),
             });
-            println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
+            );
         }
     }
     Ok(())

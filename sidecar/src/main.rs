@@ -67,11 +67,17 @@ pub struct Failure {
 impl Failure {
     /// Bad input: nothing was run.
     pub fn input(error: impl Into<anyhow::Error>) -> Self {
-        Failure { error: error.into(), code: 2 }
+        Failure {
+            error: error.into(),
+            code: 2,
+        }
     }
 
     /// A failure while running.
     pub fn runtime(error: impl Into<anyhow::Error>) -> Self {
-        Failure { error: error.into(), code: 1 }
+        Failure {
+            error: error.into(),
+            code: 1,
+        }
     }
 }

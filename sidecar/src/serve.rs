@@ -31,8 +31,14 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         bin_dir: config.sidecar.slurm_bin_dir.clone(),
         timeout: Duration::from_secs_f64(config.sidecar.command_timeout_seconds),
     });
-    if let Some(dir) = config.sidecar.state.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(anyhow!("creating {}: {e}", dir.display())))?;
+    if let Some(dir) = config
+        .sidecar
+        .state
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::runtime(anyhow!("creating {}: {e}", dir.display())))?;
     }
     let store = Store::open(&config.sidecar.state).map_err(Failure::runtime)?;
     // SAFETY: handlers only store to an atomic.
@@ -42,7 +48,14 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     }
     let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
     listen_for_notices(&config.sidecar.socket, wake_tx);
-    let mut daemon = Daemon::new(slurm, store, config, Box::new(hadar_daemon::spec::JobSpec::from_record), now_unix()).map_err(Failure::runtime)?;
+    let mut daemon = Daemon::new(
+        slurm,
+        store,
+        config,
+        Box::new(hadar_daemon::spec::JobSpec::from_record),
+        now_unix(),
+    )
+    .map_err(Failure::runtime)?;
     tracing::info!("hadar serve: started");
     daemon.run(&STOP, &wake_rx, &now_unix);
     tracing::info!("hadar serve: stopped");
@@ -59,7 +72,10 @@ fn listen_for_notices(path: &Path, wake: std::sync::mpsc::Sender<()>) {
     let listener = match std::os::unix::net::UnixListener::bind(path) {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!("cannot listen on {}: {e}; new jobs wait for the next round", path.display());
+            tracing::warn!(
+                "cannot listen on {}: {e}; new jobs wait for the next round",
+                path.display()
+            );
             return;
         }
     };
@@ -68,7 +84,10 @@ fn listen_for_notices(path: &Path, wake: std::sync::mpsc::Sender<()>) {
         for conn in listener.incoming().flatten() {
             let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
             let mut line = String::new();
-            if BufReader::new(std::io::Read::take(conn, 4096)).read_line(&mut line).is_ok() && hadar_request::Notice::decode(&line).is_ok()
+            if BufReader::new(std::io::Read::take(conn, 4096))
+                .read_line(&mut line)
+                .is_ok()
+                && hadar_request::Notice::decode(&line).is_ok()
                 && let Ok(w) = wake.lock()
             {
                 let _ = w.send(());
@@ -81,10 +100,17 @@ fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store
     let path = match (state, config) {
         (Some(s), _) => s.clone(),
         (None, Some(c)) => load_config(c)?.sidecar.state,
-        (None, None) => load_config(Path::new("/etc/hadar/hadar.toml"))?.sidecar.state,
+        (None, None) => {
+            load_config(Path::new("/etc/hadar/hadar.toml"))?
+                .sidecar
+                .state
+        }
     };
     if !path.exists() {
-        return Err(Failure::input(anyhow!("no state database at {}: is `hadar serve` running with this configuration?", path.display())));
+        return Err(Failure::input(anyhow!(
+            "no state database at {}: is `hadar serve` running with this configuration?",
+            path.display()
+        )));
     }
     Store::open_read_only(&path).map_err(Failure::runtime)
 }
@@ -100,7 +126,10 @@ fn job_json(r: &JobRow) -> serde_json::Value {
 }
 
 fn placement_text(r: &JobRow) -> String {
-    r.placement.as_ref().map(hadar_daemon::explain::placement_words).unwrap_or_else(|| "-".into())
+    r.placement
+        .as_ref()
+        .map(hadar_daemon::explain::placement_words)
+        .unwrap_or_else(|| "-".into())
 }
 
 /// Prints the daemon's last round, queue and running placements.
@@ -108,25 +137,45 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
     let store = open_state(&a.config, &a.state)?;
     let round = store.last_round().map_err(Failure::runtime)?;
     let jobs = store.jobs().map_err(Failure::runtime)?;
-    let active: Vec<&JobRow> = jobs.iter().filter(|j| j.phase != Phase::Finished || a.all).collect();
+    let active: Vec<&JobRow> = jobs
+        .iter()
+        .filter(|j| j.phase != Phase::Finished || a.all)
+        .collect();
     if a.format == Format::Json {
         let v = serde_json::json!({ "round": round, "jobs": active.iter().map(|j| job_json(j)).collect::<Vec<_>>() });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
+        );
         return Ok(());
     }
     match &round {
         None => println!("no round has run yet"),
         Some(r) => {
-            println!("round {} at {:.1} s; policy {} decided in {:.2} ms", r.round, r.started_s, r.policy, r.decision_ms);
-            println!("{:<8} {:>8} {:>8} {:>8} {:>12}", "GPU type", "usable", "planned", "busy", "utilisation");
+            println!(
+                "round {} at {:.1} s; policy {} decided in {:.2} ms",
+                r.round, r.started_s, r.policy, r.decision_ms
+            );
+            println!(
+                "{:<8} {:>8} {:>8} {:>8} {:>12}",
+                "GPU type", "usable", "planned", "busy", "utilisation"
+            );
             for (t, cap) in &r.capacity {
                 let planned = r.planned_use.get(t).copied().unwrap_or(0);
                 let busy = r.busy.get(t).copied().unwrap_or(0);
-                let util = if *cap > 0 { 100.0 * planned as f64 / *cap as f64 } else { 0.0 };
+                let util = if *cap > 0 {
+                    100.0 * planned as f64 / *cap as f64
+                } else {
+                    0.0
+                };
                 println!("{t:<8} {cap:>8} {planned:>8} {busy:>8} {util:>11.0}%");
             }
             if !r.unusable_nodes.is_empty() {
-                let n: Vec<String> = r.unusable_nodes.iter().map(|(n, s)| format!("{n} ({s})")).collect();
+                let n: Vec<String> = r
+                    .unusable_nodes
+                    .iter()
+                    .map(|(n, s)| format!("{n} ({s})"))
+                    .collect();
                 println!("left out: {}", n.join(", "));
             }
             if let Some((l, u)) = r.price_bounds {
@@ -137,9 +186,15 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
             }
         }
     }
-    println!("{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  placement", "job", "name", "phase", "workers", "steps", "rate");
+    println!(
+        "{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  placement",
+        "job", "name", "phase", "workers", "steps", "rate"
+    );
     for j in active {
-        let rate = j.last_rate.map(|r| format!("{r:.3}")).unwrap_or_else(|| "-".into());
+        let rate = j
+            .last_rate
+            .map(|r| format!("{r:.3}"))
+            .unwrap_or_else(|| "-".into());
         let steps = format!("{:.0}/{:.0}", j.steps_done, j.total_steps);
         println!(
             "{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  {}",
@@ -158,19 +213,35 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
 /// Explains one job's last decision.
 pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
     let store = open_state(&a.config, &a.state)?;
-    let job = store
-        .job(a.job)
-        .map_err(Failure::runtime)?
-        .ok_or_else(|| Failure::input(anyhow!("job {} is not a job hadar manages (or has not been seen yet)", a.job)))?;
+    let job = store.job(a.job).map_err(Failure::runtime)?.ok_or_else(|| {
+        Failure::input(anyhow!(
+            "job {} is not a job hadar manages (or has not been seen yet)",
+            a.job
+        ))
+    })?;
     let decision = store.decision(a.job).map_err(Failure::runtime)?;
     if a.format == Format::Json {
         let v = serde_json::json!({ "job": job_json(&job), "decision": decision });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(Failure::runtime)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
+        );
         return Ok(());
     }
-    println!("job {} ({}): {}, {} GPU(s), {:.0} of {:.0} steps done", job.id, job.name, job.phase.as_str(), job.workers, job.steps_done, job.total_steps);
+    println!(
+        "job {} ({}): {}, {} GPU(s), {:.0} of {:.0} steps done",
+        job.id,
+        job.name,
+        job.phase.as_str(),
+        job.workers,
+        job.steps_done,
+        job.total_steps
+    );
     if job.phase == Phase::Finished {
-        println!("it has left the queue ({}).", job.final_state.as_deref().unwrap_or("unknown"));
+        println!(
+            "it has left the queue ({}).",
+            job.final_state.as_deref().unwrap_or("unknown")
+        );
         return Ok(());
     }
     match decision {
@@ -178,7 +249,10 @@ pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
         None => println!("no round has decided about it yet"),
     }
     if job.preemptions > 0 {
-        println!("it has been preempted {} time(s) and started {} time(s).", job.preemptions, job.starts);
+        println!(
+            "it has been preempted {} time(s) and started {} time(s).",
+            job.preemptions, job.starts
+        );
     }
     Ok(())
 }

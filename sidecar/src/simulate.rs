@@ -5,9 +5,9 @@ use crate::cli::{Format, SimulateArgs, ThroughputSource};
 use crate::table::Table;
 use anyhow::Context;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
+use hadar_core::tracker::TrackerRecord;
 use hadar_core::{Cluster, Job};
 use hadar_formats::{ThroughputTable, embedded, load_cluster, load_trace};
-use hadar_core::tracker::TrackerRecord;
 use hadar_sim::{Beliefs, EstimatedThroughputs, SimConfig, SimReport, Workload, simulate_with};
 use serde_json::{Value, json};
 
@@ -28,7 +28,10 @@ pub fn load_inputs(
     trace: Option<&std::path::Path>,
 ) -> Result<Inputs, Failure> {
     let (cluster, cluster_origin) = match cluster {
-        Some(spec) => (load_cluster(spec, gpus_per_node).map_err(Failure::input)?, spec.to_string()),
+        Some(spec) => (
+            load_cluster(spec, gpus_per_node).map_err(Failure::input)?,
+            spec.to_string(),
+        ),
         None => (
             embedded::cluster().map_err(Failure::runtime)?,
             format!("{} (embedded default)", embedded::CLUSTER_SPEC),
@@ -39,13 +42,22 @@ pub fn load_inputs(
         None => embedded::throughputs().map_err(Failure::runtime)?,
     };
     let (jobs, trace_origin) = match trace {
-        Some(p) => (load_trace(p, &table, &cluster).map_err(Failure::input)?, p.display().to_string()),
+        Some(p) => (
+            load_trace(p, &table, &cluster).map_err(Failure::input)?,
+            p.display().to_string(),
+        ),
         None => (
             embedded::trace(&table, &cluster).map_err(Failure::input)?,
             "embedded 40-job multi-GPU trace".to_string(),
         ),
     };
-    Ok(Inputs { cluster, jobs, cluster_origin, trace_origin, throughput_source: "true" })
+    Ok(Inputs {
+        cluster,
+        jobs,
+        cluster_origin,
+        trace_origin,
+        throughput_source: "true",
+    })
 }
 
 /// One row of the comparison: a simulated policy or a computed bound.
@@ -57,12 +69,21 @@ enum Outcome {
 /// Runs the command.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let names = match &args.policy {
-        Some(list) => PolicyName::parse_list(list).map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+        Some(list) => PolicyName::parse_list(list)
+            .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
         None => PolicyName::ALL.to_vec(),
     };
-    let cfg = SimConfig { round_s: args.round_s, restart_s: args.restart_s, seed: args.seed, ..SimConfig::default() };
+    let cfg = SimConfig {
+        round_s: args.round_s,
+        restart_s: args.restart_s,
+        seed: args.seed,
+        ..SimConfig::default()
+    };
     if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
-        return Err(Failure::input(anyhow::anyhow!("--round-s: must be a positive number of seconds, got {}", cfg.round_s)));
+        return Err(Failure::input(anyhow::anyhow!(
+            "--round-s: must be a positive number of seconds, got {}",
+            cfg.round_s
+        )));
     }
     if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
         return Err(Failure::input(anyhow::anyhow!(
@@ -71,11 +92,19 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             cfg.restart_s
         )));
     }
-    let mut inputs = load_inputs(args.cluster.as_deref(), args.gpus_per_node, args.throughputs.as_deref(), args.trace.as_deref())?;
+    let mut inputs = load_inputs(
+        args.cluster.as_deref(),
+        args.gpus_per_node,
+        args.throughputs.as_deref(),
+        args.trace.as_deref(),
+    )?;
     if args.throughput_source == ThroughputSource::Estimated {
         inputs.throughput_source = "estimated";
     }
-    let workload = Workload { cluster: inputs.cluster.clone(), jobs: inputs.jobs.clone() };
+    let workload = Workload {
+        cluster: inputs.cluster.clone(),
+        jobs: inputs.jobs.clone(),
+    };
     let opts = PolicyOptions {
         seed: args.seed,
         hadar: args.hadar.config(),
@@ -91,16 +120,20 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             outcomes.push(Outcome::Bound { name, ttd_s });
             continue;
         }
-        let mut policy = policies::build(name, &opts)
-            .ok_or_else(|| Failure::input(anyhow::anyhow!("--policy: `{name}` is not available in this build")))?;
+        let mut policy = policies::build(name, &opts).ok_or_else(|| {
+            Failure::input(anyhow::anyhow!(
+                "--policy: `{name}` is not available in this build"
+            ))
+        })?;
         tracing::info!(policy = %name, "simulating");
         let want_trace = args.trace_out.is_some();
         let cluster = &workload.cluster;
         let mut estimated = match args.throughput_source {
             ThroughputSource::True => None,
             ThroughputSource::Estimated => Some(
-                EstimatedThroughputs::new(&workload.cluster, &workload.jobs)
-                    .map_err(|e| Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}")))?,
+                EstimatedThroughputs::new(&workload.cluster, &workload.jobs).map_err(|e| {
+                    Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}"))
+                })?,
             ),
         };
         let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);
@@ -133,7 +166,11 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
 
     let text = match args.format {
         Format::Table => render_table(&inputs, &cfg, &outcomes),
-        Format::Json => serde_json::to_string_pretty(&render_json(&inputs, &cfg, &outcomes)).map_err(Failure::runtime)? + "\n",
+        Format::Json => {
+            serde_json::to_string_pretty(&render_json(&inputs, &cfg, &outcomes))
+                .map_err(Failure::runtime)?
+                + "\n"
+        }
     };
     if let Some(path) = &args.trace_out {
         write_atomically(path, &tracker_lines)
@@ -154,15 +191,25 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
 /// Writes `text` to a temporary file beside `path`, then renames it into place, so a
 /// reader never sees a half-written result.
 fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().and_then(|f| f.to_str()).unwrap_or("out"), std::process::id()));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name().and_then(|f| f.to_str()).unwrap_or("out"),
+        std::process::id()
+    ));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
 
 fn lower_bound_ttd(outcomes: &[Outcome]) -> Option<f64> {
     outcomes.iter().find_map(|o| match o {
-        Outcome::Bound { name: PolicyName::LowerBound, ttd_s } => Some(*ttd_s),
+        Outcome::Bound {
+            name: PolicyName::LowerBound,
+            ttd_s,
+        } => Some(*ttd_s),
         _ => None,
     })
 }
@@ -174,12 +221,29 @@ fn hours(s: f64) -> String {
 fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> String {
     let mut out = format!(
         "cluster: {} ({})\ntrace:   {} jobs ({})\nrounds:  {} s, restart cost {} s, seed {}, policies plan with {} throughputs\n\n",
-        inputs.cluster, inputs.cluster_origin, inputs.jobs.len(), inputs.trace_origin, cfg.round_s, cfg.restart_s, cfg.seed, inputs.throughput_source
+        inputs.cluster,
+        inputs.cluster_origin,
+        inputs.jobs.len(),
+        inputs.trace_origin,
+        cfg.round_s,
+        cfg.restart_s,
+        cfg.seed,
+        inputs.throughput_source
     );
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
-        "policy", "TTD h", "TTD/LB", "avg JCT h", "p50 JCT h", "p95 JCT h", "CRU", "queue h", "restarts", "FTF max",
-        "decide ms", "max ms",
+        "policy",
+        "TTD h",
+        "TTD/LB",
+        "avg JCT h",
+        "p50 JCT h",
+        "p95 JCT h",
+        "CRU",
+        "queue h",
+        "restarts",
+        "FTF max",
+        "decide ms",
+        "max ms",
     ]);
     for o in outcomes {
         match o {
@@ -188,7 +252,8 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
                 t.row(vec![
                     r.policy.clone(),
                     hours(m.ttd_s),
-                    lb.map(|lb| format!("{:.3}", m.ttd_s / lb)).unwrap_or_default(),
+                    lb.map(|lb| format!("{:.3}", m.ttd_s / lb))
+                        .unwrap_or_default(),
                     hours(m.avg_jct_s),
                     hours(m.p50_jct_s),
                     hours(m.p95_jct_s),
@@ -201,7 +266,11 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
                 ]);
             }
             Outcome::Bound { name, ttd_s } => {
-                t.row(vec![name.to_string(), hours(*ttd_s), format!("{:.3}", 1.0f64.min(lb.map(|lb| ttd_s / lb).unwrap_or(1.0)))]);
+                t.row(vec![
+                    name.to_string(),
+                    hours(*ttd_s),
+                    format!("{:.3}", 1.0f64.min(lb.map(|lb| ttd_s / lb).unwrap_or(1.0))),
+                ]);
             }
         }
     }

@@ -9,7 +9,10 @@ pub struct Table {
 impl Table {
     /// A table with these column titles.
     pub fn new(header: &[&str]) -> Self {
-        Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        Table {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row (missing cells are blank).
@@ -26,7 +29,8 @@ impl Table {
                 width[i] = width[i].max(c.chars().count());
             }
         }
-        let numeric = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || ".-+x%".contains(c));
+        let numeric =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || ".-+x%".contains(c));
         let mut out = String::new();
         let line = |cells: &[String], out: &mut String| {
             let mut l = String::new();

@@ -122,7 +122,9 @@ impl Dtype {
         match self {
             Dtype::F4 => 4,
             Dtype::F6E2M3 | Dtype::F6E3M2 => 6,
-            Dtype::Bool | Dtype::U8 | Dtype::I8 | Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F8E8M0 => 8,
+            Dtype::Bool | Dtype::U8 | Dtype::I8 | Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F8E8M0 => {
+                8
+            }
             Dtype::I16 | Dtype::U16 | Dtype::F16 | Dtype::BF16 => 16,
             Dtype::I32 | Dtype::U32 | Dtype::F32 => 32,
             Dtype::C64 | Dtype::F64 | Dtype::I64 | Dtype::U64 => 64,
@@ -132,9 +134,13 @@ impl Dtype {
     /// How tensors of this dtype are consolidated.
     pub fn treatment(self) -> Treatment {
         match self {
-            Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::C64 | Dtype::F64 => {
-                Treatment::Averaged
-            }
+            Dtype::F8E5M2
+            | Dtype::F8E4M3
+            | Dtype::F16
+            | Dtype::BF16
+            | Dtype::F32
+            | Dtype::C64
+            | Dtype::F64 => Treatment::Averaged,
             _ => Treatment::Exact,
         }
     }
@@ -167,8 +173,18 @@ struct MiniFloat {
     ieee_top: bool,
 }
 
-const E5M2: MiniFloat = MiniFloat { mantissa_bits: 2, exponent_bits: 5, bias: 15, ieee_top: true };
-const E4M3FN: MiniFloat = MiniFloat { mantissa_bits: 3, exponent_bits: 4, bias: 7, ieee_top: false };
+const E5M2: MiniFloat = MiniFloat {
+    mantissa_bits: 2,
+    exponent_bits: 5,
+    bias: 15,
+    ieee_top: true,
+};
+const E4M3FN: MiniFloat = MiniFloat {
+    mantissa_bits: 3,
+    exponent_bits: 4,
+    bias: 7,
+    ieee_top: false,
+};
 
 impl MiniFloat {
     fn decode(self, byte: u8) -> f64 {
@@ -177,7 +193,11 @@ impl MiniFloat {
         let mant = (byte as u32) & ((1 << self.mantissa_bits) - 1);
         let top = (1u32 << self.exponent_bits) - 1;
         if self.ieee_top && exp_field == top {
-            return if mant == 0 { sign * f64::INFINITY } else { f64::NAN };
+            return if mant == 0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
         }
         if !self.ieee_top && exp_field == top && mant == (1 << self.mantissa_bits) - 1 {
             return f64::NAN;
@@ -195,8 +215,16 @@ impl MiniFloat {
     fn encode(self, x: f64) -> u8 {
         let sign: u8 = if x.is_sign_negative() { 0x80 } else { 0 };
         let top = (1u32 << self.exponent_bits) - 1;
-        let nan: u8 = if self.ieee_top { ((top << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))) as u8 } else { 0x7f };
-        let inf: u8 = if self.ieee_top { sign | (top << self.mantissa_bits) as u8 } else { 0x7f | sign };
+        let nan: u8 = if self.ieee_top {
+            ((top << self.mantissa_bits) | (1 << (self.mantissa_bits - 1))) as u8
+        } else {
+            0x7f
+        };
+        let inf: u8 = if self.ieee_top {
+            sign | (top << self.mantissa_bits) as u8
+        } else {
+            0x7f | sign
+        };
         if x.is_nan() {
             return nan;
         }
@@ -217,14 +245,18 @@ impl MiniFloat {
         }
         let qe = f64_exponent(q);
         let (exp_field, mant) = if qe < min_normal_exp {
-            (0u32, (q / 2f64.powi(min_normal_exp - self.mantissa_bits as i32)) as u32)
+            (
+                0u32,
+                (q / 2f64.powi(min_normal_exp - self.mantissa_bits as i32)) as u32,
+            )
         } else {
             let field = (qe + self.bias) as u32;
             let mant = ((q / 2f64.powi(qe) - 1.0) * (1u32 << self.mantissa_bits) as f64) as u32;
             (field, mant)
         };
         let max_field = if self.ieee_top { top - 1 } else { top };
-        let overflow = exp_field > max_field || (!self.ieee_top && exp_field == top && mant == (1 << self.mantissa_bits) - 1);
+        let overflow = exp_field > max_field
+            || (!self.ieee_top && exp_field == top && mant == (1 << self.mantissa_bits) - 1);
         if overflow {
             return inf;
         }
@@ -269,7 +301,8 @@ impl Codec {
             }
             Dtype::F64 => {
                 for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(8)) {
-                    *a += weight * f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+                    *a += weight
+                        * f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
                 }
             }
             Dtype::F16 => {
@@ -280,7 +313,8 @@ impl Codec {
             Dtype::BF16 => {
                 for (a, c) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
                     // bf16 is the top half of an f32: widening is a shift, exact for every value.
-                    *a += weight * f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64;
+                    *a += weight
+                        * f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64;
                 }
             }
             Dtype::F8E5M2 => {
@@ -323,8 +357,14 @@ impl Codec {
                     d.copy_from_slice(&bf16_from_f64(*a).to_le_bytes());
                 }
             }
-            Dtype::F8E5M2 => dst.iter_mut().zip(acc).for_each(|(d, a)| *d = E5M2.encode(*a)),
-            Dtype::F8E4M3 => dst.iter_mut().zip(acc).for_each(|(d, a)| *d = E4M3FN.encode(*a)),
+            Dtype::F8E5M2 => dst
+                .iter_mut()
+                .zip(acc)
+                .for_each(|(d, a)| *d = E5M2.encode(*a)),
+            Dtype::F8E4M3 => dst
+                .iter_mut()
+                .zip(acc)
+                .for_each(|(d, a)| *d = E4M3FN.encode(*a)),
             _ => unreachable_exact(dtype),
         }
     }
@@ -458,11 +498,17 @@ mod tests {
             let mut acc = [0.0f64; 1];
             codec.accumulate(Dtype::F16, &b.to_le_bytes(), 1.0, &mut acc);
             let want = f16::from_bits(b).to_f64();
-            assert!(acc[0] == want || (acc[0].is_nan() && want.is_nan()), "f16 {b:#06x}");
+            assert!(
+                acc[0] == want || (acc[0].is_nan() && want.is_nan()),
+                "f16 {b:#06x}"
+            );
             let mut acc = [0.0f64; 1];
             codec.accumulate(Dtype::BF16, &b.to_le_bytes(), 1.0, &mut acc);
             let want = bf16::from_bits(b).to_f64();
-            assert!(acc[0] == want || (acc[0].is_nan() && want.is_nan()), "bf16 {b:#06x}");
+            assert!(
+                acc[0] == want || (acc[0].is_nan() && want.is_nan()),
+                "bf16 {b:#06x}"
+            );
         }
     }
 
@@ -473,7 +519,10 @@ mod tests {
         for b in 0..=255u8 {
             let via_f16 = f16::from_bits((b as u16) << 8).to_f64();
             let direct = E5M2.decode(b);
-            assert!(direct == via_f16 || (direct.is_nan() && via_f16.is_nan()), "byte {b:#04x}");
+            assert!(
+                direct == via_f16 || (direct.is_nan() && via_f16.is_nan()),
+                "byte {b:#04x}"
+            );
         }
     }
 

@@ -8,8 +8,8 @@
 //! must tile the data exactly (no gaps, no overlaps, nothing beyond the file).
 
 use crate::dtype::Dtype;
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
@@ -58,7 +58,9 @@ pub enum HeaderError {
     #[error("tensor `{0}`: shape gives a size that overflows or is not a whole number of bytes")]
     SizeOverflow(String),
     /// The byte range does not match shape and dtype.
-    #[error("tensor `{tensor}`: shape and dtype give {expected} bytes but data_offsets span {actual}")]
+    #[error(
+        "tensor `{tensor}`: shape and dtype give {expected} bytes but data_offsets span {actual}"
+    )]
     SizeMismatch {
         /// The tensor.
         tensor: String,
@@ -68,7 +70,9 @@ pub enum HeaderError {
         actual: u64,
     },
     /// Tensors overlap or leave a gap.
-    #[error("tensor `{tensor}`: data starts at byte {begin} but the previous tensor ends at {expected} (tensors must be contiguous, without overlap)")]
+    #[error(
+        "tensor `{tensor}`: data starts at byte {begin} but the previous tensor ends at {expected} (tensors must be contiguous, without overlap)"
+    )]
     NotContiguous {
         /// The tensor.
         tensor: String,
@@ -151,10 +155,14 @@ pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Header, HeaderError>
     }
     let header_end = 8 + json_len; // cannot overflow: json_len is bounded
     if header_end > file_len || header_end > prefix.len() as u64 {
-        return Err(HeaderError::HeaderBeyondFile { header: json_len, file: file_len });
+        return Err(HeaderError::HeaderBeyondFile {
+            header: json_len,
+            file: file_len,
+        });
     }
     let json = &prefix[8..header_end as usize];
-    let raw: RawHeader = serde_json::from_slice(json).map_err(|e| HeaderError::Json(e.to_string()))?;
+    let raw: RawHeader =
+        serde_json::from_slice(json).map_err(|e| HeaderError::Json(e.to_string()))?;
 
     let mut names = HashSet::new();
     let mut tensors = Vec::with_capacity(raw.tensors.len());
@@ -162,7 +170,10 @@ pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Header, HeaderError>
         if !names.insert(name.clone()) {
             return Err(HeaderError::DuplicateTensor(name));
         }
-        let dtype = Dtype::parse(&entry.dtype).ok_or_else(|| HeaderError::UnknownDtype { tensor: name.clone(), dtype: entry.dtype.clone() })?;
+        let dtype = Dtype::parse(&entry.dtype).ok_or_else(|| HeaderError::UnknownDtype {
+            tensor: name.clone(),
+            dtype: entry.dtype.clone(),
+        })?;
         let [begin, end] = entry.data_offsets;
         if begin > end {
             return Err(HeaderError::ReversedOffsets(name));
@@ -179,9 +190,19 @@ pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Header, HeaderError>
         }
         let expected = bits / 8;
         if expected != end - begin {
-            return Err(HeaderError::SizeMismatch { tensor: name, expected, actual: end - begin });
+            return Err(HeaderError::SizeMismatch {
+                tensor: name,
+                expected,
+                actual: end - begin,
+            });
         }
-        tensors.push(TensorInfo { name, dtype, shape: entry.shape.0, begin, end });
+        tensors.push(TensorInfo {
+            name,
+            dtype,
+            shape: entry.shape.0,
+            begin,
+            end,
+        });
     }
     // Zero-length tensors sort before others at the same offset so the walk below sees
     // ranges in order.
@@ -189,15 +210,26 @@ pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Header, HeaderError>
     let mut expected = 0u64;
     for t in &tensors {
         if t.begin != expected {
-            return Err(HeaderError::NotContiguous { tensor: t.name.clone(), begin: t.begin, expected });
+            return Err(HeaderError::NotContiguous {
+                tensor: t.name.clone(),
+                begin: t.begin,
+                expected,
+            });
         }
         expected = t.end;
     }
     let actual = file_len - header_end;
     if expected != actual {
-        return Err(HeaderError::DataLength { covered: expected, actual });
+        return Err(HeaderError::DataLength {
+            covered: expected,
+            actual,
+        });
     }
-    Ok(Header { json_len, metadata: raw.metadata, tensors })
+    Ok(Header {
+        json_len,
+        metadata: raw.metadata,
+        tensors,
+    })
 }
 
 /// The header as written: entries in file order, duplicates kept so they can be refused.
@@ -229,7 +261,9 @@ impl<'de> Deserialize<'de> for Shape {
                 let mut dims = Vec::new();
                 while let Some(d) = seq.next_element::<u64>()? {
                     if dims.len() == MAX_RANK {
-                        return Err(de::Error::custom(format!("shape has more than {MAX_RANK} dimensions")));
+                        return Err(de::Error::custom(format!(
+                            "shape has more than {MAX_RANK} dimensions"
+                        )));
                     }
                     dims.push(d);
                 }
@@ -256,11 +290,14 @@ impl<'de> Deserialize<'de> for RawHeader {
                         if metadata.is_some() {
                             return Err(de::Error::custom("`__metadata__` appears twice"));
                         }
-                        let m: BTreeMap<String, String> =
-                            map.next_value().map_err(|e| de::Error::custom(format!("`__metadata__`: {e}")))?;
+                        let m: BTreeMap<String, String> = map
+                            .next_value()
+                            .map_err(|e| de::Error::custom(format!("`__metadata__`: {e}")))?;
                         metadata = Some(m);
                     } else {
-                        let t: RawTensor = map.next_value().map_err(|e| de::Error::custom(format!("tensor `{key}`: {e}")))?;
+                        let t: RawTensor = map
+                            .next_value()
+                            .map_err(|e| de::Error::custom(format!("tensor `{key}`: {e}")))?;
                         tensors.push((key, t));
                     }
                 }
@@ -309,37 +346,93 @@ mod tests {
 
     #[test]
     fn packed_sub_byte_sizes_are_counted_in_bits() {
-        assert!(parse(r#"{"a":{"dtype":"F4","shape":[4],"data_offsets":[0,2]}}"#, 2).is_ok());
+        assert!(
+            parse(
+                r#"{"a":{"dtype":"F4","shape":[4],"data_offsets":[0,2]}}"#,
+                2
+            )
+            .is_ok()
+        );
         assert_eq!(
-            parse(r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#, 2),
+            parse(
+                r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
+                2
+            ),
             Err(HeaderError::SizeOverflow("a".into()))
         );
     }
 
     #[test]
     fn malformed_headers_are_refused_with_the_reason() {
-        let f32a = |b: u64, e: u64| format!(r#""a":{{"dtype":"F32","shape":[2],"data_offsets":[{b},{e}]}}"#);
-        assert!(matches!(parse(&format!("{{{}}}", f32a(0, 4)), 4), Err(HeaderError::SizeMismatch { .. })));
-        assert!(matches!(parse(&format!("{{{}}}", f32a(8, 0)), 8), Err(HeaderError::ReversedOffsets(_))));
-        assert!(matches!(parse(&format!("{{{}}}", f32a(0, 8)), 9), Err(HeaderError::DataLength { covered: 8, actual: 9 })));
-        assert!(matches!(parse(&format!("{{{}}}", f32a(0, 8)), 4), Err(HeaderError::DataLength { .. })));
-        assert!(matches!(parse(&format!("{{{},{}}}", f32a(0, 8), f32a(0, 8)), 8), Err(HeaderError::DuplicateTensor(_))));
+        let f32a = |b: u64, e: u64| {
+            format!(r#""a":{{"dtype":"F32","shape":[2],"data_offsets":[{b},{e}]}}"#)
+        };
+        assert!(matches!(
+            parse(&format!("{{{}}}", f32a(0, 4)), 4),
+            Err(HeaderError::SizeMismatch { .. })
+        ));
+        assert!(matches!(
+            parse(&format!("{{{}}}", f32a(8, 0)), 8),
+            Err(HeaderError::ReversedOffsets(_))
+        ));
+        assert!(matches!(
+            parse(&format!("{{{}}}", f32a(0, 8)), 9),
+            Err(HeaderError::DataLength {
+                covered: 8,
+                actual: 9
+            })
+        ));
+        assert!(matches!(
+            parse(&format!("{{{}}}", f32a(0, 8)), 4),
+            Err(HeaderError::DataLength { .. })
+        ));
+        assert!(matches!(
+            parse(&format!("{{{},{}}}", f32a(0, 8), f32a(0, 8)), 8),
+            Err(HeaderError::DuplicateTensor(_))
+        ));
         let overlap = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
-        assert!(matches!(parse(overlap, 8), Err(HeaderError::NotContiguous { .. })));
+        assert!(matches!(
+            parse(overlap, 8),
+            Err(HeaderError::NotContiguous { .. })
+        ));
         let gap = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
-        assert!(matches!(parse(gap, 12), Err(HeaderError::NotContiguous { .. })));
-        assert!(matches!(parse(r#"{"a":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}"#, 4), Err(HeaderError::UnknownDtype { .. })));
+        assert!(matches!(
+            parse(gap, 12),
+            Err(HeaderError::NotContiguous { .. })
+        ));
+        assert!(matches!(
+            parse(
+                r#"{"a":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}}"#,
+                4
+            ),
+            Err(HeaderError::UnknownDtype { .. })
+        ));
         let huge = r#"{"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}}"#;
         assert!(matches!(parse(huge, 8), Err(HeaderError::SizeOverflow(_))));
-        assert!(matches!(parse(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}"#, 4), Err(HeaderError::Json(_))));
+        assert!(matches!(
+            parse(
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}"#,
+                4
+            ),
+            Err(HeaderError::Json(_))
+        ));
         assert!(matches!(parse("[1,2]", 0), Err(HeaderError::Json(_))));
-        let deep = format!(r#"{{"a":{{"dtype":"U8","shape":[{}],"data_offsets":[0,1]}}}}"#, vec!["1"; MAX_RANK + 1].join(","));
+        let deep = format!(
+            r#"{{"a":{{"dtype":"U8","shape":[{}],"data_offsets":[0,1]}}}}"#,
+            vec!["1"; MAX_RANK + 1].join(",")
+        );
         assert!(matches!(parse(&deep, 1), Err(HeaderError::Json(_))));
         let mut f = file("{}", 0);
         f[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(parse_header(&f, f.len() as u64), Err(HeaderError::HeaderTooLong(u64::MAX)));
+        assert_eq!(
+            parse_header(&f, f.len() as u64),
+            Err(HeaderError::HeaderTooLong(u64::MAX))
+        );
         f[..8].copy_from_slice(&1000u64.to_le_bytes());
-        assert!(matches!(parse_header(&f, f.len() as u64), Err(HeaderError::HeaderBeyondFile { .. })));
+        assert!(matches!(
+            parse_header(&f, f.len() as u64),
+            Err(HeaderError::HeaderBeyondFile { .. })
+        ));
         assert_eq!(parse_header(&[1, 2, 3], 3), Err(HeaderError::TooShort(3)));
     }
 

@@ -50,7 +50,10 @@ pub struct AverageOptions {
 
 impl Default for AverageOptions {
     fn default() -> Self {
-        AverageOptions { integers: IntegerPolicy::Identical, chunk_scalars: 1 << 16 }
+        AverageOptions {
+            integers: IntegerPolicy::Identical,
+            chunk_scalars: 1 << 16,
+        }
     }
 }
 
@@ -117,7 +120,9 @@ pub enum AverageError {
         other_dtype: Dtype,
     },
     /// Two inputs disagree on a tensor's shape.
-    #[error("tensor `{tensor}` has shape {first_shape:?} in {first} but {other_shape:?} in {other}")]
+    #[error(
+        "tensor `{tensor}` has shape {first_shape:?} in {first} but {other_shape:?} in {other}"
+    )]
     ShapeMismatch {
         /// The tensor.
         tensor: String,
@@ -131,7 +136,9 @@ pub enum AverageError {
         other_shape: Vec<u64>,
     },
     /// A non-averaged tensor differs between inputs under [`IntegerPolicy::Identical`].
-    #[error("tensor `{tensor}` ({dtype}) differs between {first} and {other} (first difference at byte {byte}); {dtype} tensors are not averaged: they must be identical, or pass --integers first")]
+    #[error(
+        "tensor `{tensor}` ({dtype}) differs between {first} and {other} (first difference at byte {byte}); {dtype} tensors are not averaged: they must be identical, or pass --integers first"
+    )]
     ExactTensorDiffers {
         /// The tensor.
         tensor: String,
@@ -159,17 +166,27 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Opens and maps `path` and validates its header. Nothing but the header is read.
     pub fn open(path: &Path) -> Result<Self, AverageError> {
-        let io = |error| AverageError::Io { path: path.to_path_buf(), error };
+        let io = |error| AverageError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         // SAFETY: the map is read-only. A checkpoint truncated by another process while we
         // read it would fault (SIGBUS); checkpoints are written once by the copies and only
         // read here, which is the same assumption every safetensors loader makes.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let header = header::parse_header(&map, len).map_err(|reason| AverageError::Header { path: path.to_path_buf(), reason })?;
+        let header = header::parse_header(&map, len).map_err(|reason| AverageError::Header {
+            path: path.to_path_buf(),
+            reason,
+        })?;
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Sequential);
-        Ok(Checkpoint { path: path.to_path_buf(), map, header })
+        Ok(Checkpoint {
+            path: path.to_path_buf(),
+            map,
+            header,
+        })
     }
 
     /// The file's path.
@@ -211,11 +228,17 @@ pub struct Summary {
 /// Checks that every input has the same tensors with the same dtypes and shapes as the
 /// first, naming the first disagreement.
 pub fn check_compatible(inputs: &[Checkpoint]) -> Result<(), AverageError> {
-    let Some(first) = inputs.first() else { return Err(AverageError::NoInputs) };
+    let Some(first) = inputs.first() else {
+        return Err(AverageError::NoInputs);
+    };
     for other in &inputs[1..] {
         for t in &first.header.tensors {
             let Some(o) = other.header.tensor(&t.name) else {
-                return Err(AverageError::MissingTensor { tensor: t.name.clone(), present: first.path.clone(), missing: other.path.clone() });
+                return Err(AverageError::MissingTensor {
+                    tensor: t.name.clone(),
+                    present: first.path.clone(),
+                    missing: other.path.clone(),
+                });
             };
             if o.dtype != t.dtype {
                 return Err(AverageError::DtypeMismatch {
@@ -236,8 +259,17 @@ pub fn check_compatible(inputs: &[Checkpoint]) -> Result<(), AverageError> {
                 });
             }
         }
-        if let Some(extra) = other.header.tensors.iter().find(|o| first.header.tensor(&o.name).is_none()) {
-            return Err(AverageError::MissingTensor { tensor: extra.name.clone(), present: other.path.clone(), missing: first.path.clone() });
+        if let Some(extra) = other
+            .header
+            .tensors
+            .iter()
+            .find(|o| first.header.tensor(&o.name).is_none())
+        {
+            return Err(AverageError::MissingTensor {
+                tensor: extra.name.clone(),
+                present: other.path.clone(),
+                missing: first.path.clone(),
+            });
         }
     }
     Ok(())
@@ -245,20 +277,31 @@ pub fn check_compatible(inputs: &[Checkpoint]) -> Result<(), AverageError> {
 
 /// Averages `inputs` (paths with raw weights, normalised here to sum to 1) into `out`,
 /// atomically: `out` is either untouched or holds the complete result.
-pub fn average_files(inputs: &[(PathBuf, f64)], out: &Path, opts: &AverageOptions) -> Result<Summary, AverageError> {
+pub fn average_files(
+    inputs: &[(PathBuf, f64)],
+    out: &Path,
+    opts: &AverageOptions,
+) -> Result<Summary, AverageError> {
     if inputs.is_empty() {
         return Err(AverageError::NoInputs);
     }
     for (path, w) in inputs {
         if !(w.is_finite() && *w >= 0.0) {
-            return Err(AverageError::BadWeight { path: path.clone(), weight: *w });
+            return Err(AverageError::BadWeight {
+                path: path.clone(),
+                weight: *w,
+            });
         }
     }
     let raw: Vec<f64> = inputs.iter().map(|(_, w)| *w).collect();
     let weights = hadar_core::tracker::consolidation_weights(&raw);
-    let checkpoints = inputs.iter().map(|(p, _)| Checkpoint::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let checkpoints = inputs
+        .iter()
+        .map(|(p, _)| Checkpoint::open(p))
+        .collect::<Result<Vec<_>, _>>()?;
     check_compatible(&checkpoints)?;
-    let (bytes_written, mut summary) = write::atomically(out, |w| average_into(&checkpoints, &weights, opts, out, w))?;
+    let (bytes_written, mut summary) =
+        write::atomically(out, |w| average_into(&checkpoints, &weights, opts, out, w))?;
     summary.bytes_written = bytes_written;
     summary.weights = weights;
     Ok(summary)
@@ -273,20 +316,40 @@ fn average_into(
     w: &mut dyn Write,
 ) -> Result<Summary, AverageError> {
     let first = &inputs[0];
-    let werr = |error| AverageError::Io { path: out.to_path_buf(), error };
+    let werr = |error| AverageError::Io {
+        path: out.to_path_buf(),
+        error,
+    };
     w.write_all(first.header_bytes()).map_err(werr)?;
     let codec = Codec::new();
     let chunk_scalars = opts.chunk_scalars.max(1);
     let mut acc = vec![0.0f64; chunk_scalars];
     let mut buf = Vec::with_capacity(chunk_scalars * 8);
-    let mut summary = Summary { tensors: 0, averaged: 0, bytes_read: 0, bytes_written: 0, weights: Vec::new() };
+    let mut summary = Summary {
+        tensors: 0,
+        averaged: 0,
+        bytes_read: 0,
+        bytes_written: 0,
+        weights: Vec::new(),
+    };
     // Each input's copy of every tensor, looked up once by name.
     let per_input: Vec<Vec<&TensorInfo>> = inputs
         .iter()
-        .map(|c| first.header.tensors.iter().map(|t| c.header.tensor(&t.name).unwrap_or(t)).collect())
+        .map(|c| {
+            first
+                .header
+                .tensors
+                .iter()
+                .map(|t| c.header.tensor(&t.name).unwrap_or(t))
+                .collect()
+        })
         .collect();
     for (ti, t) in first.header.tensors.iter().enumerate() {
-        let slices: Vec<&[u8]> = inputs.iter().zip(&per_input).map(|(c, ts)| c.data(ts[ti])).collect();
+        let slices: Vec<&[u8]> = inputs
+            .iter()
+            .zip(&per_input)
+            .map(|(c, ts)| c.data(ts[ti]))
+            .collect();
         summary.bytes_read += t.len() * inputs.len() as u64;
         summary.tensors += 1;
         match t.dtype.treatment() {
@@ -316,7 +379,8 @@ fn average_into(
             Treatment::Exact => {
                 if opts.integers == IntegerPolicy::Identical {
                     for (k, s) in slices.iter().enumerate().skip(1) {
-                        if let Some(byte) = slices[0].iter().zip(s.iter()).position(|(a, b)| a != b) {
+                        if let Some(byte) = slices[0].iter().zip(s.iter()).position(|(a, b)| a != b)
+                        {
                             return Err(AverageError::ExactTensorDiffers {
                                 tensor: t.name.clone(),
                                 dtype: t.dtype,

@@ -11,7 +11,15 @@ fn put(dir: &Path, name: &str, tensors: &[(&str, Dtype, Vec<u64>, Vec<u8>)]) -> 
     let path = dir.join(name);
     let mut meta = BTreeMap::new();
     meta.insert("format".to_string(), "pt".to_string());
-    let data: Vec<TensorData> = tensors.iter().map(|(n, d, s, b)| TensorData { name: n, dtype: *d, shape: s.clone(), bytes: b }).collect();
+    let data: Vec<TensorData> = tensors
+        .iter()
+        .map(|(n, d, s, b)| TensorData {
+            name: n,
+            dtype: *d,
+            shape: s.clone(),
+            bytes: b,
+        })
+        .collect();
     write_safetensors(&path, Some(&meta), &data).unwrap();
     path
 }
@@ -33,8 +41,16 @@ fn run(inputs: &[(PathBuf, f64)], out: &Path) -> Result<Summary, AverageError> {
 #[test]
 fn weights_follow_steps() {
     let d = tempfile::tempdir().unwrap();
-    let a = put(d.path(), "a.safetensors", &[("w", Dtype::F32, vec![2, 2], f32s(&[1.0, 2.0, 3.0, 4.0]))]);
-    let b = put(d.path(), "b.safetensors", &[("w", Dtype::F32, vec![2, 2], f32s(&[5.0, 6.0, 7.0, 8.0]))]);
+    let a = put(
+        d.path(),
+        "a.safetensors",
+        &[("w", Dtype::F32, vec![2, 2], f32s(&[1.0, 2.0, 3.0, 4.0]))],
+    );
+    let b = put(
+        d.path(),
+        "b.safetensors",
+        &[("w", Dtype::F32, vec![2, 2], f32s(&[5.0, 6.0, 7.0, 8.0]))],
+    );
     let out = d.path().join("m.safetensors");
     let s = run(&[(a, 1200.0), (b, 800.0)], &out).unwrap();
     assert_eq!(s.weights, vec![0.6, 0.4]);
@@ -47,26 +63,63 @@ fn weights_follow_steps() {
 #[test]
 fn three_copies_and_a_copy_without_steps() {
     let d = tempfile::tempdir().unwrap();
-    let mk = |n: &str, v: f32| put(d.path(), n, &[("w", Dtype::F64, vec![1], (v as f64).to_le_bytes().to_vec())]);
+    let mk = |n: &str, v: f32| {
+        put(
+            d.path(),
+            n,
+            &[("w", Dtype::F64, vec![1], (v as f64).to_le_bytes().to_vec())],
+        )
+    };
     let (a, b, c) = (mk("a", 1.0), mk("b", 10.0), mk("c", 1000.0));
     let out = d.path().join("m");
     // Steps 3, 1, 0: weights 0.75, 0.25, 0 (the idle copy does not move the model).
-    run(&[(a.clone(), 3.0), (b.clone(), 1.0), (c.clone(), 0.0)], &out).unwrap();
-    assert_eq!(f64::from_le_bytes(tensor_bytes(&out, "w").try_into().unwrap()), 0.75 + 2.5);
+    run(
+        &[(a.clone(), 3.0), (b.clone(), 1.0), (c.clone(), 0.0)],
+        &out,
+    )
+    .unwrap();
+    assert_eq!(
+        f64::from_le_bytes(tensor_bytes(&out, "w").try_into().unwrap()),
+        0.75 + 2.5
+    );
     // No steps anywhere: equal weights.
     run(&[(a, 0.0), (b, 0.0), (c, 0.0)], &out).unwrap();
-    assert!((f64::from_le_bytes(tensor_bytes(&out, "w").try_into().unwrap()) - 337.0).abs() < 1e-12);
+    assert!(
+        (f64::from_le_bytes(tensor_bytes(&out, "w").try_into().unwrap()) - 337.0).abs() < 1e-12
+    );
 }
 
 #[test]
 fn f16_and_bf16_round_ties_to_even() {
     let d = tempfile::tempdir().unwrap();
-    let h = |v: &[f64]| v.iter().flat_map(|x| f16::from_f64(*x).to_le_bytes()).collect::<Vec<u8>>();
-    let b = |v: &[f64]| v.iter().flat_map(|x| bf16::from_f64(*x).to_le_bytes()).collect::<Vec<u8>>();
+    let h = |v: &[f64]| {
+        v.iter()
+            .flat_map(|x| f16::from_f64(*x).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let b = |v: &[f64]| {
+        v.iter()
+            .flat_map(|x| bf16::from_f64(*x).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
     let u = 2f64.powi(-10); // f16 ulp at 1
     let v = 2f64.powi(-7); // bf16 ulp at 1
-    let a_path = put(d.path(), "a", &[("h", Dtype::F16, vec![3], h(&[1.0, 1.0 + u, 3.0])), ("b", Dtype::BF16, vec![3], b(&[1.0, 1.0 + v, 3.0]))]);
-    let b_path = put(d.path(), "b", &[("h", Dtype::F16, vec![3], h(&[1.0 + u, 1.0 + 2.0 * u, 4.0])), ("b", Dtype::BF16, vec![3], b(&[1.0 + v, 1.0 + 2.0 * v, 4.0]))]);
+    let a_path = put(
+        d.path(),
+        "a",
+        &[
+            ("h", Dtype::F16, vec![3], h(&[1.0, 1.0 + u, 3.0])),
+            ("b", Dtype::BF16, vec![3], b(&[1.0, 1.0 + v, 3.0])),
+        ],
+    );
+    let b_path = put(
+        d.path(),
+        "b",
+        &[
+            ("h", Dtype::F16, vec![3], h(&[1.0 + u, 1.0 + 2.0 * u, 4.0])),
+            ("b", Dtype::BF16, vec![3], b(&[1.0 + v, 1.0 + 2.0 * v, 4.0])),
+        ],
+    );
     let out = d.path().join("m");
     run(&[(a_path, 1.0), (b_path, 1.0)], &out).unwrap();
     // Means: 1 + u/2 (a tie: goes to 1.0, even mantissa), 1 + 1.5u (a tie: goes to 1 + 2u,
@@ -79,8 +132,22 @@ fn f16_and_bf16_round_ties_to_even() {
 fn f8_formats_average_and_round_ties_to_even() {
     let d = tempfile::tempdir().unwrap();
     // E4M3FN: 1.0 = 0x38, 1.125 = 0x39, 1.25 = 0x3a. E5M2: 1.0 = 0x3c, 1.25 = 0x3d, 1.5 = 0x3e.
-    let a = put(d.path(), "a", &[("e4", Dtype::F8E4M3, vec![2], vec![0x38, 0x39]), ("e5", Dtype::F8E5M2, vec![2], vec![0x3c, 0x3d])]);
-    let b = put(d.path(), "b", &[("e4", Dtype::F8E4M3, vec![2], vec![0x39, 0x3a]), ("e5", Dtype::F8E5M2, vec![2], vec![0x3d, 0x3e])]);
+    let a = put(
+        d.path(),
+        "a",
+        &[
+            ("e4", Dtype::F8E4M3, vec![2], vec![0x38, 0x39]),
+            ("e5", Dtype::F8E5M2, vec![2], vec![0x3c, 0x3d]),
+        ],
+    );
+    let b = put(
+        d.path(),
+        "b",
+        &[
+            ("e4", Dtype::F8E4M3, vec![2], vec![0x39, 0x3a]),
+            ("e5", Dtype::F8E5M2, vec![2], vec![0x3d, 0x3e]),
+        ],
+    );
     let out = d.path().join("m");
     run(&[(a, 5.0), (b, 5.0)], &out).unwrap();
     // Means 1.0625 (tie -> 1.0), 1.1875 (tie -> 1.25); 1.125 (tie -> 1.0), 1.375 (tie -> 1.5).
@@ -91,8 +158,16 @@ fn f8_formats_average_and_round_ties_to_even() {
 #[test]
 fn complex_numbers_average_componentwise() {
     let d = tempfile::tempdir().unwrap();
-    let a = put(d.path(), "a", &[("c", Dtype::C64, vec![1], f32s(&[1.0, -2.0]))]);
-    let b = put(d.path(), "b", &[("c", Dtype::C64, vec![1], f32s(&[3.0, 6.0]))]);
+    let a = put(
+        d.path(),
+        "a",
+        &[("c", Dtype::C64, vec![1], f32s(&[1.0, -2.0]))],
+    );
+    let b = put(
+        d.path(),
+        "b",
+        &[("c", Dtype::C64, vec![1], f32s(&[3.0, 6.0]))],
+    );
     let out = d.path().join("m");
     run(&[(a, 1.0), (b, 3.0)], &out).unwrap();
     assert_eq!(tensor_bytes(&out, "c"), f32s(&[2.5, 4.0]));
@@ -102,21 +177,58 @@ fn complex_numbers_average_componentwise() {
 fn exact_dtypes_must_match_unless_first_is_asked_for() {
     let d = tempfile::tempdir().unwrap();
     let same = [
-        ("idx", Dtype::I64, vec![2], [7i64, -1].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()),
+        (
+            "idx",
+            Dtype::I64,
+            vec![2],
+            [7i64, -1]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
         ("mask", Dtype::Bool, vec![3], vec![1, 0, 1]),
         ("packed", Dtype::F4, vec![4], vec![0x12, 0x34]),
         ("scale", Dtype::F8E8M0, vec![1], vec![127]),
     ];
-    let a = put(d.path(), "a", &[same[0].clone(), same[1].clone(), same[2].clone(), same[3].clone(), ("n", Dtype::I32, vec![], 10i32.to_le_bytes().to_vec())]);
-    let b = put(d.path(), "b", &[same[0].clone(), same[1].clone(), same[2].clone(), same[3].clone(), ("n", Dtype::I32, vec![], 30i32.to_le_bytes().to_vec())]);
+    let a = put(
+        d.path(),
+        "a",
+        &[
+            same[0].clone(),
+            same[1].clone(),
+            same[2].clone(),
+            same[3].clone(),
+            ("n", Dtype::I32, vec![], 10i32.to_le_bytes().to_vec()),
+        ],
+    );
+    let b = put(
+        d.path(),
+        "b",
+        &[
+            same[0].clone(),
+            same[1].clone(),
+            same[2].clone(),
+            same[3].clone(),
+            ("n", Dtype::I32, vec![], 30i32.to_le_bytes().to_vec()),
+        ],
+    );
     let out = d.path().join("m");
     let err = run(&[(a.clone(), 1.0), (b.clone(), 1.0)], &out).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, AverageError::ExactTensorDiffers { ref tensor, byte: 0, .. } if tensor == "n"), "{msg}");
-    assert!(msg.contains(&a.display().to_string()) && msg.contains(&b.display().to_string()), "{msg}");
+    assert!(
+        matches!(err, AverageError::ExactTensorDiffers { ref tensor, byte: 0, .. } if tensor == "n"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&a.display().to_string()) && msg.contains(&b.display().to_string()),
+        "{msg}"
+    );
     assert!(!out.exists());
 
-    let opts = AverageOptions { integers: IntegerPolicy::First, ..AverageOptions::default() };
+    let opts = AverageOptions {
+        integers: IntegerPolicy::First,
+        ..AverageOptions::default()
+    };
     let s = average_files(&[(b.clone(), 1.0), (a.clone(), 1.0)], &out, &opts).unwrap();
     assert_eq!(s.averaged, 0);
     assert_eq!(tensor_bytes(&out, "n"), 30i32.to_le_bytes().to_vec());
@@ -128,18 +240,61 @@ fn exact_dtypes_must_match_unless_first_is_asked_for() {
 #[test]
 fn mismatched_tensors_are_refused_naming_tensor_and_files() {
     let d = tempfile::tempdir().unwrap();
-    let a = put(d.path(), "a", &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0])), ("v", Dtype::F32, vec![1], f32s(&[1.0]))]);
-    let shape = put(d.path(), "shape", &[("w", Dtype::F32, vec![1, 2], f32s(&[1.0, 2.0])), ("v", Dtype::F32, vec![1], f32s(&[1.0]))]);
-    let dtype = put(d.path(), "dtype", &[("w", Dtype::I32, vec![2], vec![0; 8]), ("v", Dtype::F32, vec![1], f32s(&[1.0]))]);
-    let missing = put(d.path(), "missing", &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0]))]);
-    let extra = put(d.path(), "extra", &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0])), ("v", Dtype::F32, vec![1], f32s(&[1.0])), ("u", Dtype::F32, vec![1], f32s(&[1.0]))]);
+    let a = put(
+        d.path(),
+        "a",
+        &[
+            ("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0])),
+            ("v", Dtype::F32, vec![1], f32s(&[1.0])),
+        ],
+    );
+    let shape = put(
+        d.path(),
+        "shape",
+        &[
+            ("w", Dtype::F32, vec![1, 2], f32s(&[1.0, 2.0])),
+            ("v", Dtype::F32, vec![1], f32s(&[1.0])),
+        ],
+    );
+    let dtype = put(
+        d.path(),
+        "dtype",
+        &[
+            ("w", Dtype::I32, vec![2], vec![0; 8]),
+            ("v", Dtype::F32, vec![1], f32s(&[1.0])),
+        ],
+    );
+    let missing = put(
+        d.path(),
+        "missing",
+        &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0]))],
+    );
+    let extra = put(
+        d.path(),
+        "extra",
+        &[
+            ("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0])),
+            ("v", Dtype::F32, vec![1], f32s(&[1.0])),
+            ("u", Dtype::F32, vec![1], f32s(&[1.0])),
+        ],
+    );
     let out = d.path().join("m");
-    let cases: [(&PathBuf, &str, &str); 4] = [(&shape, "w", "shape"), (&dtype, "w", "F32"), (&missing, "v", "not in"), (&extra, "u", "not in")];
+    let cases: [(&PathBuf, &str, &str); 4] = [
+        (&shape, "w", "shape"),
+        (&dtype, "w", "F32"),
+        (&missing, "v", "not in"),
+        (&extra, "u", "not in"),
+    ];
     for (other, tensor, word) in cases {
-        let msg = run(&[(a.clone(), 1.0), (other.clone(), 1.0)], &out).unwrap_err().to_string();
+        let msg = run(&[(a.clone(), 1.0), (other.clone(), 1.0)], &out)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains(&format!("`{tensor}`")), "{msg}");
         assert!(msg.contains(word), "{msg}");
-        assert!(msg.contains(&a.display().to_string()) && msg.contains(&other.display().to_string()), "{msg}");
+        assert!(
+            msg.contains(&a.display().to_string()) && msg.contains(&other.display().to_string()),
+            "{msg}"
+        );
         assert!(!msg.contains('\n'));
     }
 }
@@ -147,31 +302,71 @@ fn mismatched_tensors_are_refused_naming_tensor_and_files() {
 #[test]
 fn a_bad_input_leaves_the_output_untouched() {
     let d = tempfile::tempdir().unwrap();
-    let a = put(d.path(), "a", &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0]))]);
+    let a = put(
+        d.path(),
+        "a",
+        &[("w", Dtype::F32, vec![2], f32s(&[1.0, 2.0]))],
+    );
     let corrupt = d.path().join("corrupt");
     std::fs::write(&corrupt, b"\xff\xff\xff\xff\xff\xff\xff\x7fgarbage").unwrap();
     let exact_a = put(d.path(), "ea", &[("n", Dtype::I8, vec![1], vec![1])]);
     let exact_b = put(d.path(), "eb", &[("n", Dtype::I8, vec![1], vec![2])]);
     let out = d.path().join("m.safetensors");
     std::fs::write(&out, b"previous round").unwrap();
-    let before: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let before: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
 
-    assert!(matches!(run(&[(a.clone(), 1.0), (corrupt, 1.0)], &out), Err(AverageError::Header { .. })));
-    assert!(matches!(run(&[(a.clone(), 1.0), (d.path().join("absent"), 1.0)], &out), Err(AverageError::Io { .. })));
+    assert!(matches!(
+        run(&[(a.clone(), 1.0), (corrupt, 1.0)], &out),
+        Err(AverageError::Header { .. })
+    ));
+    assert!(matches!(
+        run(&[(a.clone(), 1.0), (d.path().join("absent"), 1.0)], &out),
+        Err(AverageError::Io { .. })
+    ));
     // This one fails after the output has started: the temporary file must go away too.
-    assert!(matches!(run(&[(exact_a, 1.0), (exact_b, 1.0)], &out), Err(AverageError::ExactTensorDiffers { .. })));
-    assert!(matches!(run(&[(a, f64::NAN)], &out), Err(AverageError::BadWeight { .. })));
+    assert!(matches!(
+        run(&[(exact_a, 1.0), (exact_b, 1.0)], &out),
+        Err(AverageError::ExactTensorDiffers { .. })
+    ));
+    assert!(matches!(
+        run(&[(a, f64::NAN)], &out),
+        Err(AverageError::BadWeight { .. })
+    ));
 
     assert_eq!(std::fs::read(&out).unwrap(), b"previous round");
-    let after: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(before.len(), after.len(), "a temporary file was left behind: {after:?}");
+    let after: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "a temporary file was left behind: {after:?}"
+    );
 }
 
 #[test]
 fn the_output_keeps_the_first_header_and_metadata() {
     let d = tempfile::tempdir().unwrap();
-    let a = put(d.path(), "a", &[("x", Dtype::F32, vec![3], f32s(&[1.0, 2.0, 3.0])), ("y", Dtype::BF16, vec![0], vec![])]);
-    let b = put(d.path(), "b", &[("y", Dtype::BF16, vec![0], vec![]), ("x", Dtype::F32, vec![3], f32s(&[3.0, 2.0, 1.0]))]);
+    let a = put(
+        d.path(),
+        "a",
+        &[
+            ("x", Dtype::F32, vec![3], f32s(&[1.0, 2.0, 3.0])),
+            ("y", Dtype::BF16, vec![0], vec![]),
+        ],
+    );
+    let b = put(
+        d.path(),
+        "b",
+        &[
+            ("y", Dtype::BF16, vec![0], vec![]),
+            ("x", Dtype::F32, vec![3], f32s(&[3.0, 2.0, 1.0])),
+        ],
+    );
     let out = d.path().join("m");
     run(&[(a.clone(), 1.0), (b, 1.0)], &out).unwrap();
     let ca = Checkpoint::open(&a).unwrap();
@@ -182,7 +377,9 @@ fn the_output_keeps_the_first_header_and_metadata() {
 }
 
 fn pseudo_random(seed: u64, n: usize) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             s ^= s << 13;
@@ -198,11 +395,47 @@ fn identical_copies_come_back_unchanged_in_every_averaged_dtype() {
     let d = tempfile::tempdir().unwrap();
     let v = pseudo_random(7, 1000);
     let tensors = vec![
-        ("f32", Dtype::F32, vec![1000], v.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect::<Vec<u8>>()),
-        ("f16", Dtype::F16, vec![1000], v.iter().flat_map(|x| f16::from_f64(*x).to_le_bytes()).collect()),
-        ("bf16", Dtype::BF16, vec![1000], v.iter().flat_map(|x| bf16::from_f64(*x).to_le_bytes()).collect()),
-        ("e4", Dtype::F8E4M3, vec![256], (0..=255u8).filter(|b| *b & 0x7f != 0x7f).chain([0, 0]).collect()),
-        ("e5", Dtype::F8E5M2, vec![256], (0..=255u8).map(|b| if b & 0x7c == 0x7c { 0 } else { b }).collect()),
+        (
+            "f32",
+            Dtype::F32,
+            vec![1000],
+            v.iter()
+                .flat_map(|x| (*x as f32).to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+        (
+            "f16",
+            Dtype::F16,
+            vec![1000],
+            v.iter()
+                .flat_map(|x| f16::from_f64(*x).to_le_bytes())
+                .collect(),
+        ),
+        (
+            "bf16",
+            Dtype::BF16,
+            vec![1000],
+            v.iter()
+                .flat_map(|x| bf16::from_f64(*x).to_le_bytes())
+                .collect(),
+        ),
+        (
+            "e4",
+            Dtype::F8E4M3,
+            vec![256],
+            (0..=255u8)
+                .filter(|b| *b & 0x7f != 0x7f)
+                .chain([0, 0])
+                .collect(),
+        ),
+        (
+            "e5",
+            Dtype::F8E5M2,
+            vec![256],
+            (0..=255u8)
+                .map(|b| if b & 0x7c == 0x7c { 0 } else { b })
+                .collect(),
+        ),
     ];
     let a = put(d.path(), "a", &tensors);
     let b = put(d.path(), "b", &tensors);
@@ -219,12 +452,32 @@ fn chunking_does_not_change_the_result() {
     let d = tempfile::tempdir().unwrap();
     let va = pseudo_random(1, 1001);
     let vb = pseudo_random(2, 1001);
-    let enc = |v: &[f64]| v.iter().flat_map(|x| bf16::from_f64(*x).to_le_bytes()).collect::<Vec<u8>>();
-    let a = put(d.path(), "a", &[("t", Dtype::BF16, vec![7, 11, 13], enc(&va))]);
-    let b = put(d.path(), "b", &[("t", Dtype::BF16, vec![7, 11, 13], enc(&vb))]);
+    let enc = |v: &[f64]| {
+        v.iter()
+            .flat_map(|x| bf16::from_f64(*x).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let a = put(
+        d.path(),
+        "a",
+        &[("t", Dtype::BF16, vec![7, 11, 13], enc(&va))],
+    );
+    let b = put(
+        d.path(),
+        "b",
+        &[("t", Dtype::BF16, vec![7, 11, 13], enc(&vb))],
+    );
     let (o1, o2) = (d.path().join("o1"), d.path().join("o2"));
     run(&[(a.clone(), 2.0), (b.clone(), 1.0)], &o1).unwrap();
-    average_files(&[(a, 2.0), (b, 1.0)], &o2, &AverageOptions { chunk_scalars: 3, ..AverageOptions::default() }).unwrap();
+    average_files(
+        &[(a, 2.0), (b, 1.0)],
+        &o2,
+        &AverageOptions {
+            chunk_scalars: 3,
+            ..AverageOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(std::fs::read(&o1).unwrap(), std::fs::read(&o2).unwrap());
 }
 

@@ -32,7 +32,9 @@ pub enum WeightsError {
     #[error("no forked-job record matches{0}")]
     NoRecord(String),
     /// Several records match.
-    #[error("{count} forked-job records match{filter}; choose one with --job and --round (and --policy for simulator output)")]
+    #[error(
+        "{count} forked-job records match{filter}; choose one with --job and --round (and --policy for simulator output)"
+    )]
     Ambiguous {
         /// How many matched.
         count: usize,
@@ -99,13 +101,21 @@ struct CopyLine {
 
 /// Picks one forked-job record from Job Tracker JSON lines: the one matching `job`,
 /// `round` and `policy` where given; exactly one must match.
-pub fn read_tracker(text: &str, job: Option<u64>, round: Option<u64>, policy: Option<&str>) -> Result<TrackerCopies, WeightsError> {
+pub fn read_tracker(
+    text: &str,
+    job: Option<u64>,
+    round: Option<u64>,
+    policy: Option<&str>,
+) -> Result<TrackerCopies, WeightsError> {
     let mut found = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(raw).map_err(|e| WeightsError::BadLine { line: i + 1, reason: e.to_string() })?;
+        let line: Line = serde_json::from_str(raw).map_err(|e| WeightsError::BadLine {
+            line: i + 1,
+            reason: e.to_string(),
+        })?;
         if line.kind != "forked"
             || job.is_some_and(|j| j != line.job)
             || round.is_some_and(|r| r != line.round)
@@ -115,14 +125,25 @@ pub fn read_tracker(text: &str, job: Option<u64>, round: Option<u64>, policy: Op
         }
         let mut steps = Vec::with_capacity(line.copies.len());
         for (k, c) in line.copies.iter().enumerate() {
-            let s = c.steps.or(c.weight).ok_or(WeightsError::CopyWithoutSteps { line: i + 1, copy: k })?;
+            let s = c.steps.or(c.weight).ok_or(WeightsError::CopyWithoutSteps {
+                line: i + 1,
+                copy: k,
+            })?;
             if !(s.is_finite() && s >= 0.0) {
-                return Err(WeightsError::BadLine { line: i + 1, reason: format!("copy {k}: steps {s} is not a finite non-negative number") });
+                return Err(WeightsError::BadLine {
+                    line: i + 1,
+                    reason: format!("copy {k}: steps {s} is not a finite non-negative number"),
+                });
             }
             steps.push(s);
         }
         let checkpoints = line.copies.into_iter().map(|c| c.checkpoint).collect();
-        found.push(TrackerCopies { job: line.job, round: line.round, steps, checkpoints });
+        found.push(TrackerCopies {
+            job: line.job,
+            round: line.round,
+            steps,
+            checkpoints,
+        });
     }
     let filter = describe(job, round, policy);
     match found.len() {
@@ -143,7 +164,11 @@ fn describe(job: Option<u64>, round: Option<u64>, policy: Option<&str>) -> Strin
     if let Some(p) = policy {
         parts.push(format!("policy {p}"));
     }
-    if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -152,17 +177,35 @@ mod tests {
 
     #[test]
     fn input_specs_split_at_the_last_numeric_colon() {
-        assert_eq!(parse_input_spec("a.safetensors:1200").unwrap(), (PathBuf::from("a.safetensors"), Some(1200.0)));
-        assert_eq!(parse_input_spec("dir:x/a.safetensors:8").unwrap(), (PathBuf::from("dir:x/a.safetensors"), Some(8.0)));
-        assert_eq!(parse_input_spec("dir:x/a.safetensors").unwrap(), (PathBuf::from("dir:x/a.safetensors"), None));
-        assert_eq!(parse_input_spec("a:-3"), Err(WeightsError::BadSteps("a:-3".into())));
-        assert_eq!(parse_input_spec("a:NaN"), Err(WeightsError::BadSteps("a:NaN".into())));
+        assert_eq!(
+            parse_input_spec("a.safetensors:1200").unwrap(),
+            (PathBuf::from("a.safetensors"), Some(1200.0))
+        );
+        assert_eq!(
+            parse_input_spec("dir:x/a.safetensors:8").unwrap(),
+            (PathBuf::from("dir:x/a.safetensors"), Some(8.0))
+        );
+        assert_eq!(
+            parse_input_spec("dir:x/a.safetensors").unwrap(),
+            (PathBuf::from("dir:x/a.safetensors"), None)
+        );
+        assert_eq!(
+            parse_input_spec("a:-3"),
+            Err(WeightsError::BadSteps("a:-3".into()))
+        );
+        assert_eq!(
+            parse_input_spec("a:NaN"),
+            Err(WeightsError::BadSteps("a:NaN".into()))
+        );
     }
 
     #[test]
     fn weights_are_normalised_steps() {
         assert_eq!(normalise_weights(&[1200.0, 800.0]).unwrap(), vec![0.6, 0.4]);
-        assert_eq!(normalise_weights(&[0.0, 0.0, 0.0]).unwrap(), vec![1.0 / 3.0; 3]);
+        assert_eq!(
+            normalise_weights(&[0.0, 0.0, 0.0]).unwrap(),
+            vec![1.0 / 3.0; 3]
+        );
         assert!(normalise_weights(&[1.0, -1.0]).is_err());
     }
 
@@ -184,11 +227,26 @@ mod tests {
 
     #[test]
     fn selection_must_be_unique_and_forked() {
-        assert!(matches!(read_tracker(TRACE, Some(1), None, None), Err(WeightsError::Ambiguous { count: 2, .. })));
-        assert!(matches!(read_tracker(TRACE, Some(2), None, None), Err(WeightsError::NoRecord(_))));
-        assert!(matches!(read_tracker(TRACE, None, None, Some("gavel")), Err(WeightsError::NoRecord(_))));
-        assert!(matches!(read_tracker("{\"round\":0}\n", None, None, None), Err(WeightsError::BadLine { line: 1, .. })));
+        assert!(matches!(
+            read_tracker(TRACE, Some(1), None, None),
+            Err(WeightsError::Ambiguous { count: 2, .. })
+        ));
+        assert!(matches!(
+            read_tracker(TRACE, Some(2), None, None),
+            Err(WeightsError::NoRecord(_))
+        ));
+        assert!(matches!(
+            read_tracker(TRACE, None, None, Some("gavel")),
+            Err(WeightsError::NoRecord(_))
+        ));
+        assert!(matches!(
+            read_tracker("{\"round\":0}\n", None, None, None),
+            Err(WeightsError::BadLine { line: 1, .. })
+        ));
         let no_steps = r#"{"round":0,"job":1,"kind":"forked","copies":[{"node":"a"}]}"#;
-        assert_eq!(read_tracker(no_steps, None, None, None), Err(WeightsError::CopyWithoutSteps { line: 1, copy: 0 }));
+        assert_eq!(
+            read_tracker(no_steps, None, None, None),
+            Err(WeightsError::CopyWithoutSteps { line: 1, copy: 0 })
+        );
     }
 }

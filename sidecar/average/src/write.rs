@@ -20,7 +20,10 @@ pub fn atomically<T>(
     out: &Path,
     fill: impl FnOnce(&mut dyn Write) -> Result<T, AverageError>,
 ) -> Result<(u64, T), AverageError> {
-    let name = out.file_name().and_then(|n| n.to_str()).ok_or_else(|| AverageError::BadOutput(out.to_path_buf()))?;
+    let name = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| AverageError::BadOutput(out.to_path_buf()))?;
     let dir = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -29,14 +32,24 @@ pub fn atomically<T>(
         let path = path.to_path_buf();
         move |error| AverageError::Io { path, error }
     };
-    let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(&dir).map_err(io(out))?;
-    let mut counter = Counting { inner: BufWriter::with_capacity(BUFFER_BYTES, tmp.as_file()), bytes: 0 };
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(io(out))?;
+    let mut counter = Counting {
+        inner: BufWriter::with_capacity(BUFFER_BYTES, tmp.as_file()),
+        bytes: 0,
+    };
     let value = fill(&mut counter)?;
     let bytes = counter.bytes;
     counter.inner.flush().map_err(io(out))?;
     drop(counter);
     tmp.as_file().sync_all().map_err(io(out))?;
-    tmp.persist(out).map_err(|e| AverageError::Io { path: out.to_path_buf(), error: e.error })?;
+    tmp.persist(out).map_err(|e| AverageError::Io {
+        path: out.to_path_buf(),
+        error: e.error,
+    })?;
     // The rename is durable only once the directory entry is on disk.
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
@@ -77,7 +90,10 @@ pub struct TensorData<'a> {
 /// Builds a safetensors header for tensors laid out in the given order. The JSON is padded
 /// with spaces to a multiple of 8 bytes so the data section is aligned, as the reference
 /// writer does.
-pub fn header_bytes(metadata: Option<&BTreeMap<String, String>>, tensors: &[(&str, Dtype, Vec<u64>, u64)]) -> Vec<u8> {
+pub fn header_bytes(
+    metadata: Option<&BTreeMap<String, String>>,
+    tensors: &[(&str, Dtype, Vec<u64>, u64)],
+) -> Vec<u8> {
     let mut obj = serde_json::Map::new();
     if let Some(m) = metadata {
         obj.insert("__metadata__".into(), serde_json::json!(m));
@@ -101,11 +117,21 @@ pub fn header_bytes(metadata: Option<&BTreeMap<String, String>>, tensors: &[(&st
 
 /// Writes a safetensors file atomically (used by tests, the benchmark and tools that
 /// produce checkpoints).
-pub fn write_safetensors(path: &Path, metadata: Option<&BTreeMap<String, String>>, tensors: &[TensorData<'_>]) -> Result<u64, AverageError> {
-    let layout: Vec<_> = tensors.iter().map(|t| (t.name, t.dtype, t.shape.clone(), t.bytes.len() as u64)).collect();
+pub fn write_safetensors(
+    path: &Path,
+    metadata: Option<&BTreeMap<String, String>>,
+    tensors: &[TensorData<'_>],
+) -> Result<u64, AverageError> {
+    let layout: Vec<_> = tensors
+        .iter()
+        .map(|t| (t.name, t.dtype, t.shape.clone(), t.bytes.len() as u64))
+        .collect();
     let header = header_bytes(metadata, &layout);
     let (n, ()) = atomically(path, |w| {
-        let err = |error| AverageError::Io { path: path.to_path_buf(), error };
+        let err = |error| AverageError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
         w.write_all(&header).map_err(err)?;
         for t in tensors {
             w.write_all(t.bytes).map_err(err)?;

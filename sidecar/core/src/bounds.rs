@@ -40,7 +40,9 @@ pub enum BoundError {
     #[error("the workload has no jobs")]
     NoJobs,
     /// A job can run on no GPU type of the cluster, so no schedule finishes.
-    #[error("job {0} can run on no GPU type of the cluster (with its worker count), so no schedule completes it")]
+    #[error(
+        "job {0} can run on no GPU type of the cluster (with its worker count), so no schedule completes it"
+    )]
     CannotRun(JobId),
     /// A job has a non-finite arrival time or step count.
     #[error("job {0} has a non-finite or negative arrival time or step count")]
@@ -66,7 +68,12 @@ fn own_rate(job: &Job, cluster: &Cluster, t: crate::cluster::GpuType) -> Option<
 }
 
 fn per_gpu_rate(job: &Job, _cluster: &Cluster, t: crate::cluster::GpuType) -> Option<f64> {
-    job.throughput.curve(t).points().iter().map(|&(g, r)| r / f64::from(g)).reduce(f64::max)
+    job.throughput
+        .curve(t)
+        .points()
+        .iter()
+        .map(|&(g, r)| r / f64::from(g))
+        .reduce(f64::max)
 }
 
 /// `lower-bound`: the fluid makespan with each job at its own worker count, in seconds
@@ -77,7 +84,11 @@ pub fn fluid_makespan(cluster: &Cluster, jobs: &[Job]) -> Result<f64, BoundError
 
 /// [`fluid_makespan`] with at most `max_intervals` time intervals (at least 2 are used):
 /// fewer intervals solve faster and give a bound that is lower (weaker) but still valid.
-pub fn fluid_makespan_in(cluster: &Cluster, jobs: &[Job], max_intervals: usize) -> Result<f64, BoundError> {
+pub fn fluid_makespan_in(
+    cluster: &Cluster,
+    jobs: &[Job],
+    max_intervals: usize,
+) -> Result<f64, BoundError> {
     solve_bound(cluster, jobs, own_rate, false, max_intervals)
 }
 
@@ -103,21 +114,37 @@ fn breakpoints(arrivals: &[f64], max: usize) -> Vec<f64> {
     picked
 }
 
-fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max_intervals: usize) -> Result<f64, BoundError> {
+fn solve_bound(
+    cluster: &Cluster,
+    jobs: &[Job],
+    rate: RateFn,
+    forking: bool,
+    max_intervals: usize,
+) -> Result<f64, BoundError> {
     if jobs.is_empty() {
         return Err(BoundError::NoJobs);
     }
     for j in jobs {
-        if !(j.arrival_s.is_finite() && j.arrival_s >= 0.0 && j.total_steps.is_finite() && j.total_steps >= 0.0) {
+        if !(j.arrival_s.is_finite()
+            && j.arrival_s >= 0.0
+            && j.total_steps.is_finite()
+            && j.total_steps >= 0.0)
+        {
             return Err(BoundError::BadJob(j.id));
         }
     }
-    let first = jobs.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
+    let first = jobs
+        .iter()
+        .map(|j| j.arrival_s)
+        .fold(f64::INFINITY, f64::min);
     let arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s - first).collect();
     let starts = breakpoints(&arrivals, max_intervals);
     let k_last = starts.len() - 1;
     let types: Vec<_> = cluster.types().collect();
-    let rates: Vec<Vec<Option<f64>>> = jobs.iter().map(|j| types.iter().map(|&t| rate(j, cluster, t)).collect()).collect();
+    let rates: Vec<Vec<Option<f64>>> = jobs
+        .iter()
+        .map(|j| types.iter().map(|&t| rate(j, cluster, t)).collect())
+        .collect();
     for (j, r) in jobs.iter().zip(&rates) {
         if j.total_steps > 0.0 && r.iter().all(Option::is_none) {
             return Err(BoundError::CannotRun(j.id));
@@ -130,9 +157,18 @@ fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max
     let serial: f64 = jobs
         .iter()
         .zip(&rates)
-        .map(|(j, r)| j.total_steps / r.iter().flatten().copied().fold(0.0, f64::max).max(f64::MIN_POSITIVE))
+        .map(|(j, r)| {
+            j.total_steps
+                / r.iter()
+                    .flatten()
+                    .copied()
+                    .fold(0.0, f64::max)
+                    .max(f64::MIN_POSITIVE)
+        })
         .sum();
-    let scale = (serial / f64::from(cluster.total_gpus().max(1))).max(starts[k_last]).max(1.0);
+    let scale = (serial / f64::from(cluster.total_gpus().max(1)))
+        .max(starts[k_last])
+        .max(1.0);
     let len = |k: usize| (starts[k + 1] - starts[k]) / scale;
 
     let mut lp = LinearProgram::new();
@@ -147,7 +183,9 @@ fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max
                 types
                     .iter()
                     .enumerate()
-                    .map(|(ti, _)| (k >= first_k && rates[i][ti].is_some()).then(|| lp.add_nonneg()))
+                    .map(|(ti, _)| {
+                        (k >= first_k && rates[i][ti].is_some()).then(|| lp.add_nonneg())
+                    })
                     .collect()
             })
             .collect();
@@ -189,7 +227,9 @@ fn solve_bound(cluster: &Cluster, jobs: &[Job], rate: RateFn, forking: bool, max
             let mut terms: Vec<(Var, f64)> = jobs
                 .iter()
                 .zip(&y)
-                .filter_map(|(job, y_job)| y_job[k][ti].map(|v| (v, if forking { 1.0 } else { f64::from(job.workers) })))
+                .filter_map(|(job, y_job)| {
+                    y_job[k][ti].map(|v| (v, if forking { 1.0 } else { f64::from(job.workers) }))
+                })
                 .collect();
             if terms.is_empty() {
                 continue;
@@ -238,7 +278,9 @@ mod tests {
         // Three 1-GPU jobs of 100 s on 2 GPUs: 300 GPU-seconds / 2 GPUs = 150 s; no job is
         // longer than that alone, so 150 s is the answer.
         let c = cluster(&[("v100", 2)]);
-        let jobs: Vec<Job> = (0..3).map(|i| job(i, 0.0, 1, 100.0, vec![vec![(1, 1.0)]])).collect();
+        let jobs: Vec<Job> = (0..3)
+            .map(|i| job(i, 0.0, 1, 100.0, vec![vec![(1, 1.0)]]))
+            .collect();
         assert!(close(fluid_makespan(&c, &jobs).unwrap(), 150.0));
     }
 
@@ -257,10 +299,16 @@ mod tests {
         // to 200 s at best. Times are from the first arrival, so shifting both arrivals by
         // 1000 s changes nothing.
         let c = cluster(&[("v100", 1)]);
-        let jobs = vec![job(0, 0.0, 1, 100.0, vec![vec![(1, 1.0)]]), job(1, 50.0, 1, 100.0, vec![vec![(1, 1.0)]])];
+        let jobs = vec![
+            job(0, 0.0, 1, 100.0, vec![vec![(1, 1.0)]]),
+            job(1, 50.0, 1, 100.0, vec![vec![(1, 1.0)]]),
+        ];
         assert!(close(fluid_makespan(&c, &jobs).unwrap(), 200.0));
         // A late long job: job 1 arrives at 500 s, after job 0 is done: 600 s.
-        let jobs = vec![job(0, 1000.0, 1, 100.0, vec![vec![(1, 1.0)]]), job(1, 1500.0, 1, 100.0, vec![vec![(1, 1.0)]])];
+        let jobs = vec![
+            job(0, 1000.0, 1, 100.0, vec![vec![(1, 1.0)]]),
+            job(1, 1500.0, 1, 100.0, vec![vec![(1, 1.0)]]),
+        ];
         assert!(close(fluid_makespan(&c, &jobs).unwrap(), 600.0));
     }
 
@@ -274,7 +322,10 @@ mod tests {
         let curves = || vec![vec![(1, 2.0)], vec![(1, 1.0)]];
         let one = vec![job(0, 0.0, 1, 300.0, curves())];
         assert!(close(fluid_makespan(&c, &one).unwrap(), 150.0));
-        let two = vec![job(0, 0.0, 1, 300.0, curves()), job(1, 0.0, 1, 300.0, curves())];
+        let two = vec![
+            job(0, 0.0, 1, 300.0, curves()),
+            job(1, 0.0, 1, 300.0, curves()),
+        ];
         assert!(close(fluid_makespan(&c, &two).unwrap(), 200.0));
     }
 
@@ -285,10 +336,16 @@ mod tests {
         let c = cluster(&[("v100", 2)]);
         let jobs = vec![job(0, 0.0, 2, 400.0, vec![vec![(1, 3.0), (2, 4.0)]])];
         assert!(close(fluid_makespan(&c, &jobs).unwrap(), 100.0));
-        assert!(close(fluid_makespan_forking(&c, &jobs).unwrap(), 400.0 / 6.0));
+        assert!(close(
+            fluid_makespan_forking(&c, &jobs).unwrap(),
+            400.0 / 6.0
+        ));
         // A gang larger than any type cannot run: a clear error.
         let big = vec![job(7, 0.0, 4, 400.0, vec![vec![(4, 8.0)]])];
-        assert_eq!(fluid_makespan(&c, &big), Err(BoundError::CannotRun(JobId(7))));
+        assert_eq!(
+            fluid_makespan(&c, &big),
+            Err(BoundError::CannotRun(JobId(7)))
+        );
     }
 
     #[test]
@@ -298,7 +355,9 @@ mod tests {
         // bound may only drop, never below the pure work bound.
         let c = cluster(&[("v100", 1)]);
         let n = 20u64;
-        let jobs: Vec<Job> = (0..n).map(|i| job(i, 100.0 * i as f64, 1, 150.0, vec![vec![(1, 1.0)]])).collect();
+        let jobs: Vec<Job> = (0..n)
+            .map(|i| job(i, 100.0 * i as f64, 1, 150.0, vec![vec![(1, 1.0)]]))
+            .collect();
         let exact = solve_bound(&c, &jobs, own_rate, false, usize::MAX).unwrap();
         // The GPU is never idle from 0 on, so the exact answer is all the work: 3000 s.
         assert!(close(exact, 150.0 * n as f64), "{exact}");
@@ -307,11 +366,16 @@ mod tests {
         assert!(coarse >= 150.0 * n as f64 - 1e-3, "{coarse}");
         // Long gaps: exact = last arrival (1900 s) + 100 s; coarse rounds the last arrival
         // down onto a breakpoint and can only be lower.
-        let sparse: Vec<Job> = (0..n).map(|i| job(i, 100.0 * i as f64, 1, 100.0, vec![vec![(1, 1.0)]])).collect();
+        let sparse: Vec<Job> = (0..n)
+            .map(|i| job(i, 100.0 * i as f64, 1, 100.0, vec![vec![(1, 1.0)]]))
+            .collect();
         let exact = solve_bound(&c, &sparse, own_rate, false, usize::MAX).unwrap();
         assert!(close(exact, 2000.0), "{exact}");
         let coarse = solve_bound(&c, &sparse, own_rate, false, 3).unwrap();
-        assert!(coarse <= exact * (1.0 + 1e-6) && coarse >= 100.0 * n as f64 - 1e-3, "{coarse}");
+        assert!(
+            coarse <= exact * (1.0 + 1e-6) && coarse >= 100.0 * n as f64 - 1e-3,
+            "{coarse}"
+        );
         let arrivals: Vec<f64> = sparse.iter().map(|j| j.arrival_s).collect();
         assert_eq!(breakpoints(&arrivals, 3).len(), 3);
         assert_eq!(breakpoints(&arrivals, 3)[0], 0.0);

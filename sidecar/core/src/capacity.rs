@@ -38,7 +38,11 @@ impl FreeCapacity {
             free.extend_from_slice(&n.gpus);
         }
         let free_by_type = cluster.types().map(|t| cluster.total_of_type(t)).collect();
-        FreeCapacity { types, free, free_by_type }
+        FreeCapacity {
+            types,
+            free,
+            free_by_type,
+        }
     }
 
     /// Free GPUs of type `t` on node `n`.
@@ -72,7 +76,12 @@ impl FreeCapacity {
         let i = p.node.index() * self.types + p.gpu_type.index();
         let free = self.free.get(i).copied().unwrap_or(0);
         if p.gpus > free {
-            return Err(Overcommit { node: p.node, gpu_type: p.gpu_type, wanted: p.gpus, free });
+            return Err(Overcommit {
+                node: p.node,
+                gpu_type: p.gpu_type,
+                wanted: p.gpus,
+                free,
+            });
         }
         self.free[i] -= p.gpus;
         self.free_by_type[p.gpu_type.index()] -= p.gpus;
@@ -122,12 +131,24 @@ mod tests {
         let c = Cluster::from_type_counts(&[("v100".into(), 2), ("k80".into(), 2)], 2).unwrap();
         let mut cap = FreeCapacity::of(&c);
         let too_big = Placement::gang([
-            Part { node: NodeId(0), gpu_type: GpuType(0), gpus: 2 },
-            Part { node: NodeId(1), gpu_type: GpuType(1), gpus: 3 },
+            Part {
+                node: NodeId(0),
+                gpu_type: GpuType(0),
+                gpus: 2,
+            },
+            Part {
+                node: NodeId(1),
+                gpu_type: GpuType(1),
+                gpus: 3,
+            },
         ]);
         assert!(cap.take_placement(&too_big).is_err());
         assert_eq!(cap.free_total(), 4);
-        let ok = Placement::gang([Part { node: NodeId(1), gpu_type: GpuType(1), gpus: 2 }]);
+        let ok = Placement::gang([Part {
+            node: NodeId(1),
+            gpu_type: GpuType(1),
+            gpus: 2,
+        }]);
         cap.take_placement(&ok).unwrap();
         assert_eq!(cap.free_of_type(GpuType(1)), 0);
         assert_eq!(cap.free(NodeId(0), GpuType(0)), 2);

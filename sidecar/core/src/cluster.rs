@@ -125,7 +125,10 @@ impl Cluster {
                 let here = left.min(per_node);
                 let mut gpus = vec![0; counts.len()];
                 gpus[ti] = here;
-                nodes.push(Node { name: format!("{name}-{i}"), gpus });
+                nodes.push(Node {
+                    name: format!("{name}-{i}"),
+                    gpus,
+                });
                 left -= here;
                 i += 1;
             }
@@ -178,7 +181,10 @@ impl Cluster {
 
     /// Looks a node up by name.
     pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
-        self.nodes.iter().position(|n| n.name == name).map(|i| NodeId(i as u32))
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| NodeId(i as u32))
     }
 
     /// GPUs of type `t` on node `n`.
@@ -198,7 +204,11 @@ impl Cluster {
 
     /// The largest number of GPUs of type `t` on any single node.
     pub fn max_per_node(&self, t: GpuType) -> u32 {
-        self.nodes.iter().map(|n| n.gpus[t.index()]).max().unwrap_or(0)
+        self.nodes
+            .iter()
+            .map(|n| n.gpus[t.index()])
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -229,13 +239,19 @@ mod tests {
 
     #[test]
     fn empty_cluster_is_refused() {
-        assert_eq!(Cluster::from_type_counts(&[("v100".into(), 0)], 4), Err(ClusterError::NoGpus));
+        assert_eq!(
+            Cluster::from_type_counts(&[("v100".into(), 0)], 4),
+            Err(ClusterError::NoGpus)
+        );
         assert_eq!(Cluster::new(vec![], vec![]), Err(ClusterError::NoTypes));
     }
 
     #[test]
     fn duplicate_names_are_refused() {
-        let n = |name: &str| Node { name: name.into(), gpus: vec![1] };
+        let n = |name: &str| Node {
+            name: name.into(),
+            gpus: vec![1],
+        };
         assert_eq!(
             Cluster::new(vec!["a".into()], vec![n("x"), n("x")]),
             Err(ClusterError::DuplicateNode("x".into()))

@@ -45,7 +45,9 @@ impl Job {
     /// The online order of jobs: by arrival time, ties broken by id. Every policy that
     /// serves jobs "in arrival order" uses this one ordering.
     pub fn arrival_order(&self, other: &Job) -> std::cmp::Ordering {
-        self.arrival_s.total_cmp(&other.arrival_s).then(self.id.cmp(&other.id))
+        self.arrival_s
+            .total_cmp(&other.arrival_s)
+            .then(self.id.cmp(&other.id))
     }
 
     /// True when the job can run on at least one type with its own worker count.

@@ -19,7 +19,6 @@
 //! * [`bounds`]: fluid lower bounds on the makespan.
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
-
 pub mod bounds;
 pub mod capacity;
 pub mod cluster;

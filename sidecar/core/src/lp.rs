@@ -14,7 +14,8 @@
 
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
-    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus, SupportedConeT, ZeroConeT,
+    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
+    SupportedConeT, ZeroConeT,
 };
 
 /// A variable of one [`LinearProgram`], as an index into its variable list.
@@ -149,9 +150,18 @@ impl LinearProgram {
     }
 
     /// Adds `sum(coef * var) <relation> rhs`. Zero coefficients are dropped.
-    pub fn add_constraint(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, relation: Relation, rhs: f64) {
+    pub fn add_constraint(
+        &mut self,
+        terms: impl IntoIterator<Item = (Var, f64)>,
+        relation: Relation,
+        rhs: f64,
+    ) {
         let terms = terms.into_iter().filter(|(_, c)| *c != 0.0).collect();
-        self.constraints.push(Constraint { terms, relation, rhs });
+        self.constraints.push(Constraint {
+            terms,
+            relation,
+            rhs,
+        });
     }
 
     /// Adds `sum(coef * var) <= rhs`.
@@ -184,28 +194,44 @@ impl LinearProgram {
     fn check(&self) -> Result<(), LpError> {
         let n = self.var_count();
         let var_ok = |v: Var| {
-            if v.0 < n { Ok(()) } else { Err(LpError::InvalidInput(format!("variable {} does not belong to this LP", v.0))) }
+            if v.0 < n {
+                Ok(())
+            } else {
+                Err(LpError::InvalidInput(format!(
+                    "variable {} does not belong to this LP",
+                    v.0
+                )))
+            }
         };
         for (i, (&lo, &hi)) in self.lower.iter().zip(&self.upper).enumerate() {
             if lo.is_nan() || hi.is_nan() || lo == f64::INFINITY || hi == f64::NEG_INFINITY {
-                return Err(LpError::InvalidInput(format!("variable {i} has bounds [{lo}, {hi}]")));
+                return Err(LpError::InvalidInput(format!(
+                    "variable {i} has bounds [{lo}, {hi}]"
+                )));
             }
         }
         for (k, c) in self.constraints.iter().enumerate() {
             if !c.rhs.is_finite() {
-                return Err(LpError::InvalidInput(format!("constraint {k} has right-hand side {}", c.rhs)));
+                return Err(LpError::InvalidInput(format!(
+                    "constraint {k} has right-hand side {}",
+                    c.rhs
+                )));
             }
             for &(v, coef) in &c.terms {
                 var_ok(v)?;
                 if !coef.is_finite() {
-                    return Err(LpError::InvalidInput(format!("constraint {k} has coefficient {coef}")));
+                    return Err(LpError::InvalidInput(format!(
+                        "constraint {k} has coefficient {coef}"
+                    )));
                 }
             }
         }
         for &(v, coef) in &self.objective {
             var_ok(v)?;
             if !coef.is_finite() {
-                return Err(LpError::InvalidInput(format!("objective coefficient {coef}")));
+                return Err(LpError::InvalidInput(format!(
+                    "objective coefficient {coef}"
+                )));
             }
         }
         Ok(())
@@ -229,7 +255,9 @@ impl LinearProgram {
             match c.relation {
                 Relation::Equal => eq_rows.push((row, c.rhs)),
                 Relation::AtMost => le_rows.push((row, c.rhs)),
-                Relation::AtLeast => le_rows.push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs)),
+                Relation::AtLeast => {
+                    le_rows.push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs))
+                }
             }
         }
         for j in 0..n {
@@ -251,9 +279,14 @@ impl LinearProgram {
 
         // A problem without variables is decided by its constant rows alone.
         if n == 0 {
-            let ok = eq_rows.iter().all(|(_, b)| b.abs() <= 1e-9) && le_rows.iter().all(|(_, b)| *b >= -1e-9);
+            let ok = eq_rows.iter().all(|(_, b)| b.abs() <= 1e-9)
+                && le_rows.iter().all(|(_, b)| *b >= -1e-9);
             return if ok {
-                Ok(Solution { values: Vec::new(), objective: 0.0, reduced_accuracy: false })
+                Ok(Solution {
+                    values: Vec::new(),
+                    objective: 0.0,
+                    reduced_accuracy: false,
+                })
             } else {
                 Err(LpError::Infeasible)
             };
@@ -289,9 +322,15 @@ impl LinearProgram {
             .verbose(false)
             .max_iter(200)
             .build()
-            .map_err(|e| LpError::Numerical { status: format!("settings: {e:?}") })?;
-        let mut solver = DefaultSolver::new(&p_mat, &q, &a_mat, &b, &cones, settings)
-            .map_err(|e| LpError::Numerical { status: format!("setup: {e}") })?;
+            .map_err(|e| LpError::Numerical {
+                status: format!("settings: {e:?}"),
+            })?;
+        let mut solver =
+            DefaultSolver::new(&p_mat, &q, &a_mat, &b, &cones, settings).map_err(|e| {
+                LpError::Numerical {
+                    status: format!("setup: {e}"),
+                }
+            })?;
         solver.solve();
         let sol = &solver.solution;
         match sol.status {
@@ -304,9 +343,15 @@ impl LinearProgram {
                     reduced_accuracy: sol.status == SolverStatus::AlmostSolved,
                 })
             }
-            SolverStatus::PrimalInfeasible | SolverStatus::AlmostPrimalInfeasible => Err(LpError::Infeasible),
-            SolverStatus::DualInfeasible | SolverStatus::AlmostDualInfeasible => Err(LpError::Unbounded),
-            other => Err(LpError::Numerical { status: format!("{other:?}") }),
+            SolverStatus::PrimalInfeasible | SolverStatus::AlmostPrimalInfeasible => {
+                Err(LpError::Infeasible)
+            }
+            SolverStatus::DualInfeasible | SolverStatus::AlmostDualInfeasible => {
+                Err(LpError::Unbounded)
+            }
+            other => Err(LpError::Numerical {
+                status: format!("{other:?}"),
+            }),
         }
     }
 }
@@ -345,7 +390,11 @@ mod tests {
         lp.equal([(x, 1.0), (y, -1.0)], 1.0);
         lp.minimize([(x, 1.0), (y, 1.0)]);
         let s = lp.solve().unwrap();
-        assert!(close(s.value(x), 2.0) && close(s.value(y), 1.0), "{:?}", s.values());
+        assert!(
+            close(s.value(x), 2.0) && close(s.value(y), 1.0),
+            "{:?}",
+            s.values()
+        );
         // A fixed variable (equal bounds) stays at its value.
         let mut lp = LinearProgram::new();
         let z = lp.add_var(2.5, 2.5);

@@ -43,7 +43,10 @@ impl Placement {
     /// A gang placement over `parts`; parts on the same (node, type) are merged and empty
     /// parts dropped, so two placements of the same GPUs compare equal.
     pub fn gang(parts: impl IntoIterator<Item = Part>) -> Self {
-        Placement { kind: PlacementKind::Gang, parts: normalise(parts) }
+        Placement {
+            kind: PlacementKind::Gang,
+            parts: normalise(parts),
+        }
     }
 
     /// A forked placement: one copy per part (parts on the same node are kept separate so
@@ -51,7 +54,10 @@ impl Placement {
     pub fn forked(parts: impl IntoIterator<Item = Part>) -> Self {
         let mut parts: Vec<Part> = parts.into_iter().filter(|p| p.gpus > 0).collect();
         parts.sort();
-        Placement { kind: PlacementKind::Forked, parts }
+        Placement {
+            kind: PlacementKind::Forked,
+            parts,
+        }
     }
 
     /// Gang or forked.
@@ -86,7 +92,11 @@ impl Placement {
 
     /// GPUs of type `t` used.
     pub fn gpus_of_type(&self, t: GpuType) -> u32 {
-        self.parts.iter().filter(|p| p.gpu_type == t).map(|p| p.gpus).sum()
+        self.parts
+            .iter()
+            .filter(|p| p.gpu_type == t)
+            .map(|p| p.gpus)
+            .sum()
     }
 
     /// True when the placement has no parts.
@@ -115,9 +125,11 @@ impl Placement {
                 }
                 rate
             }
-            PlacementKind::Forked => {
-                self.parts.iter().map(|p| profile.rate_or_zero(p.gpu_type, p.gpus)).sum()
-            }
+            PlacementKind::Forked => self
+                .parts
+                .iter()
+                .map(|p| profile.rate_or_zero(p.gpu_type, p.gpus))
+                .sum(),
         }
     }
 }
@@ -141,7 +153,11 @@ mod tests {
     use crate::throughput::RateCurve;
 
     fn part(n: u32, t: u16, g: u32) -> Part {
-        Part { node: NodeId(n), gpu_type: GpuType(t), gpus: g }
+        Part {
+            node: NodeId(n),
+            gpu_type: GpuType(t),
+            gpus: g,
+        }
     }
 
     #[test]

@@ -54,14 +54,25 @@ impl std::fmt::Display for WaitReason {
         match self {
             WaitReason::DoesNotFit => f.write_str("not enough free GPUs of a type it can use"),
             WaitReason::PriceAboveUtility { utility, price } => {
-                write!(f, "its best placement costs {price:.3}, more than its utility {utility:.3}")
+                write!(
+                    f,
+                    "its best placement costs {price:.3}, more than its utility {utility:.3}"
+                )
             }
-            WaitReason::NoThroughputOnFreeTypes => f.write_str("the free GPUs are all of types it cannot use"),
-            WaitReason::CannotRunAnywhere => f.write_str("it can run on no GPU type of this cluster"),
+            WaitReason::NoThroughputOnFreeTypes => {
+                f.write_str("the free GPUs are all of types it cannot use")
+            }
+            WaitReason::CannotRunAnywhere => {
+                f.write_str("it can run on no GPU type of this cluster")
+            }
             WaitReason::QueuedBehind { head: Some(h) } => write!(f, "queued behind job {h}"),
             WaitReason::QueuedBehind { head: None } => f.write_str("queued behind earlier jobs"),
-            WaitReason::TimeShare => f.write_str("it has had its time share; other jobs run this round"),
-            WaitReason::WaitingForRelease => f.write_str("waiting for running jobs to release GPUs"),
+            WaitReason::TimeShare => {
+                f.write_str("it has had its time share; other jobs run this round")
+            }
+            WaitReason::WaitingForRelease => {
+                f.write_str("waiting for running jobs to release GPUs")
+            }
         }
     }
 }
@@ -135,7 +146,10 @@ pub enum PlanViolation {
 impl RoundPlan {
     /// The placement given to `job`, if any.
     pub fn placement_of(&self, job: JobId) -> Option<&Placement> {
-        self.assignments.iter().find(|a| a.job == job).map(|a| &a.placement)
+        self.assignments
+            .iter()
+            .find(|a| a.job == job)
+            .map(|a| &a.placement)
     }
 
     /// Checks the rules every plan must keep: known jobs placed once, capacity per
@@ -167,7 +181,10 @@ impl RoundPlan {
                     let mut nodes = HashSet::new();
                     for p in a.placement.parts() {
                         if !nodes.insert(p.node) {
-                            return Err(PlanViolation::CopiesShareNode { job: a.job, node: p.node });
+                            return Err(PlanViolation::CopiesShareNode {
+                                job: a.job,
+                                node: p.node,
+                            });
                         }
                     }
                 }
@@ -176,7 +193,9 @@ impl RoundPlan {
                 return Err(PlanViolation::UselessPlacement(a.job));
             }
             for p in a.placement.parts() {
-                if p.node.index() >= cluster.nodes().len() || p.gpu_type.index() >= cluster.type_count() {
+                if p.node.index() >= cluster.nodes().len()
+                    || p.gpu_type.index() >= cluster.type_count()
+                {
                     return Err(PlanViolation::OverCapacity {
                         node: p.node,
                         gpu_type: p.gpu_type,
@@ -187,7 +206,12 @@ impl RoundPlan {
                 if cap.take(*p).is_err() {
                     let capacity = cluster.capacity(p.node, p.gpu_type);
                     let used = capacity - cap.free(p.node, p.gpu_type) + p.gpus;
-                    return Err(PlanViolation::OverCapacity { node: p.node, gpu_type: p.gpu_type, used, capacity });
+                    return Err(PlanViolation::OverCapacity {
+                        node: p.node,
+                        gpu_type: p.gpu_type,
+                        used,
+                        capacity,
+                    });
                 }
             }
         }

@@ -32,7 +32,10 @@ impl RateCurve {
 
     /// The rate with exactly `workers` workers, if known and positive.
     pub fn at(&self, workers: u32) -> Option<f64> {
-        self.points.iter().find(|(n, _)| *n == workers).map(|(_, r)| *r)
+        self.points
+            .iter()
+            .find(|(n, _)| *n == workers)
+            .map(|(_, r)| *r)
     }
 
     /// The measured points.

@@ -58,7 +58,16 @@ pub fn consolidation_weights(steps: &[f64]) -> Vec<f64> {
         let n = steps.len().max(1) as f64;
         return vec![1.0 / n; steps.len()];
     }
-    steps.iter().map(|s| if s.is_finite() && *s > 0.0 { s / total } else { 0.0 }).collect()
+    steps
+        .iter()
+        .map(|s| {
+            if s.is_finite() && *s > 0.0 {
+                s / total
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 impl TrackerRecord {
@@ -77,7 +86,11 @@ impl TrackerRecord {
         remaining_steps: f64,
     ) -> Self {
         let forked = placement.kind() == PlacementKind::Forked;
-        let weights = if forked { consolidation_weights(copy_steps) } else { Vec::new() };
+        let weights = if forked {
+            consolidation_weights(copy_steps)
+        } else {
+            Vec::new()
+        };
         let copies = placement
             .parts()
             .iter()
@@ -86,7 +99,11 @@ impl TrackerRecord {
                 node: cluster.node(p.node).name.clone(),
                 gpu_type: cluster.type_name(p.gpu_type).to_string(),
                 gpus: p.gpus,
-                steps: if forked { copy_steps.get(k).copied() } else { None },
+                steps: if forked {
+                    copy_steps.get(k).copied()
+                } else {
+                    None
+                },
                 weight: weights.get(k).copied(),
             })
             .collect();
@@ -121,10 +138,28 @@ mod tests {
     fn a_forked_record_names_nodes_and_types() {
         let c = Cluster::from_type_counts(&[("v100".into(), 2), ("k80".into(), 1)], 1).unwrap();
         let p = Placement::forked([
-            Part { node: NodeId(0), gpu_type: GpuType(0), gpus: 1 },
-            Part { node: NodeId(2), gpu_type: GpuType(1), gpus: 1 },
+            Part {
+                node: NodeId(0),
+                gpu_type: GpuType(0),
+                gpus: 1,
+            },
+            Part {
+                node: NodeId(2),
+                gpu_type: GpuType(1),
+                gpus: 1,
+            },
         ]);
-        let r = TrackerRecord::new(&c, 3, JobId(7), 0.0, 360.0, &p, 400.0, &[300.0, 100.0], 600.0);
+        let r = TrackerRecord::new(
+            &c,
+            3,
+            JobId(7),
+            0.0,
+            360.0,
+            &p,
+            400.0,
+            &[300.0, 100.0],
+            600.0,
+        );
         assert_eq!(r.copies[0].node, "v100-0");
         assert_eq!(r.copies[1].gpu_type, "k80");
         assert_eq!(r.copies[1].weight, Some(0.25));

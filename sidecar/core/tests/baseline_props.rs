@@ -6,7 +6,8 @@ use hadar_core::policies::packing::{pack_any_types, pack_consolidated, usable_ty
 use hadar_core::policies::slurm_backfill::requested_type;
 use hadar_core::policies::{PolicyName, PolicyOptions, build};
 use hadar_core::{
-    Cluster, FreeCapacity, Job, JobId, JobState, Node, RateCurve, RoundInput, RoundPlan, ThroughputProfile, WaitReason,
+    Cluster, FreeCapacity, Job, JobId, JobState, Node, RateCurve, RoundInput, RoundPlan,
+    ThroughputProfile, WaitReason,
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -18,14 +19,23 @@ const MAX_ROUNDS: usize = 3000;
 /// A random cluster: 1-3 types, 1-5 nodes, 0-4 GPUs of each type per node, at least one GPU.
 fn cluster() -> impl Strategy<Value = Cluster> {
     (1usize..=3, 1usize..=5).prop_flat_map(|(types, nodes)| {
-        proptest::collection::vec(proptest::collection::vec(0u32..=4, types), nodes).prop_map(move |mut gpus| {
-            if gpus.iter().flatten().all(|&g| g == 0) {
-                gpus[0][0] = 1;
-            }
-            let names = (0..types).map(|t| format!("t{t}")).collect();
-            let nodes = gpus.into_iter().enumerate().map(|(i, gpus)| Node { name: format!("n{i}"), gpus }).collect();
-            Cluster::new(names, nodes).expect("a generated cluster is valid")
-        })
+        proptest::collection::vec(proptest::collection::vec(0u32..=4, types), nodes).prop_map(
+            move |mut gpus| {
+                if gpus.iter().flatten().all(|&g| g == 0) {
+                    gpus[0][0] = 1;
+                }
+                let names = (0..types).map(|t| format!("t{t}")).collect();
+                let nodes = gpus
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, gpus)| Node {
+                        name: format!("n{i}"),
+                        gpus,
+                    })
+                    .collect();
+                Cluster::new(names, nodes).expect("a generated cluster is valid")
+            },
+        )
     })
 }
 
@@ -75,45 +85,87 @@ fn can_ever_run(policy: PolicyName, job: &Job, cluster: &Cluster) -> bool {
     let empty = FreeCapacity::of(cluster);
     let usable = usable_types(job, cluster);
     match policy {
-        PolicyName::YarnCs => usable.iter().any(|&t| pack_consolidated(&empty, t, job.workers).is_some()),
-        PolicyName::Tiresias => usable.iter().map(|&t| cluster.total_of_type(t)).sum::<u32>() >= job.workers,
-        PolicyName::Slurm => {
-            requested_type(&JobState::arrived(Arc::new(job.clone()), cluster.type_count()), cluster).is_some()
+        PolicyName::YarnCs => usable
+            .iter()
+            .any(|&t| pack_consolidated(&empty, t, job.workers).is_some()),
+        PolicyName::Tiresias => {
+            usable
+                .iter()
+                .map(|&t| cluster.total_of_type(t))
+                .sum::<u32>()
+                >= job.workers
         }
+        PolicyName::Slurm => requested_type(
+            &JobState::arrived(Arc::new(job.clone()), cluster.type_count()),
+            cluster,
+        )
+        .is_some(),
         _ => unreachable!("only the baselines are tested here"),
     }
 }
 
 /// Every check a round's plan must pass for `policy`. `jobs` are the active jobs as the plan
 /// saw them.
-fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &RoundPlan) -> Result<(), TestCaseError> {
+fn check_plan(
+    policy: PolicyName,
+    cluster: &Cluster,
+    jobs: &[JobState],
+    plan: &RoundPlan,
+) -> Result<(), TestCaseError> {
     // Capacity, gangs all-or-nothing, known jobs, useful placements.
     if let Err(e) = plan.validate(cluster, jobs) {
         return Err(TestCaseError::fail(format!("{policy}: invalid plan: {e}")));
     }
     // Every active job is either assigned or waiting with a reason, exactly once.
     let mut seen: HashMap<JobId, usize> = HashMap::new();
-    for id in plan.assignments.iter().map(|a| a.job).chain(plan.waiting.iter().map(|w| w.job)) {
+    for id in plan
+        .assignments
+        .iter()
+        .map(|a| a.job)
+        .chain(plan.waiting.iter().map(|w| w.job))
+    {
         *seen.entry(id).or_default() += 1;
     }
-    prop_assert_eq!(seen.len(), jobs.len(), "{}: some job is neither assigned nor waiting", policy);
-    prop_assert!(seen.values().all(|&n| n == 1), "{}: a job is listed twice", policy);
+    prop_assert_eq!(
+        seen.len(),
+        jobs.len(),
+        "{}: some job is neither assigned nor waiting",
+        policy
+    );
+    prop_assert!(
+        seen.values().all(|&n| n == 1),
+        "{}: a job is listed twice",
+        policy
+    );
     let reason = |id: JobId| plan.waiting.iter().find(|w| w.job == id).map(|w| &w.reason);
     for js in jobs {
         if !can_ever_run(policy, &js.job, cluster) {
-            prop_assert_eq!(reason(js.id()), Some(&WaitReason::CannotRunAnywhere), "{}: job {}", policy, js.id());
+            prop_assert_eq!(
+                reason(js.id()),
+                Some(&WaitReason::CannotRunAnywhere),
+                "{}: job {}",
+                policy,
+                js.id()
+            );
         }
     }
 
     let mut left = FreeCapacity::of(cluster);
     for a in &plan.assignments {
-        left.take_placement(&a.placement).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        left.take_placement(&a.placement)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
     let non_preemptive = matches!(policy, PolicyName::YarnCs | PolicyName::Slurm);
     if non_preemptive {
         for js in jobs {
             if let Some(p) = &js.placement {
-                prop_assert_eq!(plan.placement_of(js.id()), Some(p), "{}: running job {} was moved", policy, js.id());
+                prop_assert_eq!(
+                    plan.placement_of(js.id()),
+                    Some(p),
+                    "{}: running job {} was moved",
+                    policy,
+                    js.id()
+                );
             }
         }
     }
@@ -139,25 +191,43 @@ fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &R
             }
             // The head of the queue waits only if it cannot be consolidated in what is left.
             if let Some(head) = pending.iter().find(|js| {
-                plan.placement_of(js.id()).is_none() && reason(js.id()) != Some(&WaitReason::CannotRunAnywhere)
+                plan.placement_of(js.id()).is_none()
+                    && reason(js.id()) != Some(&WaitReason::CannotRunAnywhere)
             }) {
                 let fits = usable_types(&head.job, cluster)
                     .iter()
                     .any(|&t| pack_consolidated(&left, t, head.job.workers).is_some());
-                prop_assert!(!fits, "yarn-cs left head job {} waiting although it fits", head.id());
+                prop_assert!(
+                    !fits,
+                    "yarn-cs left head job {} waiting although it fits",
+                    head.id()
+                );
             }
             for a in &plan.assignments {
-                prop_assert_eq!(a.placement.types().len(), 1, "yarn-cs mixed types for job {}", a.job);
+                prop_assert_eq!(
+                    a.placement.types().len(),
+                    1,
+                    "yarn-cs mixed types for job {}",
+                    a.job
+                );
             }
         }
         PolicyName::Slurm => {
             let by_id: HashMap<JobId, &JobState> = jobs.iter().map(|js| (js.id(), js)).collect();
             for a in &plan.assignments {
-                let (t, _) = requested_type(by_id[&a.job], cluster).expect("a started job has a requested type");
-                prop_assert_eq!(a.placement.types(), vec![t], "slurm ran job {} off its requested type", a.job);
+                let (t, _) = requested_type(by_id[&a.job], cluster)
+                    .expect("a started job has a requested type");
+                prop_assert_eq!(
+                    a.placement.types(),
+                    vec![t],
+                    "slurm ran job {} off its requested type",
+                    a.job
+                );
             }
             // The first pending job that can run starts whenever its type has room.
-            if let Some(head) = pending.iter().find(|js| requested_type(js, cluster).is_some())
+            if let Some(head) = pending
+                .iter()
+                .find(|js| requested_type(js, cluster).is_some())
                 && plan.placement_of(head.id()).is_none()
             {
                 let (t, _) = requested_type(head, cluster).expect("checked above");
@@ -171,7 +241,10 @@ fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &R
         PolicyName::Tiresias => {
             // Not blocking: a job left waiting could not have taken any GPUs left over.
             for w in &plan.waiting {
-                let js = jobs.iter().find(|js| js.id() == w.job).expect("validated above");
+                let js = jobs
+                    .iter()
+                    .find(|js| js.id() == w.job)
+                    .expect("validated above");
                 let usable = usable_types(&js.job, cluster);
                 prop_assert!(
                     pack_any_types(&left, &usable, js.job.workers).is_none(),
@@ -188,9 +261,21 @@ fn check_plan(policy: PolicyName, cluster: &Cluster, jobs: &[JobState], plan: &R
 
 /// Plays `raw` on `cluster` under `policy` until every job that can run has finished, checking
 /// each plan; fails if that takes more than `MAX_ROUNDS` rounds.
-fn play(policy: PolicyName, seed: u64, cluster: &Cluster, raw: &[RawJob]) -> Result<(), TestCaseError> {
+fn play(
+    policy: PolicyName,
+    seed: u64,
+    cluster: &Cluster,
+    raw: &[RawJob],
+) -> Result<(), TestCaseError> {
     let jobs = bind(raw, cluster);
-    let mut policy_impl = build(policy, &PolicyOptions { seed, ..PolicyOptions::default() }).expect("a baseline builds");
+    let mut policy_impl = build(
+        policy,
+        &PolicyOptions {
+            seed,
+            ..PolicyOptions::default()
+        },
+    )
+    .expect("a baseline builds");
     let types = cluster.type_count();
     let mut active: Vec<JobState> = Vec::new();
     let mut next = 0;
@@ -200,11 +285,19 @@ fn play(policy: PolicyName, seed: u64, cluster: &Cluster, raw: &[RawJob]) -> Res
             active.push(JobState::arrived(jobs[next].clone(), types));
             next += 1;
         }
-        let runnable_left = active.iter().any(|js| can_ever_run(policy, &js.job, cluster));
+        let runnable_left = active
+            .iter()
+            .any(|js| can_ever_run(policy, &js.job, cluster));
         if !runnable_left && next == jobs.len() {
             return Ok(());
         }
-        let input = RoundInput { now_s: now, round_s: ROUND_S, restart_s: 0.0, cluster, jobs: &active };
+        let input = RoundInput {
+            now_s: now,
+            round_s: ROUND_S,
+            restart_s: 0.0,
+            cluster,
+            jobs: &active,
+        };
         let plan = policy_impl.plan(&input);
         check_plan(policy, cluster, &active, &plan)?;
 
@@ -241,11 +334,15 @@ fn play(policy: PolicyName, seed: u64, cluster: &Cluster, raw: &[RawJob]) -> Res
         } else if next < jobs.len() {
             now = jobs[next].arrival_s;
         } else {
-            return Err(TestCaseError::fail(format!("{policy}: nothing runs and nothing arrives, but jobs remain")));
+            return Err(TestCaseError::fail(format!(
+                "{policy}: nothing runs and nothing arrives, but jobs remain"
+            )));
         }
         active.retain(|js| js.remaining_steps > 0.0);
     }
-    Err(TestCaseError::fail(format!("{policy}: jobs still unfinished after {MAX_ROUNDS} rounds")))
+    Err(TestCaseError::fail(format!(
+        "{policy}: jobs still unfinished after {MAX_ROUNDS} rounds"
+    )))
 }
 
 proptest! {

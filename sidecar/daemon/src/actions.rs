@@ -68,13 +68,19 @@ pub fn plan(rows: &BTreeMap<u64, JobRow>, planned: &BTreeMap<u64, NodeGpus>) -> 
                 (Some(w), Some(h)) if same_gpus(w, h) => {}
                 (Some(w), _) => {
                     holds.push(Action::Hold { job: row.id });
-                    starts.push(Action::Start { job: row.id, placement: w.clone() });
+                    starts.push(Action::Start {
+                        job: row.id,
+                        placement: w.clone(),
+                    });
                 }
                 (None, _) => holds.push(Action::Hold { job: row.id }),
             },
             Phase::Waiting => {
                 if let Some(w) = want {
-                    starts.push(Action::Start { job: row.id, placement: w.clone() });
+                    starts.push(Action::Start {
+                        job: row.id,
+                        placement: w.clone(),
+                    });
                 }
             }
         }
@@ -113,8 +119,15 @@ mod tests {
         .into_iter()
         .map(|r| (r.id, r))
         .collect();
-        let planned: BTreeMap<u64, NodeGpus> =
-            [(1, on("n1")), (2, on("n4")), (4, on("n2")), (6, on("n4")), (7, on("n1"))].into_iter().collect();
+        let planned: BTreeMap<u64, NodeGpus> = [
+            (1, on("n1")),
+            (2, on("n4")),
+            (4, on("n2")),
+            (6, on("n4")),
+            (7, on("n1")),
+        ]
+        .into_iter()
+        .collect();
         let acts = plan(&rows, &planned);
         assert_eq!(
             acts,
@@ -123,16 +136,27 @@ mod tests {
                 Action::Hold { job: 8 },
                 Action::Preempt { job: 2 },
                 Action::Preempt { job: 3 },
-                Action::Start { job: 4, placement: on("n2") },
-                Action::Start { job: 7, placement: on("n1") },
+                Action::Start {
+                    job: 4,
+                    placement: on("n2")
+                },
+                Action::Start {
+                    job: 7,
+                    placement: on("n1")
+                },
             ]
         );
     }
 
     #[test]
     fn a_plan_equal_to_the_state_needs_no_action() {
-        let rows: BTreeMap<u64, JobRow> =
-            [row(1, Phase::Running, Some("n1")), row(2, Phase::Starting, Some("n2"))].into_iter().map(|r| (r.id, r)).collect();
+        let rows: BTreeMap<u64, JobRow> = [
+            row(1, Phase::Running, Some("n1")),
+            row(2, Phase::Starting, Some("n2")),
+        ]
+        .into_iter()
+        .map(|r| (r.id, r))
+        .collect();
         let planned: BTreeMap<u64, NodeGpus> = [(1, on("n1")), (2, on("n2"))].into_iter().collect();
         assert!(plan(&rows, &planned).is_empty());
     }

@@ -84,7 +84,11 @@ impl SidecarConfig {
 fn text_sets_max_nodes(text: &str) -> bool {
     toml::from_str::<toml::Table>(text)
         .ok()
-        .and_then(|t| t.get("hadar").and_then(|h| h.as_table()).map(|h| h.contains_key("max_nodes_per_job")))
+        .and_then(|t| {
+            t.get("hadar")
+                .and_then(|h| h.as_table())
+                .map(|h| h.contains_key("max_nodes_per_job"))
+        })
         .unwrap_or(false)
 }
 
@@ -112,42 +116,80 @@ impl DaemonConfig {
         let shared = crate::shared::SlurmTables::parse(path, text)?;
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_string(),
-            reason: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
+            reason: e
+                .to_string()
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
         })?;
         let _ = (&file.slurm, &file.plugin);
         let s = &file.sidecar;
         let range = |key: &'static str, value: f64, ok: bool, expected: &'static str| {
-            if ok { Ok(()) } else { Err(ConfigError::Range { path: path.to_string(), key, value: value.to_string(), expected }) }
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Range {
+                    path: path.to_string(),
+                    key,
+                    value: value.to_string(),
+                    expected,
+                })
+            }
         };
-        range("sidecar.round_seconds", s.round_seconds, s.round_seconds.is_finite() && s.round_seconds >= 0.5, "give at least 0.5")?;
+        range(
+            "sidecar.round_seconds",
+            s.round_seconds,
+            s.round_seconds.is_finite() && s.round_seconds >= 0.5,
+            "give at least 0.5",
+        )?;
         range(
             "sidecar.preempt_grace_seconds",
             s.preempt_grace_seconds,
-            s.preempt_grace_seconds.is_finite() && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
+            s.preempt_grace_seconds.is_finite()
+                && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
             "give 0 to 3600",
         )?;
-        range("sidecar.restart_seconds", s.restart_seconds, s.restart_seconds.is_finite() && s.restart_seconds >= 0.0, "give 0 or more")?;
+        range(
+            "sidecar.restart_seconds",
+            s.restart_seconds,
+            s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
+            "give 0 or more",
+        )?;
         range(
             "sidecar.command_timeout_seconds",
             s.command_timeout_seconds,
-            s.command_timeout_seconds.is_finite() && (0.1..=600.0).contains(&s.command_timeout_seconds),
+            s.command_timeout_seconds.is_finite()
+                && (0.1..=600.0).contains(&s.command_timeout_seconds),
             "give 0.1 to 600",
         )?;
-        range("sidecar.default_steps", s.default_steps as f64, s.default_steps > 0, "give at least 1")?;
+        range(
+            "sidecar.default_steps",
+            s.default_steps as f64,
+            s.default_steps > 0,
+            "give at least 1",
+        )?;
         range(
             "sidecar.default_rate_per_gpu",
             s.default_rate_per_gpu,
             s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
             "give a positive number",
         )?;
-        range("sidecar.throughput_scale", s.throughput_scale, s.throughput_scale.is_finite() && s.throughput_scale > 0.0, "give a positive number")?;
+        range(
+            "sidecar.throughput_scale",
+            s.throughput_scale,
+            s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
+            "give a positive number",
+        )?;
         range(
             "sidecar.rate_learning_weight",
             s.rate_learning_weight,
             s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
             "give a number in (0, 1]",
         )?;
-        if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        if s.preempt_signal.is_empty()
+            || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
             return Err(ConfigError::Range {
                 path: path.to_string(),
                 key: "sidecar.preempt_signal",
@@ -159,13 +201,21 @@ impl DaemonConfig {
         if !text_sets_max_nodes(text) {
             hadar.max_nodes_per_job = Some(1);
         }
-        Ok(DaemonConfig { sidecar: file.sidecar, hadar, partitions: shared.managed_partitions, slurm_conf: shared.slurm_conf })
+        Ok(DaemonConfig {
+            sidecar: file.sidecar,
+            hadar,
+            partitions: shared.managed_partitions,
+            slurm_conf: shared.slurm_conf,
+        })
     }
 
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read { path: shown.clone(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
         DaemonConfig::parse(&shown, &text)
     }
 }
@@ -179,7 +229,11 @@ mod tests {
         let c = DaemonConfig::parse("h.toml", "").unwrap();
         assert_eq!(c.sidecar, SidecarConfig::default());
         assert!(c.partitions.is_empty());
-        assert_eq!(c.hadar.max_nodes_per_job, Some(1), "the daemon keeps jobs on one node by default");
+        assert_eq!(
+            c.hadar.max_nodes_per_job,
+            Some(1),
+            "the daemon keeps jobs on one node by default"
+        );
         let c = DaemonConfig::parse("h.toml", "[hadar]\nmax_nodes_per_job = 2\n").unwrap();
         assert_eq!(c.hadar.max_nodes_per_job, Some(2));
         let c = DaemonConfig::parse(
@@ -195,26 +249,53 @@ mod tests {
 
     #[test]
     fn the_documented_example_file_parses_and_states_the_defaults() {
-        let c = DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
+        let c =
+            DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
         assert_eq!(c.sidecar, SidecarConfig::default());
-        assert_eq!(c.hadar, HadarConfig { max_nodes_per_job: Some(1), ..HadarConfig::default() });
+        assert_eq!(
+            c.hadar,
+            HadarConfig {
+                max_nodes_per_job: Some(1),
+                ..HadarConfig::default()
+            }
+        );
         assert_eq!(c.partitions, vec!["gpu"]);
     }
 
     #[test]
     fn unknown_keys_and_tables_and_bad_values_are_refused() {
-        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_second = 2\n").unwrap_err().to_string();
-        assert!(e.starts_with("h.toml: ") && e.contains("round_second") && e.contains("line 2"), "{e}");
-        let e = DaemonConfig::parse("h.toml", "[sidekar]\n").unwrap_err().to_string();
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_second = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("h.toml: ") && e.contains("round_second") && e.contains("line 2"),
+            "{e}"
+        );
+        let e = DaemonConfig::parse("h.toml", "[sidekar]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sidekar"), "{e}");
-        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_seconds = 0\n").unwrap_err().to_string();
-        assert_eq!(e, "h.toml: sidecar.round_seconds = 0 is out of range; give at least 0.5");
-        let e = DaemonConfig::parse("h.toml", "[sidecar]\npreempt_signal = \"USR1;reboot\"\n").unwrap_err().to_string();
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\nround_seconds = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "h.toml: sidecar.round_seconds = 0 is out of range; give at least 0.5"
+        );
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\npreempt_signal = \"USR1;reboot\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("preempt_signal"), "{e}");
-        let e = DaemonConfig::parse("h.toml", "[hadar]\nstickyness = true\n").unwrap_err().to_string();
+        let e = DaemonConfig::parse("h.toml", "[hadar]\nstickyness = true\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("stickyness"), "{e}");
-        let e = DaemonConfig::parse("h.toml", "[slurm]\nmanaged_partition = [\"gpu\"]\n").unwrap_err();
-        assert!(matches!(e, ConfigError::Parse { .. }) && e.to_string().contains("managed_partition"), "{e}");
+        let e =
+            DaemonConfig::parse("h.toml", "[slurm]\nmanaged_partition = [\"gpu\"]\n").unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Parse { .. }) && e.to_string().contains("managed_partition"),
+            "{e}"
+        );
         let e = DaemonConfig::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
         assert!(e.to_string().contains("notify_timeout_ms"), "{e}");
     }

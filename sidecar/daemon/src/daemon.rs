@@ -122,10 +122,20 @@ pub struct Daemon<S: SlurmApi> {
 impl<S: SlurmApi> Daemon<S> {
     /// A daemon over this Slurm and store, fixing the store's epoch at `now_unix` on first use
     /// and closing intents a previous run left open.
-    pub fn new(slurm: S, mut store: Store, config: DaemonConfig, decode: Decoder, now_unix: f64) -> Result<Self, DaemonError> {
-        let table = hadar_formats::embedded::throughputs().map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+    pub fn new(
+        slurm: S,
+        mut store: Store,
+        config: DaemonConfig,
+        decode: Decoder,
+        now_unix: f64,
+    ) -> Result<Self, DaemonError> {
+        let table = hadar_formats::embedded::throughputs()
+            .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
         let epoch = store.epoch(now_unix)?;
-        let round = store.meta("round")?.and_then(|r| r.parse().ok()).unwrap_or(0);
+        let round = store
+            .meta("round")?
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
         let open = store.open_intents()?;
         let now_s = now_unix - epoch;
         if !open.is_empty() {
@@ -137,7 +147,16 @@ impl<S: SlurmApi> Daemon<S> {
                 Ok(())
             })?;
         }
-        Ok(Daemon { slurm, store, config, table, decode, epoch, round, refused: HashSet::new() })
+        Ok(Daemon {
+            slurm,
+            store,
+            config,
+            table,
+            decode,
+            epoch,
+            round,
+            refused: HashSet::new(),
+        })
     }
 
     /// The store (for reports and tests).
@@ -165,9 +184,17 @@ impl<S: SlurmApi> Daemon<S> {
             let started = Instant::now();
             match self.round(clock()) {
                 Ok(r) => {
-                    tracing::info!(round = r.round, active = r.active, actions = r.actions.len(), decision_ms = r.decision_ms, "round done")
+                    tracing::info!(
+                        round = r.round,
+                        active = r.active,
+                        actions = r.actions.len(),
+                        decision_ms = r.decision_ms,
+                        "round done"
+                    )
                 }
-                Err(e) => tracing::error!("round failed: {e}; the next round rebuilds its view from Slurm"),
+                Err(e) => tracing::error!(
+                    "round failed: {e}; the next round rebuilds its view from Slurm"
+                ),
             }
             let period = self.config.sidecar.round();
             // Sleep in short steps so that a stop request is honoured promptly.
@@ -176,7 +203,10 @@ impl<S: SlurmApi> Daemon<S> {
                 if left.is_zero() {
                     break;
                 }
-                if wake.recv_timeout(left.min(Duration::from_millis(200))).is_ok() {
+                if wake
+                    .recv_timeout(left.min(Duration::from_millis(200)))
+                    .is_ok()
+                {
                     while wake.try_recv().is_ok() {}
                     break;
                 }
@@ -194,15 +224,29 @@ impl<S: SlurmApi> Daemon<S> {
         }
         self.round += 1;
         let round = self.round;
-        let mut rows: BTreeMap<u64, JobRow> = self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
+        let mut rows: BTreeMap<u64, JobRow> =
+            self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
         let before = rows.clone();
-        let events = reconcile::reconcile(&mut rows, &slurm_jobs, now_s, self.epoch, self.config.sidecar.default_steps, &*self.decode);
+        let events = reconcile::reconcile(
+            &mut rows,
+            &slurm_jobs,
+            now_s,
+            self.epoch,
+            self.config.sidecar.default_steps,
+            &*self.decode,
+        );
         self.log_events(&events);
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
         let foreign: Vec<(String, String, u32)> = slurm_jobs
             .iter()
-            .filter(|j| !rows.contains_key(&j.id) && matches!(j.status, JobStatus::Running | JobStatus::Completing | JobStatus::Suspended))
+            .filter(|j| {
+                !rows.contains_key(&j.id)
+                    && matches!(
+                        j.status,
+                        JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                    )
+            })
             .flat_map(|j| j.gpu_parts())
             .collect();
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
@@ -218,7 +262,11 @@ impl<S: SlurmApi> Daemon<S> {
         let learn: Vec<(u64, String, u32, f64)> = events
             .iter()
             .filter_map(|e| match e {
-                Event::Progress { job, rate, placement } => {
+                Event::Progress {
+                    job,
+                    rate,
+                    placement,
+                } => {
                     let spec = specs.get(job)?;
                     let types = view::per_type(placement);
                     let gpu_type = if types.len() == 1 {
@@ -228,7 +276,8 @@ impl<S: SlurmApi> Daemon<S> {
                         // the report to the type currently believed slowest.
                         let learned = self.store.learned_rates(*job).ok()?;
                         let names: Vec<String> = types.keys().cloned().collect();
-                        let (_, origins) = spec::profile(spec, &names, &learned, &self.table, &self.priors());
+                        let (_, origins) =
+                            spec::profile(spec, &names, &learned, &self.table, &self.priors());
                         origins
                             .iter()
                             .filter_map(|(t, r, _)| r.map(|r| (t.clone(), r)))
@@ -253,14 +302,18 @@ impl<S: SlurmApi> Daemon<S> {
         })?;
 
         // Plan.
-        let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> = BTreeMap::new();
+        let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> =
+            BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows.values().filter(|r| r.phase != Phase::Finished) {
-                let Some(spec) = specs.get(&r.id) else { continue };
+                let Some(spec) = specs.get(&r.id) else {
+                    continue;
+                };
                 let learned = self.store.learned_rates(r.id)?;
                 let spec = bind_types(spec, r.bound_types.as_deref());
-                let (throughput, origins) = spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
+                let (throughput, origins) =
+                    spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
                 origins_by_job.insert(r.id, origins);
                 let job = Arc::new(Job {
                     id: JobId(r.id),
@@ -273,9 +326,16 @@ impl<S: SlurmApi> Daemon<S> {
                 });
                 let mut js = JobState::arrived(job, cv.types.len());
                 js.remaining_steps = (r.total_steps - r.steps_done).max(1.0).min(r.total_steps);
-                js.placement = r.placement.as_ref().and_then(|p| view::to_placement(cluster, p));
+                js.placement = r
+                    .placement
+                    .as_ref()
+                    .and_then(|p| view::to_placement(cluster, p));
                 js.run_s = r.run_s;
-                js.run_s_by_type = cv.types.iter().map(|t| r.run_s_by_type.get(t).copied().unwrap_or(0.0)).collect();
+                js.run_s_by_type = cv
+                    .types
+                    .iter()
+                    .map(|t| r.run_s_by_type.get(t).copied().unwrap_or(0.0))
+                    .collect();
                 js.attained_gpu_s = r.attained_gpu_s;
                 js.rounds_run = r.rounds_run;
                 js.first_start_s = r.first_start_s;
@@ -295,7 +355,8 @@ impl<S: SlurmApi> Daemon<S> {
                     jobs: &states,
                 };
                 let (plan, stats) = plan_round(&hadar_config, &input);
-                plan.validate(cluster, &states).map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+                plan.validate(cluster, &states)
+                    .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
                 (Some(plan), Some(stats))
             }
             None => (None, None),
@@ -315,11 +376,17 @@ impl<S: SlurmApi> Daemon<S> {
                         // A running or starting job stays where it is rather than being
                         // preempted towards GPUs Slurm would not give it.
                         let row = rows.get(&a.job.0);
-                        match row.filter(|r| matches!(r.phase, Phase::Running | Phase::Starting)).and_then(|r| r.placement.clone()) {
+                        match row
+                            .filter(|r| matches!(r.phase, Phase::Running | Phase::Starting))
+                            .and_then(|r| r.placement.clone())
+                        {
                             Some(here) => {
                                 planned.insert(a.job.0, here);
                             }
-                            None => unenforceable.push((a.job.0, format!("{}: {why}", explain::placement_words(&gpus)))),
+                            None => unenforceable.push((
+                                a.job.0,
+                                format!("{}: {why}", explain::placement_words(&gpus)),
+                            )),
                         }
                     }
                 }
@@ -331,11 +398,19 @@ impl<S: SlurmApi> Daemon<S> {
         let done = self.enforce(round, &todo, &mut rows)?;
 
         // Record the round.
-        let mut summary = RoundRow { round, started_s: now_s, decision_ms, policy: "hadar".into(), ..Default::default() };
+        let mut summary = RoundRow {
+            round,
+            started_s: now_s,
+            decision_ms,
+            policy: "hadar".into(),
+            ..Default::default()
+        };
         summary.unusable_nodes = cv.unusable.clone();
         if let Some(cluster) = &cv.cluster {
             for t in cluster.types() {
-                summary.capacity.insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
+                summary
+                    .capacity
+                    .insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
             }
             for p in planned.values() {
                 for (t, c) in view::per_type(p) {
@@ -353,7 +428,11 @@ impl<S: SlurmApi> Daemon<S> {
                 for n in cluster.node_ids() {
                     for t in cluster.types() {
                         if cluster.capacity(n, t) > 0 {
-                            summary.prices.push((cluster.node(n).name.clone(), cluster.type_name(t).to_string(), book.next_price(n, t)));
+                            summary.prices.push((
+                                cluster.node(n).name.clone(),
+                                cluster.type_name(t).to_string(),
+                                book.next_price(n, t),
+                            ));
                         }
                     }
                 }
@@ -366,8 +445,19 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
         }
-        summary.actions = done.iter().map(|(j, a, o)| (*j, format!("{a}: {o}"))).collect();
-        let mut decisions = self.decisions(round, &rows, &plan, &planned, &origins_by_job, &cv.unusable, &before);
+        summary.actions = done
+            .iter()
+            .map(|(j, a, o)| (*j, format!("{a}: {o}")))
+            .collect();
+        let mut decisions = self.decisions(
+            round,
+            &rows,
+            &plan,
+            &planned,
+            &origins_by_job,
+            &cv.unusable,
+            &before,
+        );
         for (job, why) in &unenforceable {
             if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
                 d.runs = false;
@@ -379,7 +469,12 @@ impl<S: SlurmApi> Daemon<S> {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &round.to_string())
         })?;
-        Ok(RoundReport { round, active: states.len(), actions: done, decision_ms })
+        Ok(RoundReport {
+            round,
+            active: states.len(),
+            actions: done,
+            decision_ms,
+        })
     }
 
     fn log_events(&mut self, events: &[Event]) {
@@ -392,8 +487,12 @@ impl<S: SlurmApi> Daemon<S> {
                     }
                 }
                 Event::Started(id) => tracing::info!(job = id, "job is running"),
-                Event::Finished(id, state) => tracing::info!(job = id, state = %state, "job left the queue"),
-                Event::Requeued(id) => tracing::info!(job = id, "job is held again after a requeue"),
+                Event::Finished(id, state) => {
+                    tracing::info!(job = id, state = %state, "job left the queue")
+                }
+                Event::Requeued(id) => {
+                    tracing::info!(job = id, "job is held again after a requeue")
+                }
                 Event::Progress { .. } => {}
             }
         }
@@ -402,17 +501,29 @@ impl<S: SlurmApi> Daemon<S> {
     /// Carries out the actions: holds, then checkpoint signals to every job being preempted,
     /// one grace period, their requeues, then starts. Each action is an intent in the store
     /// first and is closed with its outcome; a failed action does not stop the others.
-    fn enforce(&mut self, round: u64, todo: &[Action], rows: &mut BTreeMap<u64, JobRow>) -> Result<Vec<(u64, String, String)>, DaemonError> {
+    fn enforce(
+        &mut self,
+        round: u64,
+        todo: &[Action],
+        rows: &mut BTreeMap<u64, JobRow>,
+    ) -> Result<Vec<(u64, String, String)>, DaemonError> {
         let mut done = Vec::new();
         let now = |d: &Self| now_unix() - d.epoch;
-        let preempts: Vec<&Action> = todo.iter().filter(|a| matches!(a, Action::Preempt { .. })).collect();
+        let preempts: Vec<&Action> = todo
+            .iter()
+            .filter(|a| matches!(a, Action::Preempt { .. }))
+            .collect();
         let mut signalled: Vec<(u64, i64)> = Vec::new();
         for a in todo.iter().filter(|a| matches!(a, Action::Hold { .. })) {
             let id = a.job();
             let t = now(self);
-            let intent = self.store.write(|w| w.add_intent(round, id, "hold", None, t))?;
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, "hold", None, t))?;
             let outcome = match self.slurm.job(id) {
-                Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => self.slurm.hold(id).map(|_| "ok".to_string()),
+                Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => {
+                    self.slurm.hold(id).map(|_| "ok".to_string())
+                }
                 Ok(_) => Ok("skipped: not a released pending job".to_string()),
                 Err(e) => Err(e),
             };
@@ -428,14 +539,17 @@ impl<S: SlurmApi> Daemon<S> {
         for a in &preempts {
             let id = a.job();
             let t = now(self);
-            let intent = self.store.write(|w| w.add_intent(round, id, "preempt", None, t))?;
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, "preempt", None, t))?;
             match self.slurm.signal(id, &signal) {
                 Ok(()) => {
                     if let Some(r) = rows.get_mut(&id) {
                         r.phase = Phase::Preempting;
                     }
                     let r = rows.get(&id).cloned();
-                    self.store.write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
+                    self.store
+                        .write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
                     signalled.push((id, intent));
                 }
                 Err(e) => {
@@ -446,11 +560,15 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
         if !signalled.is_empty() {
-            std::thread::sleep(Duration::from_secs_f64(self.config.sidecar.preempt_grace_seconds));
+            std::thread::sleep(Duration::from_secs_f64(
+                self.config.sidecar.preempt_grace_seconds,
+            ));
         }
         for (id, intent) in signalled {
             let outcome = match self.slurm.job(id) {
-                Ok(Some(j)) if j.status == JobStatus::Running => self.slurm.requeue_hold(id).map(|_| "ok".to_string()),
+                Ok(Some(j)) if j.status == JobStatus::Running => {
+                    self.slurm.requeue_hold(id).map(|_| "ok".to_string())
+                }
                 Ok(_) => Ok("skipped: no longer running".to_string()),
                 Err(e) => Err(e),
             };
@@ -470,11 +588,17 @@ impl<S: SlurmApi> Daemon<S> {
             done.push((id, "preempt".into(), text));
         }
         for a in todo {
-            let Action::Start { job: id, placement } = a else { continue };
+            let Action::Start { job: id, placement } = a else {
+                continue;
+            };
             let id = *id;
             let t = now(self);
-            let intent = self.store.write(|w| w.add_intent(round, id, "start", Some(placement), t))?;
-            let spec = GpuSpec { nodes: placement.clone() };
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, "start", Some(placement), t))?;
+            let spec = GpuSpec {
+                nodes: placement.clone(),
+            };
             let outcome = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
                     .slurm
@@ -482,7 +606,10 @@ impl<S: SlurmApi> Daemon<S> {
                     .and_then(|_| self.slurm.start_now(id))
                     .and_then(|_| self.slurm.release(id))
                     .map(|_| "ok".to_string()),
-                Ok(Some(j)) => Ok(format!("skipped: job is {} and not held", j.status.as_str())),
+                Ok(Some(j)) => Ok(format!(
+                    "skipped: job is {} and not held",
+                    j.status.as_str()
+                )),
                 Ok(None) => Ok("skipped: Slurm no longer knows the job".to_string()),
                 Err(e) => Err(e),
             };
@@ -527,16 +654,48 @@ impl<S: SlurmApi> Daemon<S> {
     ) -> Vec<Decision> {
         let mut out = Vec::new();
         for r in rows.values().filter(|r| r.phase != Phase::Finished) {
-            let rates = origins.get(&r.id).map(|o| explain::rates_words(o)).unwrap_or_default();
-            let base = Decision { job: r.id, round, runs: false, placement: None, rate: None, payoff: None, wait_reason: None, text: String::new() };
+            let rates = origins
+                .get(&r.id)
+                .map(|o| explain::rates_words(o))
+                .unwrap_or_default();
+            let base = Decision {
+                job: r.id,
+                round,
+                runs: false,
+                placement: None,
+                rate: None,
+                payoff: None,
+                wait_reason: None,
+                text: String::new(),
+            };
             let d = match plan {
-                None => Decision { text: explain::no_cluster(unusable), ..base },
+                None => Decision {
+                    text: explain::no_cluster(unusable),
+                    ..base
+                },
                 Some(plan) => {
                     if let Some(a) = plan.assignments.iter().find(|a| a.job.0 == r.id) {
                         let p = planned.get(&r.id).cloned().unwrap_or_default();
-                        let kept = before.get(&r.id).and_then(|b| b.placement.as_ref()).is_some_and(|q| view::same_gpus(q, &p));
-                        let text = explain::runs(&p, a.rate, a.payoff, kept, a.placement.types().len() > 1, &rates);
-                        Decision { runs: true, placement: Some(p), rate: Some(a.rate), payoff: a.payoff, text, ..base }
+                        let kept = before
+                            .get(&r.id)
+                            .and_then(|b| b.placement.as_ref())
+                            .is_some_and(|q| view::same_gpus(q, &p));
+                        let text = explain::runs(
+                            &p,
+                            a.rate,
+                            a.payoff,
+                            kept,
+                            a.placement.types().len() > 1,
+                            &rates,
+                        );
+                        Decision {
+                            runs: true,
+                            placement: Some(p),
+                            rate: Some(a.rate),
+                            payoff: a.payoff,
+                            text,
+                            ..base
+                        }
                     } else if let Some(w) = plan.waiting.iter().find(|w| w.job.0 == r.id) {
                         Decision {
                             wait_reason: serde_json::to_value(&w.reason).ok(),
@@ -544,7 +703,12 @@ impl<S: SlurmApi> Daemon<S> {
                             ..base
                         }
                     } else {
-                        Decision { text: format!("waits: no record of this job's request could be read. {rates}"), ..base }
+                        Decision {
+                            text: format!(
+                                "waits: no record of this job's request could be read. {rates}"
+                            ),
+                            ..base
+                        }
                     }
                 }
             };
@@ -558,14 +722,29 @@ impl<S: SlurmApi> Daemon<S> {
 /// per-node request; 22.05 refuses per-job requests of several types), and, for a job placed
 /// before, only nodes that have every type of its first placement (22.05 keeps a job's first
 /// types and leaves it pending forever on a node without them).
-fn enforceable(gpus: &NodeGpus, bound: Option<&[String]>, nodes: &[NodeInfo]) -> Result<(), String> {
-    if !(GpuSpec { nodes: gpus.clone() }).is_uniform() {
+fn enforceable(
+    gpus: &NodeGpus,
+    bound: Option<&[String]>,
+    nodes: &[NodeInfo],
+) -> Result<(), String> {
+    if !(GpuSpec {
+        nodes: gpus.clone(),
+    })
+    .is_uniform()
+    {
         return Err("gives different GPUs on different nodes, which one Slurm job cannot have; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
     }
     if let Some(bound) = bound.filter(|b| b.len() > 1) {
         for (node, _) in gpus {
-            let has = nodes.iter().find(|n| n.name == *node).map(|n| n.gpus.clone()).unwrap_or_default();
-            if let Some(t) = bound.iter().find(|t| !has.iter().any(|(u, _)| u.eq_ignore_ascii_case(t))) {
+            let has = nodes
+                .iter()
+                .find(|n| n.name == *node)
+                .map(|n| n.gpus.clone())
+                .unwrap_or_default();
+            if let Some(t) = bound
+                .iter()
+                .find(|t| !has.iter().any(|(u, _)| u.eq_ignore_ascii_case(t)))
+            {
                 return Err(format!(
                     "is on {node}, which has no {t}; Slurm keeps the GPU types of a job's first placement ({})",
                     bound.join(", ")
@@ -581,7 +760,11 @@ fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
     let mut s = spec.clone();
     if let Some(b) = bound {
         let allowed: Vec<String> = match &spec.gpu_types {
-            Some(own) => own.iter().filter(|t| b.iter().any(|u| u.eq_ignore_ascii_case(t))).cloned().collect(),
+            Some(own) => own
+                .iter()
+                .filter(|t| b.iter().any(|u| u.eq_ignore_ascii_case(t)))
+                .cloned()
+                .collect(),
             None => b.to_vec(),
         };
         s.gpu_types = Some(allowed);
@@ -598,7 +781,10 @@ fn outcome_text(o: &Result<String, SlurmError>) -> String {
 
 /// Seconds since 1970 by the system clock.
 pub fn now_unix() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -616,16 +802,40 @@ mod tests {
     }
 
     fn on(parts: &[(&str, &[(&str, u32)])]) -> NodeGpus {
-        parts.iter().map(|(n, g)| (n.to_string(), g.iter().map(|(t, c)| (t.to_string(), *c)).collect())).collect()
+        parts
+            .iter()
+            .map(|(n, g)| {
+                (
+                    n.to_string(),
+                    g.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn only_placements_slurm_can_give_are_enforced() {
-        let nodes = vec![node("n1", &[("v100", 4)]), node("n3", &[("k80", 4)]), node("n4", &[("v100", 2), ("k80", 2)])];
+        let nodes = vec![
+            node("n1", &[("v100", 4)]),
+            node("n3", &[("k80", 4)]),
+            node("n4", &[("v100", 2), ("k80", 2)]),
+        ];
         let mixed_n4 = on(&[("n4", &[("v100", 2), ("k80", 2)])]);
         assert!(enforceable(&mixed_n4, None, &nodes).is_ok());
-        assert!(enforceable(&on(&[("n1", &[("v100", 1)]), ("n4", &[("v100", 1)])]), None, &nodes).is_ok());
-        let e = enforceable(&on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]), None, &nodes).unwrap_err();
+        assert!(
+            enforceable(
+                &on(&[("n1", &[("v100", 1)]), ("n4", &[("v100", 1)])]),
+                None,
+                &nodes
+            )
+            .is_ok()
+        );
+        let e = enforceable(
+            &on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]),
+            None,
+            &nodes,
+        )
+        .unwrap_err();
         assert!(e.contains("different GPUs on different nodes"), "{e}");
         let bound = vec!["k80".to_string(), "v100".to_string()];
         let e = enforceable(&on(&[("n1", &[("v100", 4)])]), Some(&bound), &nodes).unwrap_err();

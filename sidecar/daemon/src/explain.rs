@@ -21,7 +21,9 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
         .iter()
         .map(|(t, rate, src)| {
             let from = match src {
-                RateSource::Learned { samples } => format!("learned from {samples} progress report(s)"),
+                RateSource::Learned { samples } => {
+                    format!("learned from {samples} progress report(s)")
+                }
                 RateSource::Hint => "from the job's throughput= hint".into(),
                 RateSource::Table { job_type } => format!("Gavel's measurement for {job_type}"),
                 RateSource::Default => "the default rate: nothing is known yet".into(),
@@ -37,7 +39,14 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
 }
 
 /// Why a job runs where it does.
-pub fn runs(p: &NodeGpus, rate: f64, payoff: Option<f64>, kept: bool, mixed: bool, rates: &str) -> String {
+pub fn runs(
+    p: &NodeGpus,
+    rate: f64,
+    payoff: Option<f64>,
+    kept: bool,
+    mixed: bool,
+    rates: &str,
+) -> String {
     let mut s = format!("runs on {} at {rate:.3} steps/s", placement_words(p));
     if kept {
         s.push_str("; it keeps the placement it already had, since moving would cost a restart");
@@ -48,7 +57,9 @@ pub fn runs(p: &NodeGpus, rate: f64, payoff: Option<f64>, kept: bool, mixed: boo
         s.push_str(&format!(" (payoff {v:.3})"));
     }
     if mixed {
-        s.push_str("; its workers span several GPU types, so it runs at the pace of the slowest of them");
+        s.push_str(
+            "; its workers span several GPU types, so it runs at the pace of the slowest of them",
+        );
     }
     s.push_str(&format!(". Throughput used: {rates}."));
     s
@@ -60,7 +71,9 @@ pub fn waits(reason: &WaitReason, rates: &str) -> String {
         WaitReason::PriceAboveUtility { .. } => format!(
             "waits: {reason}; the GPUs it could use are wanted by jobs that gain more from them this round"
         ),
-        WaitReason::DoesNotFit => "waits: not enough free GPUs of a type it can use are left this round".to_string(),
+        WaitReason::DoesNotFit => {
+            "waits: not enough free GPUs of a type it can use are left this round".to_string()
+        }
         other => format!("waits: {other}"),
     };
     format!("{why}. Throughput used: {rates}.")
@@ -69,7 +82,10 @@ pub fn waits(reason: &WaitReason, rates: &str) -> String {
 /// Why every job waits when no GPU is usable.
 pub fn no_cluster(unusable: &[(String, String)]) -> String {
     let nodes: Vec<String> = unusable.iter().map(|(n, s)| format!("{n} {s}")).collect();
-    format!("waits: no usable GPU in the managed partitions (nodes: {})", nodes.join(", "))
+    format!(
+        "waits: no usable GPU in the managed partitions (nodes: {})",
+        nodes.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -80,15 +96,34 @@ mod tests {
     fn words_name_nodes_types_and_reasons() {
         let p: NodeGpus = vec![("n4".into(), vec![("v100".into(), 2), ("k80".into(), 2)])];
         let origins = vec![
-            ("v100".to_string(), Some(10.0), RateSource::Learned { samples: 2 }),
+            (
+                "v100".to_string(),
+                Some(10.0),
+                RateSource::Learned { samples: 2 },
+            ),
             ("k80".to_string(), None, RateSource::Excluded),
         ];
         let r = rates_words(&origins);
-        assert_eq!(r, "v100 10.000 steps/s (learned from 2 progress report(s)); k80: no (cannot or may not run there)");
+        assert_eq!(
+            r,
+            "v100 10.000 steps/s (learned from 2 progress report(s)); k80: no (cannot or may not run there)"
+        );
         let s = runs(&p, 3.5, Some(0.25), false, true, &r);
-        assert!(s.starts_with("runs on n4 (2 x v100, 2 x k80) at 3.500 steps/s"), "{s}");
+        assert!(
+            s.starts_with("runs on n4 (2 x v100, 2 x k80) at 3.500 steps/s"),
+            "{s}"
+        );
         assert!(s.contains("slowest"), "{s}");
-        let w = waits(&WaitReason::PriceAboveUtility { utility: 1.0, price: 2.0 }, &r);
-        assert!(w.contains("costs 2.000, more than its utility 1.000"), "{w}");
+        let w = waits(
+            &WaitReason::PriceAboveUtility {
+                utility: 1.0,
+                price: 2.0,
+            },
+            &r,
+        );
+        assert!(
+            w.contains("costs 2.000, more than its utility 1.000"),
+            "{w}"
+        );
     }
 }

@@ -35,7 +35,10 @@ impl Progress {
         let (mut steps, mut rate) = (None, None);
         for w in words {
             let (k, v) = w.split_once('=')?;
-            let x: f64 = v.parse().ok().filter(|x: &f64| x.is_finite() && *x >= 0.0)?;
+            let x: f64 = v
+                .parse()
+                .ok()
+                .filter(|x: &f64| x.is_finite() && *x >= 0.0)?;
             let slot = match k {
                 "steps" => &mut steps,
                 "rate" => &mut rate,
@@ -45,7 +48,10 @@ impl Progress {
                 return None;
             }
         }
-        Some(Progress { steps: steps?, rate: rate? })
+        Some(Progress {
+            steps: steps?,
+            rate: rate?,
+        })
     }
 }
 
@@ -56,12 +62,18 @@ mod tests {
 
     #[test]
     fn reports_round_trip_and_junk_is_ignored() {
-        let p = Progress { steps: 120.0, rate: 4.5 };
+        let p = Progress {
+            steps: 120.0,
+            rate: 4.5,
+        };
         assert_eq!(Progress::decode(&p.encode()), Some(p));
         assert_eq!(Progress::decode("hello"), None);
         assert_eq!(Progress::decode("hadar-progress:v1 steps=1"), None);
         assert_eq!(Progress::decode("hadar-progress:v1 steps=-1 rate=2"), None);
-        assert_eq!(Progress::decode("hadar-progress:v1 steps=1 rate=2 steps=3"), None);
+        assert_eq!(
+            Progress::decode("hadar-progress:v1 steps=1 rate=2 steps=3"),
+            None
+        );
         assert_eq!(Progress::decode("hadar-progress:v1 steps=nan rate=2"), None);
     }
 

@@ -35,12 +35,18 @@ pub enum Event {
 /// Whether a Slurm job is managed by hadar: it carries the plugin's record and is not a
 /// component of a heterogeneous job.
 pub fn is_managed(job: &SlurmJob) -> bool {
-    job.admin_comment.as_deref().is_some_and(|c| c.starts_with("hadar:v1"))
+    job.admin_comment
+        .as_deref()
+        .is_some_and(|c| c.starts_with("hadar:v1"))
 }
 
 /// The GPUs a running job holds, in Slurm's names.
 pub fn allocation(job: &SlurmJob) -> NodeGpus {
-    job.alloc.iter().filter(|a| !a.gpus.is_empty()).map(|a| (a.node.clone(), a.gpus.clone())).collect()
+    job.alloc
+        .iter()
+        .filter(|a| !a.gpus.is_empty())
+        .map(|a| (a.node.clone(), a.gpus.clone()))
+        .collect()
 }
 
 /// Reconciles `rows` (every job the store knows, by id) with Slurm's jobs at time `now_s`
@@ -57,21 +63,28 @@ pub fn reconcile(
     let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
     let mut events = Vec::new();
     let by_id: BTreeMap<u64, &SlurmJob> = slurm_jobs.iter().map(|j| (j.id, j)).collect();
-    let unseen: Vec<&SlurmJob> = slurm_jobs.iter().filter(|j| is_managed(j) && !rows.contains_key(&j.id)).collect();
+    let unseen: Vec<&SlurmJob> = slurm_jobs
+        .iter()
+        .filter(|j| is_managed(j) && !rows.contains_key(&j.id))
+        .collect();
     for sj in unseen {
         if sj.status.is_terminal() {
             continue; // ended before the daemon ever saw it: nothing to schedule
         }
         let record = sj.admin_comment.clone().unwrap_or_default();
         if sj.het_job_id.is_some() {
-            events.push(Event::Refused(sj.id, "heterogeneous job components are not scheduled by hadar serve".into()));
+            events.push(Event::Refused(
+                sj.id,
+                "heterogeneous job components are not scheduled by hadar serve".into(),
+            ));
             continue;
         }
         match decode(&record) {
             Ok(spec) => {
                 let arrival = rel(sj.submit_time).unwrap_or(now_s);
                 let steps = spec.steps.unwrap_or(default_steps) as f64;
-                let mut row = JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
+                let mut row =
+                    JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
                 rows.insert(sj.id, row);
                 events.push(Event::New(sj.id));
@@ -97,7 +110,11 @@ pub fn reconcile(
             row.last_rate = Some(p.rate);
             row.last_report_s = Some(now_s);
             if sj.status == JobStatus::Running && p.rate > 0.0 {
-                events.push(Event::Progress { job: row.id, rate: p.rate, placement: allocation(sj) });
+                events.push(Event::Progress {
+                    job: row.id,
+                    rate: p.rate,
+                    placement: allocation(sj),
+                });
             }
         }
         match &sj.status {
@@ -130,7 +147,11 @@ pub fn reconcile(
                 account(row, now_s, None);
                 row.accounted_s = None;
                 if sj.is_held() {
-                    if matches!(row.phase, Phase::Running | Phase::Preempting | Phase::Starting) && sj.restarts > 0 {
+                    if matches!(
+                        row.phase,
+                        Phase::Running | Phase::Preempting | Phase::Starting
+                    ) && sj.restarts > 0
+                    {
                         events.push(Event::Requeued(row.id));
                     }
                     row.phase = Phase::Waiting;
@@ -175,7 +196,11 @@ mod tests {
             name: format!("j{id}"),
             user_id: Some(0),
             status,
-            reason: Some(if held { "JobHeldUser".into() } else { "None".into() }),
+            reason: Some(if held {
+                "JobHeldUser".into()
+            } else {
+                "None".into()
+            }),
             priority: Some(if held { 0 } else { 1 }),
             admin_comment: Some("hadar:v1 gpus=2 steps=100".into()),
             comment: None,
@@ -195,50 +220,109 @@ mod tests {
     }
 
     fn decode(_: &str) -> Result<JobSpec, String> {
-        Ok(JobSpec { workers: 2, steps: Some(100), job_type: None, hints: vec![], gpu_types: None })
+        Ok(JobSpec {
+            workers: 2,
+            steps: Some(100),
+            job_type: None,
+            hints: vec![],
+            gpu_types: None,
+        })
     }
 
     #[test]
     fn a_job_goes_through_its_life() {
         let mut rows = BTreeMap::new();
         let mut j = sj(5, JobStatus::Pending, true);
-        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 20.0, 1000.0, 50, &decode);
+        let ev = reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            20.0,
+            1000.0,
+            50,
+            &decode,
+        );
         assert_eq!(ev, vec![Event::New(5)]);
         assert_eq!(rows[&5].arrival_s, 10.0);
         assert_eq!(rows[&5].phase, Phase::Waiting);
 
         j.status = JobStatus::Running;
         j.start_time = Some(1025);
-        j.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 2)] }];
+        j.alloc = vec![NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![("v100".into(), 2)],
+        }];
         j.comment = Some("hadar-progress:v1 steps=10 rate=2".into());
-        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 30.0, 1000.0, 50, &decode);
+        let ev = reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            30.0,
+            1000.0,
+            50,
+            &decode,
+        );
         assert!(ev.contains(&Event::Started(5)));
-        assert!(ev.iter().any(|e| matches!(e, Event::Progress { job: 5, rate: 2.0, .. })), "{ev:?}");
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                Event::Progress {
+                    job: 5,
+                    rate: 2.0,
+                    ..
+                }
+            )),
+            "{ev:?}"
+        );
         let r = &rows[&5];
-        assert_eq!((r.phase, r.first_start_s, r.run_s, r.steps_done), (Phase::Running, Some(25.0), 5.0, 10.0));
+        assert_eq!(
+            (r.phase, r.first_start_s, r.run_s, r.steps_done),
+            (Phase::Running, Some(25.0), 5.0, 10.0)
+        );
         assert_eq!(r.attained_gpu_s, 10.0);
         assert_eq!(r.run_s_by_type.get("v100"), Some(&5.0));
 
         j.status = JobStatus::Completed;
         j.end_time = Some(1040);
-        let ev = reconcile(&mut rows, std::slice::from_ref(&j), 45.0, 1000.0, 50, &decode);
+        let ev = reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            45.0,
+            1000.0,
+            50,
+            &decode,
+        );
         assert_eq!(ev, vec![Event::Finished(5, "completed".into())]);
         let r = &rows[&5];
-        assert_eq!((r.phase, r.finished_s, r.run_s), (Phase::Finished, Some(40.0), 15.0));
+        assert_eq!(
+            (r.phase, r.finished_s, r.run_s),
+            (Phase::Finished, Some(40.0), 15.0)
+        );
     }
 
     #[test]
     fn requeued_jobs_wait_and_vanished_jobs_finish() {
         let mut rows = BTreeMap::new();
         let mut j = sj(6, JobStatus::Running, false);
-        j.alloc = vec![NodeAlloc { node: "n4".into(), gpus: vec![("v100".into(), 1), ("k80".into(), 1)] }];
-        reconcile(&mut rows, std::slice::from_ref(&j), 5.0, 1000.0, 50, &decode);
+        j.alloc = vec![NodeAlloc {
+            node: "n4".into(),
+            gpus: vec![("v100".into(), 1), ("k80".into(), 1)],
+        }];
+        reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            5.0,
+            1000.0,
+            50,
+            &decode,
+        );
         assert_eq!(rows[&6].phase, Phase::Running);
         let mut held = sj(6, JobStatus::Pending, true);
         held.restarts = 1;
         let ev = reconcile(&mut rows, &[held], 9.0, 1000.0, 50, &decode);
         assert_eq!(ev, vec![Event::Requeued(6)]);
-        assert_eq!((rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s), (Phase::Waiting, None, 4.0));
+        assert_eq!(
+            (rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s),
+            (Phase::Waiting, None, 4.0)
+        );
         let ev = reconcile(&mut rows, &[], 12.0, 1000.0, 50, &decode);
         assert_eq!(ev, vec![Event::Finished(6, "vanished".into())]);
     }
@@ -249,7 +333,9 @@ mod tests {
         let mut plain = sj(7, JobStatus::Pending, false);
         plain.admin_comment = None;
         let bad = sj(8, JobStatus::Pending, true);
-        let ev = reconcile(&mut rows, &[plain, bad], 1.0, 1000.0, 50, &|_| Err("broken".into()));
+        let ev = reconcile(&mut rows, &[plain, bad], 1.0, 1000.0, 50, &|_| {
+            Err("broken".into())
+        });
         assert_eq!(ev, vec![Event::Refused(8, "broken".into())]);
         assert!(rows.is_empty());
     }

@@ -18,6 +18,9 @@ impl SlurmTables {
     /// Reads and checks `[slurm]` and `[plugin]` as the plugin does.
     pub fn parse(path: &str, text: &str) -> Result<SlurmTables, ConfigError> {
         let c = hadar_request::Config::parse(path, text)?;
-        Ok(SlurmTables { managed_partitions: c.slurm.managed_partitions, slurm_conf: c.slurm.slurm_conf })
+        Ok(SlurmTables {
+            managed_partitions: c.slurm.managed_partitions,
+            slurm_conf: c.slurm.slurm_conf,
+        })
     }
 }

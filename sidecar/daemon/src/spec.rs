@@ -38,20 +38,29 @@ impl JobSpec {
     pub fn from_record(text: &str) -> Result<JobSpec, String> {
         let rec = Record::decode(text).map_err(|e| e.to_string())?;
         if let Some(h) = rec.het_offset {
-            return Err(format!("component {h} of a heterogeneous job; hadar serve schedules single jobs"));
+            return Err(format!(
+                "component {h} of a heterogeneous job; hadar serve schedules single jobs"
+            ));
         }
         let per = rec.gpus.total();
         let workers = match rec.gpus.scope {
             Scope::PerJob => per,
             Scope::PerNode => per * u64::from(rec.nodes.unwrap_or(1)),
         };
-        let workers = u32::try_from(workers).ok().filter(|w| *w > 0).ok_or_else(|| format!("asks for {workers} GPUs"))?;
+        let workers = u32::try_from(workers)
+            .ok()
+            .filter(|w| *w > 0)
+            .ok_or_else(|| format!("asks for {workers} GPUs"))?;
         let d = rec.directives;
         Ok(JobSpec {
             workers,
             steps: d.steps.or(d.epochs),
             job_type: d.job_type,
-            hints: d.throughput.into_iter().map(|h| (h.gpu_type, h.rate)).collect(),
+            hints: d
+                .throughput
+                .into_iter()
+                .map(|h| (h.gpu_type, h.rate))
+                .collect(),
             gpu_types: d.gpu_types,
         })
     }
@@ -127,12 +136,17 @@ pub fn short_name(job_type: &str) -> String {
 }
 
 fn squash(s: &str) -> String {
-    s.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect()
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 fn split_batch(t: &str) -> (&str, Option<u64>) {
     if let Some(open) = t.find(" (batch size ")
-        && let Some(b) = t[open + 13..].strip_suffix(')').and_then(|b| b.parse().ok())
+        && let Some(b) = t[open + 13..]
+            .strip_suffix(')')
+            .and_then(|b| b.parse().ok())
     {
         return (&t[..open], Some(b));
     }
@@ -141,11 +155,20 @@ fn split_batch(t: &str) -> (&str, Option<u64>) {
 
 /// The rate of a table job type with `workers` workers of `gpu_type`: the measured value, or
 /// for an unmeasured worker count the nearest smaller measured count scaled linearly.
-pub fn table_rate(table: &ThroughputTable, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
+pub fn table_rate(
+    table: &ThroughputTable,
+    job_type: &str,
+    gpu_type: &str,
+    workers: u32,
+) -> Option<f64> {
     if let Some(r) = table.rate(job_type, gpu_type, workers) {
         return Some(r);
     }
-    (1..workers).rev().find_map(|m| table.rate(job_type, gpu_type, m).map(|r| r * workers as f64 / m as f64))
+    (1..workers).rev().find_map(|m| {
+        table
+            .rate(job_type, gpu_type, m)
+            .map(|r| r * workers as f64 / m as f64)
+    })
 }
 
 /// The job's throughput profile on the cluster's types (`type_names`, in the cluster's
@@ -158,24 +181,44 @@ pub fn profile(
     priors: &Priors,
 ) -> (ThroughputProfile, Vec<(String, Option<f64>, RateSource)>) {
     let n = spec.workers;
-    let table_type = spec.job_type.as_deref().and_then(|t| resolve_job_type(table, t));
+    let table_type = spec
+        .job_type
+        .as_deref()
+        .and_then(|t| resolve_job_type(table, t));
     let mut curves = Vec::with_capacity(type_names.len());
     let mut origins = Vec::with_capacity(type_names.len());
     for t in type_names {
-        let allowed = spec.gpu_types.as_ref().is_none_or(|l| l.iter().any(|u| u.eq_ignore_ascii_case(t)));
+        let allowed = spec
+            .gpu_types
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|u| u.eq_ignore_ascii_case(t)));
         let (rate, source) = if !allowed {
             (None, RateSource::Excluded)
-        } else if let Some(l) = learned.iter().find(|l| l.gpu_type.eq_ignore_ascii_case(t) && l.workers == n) {
+        } else if let Some(l) = learned
+            .iter()
+            .find(|l| l.gpu_type.eq_ignore_ascii_case(t) && l.workers == n)
+        {
             (Some(l.rate), RateSource::Learned { samples: l.samples })
         } else if let Some((_, h)) = spec.hints.iter().find(|(u, _)| u.eq_ignore_ascii_case(t)) {
-            (Some(h * n as f64 * priors.throughput_scale), RateSource::Hint)
+            (
+                Some(h * n as f64 * priors.throughput_scale),
+                RateSource::Hint,
+            )
         } else if let Some(jt) = &table_type {
             match table_rate(table, jt, t, n).filter(|r| *r > 0.0) {
-                Some(r) => (Some(r * priors.throughput_scale), RateSource::Table { job_type: jt.clone() }),
+                Some(r) => (
+                    Some(r * priors.throughput_scale),
+                    RateSource::Table {
+                        job_type: jt.clone(),
+                    },
+                ),
                 None => (None, RateSource::Excluded),
             }
         } else {
-            (Some(priors.default_rate_per_gpu * n as f64 * priors.throughput_scale), RateSource::Default)
+            (
+                Some(priors.default_rate_per_gpu * n as f64 * priors.throughput_scale),
+                RateSource::Default,
+            )
         };
         curves.push(match rate {
             Some(r) => RateCurve::new([(n, r)]),
@@ -196,46 +239,100 @@ mod tests {
     }
 
     fn types() -> Vec<String> {
-        ["v100", "p100", "k80"].iter().map(|s| s.to_string()).collect()
+        ["v100", "p100", "k80"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     }
 
-    const PRIORS: Priors = Priors { default_rate_per_gpu: 1.0, throughput_scale: 1.0 };
+    const PRIORS: Priors = Priors {
+        default_rate_per_gpu: 1.0,
+        throughput_scale: 1.0,
+    };
 
     #[test]
     fn records_give_workers_steps_and_limits() {
-        let s = JobSpec::from_record("hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 gpu-types=v100,k80").unwrap();
-        assert_eq!((s.workers, s.steps, s.job_type.as_deref()), (4, Some(1000), Some("resnet50")));
-        assert_eq!(s.gpu_types, Some(vec!["v100".to_string(), "k80".to_string()]));
-        let s = JobSpec::from_record("hadar:v1 gpus=v100:3,k80:1 epochs=7 throughput=k80:2.5").unwrap();
+        let s = JobSpec::from_record(
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 gpu-types=v100,k80",
+        )
+        .unwrap();
+        assert_eq!(
+            (s.workers, s.steps, s.job_type.as_deref()),
+            (4, Some(1000), Some("resnet50"))
+        );
+        assert_eq!(
+            s.gpu_types,
+            Some(vec!["v100".to_string(), "k80".to_string()])
+        );
+        let s =
+            JobSpec::from_record("hadar:v1 gpus=v100:3,k80:1 epochs=7 throughput=k80:2.5").unwrap();
         assert_eq!((s.workers, s.steps), (4, Some(7)));
         assert_eq!(s.hints, vec![("k80".to_string(), 2.5)]);
-        assert!(JobSpec::from_record("hadar:v1 gpus=2 het=1").unwrap_err().contains("heterogeneous"));
+        assert!(
+            JobSpec::from_record("hadar:v1 gpus=2 het=1")
+                .unwrap_err()
+                .contains("heterogeneous")
+        );
         assert!(JobSpec::from_record("hadar:v2 gpus=2").is_err());
     }
 
     #[test]
     fn job_type_names_resolve() {
         let t = table();
-        assert_eq!(resolve_job_type(&t, "ResNet-50 (batch size 64)").as_deref(), Some("ResNet-50 (batch size 64)"));
-        assert_eq!(resolve_job_type(&t, "resnet50-b64").as_deref(), Some("ResNet-50 (batch size 64)"));
-        assert_eq!(resolve_job_type(&t, "resnet50").as_deref(), Some("ResNet-50 (batch size 16)"));
+        assert_eq!(
+            resolve_job_type(&t, "ResNet-50 (batch size 64)").as_deref(),
+            Some("ResNet-50 (batch size 64)")
+        );
+        assert_eq!(
+            resolve_job_type(&t, "resnet50-b64").as_deref(),
+            Some("ResNet-50 (batch size 64)")
+        );
+        assert_eq!(
+            resolve_job_type(&t, "resnet50").as_deref(),
+            Some("ResNet-50 (batch size 16)")
+        );
         assert_eq!(resolve_job_type(&t, "A3C").as_deref(), Some("A3C"));
-        assert_eq!(resolve_job_type(&t, "cyclegan").as_deref(), Some("CycleGAN"));
+        assert_eq!(
+            resolve_job_type(&t, "cyclegan").as_deref(),
+            Some("CycleGAN")
+        );
         assert_eq!(resolve_job_type(&t, "nosuchmodel"), None);
         for jt in t.job_types() {
-            assert_eq!(resolve_job_type(&t, &short_name(jt)).as_deref(), Some(jt), "{jt}");
+            assert_eq!(
+                resolve_job_type(&t, &short_name(jt)).as_deref(),
+                Some(jt),
+                "{jt}"
+            );
         }
     }
 
     #[test]
     fn table_rates_scale_and_respect_type_limits() {
         let t = table();
-        let spec = JobSpec { workers: 2, steps: Some(10), job_type: Some("resnet18-b64".into()), hints: vec![], gpu_types: None };
-        let (p, origins) = profile(&spec, &types(), &[], &t, &Priors { throughput_scale: 10.0, ..PRIORS });
+        let spec = JobSpec {
+            workers: 2,
+            steps: Some(10),
+            job_type: Some("resnet18-b64".into()),
+            hints: vec![],
+            gpu_types: None,
+        };
+        let (p, origins) = profile(
+            &spec,
+            &types(),
+            &[],
+            &t,
+            &Priors {
+                throughput_scale: 10.0,
+                ..PRIORS
+            },
+        );
         let v100 = t.rate("ResNet-18 (batch size 64)", "v100", 2).unwrap();
         assert_eq!(p.rate(GpuType(0), 2), Some(v100 * 10.0));
         assert!(matches!(origins[0].2, RateSource::Table { .. }));
-        let spec = JobSpec { gpu_types: Some(vec!["k80".into()]), ..spec };
+        let spec = JobSpec {
+            gpu_types: Some(vec!["k80".into()]),
+            ..spec
+        };
         let (p, origins) = profile(&spec, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(0), 2), None);
         assert_eq!(origins[0].2, RateSource::Excluded);
@@ -245,7 +342,13 @@ mod tests {
     #[test]
     fn unmeasured_worker_counts_scale_from_below() {
         let t = table();
-        let spec = JobSpec { workers: 3, steps: None, job_type: Some("resnet18-b64".into()), hints: vec![], gpu_types: None };
+        let spec = JobSpec {
+            workers: 3,
+            steps: None,
+            job_type: Some("resnet18-b64".into()),
+            hints: vec![],
+            gpu_types: None,
+        };
         let (p, _) = profile(&spec, &types(), &[], &t, &PRIORS);
         let two = t.rate("ResNet-18 (batch size 64)", "v100", 2).unwrap();
         assert!((p.rate(GpuType(0), 3).unwrap() - two * 1.5).abs() < 1e-9);
@@ -261,13 +364,25 @@ mod tests {
             hints: vec![("p100".into(), 7.0)],
             gpu_types: None,
         };
-        let learned = vec![LearnedRate { job: 1, gpu_type: "v100".into(), workers: 1, rate: 42.0, samples: 3 }];
+        let learned = vec![LearnedRate {
+            job: 1,
+            gpu_type: "v100".into(),
+            workers: 1,
+            rate: 42.0,
+            samples: 3,
+        }];
         let (p, origins) = profile(&spec, &types(), &learned, &t, &PRIORS);
         assert_eq!(p.rate(GpuType(0), 1), Some(42.0));
         assert_eq!(p.rate(GpuType(1), 1), Some(7.0));
         assert_eq!(p.rate(GpuType(2), 1), t.rate("A3C", "k80", 1));
         assert_eq!(origins[0].2, RateSource::Learned { samples: 3 });
-        let blank = JobSpec { workers: 4, steps: None, job_type: None, hints: vec![], gpu_types: None };
+        let blank = JobSpec {
+            workers: 4,
+            steps: None,
+            job_type: None,
+            hints: vec![],
+            gpu_types: None,
+        };
         let (p, origins) = profile(&blank, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(1), 4), Some(4.0));
         assert_eq!(origins[2].2, RateSource::Default);

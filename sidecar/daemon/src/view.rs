@@ -23,7 +23,11 @@ pub struct ClusterView {
 
 /// Builds the view. `partitions` empty means every node; `foreign` lists `(node, type,
 /// count)` held by unmanaged jobs.
-pub fn build(nodes: &[NodeInfo], partitions: &[String], foreign: &[(String, String, u32)]) -> ClusterView {
+pub fn build(
+    nodes: &[NodeInfo],
+    partitions: &[String],
+    foreign: &[(String, String, u32)],
+) -> ClusterView {
     let in_scope: Vec<&NodeInfo> = nodes
         .iter()
         .filter(|n| partitions.is_empty() || n.partitions.iter().any(|p| partitions.contains(p)))
@@ -58,10 +62,22 @@ pub fn build(nodes: &[NodeInfo], partitions: &[String], foreign: &[(String, Stri
                 *foreign_by_type.entry(types[i].clone()).or_default() += taken;
             }
         }
-        core_nodes.push(Node { name: n.name.clone(), gpus });
+        core_nodes.push(Node {
+            name: n.name.clone(),
+            gpus,
+        });
     }
-    let cluster = if types.is_empty() { None } else { Cluster::new(types.clone(), core_nodes).ok() };
-    ClusterView { cluster, types, unusable, foreign: foreign_by_type }
+    let cluster = if types.is_empty() {
+        None
+    } else {
+        Cluster::new(types.clone(), core_nodes).ok()
+    };
+    ClusterView {
+        cluster,
+        types,
+        unusable,
+        foreign: foreign_by_type,
+    }
 }
 
 /// A core placement in Slurm's names, nodes and types in the cluster's order.
@@ -86,7 +102,11 @@ pub fn to_placement(cluster: &Cluster, gpus: &NodeGpus) -> Option<Placement> {
         let n: NodeId = cluster.node_by_name(node)?;
         for (t, c) in per_type {
             let gt: GpuType = cluster.type_by_name(t)?;
-            parts.push(Part { node: n, gpu_type: gt, gpus: *c });
+            parts.push(Part {
+                node: n,
+                gpu_type: gt,
+                gpus: *c,
+            });
         }
     }
     if parts.is_empty() {
@@ -109,8 +129,13 @@ pub fn per_type(gpus: &NodeGpus) -> BTreeMap<String, u32> {
 /// Two placements in Slurm's names are the same GPUs (order of nodes and types aside).
 pub fn same_gpus(a: &NodeGpus, b: &NodeGpus) -> bool {
     let norm = |x: &NodeGpus| {
-        let mut v: Vec<(String, String, u32)> =
-            x.iter().flat_map(|(n, g)| g.iter().map(move |(t, c)| (n.clone(), t.to_ascii_lowercase(), *c))).collect();
+        let mut v: Vec<(String, String, u32)> = x
+            .iter()
+            .flat_map(|(n, g)| {
+                g.iter()
+                    .map(move |(t, c)| (n.clone(), t.to_ascii_lowercase(), *c))
+            })
+            .collect();
         v.sort();
         v
     };

@@ -73,13 +73,29 @@ impl FakeSlurm {
     /// What slurmctld's scheduler would do: start released jobs on their placements.
     fn schedule(&self) {
         let mut s = self.0.borrow_mut();
-        let ids: Vec<u64> = s.jobs.values().filter(|j| j.status == JobStatus::Pending && !j.is_held()).map(|j| j.id).collect();
+        let ids: Vec<u64> = s
+            .jobs
+            .values()
+            .filter(|j| j.status == JobStatus::Pending && !j.is_held())
+            .map(|j| j.id)
+            .collect();
         for id in ids {
-            let spec = s.placements.get(&id).cloned().expect("released without a placement");
+            let spec = s
+                .placements
+                .get(&id)
+                .cloned()
+                .expect("released without a placement");
             let j = s.jobs.get_mut(&id).unwrap();
             j.status = JobStatus::Running;
             j.start_time = Some(1_000_010);
-            j.alloc = spec.nodes.iter().map(|(n, g)| NodeAlloc { node: n.clone(), gpus: g.clone() }).collect();
+            j.alloc = spec
+                .nodes
+                .iter()
+                .map(|(n, g)| NodeAlloc {
+                    node: n.clone(),
+                    gpus: g.clone(),
+                })
+                .collect();
         }
     }
 
@@ -145,7 +161,10 @@ impl SlurmApi for FakeSlurm {
         Ok(())
     }
     fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
-        self.0.borrow_mut().log.push(format!("signal {id} {signal}"));
+        self.0
+            .borrow_mut()
+            .log
+            .push(format!("signal {id} {signal}"));
         Ok(())
     }
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
@@ -162,15 +181,29 @@ impl SlurmApi for FakeSlurm {
 }
 
 fn config() -> DaemonConfig {
-    DaemonConfig::parse("test.toml", "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\n").unwrap()
+    DaemonConfig::parse(
+        "test.toml",
+        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\n",
+    )
+    .unwrap()
 }
 
 fn daemon(slurm: &FakeSlurm, store: Store) -> Daemon<FakeSlurm> {
-    Daemon::new(slurm.clone(), store, config(), Box::new(JobSpec::from_record), 1_000_000.0).unwrap()
+    Daemon::new(
+        slurm.clone(),
+        store,
+        config(),
+        Box::new(JobSpec::from_record),
+        1_000_000.0,
+    )
+    .unwrap()
 }
 
 fn gpus_of(alloc: &[NodeAlloc]) -> u32 {
-    alloc.iter().flat_map(|a| a.gpus.iter().map(|(_, c)| *c)).sum()
+    alloc
+        .iter()
+        .flat_map(|a| a.gpus.iter().map(|(_, c)| *c))
+        .sum()
 }
 
 #[test]
@@ -180,21 +213,37 @@ fn held_jobs_are_placed_started_and_then_left_alone() {
     slurm.submit(2, "hadar:v1 gpus=4 type=transformer-b64 steps=1000");
     let mut d = daemon(&slurm, Store::in_memory().unwrap());
     let r = d.round(1_000_001.0).unwrap();
-    assert_eq!(r.actions.iter().filter(|a| a.1 == "start" && a.2 == "ok").count(), 2, "{r:?}");
+    assert_eq!(
+        r.actions
+            .iter()
+            .filter(|a| a.1 == "start" && a.2 == "ok")
+            .count(),
+        2,
+        "{r:?}"
+    );
     slurm.schedule();
     assert_eq!(gpus_of(&slurm.alloc(1)), 2);
     assert_eq!(gpus_of(&slurm.alloc(2)), 4);
     let r = d.round(1_000_002.0).unwrap();
-    assert!(r.actions.is_empty(), "a plan equal to what runs needs no action: {r:?}");
+    assert!(
+        r.actions.is_empty(),
+        "a plan equal to what runs needs no action: {r:?}"
+    );
     let rows = d.store().jobs().unwrap();
-    assert!(rows.iter().all(|j| j.phase == Phase::Running && j.starts == 1));
+    assert!(
+        rows.iter()
+            .all(|j| j.phase == Phase::Running && j.starts == 1)
+    );
     let dec = d.store().decision(1).unwrap().unwrap();
     assert!(dec.runs && dec.text.starts_with("runs on "), "{}", dec.text);
 
     slurm.finish(1);
     d.round(1_000_003.0).unwrap();
     let j = d.store().job(1).unwrap().unwrap();
-    assert_eq!((j.phase, j.final_state.as_deref()), (Phase::Finished, Some("completed")));
+    assert_eq!(
+        (j.phase, j.final_state.as_deref()),
+        (Phase::Finished, Some("completed"))
+    );
 }
 
 #[test]
@@ -214,13 +263,31 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
     }
     let mut d = daemon(&slurm, Store::open(&path).unwrap());
     let open = d.store().open_intents().unwrap();
-    assert!(open.is_empty(), "open intents are closed at start: {open:?}");
-    assert!(d.store().all_intents().unwrap().iter().any(|i| i.outcome.as_deref() == Some("interrupted")));
+    assert!(
+        open.is_empty(),
+        "open intents are closed at start: {open:?}"
+    );
+    assert!(
+        d.store()
+            .all_intents()
+            .unwrap()
+            .iter()
+            .any(|i| i.outcome.as_deref() == Some("interrupted"))
+    );
     let r = d.round(1_000_002.0).unwrap();
     assert!(r.actions.is_empty(), "{r:?}");
     slurm.schedule();
     d.round(1_000_003.0).unwrap();
-    assert_eq!(slurm.log().iter().filter(|l| l.starts_with("release")).count(), 1, "{:?}", slurm.log());
+    assert_eq!(
+        slurm
+            .log()
+            .iter()
+            .filter(|l| l.starts_with("release"))
+            .count(),
+        1,
+        "{:?}",
+        slurm.log()
+    );
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
 }
 
@@ -234,14 +301,28 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
     d.round(1_000_001.0).unwrap();
     slurm.schedule();
     d.round(1_000_002.0).unwrap();
-    let on_n3 = [1, 2].into_iter().find(|id| slurm.alloc(*id).first().is_some_and(|a| a.node == "n3")).expect("a job on n3");
+    let on_n3 = [1, 2]
+        .into_iter()
+        .find(|id| slurm.alloc(*id).first().is_some_and(|a| a.node == "n3"))
+        .expect("a job on n3");
     let on_n3_gpus = gpus_of(&slurm.alloc(on_n3));
     slurm.set_node_state("n3", NodeState::Draining);
     let r = d.round(1_000_003.0).unwrap();
-    assert!(r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "preempt" && a.2 == "ok"), "{r:?}");
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| a.0 == on_n3 && a.1 == "preempt" && a.2 == "ok"),
+        "{r:?}"
+    );
     let log = slurm.log();
-    let sig = log.iter().position(|l| *l == format!("signal {on_n3} USR1")).expect("checkpoint signal");
-    let rq = log.iter().position(|l| *l == format!("requeuehold {on_n3}")).expect("requeue");
+    let sig = log
+        .iter()
+        .position(|l| *l == format!("signal {on_n3} USR1"))
+        .expect("checkpoint signal");
+    let rq = log
+        .iter()
+        .position(|l| *l == format!("requeuehold {on_n3}"))
+        .expect("requeue");
     assert!(sig < rq, "signal before requeue: {log:?}");
     assert_eq!(slurm.status(on_n3), JobStatus::Pending);
     let row = d.store().job(on_n3).unwrap().unwrap();
@@ -252,7 +333,10 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
             slurm.finish(3 - on_n3);
         }
         let r = d.round(1_000_004.0).unwrap();
-        assert!(r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "start"), "{r:?}");
+        assert!(
+            r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "start"),
+            "{r:?}"
+        );
         slurm.schedule();
         assert_eq!(slurm.alloc(on_n3)[0].node, "n4");
     }
@@ -264,15 +348,24 @@ fn unmanaged_jobs_keep_their_gpus_out_of_the_plan() {
     {
         // A job Slurm runs on its own holds all four V100s of n1.
         let mut s = slurm.0.borrow_mut();
-        let mut j = SlurmJob { admin_comment: None, ..dummy(50) };
+        let mut j = SlurmJob {
+            admin_comment: None,
+            ..dummy(50)
+        };
         j.status = JobStatus::Running;
-        j.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 4)] }];
+        j.alloc = vec![NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![("v100".into(), 4)],
+        }];
         s.jobs.insert(50, j);
     }
     slurm.submit(1, "hadar:v1 gpus=4 steps=1000 gpu-types=v100");
     let mut d = daemon(&slurm, Store::in_memory().unwrap());
     let r = d.round(1_000_001.0).unwrap();
-    assert!(r.actions.is_empty(), "no four free V100s on one node or across n1+n4: {r:?}");
+    assert!(
+        r.actions.is_empty(),
+        "no four free V100s on one node or across n1+n4: {r:?}"
+    );
     let dec = d.store().decision(1).unwrap().unwrap();
     assert!(!dec.runs && dec.text.starts_with("waits"), "{}", dec.text);
 }

@@ -39,27 +39,52 @@ pub fn load_cluster(arg: &str, gpus_per_node: u32) -> Result<Cluster, FormatErro
 pub fn parse_cluster_spec(spec: &str, gpus_per_node: u32) -> Result<Cluster, FormatError> {
     let at = || Location::of("--cluster");
     if gpus_per_node == 0 {
-        return Err(FormatError::invalid(Location::of("--gpus-per-node"), "must be at least 1"));
+        return Err(FormatError::invalid(
+            Location::of("--gpus-per-node"),
+            "must be at least 1",
+        ));
     }
     let mut counts: Vec<(String, u32)> = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, count) = item.split_once(':').ok_or_else(|| {
-            FormatError::invalid(at(), format!("`{item}` should be TYPE:COUNT, e.g. v100:16 (or a path to a TOML file)"))
+            FormatError::invalid(
+                at(),
+                format!("`{item}` should be TYPE:COUNT, e.g. v100:16 (or a path to a TOML file)"),
+            )
         })?;
         let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            return Err(FormatError::invalid(at(), format!("`{name}` is not a GPU type name (letters, digits, - and _)")));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(FormatError::invalid(
+                at(),
+                format!("`{name}` is not a GPU type name (letters, digits, - and _)"),
+            ));
         }
         let count: u32 = count.trim().parse().map_err(|_| {
-            FormatError::invalid(at(), format!("the count of `{name}` must be a whole number, found `{}`", count.trim()))
+            FormatError::invalid(
+                at(),
+                format!(
+                    "the count of `{name}` must be a whole number, found `{}`",
+                    count.trim()
+                ),
+            )
         })?;
         if counts.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
-            return Err(FormatError::invalid(at(), format!("GPU type `{name}` is given twice")));
+            return Err(FormatError::invalid(
+                at(),
+                format!("GPU type `{name}` is given twice"),
+            ));
         }
         counts.push((name.to_ascii_lowercase(), count));
     }
     if counts.is_empty() {
-        return Err(FormatError::invalid(at(), "no GPU types given; expected e.g. v100:16,p100:16"));
+        return Err(FormatError::invalid(
+            at(),
+            "no GPU types given; expected e.g. v100:16,p100:16",
+        ));
     }
     Cluster::from_type_counts(&counts, gpus_per_node)
         .map_err(|e| FormatError::invalid(at(), format!("{e}: `{spec}`")))
@@ -85,10 +110,16 @@ pub fn parse_cluster_toml(text: &str, origin: &str) -> Result<Cluster, FormatErr
     let at = |pos: usize, field: &str| Location::of(origin).line(line_of(text, pos)).field(field);
     let file: ClusterFile = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
-        FormatError::invalid(Location::of(origin).line(line), e.message().trim().to_string())
+        FormatError::invalid(
+            Location::of(origin).line(line),
+            e.message().trim().to_string(),
+        )
     })?;
     if file.node.is_empty() {
-        return Err(FormatError::invalid(Location::of(origin), "no [[node]] tables: the cluster has no nodes"));
+        return Err(FormatError::invalid(
+            Location::of(origin),
+            "no [[node]] tables: the cluster has no nodes",
+        ));
     }
     let mut type_names: Vec<String> = Vec::new();
     for n in &file.node {
@@ -104,7 +135,10 @@ pub fn parse_cluster_toml(text: &str, origin: &str) -> Result<Cluster, FormatErr
         let n = entry.get_ref();
         let name = n.name.get_ref().trim();
         if name.is_empty() {
-            return Err(FormatError::invalid(at(n.name.span().start, "name"), "a node name cannot be empty"));
+            return Err(FormatError::invalid(
+                at(n.name.span().start, "name"),
+                "a node name cannot be empty",
+            ));
         }
         let mut gpus = vec![0u32; type_names.len()];
         for (t, count) in n.gpus.get_ref() {
@@ -115,7 +149,10 @@ pub fn parse_cluster_toml(text: &str, origin: &str) -> Result<Cluster, FormatErr
                     format!("a GPU count must be between 0 and 1000000, found {c}"),
                 ));
             }
-            let i = type_names.iter().position(|x| x.eq_ignore_ascii_case(t)).unwrap_or(0);
+            let i = type_names
+                .iter()
+                .position(|x| x.eq_ignore_ascii_case(t))
+                .unwrap_or(0);
             gpus[i] += c as u32;
         }
         let count = match &n.count {
@@ -129,10 +166,22 @@ pub fn parse_cluster_toml(text: &str, origin: &str) -> Result<Cluster, FormatErr
             }
         };
         match count {
-            None => nodes.push((entry.span().start, Node { name: name.to_string(), gpus })),
+            None => nodes.push((
+                entry.span().start,
+                Node {
+                    name: name.to_string(),
+                    gpus,
+                },
+            )),
             Some(k) => {
                 for i in 0..k {
-                    nodes.push((entry.span().start, Node { name: format!("{name}-{i}"), gpus: gpus.clone() }));
+                    nodes.push((
+                        entry.span().start,
+                        Node {
+                            name: format!("{name}-{i}"),
+                            gpus: gpus.clone(),
+                        },
+                    ));
                 }
             }
         }
@@ -141,11 +190,18 @@ pub fn parse_cluster_toml(text: &str, origin: &str) -> Result<Cluster, FormatErr
     let mut seen = std::collections::HashSet::new();
     for (pos, n) in &nodes {
         if !seen.insert(n.name.clone()) {
-            return Err(FormatError::invalid(at(*pos, "name"), format!("node name `{}` is used twice", n.name)));
+            return Err(FormatError::invalid(
+                at(*pos, "name"),
+                format!("node name `{}` is used twice", n.name),
+            ));
         }
     }
-    Cluster::new(type_names, nodes.into_iter().map(|(_, n)| n).collect())
-        .map_err(|e| FormatError::invalid(Location::of(origin).line(line_of(text, first_pos)), e.to_string()))
+    Cluster::new(type_names, nodes.into_iter().map(|(_, n)| n).collect()).map_err(|e| {
+        FormatError::invalid(
+            Location::of(origin).line(line_of(text, first_pos)),
+            e.to_string(),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -168,7 +224,10 @@ mod tests {
         assert!(e("v100").contains("should be TYPE:COUNT"));
         assert!(e("v100:x").contains("must be a whole number, found `x`"));
         assert!(e("v100:1,V100:2").contains("given twice"));
-        assert_eq!(parse_cluster_spec("v100:1", 0).unwrap_err().to_string(), "--gpus-per-node: must be at least 1");
+        assert_eq!(
+            parse_cluster_spec("v100:1", 0).unwrap_err().to_string(),
+            "--gpus-per-node: must be at least 1"
+        );
     }
 
     #[test]
@@ -185,15 +244,27 @@ mod tests {
 
     #[test]
     fn toml_errors_name_line_and_field() {
-        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpus = { v100 = -3 }\n", "c.toml").unwrap_err().to_string();
-        assert_eq!(e, "c.toml:3: field `gpus.v100`: a GPU count must be between 0 and 1000000, found -3");
-        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpu = { v100 = 3 }\n", "c.toml").unwrap_err().to_string();
+        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpus = { v100 = -3 }\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "c.toml:3: field `gpus.v100`: a GPU count must be between 0 and 1000000, found -3"
+        );
+        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpu = { v100 = 3 }\n", "c.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("c.toml:3: unknown field `gpu`"), "{e}");
-        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpus = { v100 = 0 }\n", "c.toml").unwrap_err().to_string();
+        let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpus = { v100 = 0 }\n", "c.toml")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "c.toml:1: the cluster has no GPUs");
         let e = parse_cluster_toml("[[node]]\nname = \"n1\"\ngpus = { v100 = 1 }\n[[node]]\nname = \"n1\"\ngpus = { v100 = 1 }\n", "c.toml")
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("c.toml:4: field `name`: node name `n1` is used twice"), "{e}");
+        assert!(
+            e.starts_with("c.toml:4: field `name`: node name `n1` is used twice"),
+            "{e}"
+        );
     }
 }

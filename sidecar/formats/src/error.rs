@@ -16,7 +16,11 @@ pub struct Location {
 impl Location {
     /// A location in `origin` with no line or field.
     pub fn of(origin: &str) -> Self {
-        Location { origin: origin.to_string(), line: None, field: None }
+        Location {
+            origin: origin.to_string(),
+            line: None,
+            field: None,
+        }
     }
 
     /// The same location at a line.
@@ -71,17 +75,26 @@ pub enum FormatError {
 impl FormatError {
     /// An `Invalid` error at `at`.
     pub fn invalid(at: Location, message: impl Into<String>) -> Self {
-        FormatError::Invalid { at, message: message.into() }
+        FormatError::Invalid {
+            at,
+            message: message.into(),
+        }
     }
 }
 
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_file(path: &std::path::Path) -> Result<String, FormatError> {
-    std::fs::read_to_string(path)
-        .map_err(|source| FormatError::Io { path: path.display().to_string(), source })
+    std::fs::read_to_string(path).map_err(|source| FormatError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The 1-based line of byte offset `pos` in `text`.
 pub(crate) fn line_of(text: &str, pos: usize) -> usize {
-    text.as_bytes()[..pos.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..pos.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }

@@ -64,10 +64,16 @@ pub enum JobsSyntax {
 impl JobsSyntax {
     /// JSON for `.json` files or text starting with `{` or `[`; TOML otherwise.
     pub fn detect(path: Option<&Path>, text: &str) -> Self {
-        if path.and_then(|p| p.extension()).is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        if path
+            .and_then(|p| p.extension())
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        {
             return JobsSyntax::Json;
         }
-        if path.and_then(|p| p.extension()).is_some_and(|e| e.eq_ignore_ascii_case("toml")) {
+        if path
+            .and_then(|p| p.extension())
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+        {
             return JobsSyntax::Toml;
         }
         match text.trim_start().chars().next() {
@@ -118,7 +124,11 @@ struct RawPart {
 }
 
 /// Reads a jobs file from disk (syntax from the extension or the content).
-pub fn load_jobs(path: &Path, table: &ThroughputTable, cluster: &Cluster) -> Result<JobsFile, FormatError> {
+pub fn load_jobs(
+    path: &Path,
+    table: &ThroughputTable,
+    cluster: &Cluster,
+) -> Result<JobsFile, FormatError> {
     let text = read_file(path)?;
     let syntax = JobsSyntax::detect(Some(path), &text);
     parse_jobs(&text, &path.display().to_string(), syntax, table, cluster)
@@ -135,11 +145,19 @@ pub fn parse_jobs(
     let raw = match syntax {
         JobsSyntax::Toml => toml::from_str::<RawFile>(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
-            FormatError::invalid(Location::of(origin).line(line), e.message().trim().to_string())
+            FormatError::invalid(
+                Location::of(origin).line(line),
+                e.message().trim().to_string(),
+            )
         })?,
         JobsSyntax::Json => match serde_json::from_str::<RawJson>(text) {
             Ok(RawJson::File(f)) => f,
-            Ok(RawJson::Bare(job)) => RawFile { now_s: None, round_s: None, restart_s: None, job },
+            Ok(RawJson::Bare(job)) => RawFile {
+                now_s: None,
+                round_s: None,
+                restart_s: None,
+                job,
+            },
             Err(_) => {
                 // The untagged enum hides the real message: parse again as the object form,
                 // whose error names the line and the field.
@@ -151,7 +169,11 @@ pub fn parse_jobs(
             }
         },
     };
-    let ctx = Ctx { text, origin, syntax };
+    let ctx = Ctx {
+        text,
+        origin,
+        syntax,
+    };
     build(&ctx, raw, table, cluster)
 }
 
@@ -183,7 +205,8 @@ impl Ctx<'_> {
                 if headers == k {
                     let head = line_of(self.text, offset);
                     let key = field.split('.').next().unwrap_or(field);
-                    return loc.line(find_key_line(self.text, offset + line.len(), key).unwrap_or(head));
+                    return loc
+                        .line(find_key_line(self.text, offset + line.len(), key).unwrap_or(head));
                 }
                 headers += 1;
             }
@@ -249,12 +272,17 @@ fn build(
     let mut jobs = Vec::with_capacity(raw.job.len());
     for (k, rj) in raw.job.into_iter().enumerate() {
         let id = rj.id;
-        let bad = |field: &str, message: String| ctx.invalid(Some(k), field, format!("job {id}: {message}"));
+        let bad = |field: &str, message: String| {
+            ctx.invalid(Some(k), field, format!("job {id}: {message}"))
+        };
         if !seen.insert(id) {
             return Err(bad("id", "this id is used by an earlier job too".into()));
         }
         if !(1..=1_000_000).contains(&rj.gpus) {
-            return Err(bad("gpus", format!("must be between 1 and 1000000, found {}", rj.gpus)));
+            return Err(bad(
+                "gpus",
+                format!("must be between 1 and 1000000, found {}", rj.gpus),
+            ));
         }
         let workers = rj.gpus as u32;
         if !(rj.remaining_steps.is_finite() && rj.remaining_steps > 0.0) {
@@ -267,31 +295,47 @@ fn build(
         if !(total_steps.is_finite() && total_steps >= rj.remaining_steps) {
             return Err(bad(
                 "total_steps",
-                format!("must be at least remaining_steps ({}), found {total_steps}", rj.remaining_steps),
+                format!(
+                    "must be at least remaining_steps ({}), found {total_steps}",
+                    rj.remaining_steps
+                ),
             ));
         }
         let arrival_s = rj.arrival_s.unwrap_or(0.0);
         if !(arrival_s.is_finite() && arrival_s >= 0.0) {
-            return Err(bad("arrival_s", format!("must be a time of at least 0 seconds, found {arrival_s}")));
+            return Err(bad(
+                "arrival_s",
+                format!("must be a time of at least 0 seconds, found {arrival_s}"),
+            ));
         }
         let weight = rj.weight.unwrap_or(1.0);
         if !(weight.is_finite() && weight > 0.0) {
-            return Err(bad("weight", format!("must be a positive number, found {weight}")));
+            return Err(bad(
+                "weight",
+                format!("must be a positive number, found {weight}"),
+            ));
         }
         let (kind, throughput) = match (&rj.job_type, &rj.throughput) {
             (Some(_), Some(_)) => {
-                return Err(bad("throughput", "give either `job_type` or `throughput`, not both".into()));
+                return Err(bad(
+                    "throughput",
+                    "give either `job_type` or `throughput`, not both".into(),
+                ));
             }
             (None, None) => {
                 return Err(bad(
                     "job_type",
-                    "missing: give a `job_type` of the throughput table or per-type `throughput`".into(),
+                    "missing: give a `job_type` of the throughput table or per-type `throughput`"
+                        .into(),
                 ));
             }
             (Some(name), None) => {
                 let profile = table.profile(name, cluster).ok_or_else(|| {
                     let known: Vec<&str> = table.job_types().collect();
-                    bad("job_type", format!("unknown job type `{name}`; known: {}", known.join(", ")))
+                    bad(
+                        "job_type",
+                        format!("unknown job type `{name}`; known: {}", known.join(", ")),
+                    )
                 })?;
                 (name.clone(), profile)
             }
@@ -311,7 +355,9 @@ fn build(
                     if !(rate.is_finite() && *rate >= 0.0) {
                         return Err(bad(
                             &field,
-                            format!("must be steps/s of at least 0 (0: cannot run there), found {rate}"),
+                            format!(
+                                "must be steps/s of at least 0 (0: cannot run there), found {rate}"
+                            ),
                         ));
                     }
                     curves[ti.index()] = RateCurve::new([(workers, *rate)]);
@@ -324,11 +370,17 @@ fn build(
             Some(parts) => {
                 let mut out = Vec::with_capacity(parts.len());
                 for p in parts {
-                    let node = cluster
-                        .node_by_name(&p.node)
-                        .ok_or_else(|| bad("running", format!("node `{}` is not in the cluster", p.node)))?;
+                    let node = cluster.node_by_name(&p.node).ok_or_else(|| {
+                        bad(
+                            "running",
+                            format!("node `{}` is not in the cluster", p.node),
+                        )
+                    })?;
                     let gpu_type = cluster.type_by_name(&p.gpu_type).ok_or_else(|| {
-                        bad("running", format!("GPU type `{}` is not in the cluster", p.gpu_type))
+                        bad(
+                            "running",
+                            format!("GPU type `{}` is not in the cluster", p.gpu_type),
+                        )
                     })?;
                     if !(1..=1_000_000).contains(&p.gpus) {
                         return Err(bad(
@@ -336,13 +388,20 @@ fn build(
                             format!("a part's gpus must be at least 1, found {}", p.gpus),
                         ));
                     }
-                    out.push(Part { node, gpu_type, gpus: p.gpus as u32 });
+                    out.push(Part {
+                        node,
+                        gpu_type,
+                        gpus: p.gpus as u32,
+                    });
                 }
                 let placement = Placement::gang(out);
                 if placement.gpus() != workers {
                     return Err(bad(
                         "running",
-                        format!("the parts hold {} GPUs but the job has {workers} workers", placement.gpus()),
+                        format!(
+                            "the parts hold {} GPUs but the job has {workers} workers",
+                            placement.gpus()
+                        ),
                     ));
                 }
                 running_load.take_placement(&placement).map_err(|e| {
@@ -360,7 +419,15 @@ fn build(
                 Some(placement)
             }
         };
-        let job = Job { id: JobId(id), kind, arrival_s, workers, total_steps, weight, throughput };
+        let job = Job {
+            id: JobId(id),
+            kind,
+            arrival_s,
+            workers,
+            total_steps,
+            weight,
+            throughput,
+        };
         let mut state = JobState::arrived(Arc::new(job), types);
         state.remaining_steps = rj.remaining_steps;
         state.placement = placement;
@@ -376,7 +443,12 @@ fn build(
         ));
     }
     jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
-    Ok(JobsFile { jobs, now_s, round_s, restart_s })
+    Ok(JobsFile {
+        jobs,
+        now_s,
+        round_s,
+        restart_s,
+    })
 }
 
 #[cfg(test)]
@@ -390,13 +462,22 @@ mod tests {
 
     fn toml_err(text: &str) -> String {
         let table = embedded::throughputs().unwrap();
-        parse_jobs(text, "jobs.toml", JobsSyntax::Toml, &table, &cluster()).unwrap_err().to_string()
+        parse_jobs(text, "jobs.toml", JobsSyntax::Toml, &table, &cluster())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
     fn the_embedded_example_parses() {
         let table = embedded::throughputs().unwrap();
-        let f = parse_jobs(EXAMPLE_JOBS_TOML, "<example>", JobsSyntax::Toml, &table, &cluster()).unwrap();
+        let f = parse_jobs(
+            EXAMPLE_JOBS_TOML,
+            "<example>",
+            JobsSyntax::Toml,
+            &table,
+            &cluster(),
+        )
+        .unwrap();
         assert_eq!(f.jobs.len(), 8);
         assert_eq!((f.now_s, f.round_s, f.restart_s), (3600.0, 360.0, 30.0));
         let first = &f.jobs[0];
@@ -410,8 +491,22 @@ mod tests {
         let table = embedded::throughputs().unwrap();
         let obj = r#"{"restart_s": 10, "jobs": [{"id": 3, "gpus": 2, "throughput": {"v100": 5, "k80": 1}, "remaining_steps": 100}]}"#;
         let arr = r#"[{"id": 3, "gpus": 2, "throughput": {"v100": 5, "k80": 1}, "remaining_steps": 100}]"#;
-        let a = parse_jobs(obj, "a.json", JobsSyntax::detect(None, obj), &table, &cluster()).unwrap();
-        let b = parse_jobs(arr, "b.json", JobsSyntax::detect(None, arr), &table, &cluster()).unwrap();
+        let a = parse_jobs(
+            obj,
+            "a.json",
+            JobsSyntax::detect(None, obj),
+            &table,
+            &cluster(),
+        )
+        .unwrap();
+        let b = parse_jobs(
+            arr,
+            "b.json",
+            JobsSyntax::detect(None, arr),
+            &table,
+            &cluster(),
+        )
+        .unwrap();
         assert_eq!(a.restart_s, 10.0);
         assert_eq!(a.jobs[0].job.throughput, b.jobs[0].job.throughput);
         assert_eq!(a.jobs[0].job.rate_on(hadar_core::GpuType(2)), Some(1.0));
@@ -419,28 +514,44 @@ mod tests {
 
     #[test]
     fn errors_name_line_job_and_field() {
-        let e = toml_err("[[job]]\nid = 4\ngpus = 0\nthroughput = { v100 = 1 }\nremaining_steps = 5\n");
-        assert_eq!(e, "jobs.toml:3: field `gpus`: job 4: must be between 1 and 1000000, found 0");
-        let e = toml_err("[[job]]\nid = 4\ngpus = 1\nthroughput = { a100 = 1 }\nremaining_steps = 5\n");
+        let e =
+            toml_err("[[job]]\nid = 4\ngpus = 0\nthroughput = { v100 = 1 }\nremaining_steps = 5\n");
+        assert_eq!(
+            e,
+            "jobs.toml:3: field `gpus`: job 4: must be between 1 and 1000000, found 0"
+        );
+        let e =
+            toml_err("[[job]]\nid = 4\ngpus = 1\nthroughput = { a100 = 1 }\nremaining_steps = 5\n");
         assert_eq!(
             e,
             "jobs.toml:4: field `throughput.a100`: job 4: GPU type `a100` is not in the cluster (types: v100, p100, k80)"
         );
         let e = toml_err("[[job]]\nid = 1\ngpus = 1\njob_type = \"Nope\"\nremaining_steps = 5\n");
         assert!(
-            e.starts_with("jobs.toml:4: field `job_type`: job 1: unknown job type `Nope`; known: A3C"),
+            e.starts_with(
+                "jobs.toml:4: field `job_type`: job 1: unknown job type `Nope`; known: A3C"
+            ),
             "{e}"
         );
         let e = toml_err(
             "[[job]]\nid = 1\ngpus = 1\nthroughput = { v100 = 1 }\nremaining_steps = 5\n\n[[job]]\nid = 1\ngpus = 1\nthroughput = { v100 = 1 }\nremaining_steps = 5\n",
         );
-        assert_eq!(e, "jobs.toml:8: field `id`: job 1: this id is used by an earlier job too");
+        assert_eq!(
+            e,
+            "jobs.toml:8: field `id`: job 1: this id is used by an earlier job too"
+        );
         let e = toml_err(
             "[[job]]\nid = 2\ngpus = 2\nthroughput = { v100 = 1 }\nremaining_steps = 5\nrunning = [{ node = \"v100-0\", type = \"v100\", gpus = 1 }]\n",
         );
-        assert_eq!(e, "jobs.toml:6: field `running`: job 2: the parts hold 1 GPUs but the job has 2 workers");
+        assert_eq!(
+            e,
+            "jobs.toml:6: field `running`: job 2: the parts hold 1 GPUs but the job has 2 workers"
+        );
         let e = toml_err("[[job]]\nid = 2\ngpus = 2\nremaining_steps = 5\n");
-        assert!(e.starts_with("jobs.toml:1: field `job_type`: job 2: missing"), "{e}");
+        assert!(
+            e.starts_with("jobs.toml:1: field `job_type`: job 2: missing"),
+            "{e}"
+        );
         let e = toml_err("[[job]]\nid = 2\ngpu = 2\n");
         assert!(e.starts_with("jobs.toml:3: unknown field `gpu`"), "{e}");
     }
@@ -461,13 +572,17 @@ mod tests {
     fn json_errors_name_job_and_field() {
         let table = embedded::throughputs().unwrap();
         let text = r#"{"jobs": [{"id": 9, "gpus": 1, "throughput": {"v100": -2}, "remaining_steps": 100}]}"#;
-        let e = parse_jobs(text, "q.json", JobsSyntax::Json, &table, &cluster()).unwrap_err().to_string();
+        let e = parse_jobs(text, "q.json", JobsSyntax::Json, &table, &cluster())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "q.json: field `throughput.v100`: job 9: must be steps/s of at least 0 (0: cannot run there), found -2"
         );
         let text = r#"{"jobs": [{"id": 9, "gpus": "two"}]}"#;
-        let e = parse_jobs(text, "q.json", JobsSyntax::Json, &table, &cluster()).unwrap_err().to_string();
+        let e = parse_jobs(text, "q.json", JobsSyntax::Json, &table, &cluster())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("q.json: invalid type: string \"two\""), "{e}");
         assert!(e.contains("line 1"), "{e}");
     }

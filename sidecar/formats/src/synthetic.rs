@@ -91,8 +91,15 @@ impl SplitMix64 {
 
 /// Generates trace lines from a table. Job types whose reference rate is missing are skipped.
 pub fn generate_lines(table: &ThroughputTable, spec: &TraceSpec) -> Vec<TraceLine> {
-    let reference = if table.gpu_types().iter().any(|t| t == "v100") { "v100".to_string() } else { table.gpu_types()[0].clone() };
-    let types: Vec<&str> = table.job_types().filter(|t| table.rate(t, &reference, 1).is_some_and(|r| r > 0.0)).collect();
+    let reference = if table.gpu_types().iter().any(|t| t == "v100") {
+        "v100".to_string()
+    } else {
+        table.gpu_types()[0].clone()
+    };
+    let types: Vec<&str> = table
+        .job_types()
+        .filter(|t| table.rate(t, &reference, 1).is_some_and(|r| r > 0.0))
+        .collect();
     let mut rng = SplitMix64::new(spec.seed);
     let mut t = 0.0;
     let mut lines = Vec::with_capacity(spec.jobs);
@@ -101,8 +108,17 @@ pub fn generate_lines(table: &ThroughputTable, spec: &TraceSpec) -> Vec<TraceLin
         let mut workers = 1;
         if spec.multi_gpu && table.rate(job_type, &reference, 2).is_some() {
             let r = rng.unit();
-            workers = if r < 0.7 { 1 } else if r < 0.8 { 2 } else { 4 };
-            if table.rate(job_type, &reference, workers).is_none_or(|r| r <= 0.0) {
+            workers = if r < 0.7 {
+                1
+            } else if r < 0.8 {
+                2
+            } else {
+                4
+            };
+            if table
+                .rate(job_type, &reference, workers)
+                .is_none_or(|r| r <= 0.0)
+            {
                 workers = 1;
             }
         }
@@ -158,10 +174,24 @@ mod tests {
     fn generated_traces_are_reproducible_and_readable() {
         let table = embedded::throughputs().unwrap();
         let cluster = embedded::cluster().unwrap();
-        let spec = TraceSpec { jobs: 300, multi_gpu: true, arrivals: Arrivals::Poisson { mean_gap_s: 900.0 }, seed: 7 };
+        let spec = TraceSpec {
+            jobs: 300,
+            multi_gpu: true,
+            arrivals: Arrivals::Poisson { mean_gap_s: 900.0 },
+            seed: 7,
+        };
         let a = generate_lines(&table, &spec);
         assert_eq!(a, generate_lines(&table, &spec));
-        assert_ne!(a, generate_lines(&table, &TraceSpec { seed: 8, ..spec.clone() }));
+        assert_ne!(
+            a,
+            generate_lines(
+                &table,
+                &TraceSpec {
+                    seed: 8,
+                    ..spec.clone()
+                }
+            )
+        );
         let text: String = a.iter().map(|l| l.to_gavel() + "\n").collect();
         let jobs = parse_trace(&text, "gen", &table, &cluster).unwrap();
         assert_eq!(jobs.len(), 300);

@@ -29,7 +29,10 @@ impl ThroughputTable {
     /// Parses Gavel's JSON format; `origin` names the input in errors.
     pub fn parse_gavel_json(text: &str, origin: &str) -> Result<Self, FormatError> {
         let root: Value = serde_json::from_str(text).map_err(|e| {
-            FormatError::invalid(Location::of(origin).line(e.line()), format!("not valid JSON: {e}"))
+            FormatError::invalid(
+                Location::of(origin).line(e.line()),
+                format!("not valid JSON: {e}"),
+            )
         })?;
         let Value::Object(types) = root else {
             return Err(FormatError::invalid(
@@ -42,27 +45,47 @@ impl ThroughputTable {
             if gpu_type.ends_with("_unconsolidated") {
                 continue;
             }
-            let at_type = || Location::of(origin).line(find_line(text, &gpu_type)).field(gpu_type.clone());
+            let at_type = || {
+                Location::of(origin)
+                    .line(find_line(text, &gpu_type))
+                    .field(gpu_type.clone())
+            };
             let Value::Object(jobs) = jobs else {
-                return Err(FormatError::invalid(at_type(), "expected an object of job entries"));
+                return Err(FormatError::invalid(
+                    at_type(),
+                    "expected an object of job entries",
+                ));
             };
             let gpu = gpu_type.to_ascii_lowercase();
             if !table.gpu_types.contains(&gpu) {
                 table.gpu_types.push(gpu.clone());
             }
             for (key, entry) in jobs {
-                let at = || Location::of(origin).line(find_line(text, &key)).field(key.clone());
+                let at = || {
+                    Location::of(origin)
+                        .line(find_line(text, &key))
+                        .field(key.clone())
+                };
                 let (job_type, workers) = parse_key(&key).ok_or_else(|| {
-                    FormatError::invalid(at(), "expected a key of the form \"('<job type>', <workers>)\"")
+                    FormatError::invalid(
+                        at(),
+                        "expected a key of the form \"('<job type>', <workers>)\"",
+                    )
                 })?;
                 let Some(isolated) = entry.get("null") else {
                     continue; // only co-location entries: no isolated rate, cannot run alone
                 };
                 let rate = isolated.as_f64().ok_or_else(|| {
-                    FormatError::invalid(at(), format!("the \"null\" rate must be a number, found {isolated}"))
+                    FormatError::invalid(
+                        at(),
+                        format!("the \"null\" rate must be a number, found {isolated}"),
+                    )
                 })?;
                 if !rate.is_finite() || rate < 0.0 {
-                    return Err(FormatError::invalid(at(), format!("rate {rate} is negative or not finite")));
+                    return Err(FormatError::invalid(
+                        at(),
+                        format!("rate {rate} is negative or not finite"),
+                    ));
                 }
                 table
                     .rates
@@ -74,7 +97,10 @@ impl ThroughputTable {
             }
         }
         if table.rates.is_empty() {
-            return Err(FormatError::invalid(Location::of(origin), "the table has no job types"));
+            return Err(FormatError::invalid(
+                Location::of(origin),
+                "the table has no job types",
+            ));
         }
         Ok(table)
     }
@@ -167,30 +193,46 @@ mod tests {
         assert_eq!(t.rate("A", "V100", 2), Some(3.5));
         assert_eq!(t.rate("A", "k80", 1), Some(0.0));
         assert_eq!(t.gpu_types(), &["k80".to_string(), "v100".to_string()]);
-        let c = Cluster::from_type_counts(&[("k80".into(), 1), ("v100".into(), 1), ("a100".into(), 1)], 1)
-            .unwrap();
+        let c = Cluster::from_type_counts(
+            &[("k80".into(), 1), ("v100".into(), 1), ("a100".into(), 1)],
+            1,
+        )
+        .unwrap();
         let p = t.profile("A", &c).unwrap();
-        assert!(p.curve(hadar_core::GpuType(0)).is_empty(), "zero rate: cannot run on k80");
+        assert!(
+            p.curve(hadar_core::GpuType(0)).is_empty(),
+            "zero rate: cannot run on k80"
+        );
         assert_eq!(p.rate(hadar_core::GpuType(1), 2), Some(3.5));
-        assert!(p.curve(hadar_core::GpuType(2)).is_empty(), "a100 not in table");
+        assert!(
+            p.curve(hadar_core::GpuType(2)).is_empty(),
+            "a100 not in table"
+        );
     }
 
     #[test]
     fn bad_key_names_line_and_key() {
         let text = "{\n \"v100\": {\n  \"A-1\": {\"null\": 1}\n }\n}";
-        let e = ThroughputTable::parse_gavel_json(text, "t.json").unwrap_err().to_string();
+        let e = ThroughputTable::parse_gavel_json(text, "t.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("t.json:3: field `A-1`:"), "{e}");
     }
 
     #[test]
     fn bad_json_names_line() {
-        let e = ThroughputTable::parse_gavel_json("{\n\"v100\": [,\n}", "t.json").unwrap_err().to_string();
+        let e = ThroughputTable::parse_gavel_json("{\n\"v100\": [,\n}", "t.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("t.json:2:"), "{e}");
     }
 
     #[test]
     fn keys_with_parentheses_in_names_parse() {
-        assert_eq!(parse_key("('ResNet-18 (batch size 32)', 4)"), Some(("ResNet-18 (batch size 32)".into(), 4)));
+        assert_eq!(
+            parse_key("('ResNet-18 (batch size 32)', 4)"),
+            Some(("ResNet-18 (batch size 32)".into(), 4))
+        );
         assert_eq!(parse_key("('x', 0)"), None);
         assert_eq!(parse_key("x"), None);
     }

@@ -27,7 +27,11 @@ const FIELDS: [&str; 10] = [
 ];
 
 /// Reads a trace file against a throughput table and cluster.
-pub fn load_trace(path: &Path, table: &ThroughputTable, cluster: &Cluster) -> Result<Vec<Job>, FormatError> {
+pub fn load_trace(
+    path: &Path,
+    table: &ThroughputTable,
+    cluster: &Cluster,
+) -> Result<Vec<Job>, FormatError> {
     let text = read_file(path)?;
     parse_trace(&text, &path.display().to_string(), table, cluster)
 }
@@ -52,7 +56,11 @@ pub fn parse_trace(
         if cols.len() != FIELDS.len() {
             return Err(FormatError::invalid(
                 Location::of(origin).line(lineno),
-                format!("expected 10 tab-separated fields ({}), found {}", FIELDS.join(" "), cols.len()),
+                format!(
+                    "expected 10 tab-separated fields ({}), found {}",
+                    FIELDS.join(" "),
+                    cols.len()
+                ),
             ));
         }
         let job_type = cols[0].trim();
@@ -61,27 +69,54 @@ pub fn parse_trace(
         }
         let needs_data_dir: u8 = parse_num(cols[4], at(4))?;
         if needs_data_dir > 1 {
-            return Err(FormatError::invalid(at(4), format!("expected 0 or 1, found `{}`", cols[4].trim())));
+            return Err(FormatError::invalid(
+                at(4),
+                format!("expected 0 or 1, found `{}`", cols[4].trim()),
+            ));
         }
         let total_steps: f64 = parse_num(cols[5], at(5))?;
         if !(total_steps.is_finite() && total_steps > 0.0) {
-            return Err(FormatError::invalid(at(5), format!("steps must be positive, found `{}`", cols[5].trim())));
+            return Err(FormatError::invalid(
+                at(5),
+                format!("steps must be positive, found `{}`", cols[5].trim()),
+            ));
         }
         let workers: u32 = parse_num(cols[6], at(6))?;
         if workers == 0 {
-            return Err(FormatError::invalid(at(6), "a job needs at least one worker (GPU)"));
+            return Err(FormatError::invalid(
+                at(6),
+                "a job needs at least one worker (GPU)",
+            ));
         }
         let weight: f64 = parse_num(cols[7], at(7))?;
         if !(weight.is_finite() && weight > 0.0) {
-            return Err(FormatError::invalid(at(7), format!("priority weight must be positive, found `{}`", cols[7].trim())));
+            return Err(FormatError::invalid(
+                at(7),
+                format!(
+                    "priority weight must be positive, found `{}`",
+                    cols[7].trim()
+                ),
+            ));
         }
         let slo: f64 = parse_num(cols[8], at(8))?;
         if !(slo.is_finite() && (slo == -1.0 || slo > 0.0)) {
-            return Err(FormatError::invalid(at(8), format!("SLO must be -1 (none) or positive, found `{}`", cols[8].trim())));
+            return Err(FormatError::invalid(
+                at(8),
+                format!(
+                    "SLO must be -1 (none) or positive, found `{}`",
+                    cols[8].trim()
+                ),
+            ));
         }
         let arrival_s: f64 = parse_num(cols[9], at(9))?;
         if !(arrival_s.is_finite() && arrival_s >= 0.0) {
-            return Err(FormatError::invalid(at(9), format!("arrival time must be a non-negative number of seconds, found `{}`", cols[9].trim())));
+            return Err(FormatError::invalid(
+                at(9),
+                format!(
+                    "arrival time must be a non-negative number of seconds, found `{}`",
+                    cols[9].trim()
+                ),
+            ));
         }
         if arrival_s < last_arrival {
             return Err(FormatError::invalid(
@@ -94,7 +129,11 @@ pub fn parse_trace(
             let known: Vec<&str> = table.job_types().collect();
             return Err(FormatError::invalid(
                 at(0),
-                format!("unknown job type `{job_type}`; the throughput table knows {} types, e.g. `{}`", known.len(), known.first().unwrap_or(&"")),
+                format!(
+                    "unknown job type `{job_type}`; the throughput table knows {} types, e.g. `{}`",
+                    known.len(),
+                    known.first().unwrap_or(&"")
+                ),
             ));
         };
         let job = Job {
@@ -118,7 +157,10 @@ pub fn parse_trace(
         jobs.push(job);
     }
     if jobs.is_empty() {
-        return Err(FormatError::invalid(Location::of(origin), "the trace has no jobs"));
+        return Err(FormatError::invalid(
+            Location::of(origin),
+            "the trace has no jobs",
+        ));
     }
     Ok(jobs)
 }
@@ -127,7 +169,11 @@ fn parse_num<T: std::str::FromStr>(s: &str, at: Location) -> Result<T, FormatErr
     let s = s.trim();
     s.parse::<T>().map_err(|_| {
         let kind = std::any::type_name::<T>();
-        let what = if kind.starts_with('u') || kind.starts_with('i') { "a whole number" } else { "a number" };
+        let what = if kind.starts_with('u') || kind.starts_with('i') {
+            "a whole number"
+        } else {
+            "a number"
+        };
         FormatError::invalid(at, format!("expected {what}, found `{s}`"))
     })
 }
@@ -157,8 +203,21 @@ mod tests {
     fn reads_jobs_with_ids_in_order() {
         let text = format!(
             "{}\n{}\n",
-            line(["A", "cmd", "wd", "--steps", "1", "100", "1", "1", "-1.000000", "0"]),
-            line(["A", "cmd", "wd", "--steps", "0", "50", "4", "2", "-1", "10.5"])
+            line([
+                "A",
+                "cmd",
+                "wd",
+                "--steps",
+                "1",
+                "100",
+                "1",
+                "1",
+                "-1.000000",
+                "0"
+            ]),
+            line([
+                "A", "cmd", "wd", "--steps", "0", "50", "4", "2", "-1", "10.5"
+            ])
         );
         let jobs = parse_trace(&text, "x.trace", &table(), &cluster()).unwrap();
         assert_eq!(jobs.len(), 2);
@@ -169,8 +228,14 @@ mod tests {
     }
 
     fn err(fields: [&str; 10]) -> String {
-        let text = format!("{}\n{}\n", line(["A", "c", "w", "s", "1", "100", "1", "1", "-1", "0"]), line(fields));
-        parse_trace(&text, "x.trace", &table(), &cluster()).unwrap_err().to_string()
+        let text = format!(
+            "{}\n{}\n",
+            line(["A", "c", "w", "s", "1", "100", "1", "1", "-1", "0"]),
+            line(fields)
+        );
+        parse_trace(&text, "x.trace", &table(), &cluster())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
@@ -183,16 +248,31 @@ mod tests {
             err(["A", "c", "w", "s", "1", "10", "-1", "1", "-1", "0"]),
             "x.trace:2: field `scale_factor`: expected a whole number, found `-1`"
         );
-        assert!(err(["B", "c", "w", "s", "1", "10", "1", "1", "-1", "0"]).starts_with("x.trace:2: field `job_type`: unknown job type `B`"));
-        assert!(err(["A", "c", "w", "s", "1", "10", "2", "1", "-1", "0"]).contains("could never run"));
-        assert!(err(["Z", "c", "w", "s", "1", "10", "1", "1", "-1", "0"]).contains("could never run"));
-        assert!(err(["A", "c", "w", "s", "1", "-5", "1", "1", "-1", "0"]).contains("steps must be positive"));
+        assert!(
+            err(["B", "c", "w", "s", "1", "10", "1", "1", "-1", "0"])
+                .starts_with("x.trace:2: field `job_type`: unknown job type `B`")
+        );
+        assert!(
+            err(["A", "c", "w", "s", "1", "10", "2", "1", "-1", "0"]).contains("could never run")
+        );
+        assert!(
+            err(["Z", "c", "w", "s", "1", "10", "1", "1", "-1", "0"]).contains("could never run")
+        );
+        assert!(
+            err(["A", "c", "w", "s", "1", "-5", "1", "1", "-1", "0"])
+                .contains("steps must be positive")
+        );
     }
 
     #[test]
     fn wrong_column_count_is_reported() {
-        let e = parse_trace("A\tb\tc\n", "x.trace", &table(), &cluster()).unwrap_err().to_string();
-        assert_eq!(e, "x.trace:1: expected 10 tab-separated fields (job_type command working_directory num_steps_arg needs_data_dir total_steps scale_factor priority_weight SLO arrival_time), found 3");
+        let e = parse_trace("A\tb\tc\n", "x.trace", &table(), &cluster())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "x.trace:1: expected 10 tab-separated fields (job_type command working_directory num_steps_arg needs_data_dir total_steps scale_factor priority_weight SLO arrival_time), found 3"
+        );
     }
 
     #[test]
@@ -202,8 +282,13 @@ mod tests {
             line(["A", "c", "w", "s", "1", "100", "1", "1", "-1", "20"]),
             line(["A", "c", "w", "s", "1", "100", "1", "1", "-1", "10"])
         );
-        let e = parse_trace(&text, "x.trace", &table(), &cluster()).unwrap_err().to_string();
-        assert!(e.starts_with("x.trace:2: field `arrival_time`: arrival times must not decrease"), "{e}");
+        let e = parse_trace(&text, "x.trace", &table(), &cluster())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.trace:2: field `arrival_time`: arrival times must not decrease"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

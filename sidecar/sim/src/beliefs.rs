@@ -17,7 +17,8 @@ pub trait Beliefs {
 
     /// The job ran with `gpus` GPUs of type `t` at `rate` steps/s (zero: it cannot run that
     /// way). Returns the profile policies see from now on.
-    fn on_measurement(&mut self, job: JobId, t: GpuType, gpus: u32, rate: f64) -> ThroughputProfile;
+    fn on_measurement(&mut self, job: JobId, t: GpuType, gpus: u32, rate: f64)
+    -> ThroughputProfile;
 }
 
 /// Why estimated throughputs cannot be used for a workload.
@@ -40,17 +41,27 @@ impl EstimatedThroughputs {
                 return Err(UnknownTraits(j.kind.clone()));
             }
         }
-        Ok(EstimatedThroughputs { cluster: cluster.clone(), estimates: HashMap::new(), cannot_run: HashSet::new() })
+        Ok(EstimatedThroughputs {
+            cluster: cluster.clone(),
+            estimates: HashMap::new(),
+            cannot_run: HashSet::new(),
+        })
     }
 
     fn current(&self, job: JobId) -> ThroughputProfile {
-        let Some(est) = self.estimates.get(&job) else { return ThroughputProfile::default() };
+        let Some(est) = self.estimates.get(&job) else {
+            return ThroughputProfile::default();
+        };
         let p = est.profile();
         let curves = (0..p.type_count())
             .map(|i| {
                 let t = GpuType(i as u16);
                 RateCurve::new(
-                    p.curve(t).points().iter().copied().filter(|&(g, _)| !self.cannot_run.contains(&(job, t, g))),
+                    p.curve(t)
+                        .points()
+                        .iter()
+                        .copied()
+                        .filter(|&(g, _)| !self.cannot_run.contains(&(job, t, g))),
                 )
             })
             .collect();
@@ -60,12 +71,20 @@ impl EstimatedThroughputs {
 
 impl Beliefs for EstimatedThroughputs {
     fn on_arrival(&mut self, job: &Job) -> ThroughputProfile {
-        let prior = gavel_job(&job.kind).map(|t| profile_for(&t, &self.cluster)).unwrap_or_default();
+        let prior = gavel_job(&job.kind)
+            .map(|t| profile_for(&t, &self.cluster))
+            .unwrap_or_default();
         self.estimates.insert(job.id, OnlineEstimate::new(prior));
         self.current(job.id)
     }
 
-    fn on_measurement(&mut self, job: JobId, t: GpuType, gpus: u32, rate: f64) -> ThroughputProfile {
+    fn on_measurement(
+        &mut self,
+        job: JobId,
+        t: GpuType,
+        gpus: u32,
+        rate: f64,
+    ) -> ThroughputProfile {
         if rate > 0.0 && rate.is_finite() {
             if let Some(est) = self.estimates.get_mut(&job) {
                 // A rate that is positive and finite is always accepted.

@@ -1,7 +1,9 @@
 //! The round loop: plan, check, run, account.
 
 use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
-use hadar_core::{Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy, RoundInput};
+use hadar_core::{
+    Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy, RoundInput,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +22,12 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { round_s: 360.0, restart_s: 0.0, seed: 0, max_rounds: 10_000_000 }
+        SimConfig {
+            round_s: 360.0,
+            restart_s: 0.0,
+            seed: 0,
+            max_rounds: 10_000_000,
+        }
     }
 }
 
@@ -46,7 +53,9 @@ pub enum SimError {
     #[error("job id {0} appears twice in the workload")]
     DuplicateJob(JobId),
     /// A job cannot run on any GPU type of the cluster.
-    #[error("job {0} has no positive throughput on any GPU type of the cluster: it could never run")]
+    #[error(
+        "job {0} has no positive throughput on any GPU type of the cluster: it could never run"
+    )]
     CannotRun(JobId),
     /// The policy returned a plan that breaks capacity or gang rules.
     #[error("policy `{policy}` broke a rule in round {round}: {violation}")]
@@ -59,7 +68,9 @@ pub enum SimError {
         violation: PlanViolation,
     },
     /// Jobs remain but the policy will not run any, and no more jobs will arrive.
-    #[error("policy `{policy}` left {waiting} jobs waiting at t={at_s:.0}s with no job running and none to arrive (first: job {first} — {reason})")]
+    #[error(
+        "policy `{policy}` left {waiting} jobs waiting at t={at_s:.0}s with no job running and none to arrive (first: job {first} — {reason})"
+    )]
     Stuck {
         /// The policy.
         policy: String,
@@ -115,9 +126,12 @@ pub struct RoundRun {
     pub restarted: bool,
 }
 
-
 /// Plays the workload through `policy`.
-pub fn simulate(w: &Workload, policy: &mut dyn Policy, cfg: &SimConfig) -> Result<SimReport, SimError> {
+pub fn simulate(
+    w: &Workload,
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+) -> Result<SimReport, SimError> {
     simulate_observed(w, policy, cfg, &mut |_| {})
 }
 
@@ -141,7 +155,10 @@ pub fn simulate_with(
     observe: &mut dyn FnMut(&RoundRecord),
 ) -> Result<SimReport, SimError> {
     if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
-        return Err(SimError::InvalidConfig(format!("round length must be positive, got {}", cfg.round_s)));
+        return Err(SimError::InvalidConfig(format!(
+            "round length must be positive, got {}",
+            cfg.round_s
+        )));
     }
     if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
         return Err(SimError::InvalidConfig(format!(
@@ -188,7 +205,10 @@ pub fn simulate_with(
             let truth = order[next].clone();
             let mut t = Tracked::new(truth.clone(), types);
             if let Some(b) = beliefs.as_deref_mut() {
-                t.state.job = Arc::new(Job { throughput: b.on_arrival(&truth), ..(*truth).clone() });
+                t.state.job = Arc::new(Job {
+                    throughput: b.on_arrival(&truth),
+                    ..(*truth).clone()
+                });
             }
             active.push(t);
             next += 1;
@@ -201,16 +221,29 @@ pub fn simulate_with(
             break;
         }
         if rounds >= cfg.max_rounds {
-            return Err(SimError::TooManyRounds { policy: name, rounds });
+            return Err(SimError::TooManyRounds {
+                policy: name,
+                rounds,
+            });
         }
 
         let states: Vec<JobState> = active.iter().map(|t| t.state.clone()).collect();
-        let input = RoundInput { now_s: now, round_s: cfg.round_s, restart_s: cfg.restart_s, cluster, jobs: &states };
+        let input = RoundInput {
+            now_s: now,
+            round_s: cfg.round_s,
+            restart_s: cfg.restart_s,
+            cluster,
+            jobs: &states,
+        };
         let started = Instant::now();
         let plan = policy.plan(&input);
         decision_ms.push(started.elapsed().as_secs_f64() * 1e3);
         plan.validate(cluster, &states)
-            .map_err(|violation| SimError::PolicyViolation { policy: name.clone(), round: rounds, violation })?;
+            .map_err(|violation| SimError::PolicyViolation {
+                policy: name.clone(),
+                round: rounds,
+                violation,
+            })?;
 
         if plan.assignments.is_empty() {
             for t in &mut active {
@@ -230,7 +263,13 @@ pub fn simulate_with(
                 .find(|w| w.job == first)
                 .map(|w| w.reason.to_string())
                 .unwrap_or_else(|| "no reason given".to_string());
-            return Err(SimError::Stuck { policy: name, at_s: now, waiting: active.len(), first, reason });
+            return Err(SimError::Stuck {
+                policy: name,
+                at_s: now,
+                waiting: active.len(),
+                first,
+                reason,
+            });
         }
 
         // Run the round.
@@ -247,7 +286,8 @@ pub fn simulate_with(
             let t = &mut active[i];
             let job = t.truth.clone();
             let rate = a.placement.rate(&job.throughput, job.workers);
-            let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
+            let restarted =
+                t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
             let overhead = if restarted { cfg.restart_s } else { 0.0 };
             let need_s = t.state.remaining_steps / rate;
             let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
@@ -260,7 +300,11 @@ pub fn simulate_with(
                 busy_by_type[p.gpu_type.index()] += p.gpus as f64 * productive;
             }
             let s = &mut t.state;
-            s.remaining_steps = if steps >= s.remaining_steps { 0.0 } else { s.remaining_steps - steps };
+            s.remaining_steps = if steps >= s.remaining_steps {
+                0.0
+            } else {
+                s.remaining_steps - steps
+            };
             s.run_s += seconds;
             for ty in a.placement.types() {
                 s.run_s_by_type[ty.index()] += seconds;
@@ -280,7 +324,13 @@ pub fn simulate_with(
                     .placement
                     .parts()
                     .iter()
-                    .map(|p| if rate > 0.0 { steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate } else { 0.0 })
+                    .map(|p| {
+                        if rate > 0.0 {
+                            steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate
+                        } else {
+                            0.0
+                        }
+                    })
                     .collect(),
                 PlacementKind::Gang => Vec::new(),
             };
@@ -303,7 +353,12 @@ pub fn simulate_with(
         if let Some(b) = beliefs.as_deref_mut() {
             learn(b, &mut active, &index_of, &runs);
         }
-        observe(&RoundRecord { index: rounds, start_s: now, end_s: end, runs });
+        observe(&RoundRecord {
+            index: rounds,
+            start_s: now,
+            end_s: end,
+            runs,
+        });
         rounds += 1;
 
         let mut still = Vec::with_capacity(active.len());
@@ -319,13 +374,26 @@ pub fn simulate_with(
     }
 
     outcomes.sort_by_key(|o| o.id);
-    let ttd = outcomes.iter().map(|o| o.finish_s).fold(first_arrival, f64::max) - first_arrival;
+    let ttd = outcomes
+        .iter()
+        .map(|o| o.finish_s)
+        .fold(first_arrival, f64::max)
+        - first_arrival;
     let mut jcts: Vec<f64> = outcomes.iter().map(JobOutcome::jct_s).collect();
     jcts.sort_by(f64::total_cmp);
     let total_gpus = cluster.total_gpus() as f64;
     let busy: f64 = busy_by_type.iter().sum();
-    let ratio = |busy: f64, gpus: f64| if ttd > 0.0 && gpus > 0.0 { busy / (gpus * ttd) } else { 0.0 };
-    let ftf: Vec<f64> = outcomes.iter().map(JobOutcome::finish_time_fairness).collect();
+    let ratio = |busy: f64, gpus: f64| {
+        if ttd > 0.0 && gpus > 0.0 {
+            busy / (gpus * ttd)
+        } else {
+            0.0
+        }
+    };
+    let ftf: Vec<f64> = outcomes
+        .iter()
+        .map(JobOutcome::finish_time_fairness)
+        .collect();
     let metrics = Metrics {
         ttd_s: ttd,
         avg_jct_s: mean(jcts.iter().copied()),
@@ -349,7 +417,11 @@ pub fn simulate_with(
         jobs: order.len(),
         jobs_completed: outcomes.len(),
     };
-    Ok(SimReport { policy: name, metrics, jobs: outcomes })
+    Ok(SimReport {
+        policy: name,
+        metrics,
+        jobs: outcomes,
+    })
 }
 
 /// Feeds the round's measured rates to the beliefs and refreshes the profiles policies see.
@@ -367,16 +439,25 @@ fn learn(
         let truth = t.truth.clone();
         let types = run.placement.types();
         let measurements: Vec<(hadar_core::GpuType, u32)> = match run.placement.kind() {
-            PlacementKind::Forked => run.placement.parts().iter().map(|p| (p.gpu_type, p.gpus)).collect(),
+            PlacementKind::Forked => run
+                .placement
+                .parts()
+                .iter()
+                .map(|p| (p.gpu_type, p.gpus))
+                .collect(),
             PlacementKind::Gang if types.len() == 1 => vec![(types[0], truth.workers)],
             PlacementKind::Gang => Vec::new(),
         };
         let mut profile = None;
         for (ty, g) in measurements {
-            profile = Some(beliefs.on_measurement(truth.id, ty, g, truth.throughput.rate_or_zero(ty, g)));
+            profile =
+                Some(beliefs.on_measurement(truth.id, ty, g, truth.throughput.rate_or_zero(ty, g)));
         }
         if let Some(p) = profile {
-            t.state.job = Arc::new(Job { throughput: p, ..(*t.state.job).clone() });
+            t.state.job = Arc::new(Job {
+                throughput: p,
+                ..(*t.state.job).clone()
+            });
         }
     }
 }
@@ -408,7 +489,11 @@ impl Tracked {
 
     fn finish(self) -> JobOutcome {
         let job = &self.truth;
-        let best = job.throughput.fastest(job.workers).map(|(_, r)| r).unwrap_or(f64::NAN);
+        let best = job
+            .throughput
+            .fastest(job.workers)
+            .map(|(_, r)| r)
+            .unwrap_or(f64::NAN);
         JobOutcome {
             id: job.id,
             kind: job.kind.clone(),
@@ -418,7 +503,11 @@ impl Tracked {
             finish_s: self.stop_s,
             restarts: self.restarts,
             isolated_s: job.total_steps / best,
-            mean_contention: if self.in_system_s > 0.0 { self.contention_s / self.in_system_s } else { 1.0 },
+            mean_contention: if self.in_system_s > 0.0 {
+                self.contention_s / self.in_system_s
+            } else {
+                1.0
+            },
         }
     }
 }

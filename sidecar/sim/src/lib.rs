@@ -27,5 +27,8 @@ mod engine;
 mod metrics;
 
 pub use beliefs::{Beliefs, EstimatedThroughputs, UnknownTraits};
-pub use engine::{RoundRecord, RoundRun, SimConfig, SimError, Workload, simulate, simulate_observed, simulate_with};
+pub use engine::{
+    RoundRecord, RoundRun, SimConfig, SimError, Workload, simulate, simulate_observed,
+    simulate_with,
+};
 pub use metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation};

@@ -111,7 +111,9 @@ pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Mean, zero for no values.
 pub(crate) fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
-    let (sum, n) = values.into_iter().fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    let (sum, n) = values
+        .into_iter()
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     if n == 0 { 0.0 } else { sum / n as f64 }
 }
 

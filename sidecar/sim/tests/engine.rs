@@ -2,8 +2,8 @@
 //! and its invariants on random workloads.
 
 use hadar_core::{
-    Assignment, Cluster, FreeCapacity, GpuType, Job, JobId, NodeId, Part, Placement, Policy, RateCurve, RoundInput,
-    RoundPlan, ThroughputProfile, WaitReason, Waiting,
+    Assignment, Cluster, FreeCapacity, GpuType, Job, JobId, NodeId, Part, Placement, Policy,
+    RateCurve, RoundInput, RoundPlan, ThroughputProfile, WaitReason, Waiting,
 };
 use hadar_sim::{SimConfig, SimError, Workload, simulate, simulate_observed};
 use proptest::prelude::*;
@@ -32,16 +32,28 @@ impl Policy for Greedy {
                 let node = NodeId(((k + if self.hop { self.round } else { 0 }) % n) as u32);
                 let take = free.free(node, t).min(left);
                 if take > 0 {
-                    parts.push(Part { node, gpu_type: t, gpus: take });
+                    parts.push(Part {
+                        node,
+                        gpu_type: t,
+                        gpus: take,
+                    });
                     left -= take;
                 }
             }
             if left == 0 {
                 let p = Placement::gang(parts);
                 free.take_placement(&p).unwrap();
-                plan.assignments.push(Assignment { job: js.id(), placement: p, rate, payoff: None });
+                plan.assignments.push(Assignment {
+                    job: js.id(),
+                    placement: p,
+                    rate,
+                    payoff: None,
+                });
             } else {
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::DoesNotFit });
+                plan.waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::DoesNotFit,
+                });
             }
         }
         plan
@@ -66,11 +78,20 @@ fn cluster(gpus: u32, per_node: u32) -> Cluster {
 
 #[test]
 fn a_lone_job_runs_round_after_round_and_ends_mid_round() {
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)] };
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
+    };
     let mut rounds = Vec::new();
-    let r = simulate_observed(&w, &mut Greedy { hop: false, round: 0 }, &SimConfig::default(), &mut |rec| {
-        rounds.push((rec.start_s, rec.end_s))
-    })
+    let r = simulate_observed(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &SimConfig::default(),
+        &mut |rec| rounds.push((rec.start_s, rec.end_s)),
+    )
     .unwrap();
     assert_eq!(rounds, vec![(0.0, 360.0), (360.0, 720.0), (720.0, 1000.0)]);
     assert_eq!(r.metrics.ttd_s, 1000.0);
@@ -85,9 +106,21 @@ fn a_round_ends_when_its_last_job_stops() {
     // the next round boundary, which is 200 s (not 360 s).
     let w = Workload {
         cluster: cluster(2, 1),
-        jobs: vec![job(0, 0.0, 1, 100.0, 1.0), job(1, 0.0, 1, 200.0, 1.0), job(2, 150.0, 1, 50.0, 1.0)],
+        jobs: vec![
+            job(0, 0.0, 1, 100.0, 1.0),
+            job(1, 0.0, 1, 200.0, 1.0),
+            job(2, 150.0, 1, 50.0, 1.0),
+        ],
     };
-    let r = simulate(&w, &mut Greedy { hop: false, round: 0 }, &SimConfig::default()).unwrap();
+    let r = simulate(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &SimConfig::default(),
+    )
+    .unwrap();
     let finish: Vec<f64> = r.jobs.iter().map(|o| o.finish_s).collect();
     assert_eq!(finish, vec![100.0, 200.0, 250.0]);
     assert_eq!(r.jobs[2].queueing_s(), 50.0);
@@ -96,8 +129,19 @@ fn a_round_ends_when_its_last_job_stops() {
 
 #[test]
 fn the_clock_jumps_to_the_next_arrival_when_idle() {
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![job(0, 0.0, 1, 10.0, 1.0), job(1, 5000.0, 1, 10.0, 1.0)] };
-    let r = simulate(&w, &mut Greedy { hop: false, round: 0 }, &SimConfig::default()).unwrap();
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 1, 10.0, 1.0), job(1, 5000.0, 1, 10.0, 1.0)],
+    };
+    let r = simulate(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &SimConfig::default(),
+    )
+    .unwrap();
     assert_eq!(r.jobs[1].finish_s, 5010.0);
     assert_eq!(r.metrics.ttd_s, 5010.0);
     assert!((r.metrics.cru - 20.0 / 5010.0).abs() < 1e-12);
@@ -107,13 +151,35 @@ fn the_clock_jumps_to_the_next_arrival_when_idle() {
 fn changing_placement_costs_the_restart_time() {
     // 2 nodes; the job hops between them every round. 1000 steps at 1 step/s, 360 s rounds,
     // 60 s restart: round 1 runs 360 s (first start is free), rounds 2.. lose 60 s each.
-    let w = Workload { cluster: cluster(2, 1), jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)] };
-    let cfg = SimConfig { restart_s: 60.0, ..SimConfig::default() };
-    let r = simulate(&w, &mut Greedy { hop: true, round: 0 }, &cfg).unwrap();
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
+    };
+    let cfg = SimConfig {
+        restart_s: 60.0,
+        ..SimConfig::default()
+    };
+    let r = simulate(
+        &w,
+        &mut Greedy {
+            hop: true,
+            round: 0,
+        },
+        &cfg,
+    )
+    .unwrap();
     // 360 + (300) + (300) = 960 steps after 3 rounds; round 4: 60 s restart + 40 s.
     assert_eq!(r.jobs[0].finish_s, 3.0 * 360.0 + 100.0);
     assert_eq!(r.metrics.restarts, 3);
-    let sticky = simulate(&w, &mut Greedy { hop: false, round: 0 }, &cfg).unwrap();
+    let sticky = simulate(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &cfg,
+    )
+    .unwrap();
     assert_eq!(sticky.jobs[0].finish_s, 1000.0);
     assert_eq!(sticky.metrics.restarts, 0);
 }
@@ -126,14 +192,24 @@ impl Policy for Never {
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
         RoundPlan {
             assignments: vec![],
-            waiting: input.jobs.iter().map(|j| Waiting { job: j.id(), reason: WaitReason::DoesNotFit }).collect(),
+            waiting: input
+                .jobs
+                .iter()
+                .map(|j| Waiting {
+                    job: j.id(),
+                    reason: WaitReason::DoesNotFit,
+                })
+                .collect(),
         }
     }
 }
 
 #[test]
 fn a_policy_that_never_runs_anything_is_reported_not_looped() {
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![job(0, 0.0, 1, 10.0, 1.0)] };
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 1, 10.0, 1.0)],
+    };
     let e = simulate(&w, &mut Never, &SimConfig::default()).unwrap_err();
     assert!(matches!(e, SimError::Stuck { waiting: 1, .. }), "{e}");
     assert!(e.to_string().contains("not enough free GPUs"), "{e}");
@@ -145,12 +221,21 @@ impl Policy for Greedier {
         "overcommit"
     }
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
-        let p = Placement::gang([Part { node: NodeId(0), gpu_type: GpuType(0), gpus: 1 }]);
+        let p = Placement::gang([Part {
+            node: NodeId(0),
+            gpu_type: GpuType(0),
+            gpus: 1,
+        }]);
         RoundPlan {
             assignments: input
                 .jobs
                 .iter()
-                .map(|j| Assignment { job: j.id(), placement: p.clone(), rate: 1.0, payoff: None })
+                .map(|j| Assignment {
+                    job: j.id(),
+                    placement: p.clone(),
+                    rate: 1.0,
+                    payoff: None,
+                })
                 .collect(),
             waiting: vec![],
         }
@@ -159,24 +244,52 @@ impl Policy for Greedier {
 
 #[test]
 fn a_plan_over_capacity_is_a_policy_violation() {
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![job(0, 0.0, 1, 10.0, 1.0), job(1, 0.0, 1, 10.0, 1.0)] };
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 1, 10.0, 1.0), job(1, 0.0, 1, 10.0, 1.0)],
+    };
     let e = simulate(&w, &mut Greedier, &SimConfig::default()).unwrap_err();
     assert!(matches!(e, SimError::PolicyViolation { .. }), "{e}");
 }
 
 #[test]
 fn bad_settings_and_unrunnable_jobs_are_errors() {
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![job(0, 0.0, 2, 10.0, 1.0)] };
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 2, 10.0, 1.0)],
+    };
     let cfg = SimConfig::default();
     // A 2-worker job on a 1-GPU cluster can still be described, but its profile has a rate
     // for 2 workers, so it is runnable in principle; the greedy fixture can't place it.
-    assert!(matches!(simulate(&w, &mut Greedy { hop: false, round: 0 }, &cfg), Err(SimError::Stuck { .. })));
+    assert!(matches!(
+        simulate(
+            &w,
+            &mut Greedy {
+                hop: false,
+                round: 0
+            },
+            &cfg
+        ),
+        Err(SimError::Stuck { .. })
+    ));
     let mut j = job(0, 0.0, 1, 10.0, 1.0);
     j.throughput = ThroughputProfile::new(vec![RateCurve::default()]);
-    let w = Workload { cluster: cluster(1, 1), jobs: vec![j] };
-    assert_eq!(simulate(&w, &mut Never, &cfg).unwrap_err(), SimError::CannotRun(JobId(0)));
-    let bad = SimConfig { restart_s: 400.0, ..SimConfig::default() };
-    assert!(matches!(simulate(&w, &mut Never, &bad), Err(SimError::InvalidConfig(_))));
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![j],
+    };
+    assert_eq!(
+        simulate(&w, &mut Never, &cfg).unwrap_err(),
+        SimError::CannotRun(JobId(0))
+    );
+    let bad = SimConfig {
+        restart_s: 400.0,
+        ..SimConfig::default()
+    };
+    assert!(matches!(
+        simulate(&w, &mut Never, &bad),
+        Err(SimError::InvalidConfig(_))
+    ));
 }
 
 proptest! {

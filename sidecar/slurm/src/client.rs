@@ -2,10 +2,10 @@
 //! actions on jobs. Each method is one or two client commands; none is retried here (the
 //! daemon's round decides what to do after a failure, from Slurm's state).
 
+use crate::SlurmError;
 use crate::command::{self, CommandError};
 use crate::job::{self, SlurmJob};
 use crate::node::{self, NodeInfo};
-use crate::SlurmError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +23,11 @@ pub struct SlurmConfig {
 
 impl Default for SlurmConfig {
     fn default() -> Self {
-        SlurmConfig { conf: None, bin_dir: None, timeout: Duration::from_secs(20) }
+        SlurmConfig {
+            conf: None,
+            bin_dir: None,
+            timeout: Duration::from_secs(20),
+        }
     }
 }
 
@@ -37,7 +41,10 @@ pub struct GpuSpec {
 impl GpuSpec {
     /// Total GPUs.
     pub fn total(&self) -> u32 {
-        self.nodes.iter().flat_map(|(_, g)| g.iter().map(|(_, n)| *n)).sum()
+        self.nodes
+            .iter()
+            .flat_map(|(_, g)| g.iter().map(|(_, n)| *n))
+            .sum()
     }
 
     /// GPUs per type over all nodes, types in first-seen order.
@@ -67,9 +74,16 @@ impl GpuSpec {
     pub fn update_fields(&self) -> Vec<String> {
         let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
         let k = self.nodes.len();
-        let mut f = vec![format!("ReqNodeList={}", names.join(",")), format!("NumNodes={k}-{k}"), format!("NumTasks={k}")];
+        let mut f = vec![
+            format!("ReqNodeList={}", names.join(",")),
+            format!("NumNodes={k}-{k}"),
+            format!("NumTasks={k}"),
+        ];
         let gres = |gpus: &[(String, u32)], prefix: &str| {
-            gpus.iter().map(|(t, n)| format!("{prefix}gpu:{t}:{n}")).collect::<Vec<_>>().join(",")
+            gpus.iter()
+                .map(|(t, n)| format!("{prefix}gpu:{t}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
         };
         if self.is_uniform() {
             f.push(format!("Gres={}", gres(&self.nodes[0].1, "")));
@@ -105,8 +119,12 @@ impl Slurm {
     }
 
     fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
-        let env: Vec<(String, String)> =
-            self.config.conf.iter().map(|c| ("SLURM_CONF".to_string(), c.display().to_string())).collect();
+        let env: Vec<(String, String)> = self
+            .config
+            .conf
+            .iter()
+            .map(|c| ("SLURM_CONF".to_string(), c.display().to_string()))
+            .collect();
         Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
     }
 
@@ -133,7 +151,11 @@ impl Slurm {
     pub fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
         match self.scontrol(&["-d".into(), "show".into(), "job".into(), id.to_string()]) {
             Ok(text) => Ok(job::parse_jobs(&text).0.into_iter().find(|j| j.id == id)),
-            Err(SlurmError::Command(CommandError::Failed { stderr, .. })) if stderr.contains("Invalid job id") => Ok(None),
+            Err(SlurmError::Command(CommandError::Failed { stderr, .. }))
+                if stderr.contains("Invalid job id") =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -149,7 +171,11 @@ impl Slurm {
             _ => None,
         };
         if let Some(clear) = stale {
-            self.scontrol(&["update".to_string(), format!("JobId={id}"), clear.to_string()])?;
+            self.scontrol(&[
+                "update".to_string(),
+                format!("JobId={id}"),
+                clear.to_string(),
+            ])?;
         }
         let mut args = vec!["update".to_string(), format!("JobId={id}")];
         args.extend(spec.update_fields());
@@ -159,12 +185,18 @@ impl Slurm {
 
     /// Makes a requeued job eligible at once (Slurm otherwise waits about two minutes).
     pub fn start_now(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["update".into(), format!("JobId={id}"), "StartTime=now".into()]).map(|_| ())
+        self.scontrol(&[
+            "update".into(),
+            format!("JobId={id}"),
+            "StartTime=now".into(),
+        ])
+        .map(|_| ())
     }
 
     /// Releases a held job.
     pub fn release(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["release".into(), id.to_string()]).map(|_| ())
+        self.scontrol(&["release".into(), id.to_string()])
+            .map(|_| ())
     }
 
     /// Holds a pending job.
@@ -175,17 +207,32 @@ impl Slurm {
     /// Sends `signal` (a name such as `USR1`) to every process of a job, batch script
     /// included.
     pub fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
-        Ok(self.run("scancel", &["--full".into(), format!("--signal={signal}"), id.to_string()]).map(|_| ())?)
+        Ok(self
+            .run(
+                "scancel",
+                &[
+                    "--full".into(),
+                    format!("--signal={signal}"),
+                    id.to_string(),
+                ],
+            )
+            .map(|_| ())?)
     }
 
     /// Requeues a running job and holds it.
     pub fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["requeuehold".into(), id.to_string()]).map(|_| ())
+        self.scontrol(&["requeuehold".into(), id.to_string()])
+            .map(|_| ())
     }
 
     /// Sets a job's `Comment` (the job's own progress channel; also what a job's owner may do).
     pub fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
-        self.scontrol(&["update".into(), format!("JobId={id}"), format!("Comment={text}")]).map(|_| ())
+        self.scontrol(&[
+            "update".into(),
+            format!("JobId={id}"),
+            format!("Comment={text}"),
+        ])
+        .map(|_| ())
     }
 }
 
@@ -197,7 +244,12 @@ mod tests {
         GpuSpec {
             nodes: nodes
                 .iter()
-                .map(|(n, g)| (n.to_string(), g.iter().map(|(t, c)| (t.to_string(), *c)).collect()))
+                .map(|(n, g)| {
+                    (
+                        n.to_string(),
+                        g.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+                    )
+                })
                 .collect(),
         }
     }
@@ -205,9 +257,25 @@ mod tests {
     #[test]
     fn uniform_placements_use_a_per_node_gres() {
         let s = spec(&[("n1", &[("v100", 2)]), ("n4", &[("v100", 2)])]);
-        assert_eq!(s.update_fields(), ["ReqNodeList=n1,n4", "NumNodes=2-2", "NumTasks=2", "Gres=gpu:v100:2"]);
+        assert_eq!(
+            s.update_fields(),
+            [
+                "ReqNodeList=n1,n4",
+                "NumNodes=2-2",
+                "NumTasks=2",
+                "Gres=gpu:v100:2"
+            ]
+        );
         let s = spec(&[("n4", &[("v100", 2), ("k80", 2)])]);
-        assert_eq!(s.update_fields(), ["ReqNodeList=n4", "NumNodes=1-1", "NumTasks=1", "Gres=gpu:v100:2,gpu:k80:2"]);
+        assert_eq!(
+            s.update_fields(),
+            [
+                "ReqNodeList=n4",
+                "NumNodes=1-1",
+                "NumTasks=1",
+                "Gres=gpu:v100:2,gpu:k80:2"
+            ]
+        );
         assert_eq!(s.total(), 4);
     }
 
@@ -215,7 +283,18 @@ mod tests {
     fn mixed_placements_use_per_job_typed_totals() {
         let s = spec(&[("n1", &[("v100", 3)]), ("n3", &[("k80", 1)])]);
         assert!(!s.is_uniform());
-        assert_eq!(s.update_fields(), ["ReqNodeList=n1,n3", "NumNodes=2-2", "NumTasks=2", "TresPerJob=gres:gpu:v100:3,gres:gpu:k80:1"]);
-        assert_eq!(s.per_type(), vec![("v100".to_string(), 3), ("k80".to_string(), 1)]);
+        assert_eq!(
+            s.update_fields(),
+            [
+                "ReqNodeList=n1,n3",
+                "NumNodes=2-2",
+                "NumTasks=2",
+                "TresPerJob=gres:gpu:v100:3,gres:gpu:k80:1"
+            ]
+        );
+        assert_eq!(
+            s.per_type(),
+            vec![("v100".to_string(), 3), ("k80".to_string(), 1)]
+        );
     }
 }

@@ -49,14 +49,25 @@ pub struct Output {
 }
 
 /// Runs `program args...` with extra environment `env`, failing after `timeout`.
-pub fn run(program: &str, args: &[String], env: &[(String, String)], timeout: Duration) -> Result<Output, CommandError> {
+pub fn run(
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<Output, CommandError> {
     let shown = show(program, args);
     let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().map_err(|source| CommandError::Spawn { program: program.to_string(), source })?;
+    let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
+        program: program.to_string(),
+        source,
+    })?;
     let out_pipe = child.stdout.take();
     let err_pipe = child.stderr.take();
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
@@ -80,14 +91,21 @@ pub fn run(program: &str, args: &[String], env: &[(String, String)], timeout: Du
                 let _ = child.wait();
                 let _ = out_thread.join();
                 let _ = err_thread.join();
-                return Err(CommandError::Timeout { command: shown, timeout });
+                return Err(CommandError::Timeout {
+                    command: shown,
+                    timeout,
+                });
             }
         }
     };
     let stdout = out_thread.join().unwrap_or_default();
     let stderr = err_thread.join().unwrap_or_default();
     if !status.success() {
-        return Err(CommandError::Failed { command: shown, status: status.to_string(), stderr: stderr.trim().to_string() });
+        return Err(CommandError::Failed {
+            command: shown,
+            status: status.to_string(),
+            stderr: stderr.trim().to_string(),
+        });
     }
     Ok(Output { stdout, stderr })
 }
@@ -116,13 +134,25 @@ mod tests {
 
     #[test]
     fn captures_output_and_passes_arguments_verbatim() {
-        let out = run("printf", &args(&["%s|", "a b", "$(rm -rf /)", ";x"]), &[], Duration::from_secs(5)).unwrap();
+        let out = run(
+            "printf",
+            &args(&["%s|", "a b", "$(rm -rf /)", ";x"]),
+            &[],
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert_eq!(out.stdout, "a b|$(rm -rf /)|;x|");
     }
 
     #[test]
     fn failures_carry_status_and_stderr() {
-        let e = run("sh", &args(&["-c", "echo bad >&2; exit 3"]), &[], Duration::from_secs(5)).unwrap_err();
+        let e = run(
+            "sh",
+            &args(&["-c", "echo bad >&2; exit 3"]),
+            &[],
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
         match e {
             CommandError::Failed { stderr, status, .. } => {
                 assert_eq!(stderr, "bad");
@@ -147,7 +177,13 @@ mod tests {
     #[test]
     fn environment_is_passed() {
         let env = vec![("HADAR_T".to_string(), "v".to_string())];
-        let out = run("sh", &args(&["-c", "printf %s \"$HADAR_T\""]), &env, Duration::from_secs(5)).unwrap();
+        let out = run(
+            "sh",
+            &args(&["-c", "printf %s \"$HADAR_T\""]),
+            &env,
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert_eq!(out.stdout, "v");
     }
 }

@@ -46,10 +46,15 @@ pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
             None => out.push(item.to_string()),
             Some(open) => {
                 let close = item.rfind(']').ok_or_else(bad)?;
-                let (prefix, inner, suffix) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
+                let (prefix, inner, suffix) =
+                    (&item[..open], &item[open + 1..close], &item[close + 1..]);
                 for range in inner.split(',') {
                     let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-                    if lo.is_empty() || !lo.bytes().all(|b| b.is_ascii_digit()) || !hi.bytes().all(|b| b.is_ascii_digit()) || hi.is_empty() {
+                    if lo.is_empty()
+                        || !lo.bytes().all(|b| b.is_ascii_digit())
+                        || !hi.bytes().all(|b| b.is_ascii_digit())
+                        || hi.is_empty()
+                    {
                         return Err(bad());
                     }
                     let width = lo.len();
@@ -75,7 +80,10 @@ mod tests {
     #[test]
     fn expands_ranges_lists_and_padding() {
         assert_eq!(expand("n[1-3]").unwrap(), ["n1", "n2", "n3"]);
-        assert_eq!(expand("n[1,3-4],login").unwrap(), ["n1", "n3", "n4", "login"]);
+        assert_eq!(
+            expand("n[1,3-4],login").unwrap(),
+            ["n1", "n3", "n4", "login"]
+        );
         assert_eq!(expand("gpu[08-10]").unwrap(), ["gpu08", "gpu09", "gpu10"]);
         assert_eq!(expand("n4").unwrap(), ["n4"]);
         assert!(expand("(null)").unwrap().is_empty());

@@ -149,7 +149,11 @@ impl SlurmJob {
     /// True when Slurm holds the job (priority 0 or a held reason).
     pub fn is_held(&self) -> bool {
         self.status == JobStatus::Pending
-            && (self.priority == Some(0) || self.reason.as_deref().is_some_and(|r| r.starts_with("JobHeld")))
+            && (self.priority == Some(0)
+                || self
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("JobHeld")))
     }
 
     /// GPUs held by the job, by node and type, as `(node, type, count)`.
@@ -194,17 +198,33 @@ pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
     }
     for id in duplicate_ids {
         jobs.retain(|j| j.id != id);
-        refused.push((id.to_string(), "the job appears twice in scontrol's output".into()));
+        refused.push((
+            id.to_string(),
+            "the job appears twice in scontrol's output".into(),
+        ));
     }
     (jobs, refused)
 }
 
 fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
-    let bad = |detail: String| SlurmError::Parse { what: "scontrol show job", detail };
-    let id_text = r.value("JobId").ok_or_else(|| bad("a record without JobId".into()))?;
-    let id: u64 = id_text.parse().map_err(|_| bad(format!("JobId={id_text}")))?;
-    let status = JobStatus::parse(r.value("JobState").ok_or_else(|| bad(format!("job {id} has no JobState")))?);
-    let user_id = r.value("UserId").and_then(|u| u.rsplit_once('(')).and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
+    let bad = |detail: String| SlurmError::Parse {
+        what: "scontrol show job",
+        detail,
+    };
+    let id_text = r
+        .value("JobId")
+        .ok_or_else(|| bad("a record without JobId".into()))?;
+    let id: u64 = id_text
+        .parse()
+        .map_err(|_| bad(format!("JobId={id_text}")))?;
+    let status = JobStatus::parse(
+        r.value("JobState")
+            .ok_or_else(|| bad(format!("job {id} has no JobState")))?,
+    );
+    let user_id = r
+        .value("UserId")
+        .and_then(|u| u.rsplit_once('('))
+        .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
     let nodes = match r.value("NodeList") {
         Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
         None => Vec::new(),
@@ -216,13 +236,17 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
     let mut alloc: Vec<NodeAlloc> = Vec::new();
     for d in &r.details {
         let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-        let names = hostlist::expand(get("Nodes").unwrap_or("")).map_err(|e| bad(format!("job {id}: {e}")))?;
+        let names = hostlist::expand(get("Nodes").unwrap_or(""))
+            .map_err(|e| bad(format!("job {id}: {e}")))?;
         let gpus = match get("GRES").filter(|g| !g.is_empty() && *g != "(null)") {
             Some(g) => parse_gres(g).ok_or_else(|| bad(format!("job {id}: GRES={g}")))?,
             None => Vec::new(),
         };
         for node in names {
-            alloc.push(NodeAlloc { node, gpus: gpus.clone() });
+            alloc.push(NodeAlloc {
+                node,
+                gpus: gpus.clone(),
+            });
         }
     }
     Ok(SlurmJob {
@@ -240,7 +264,10 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         tres_per_node: r.value("TresPerNode").map(str::to_string),
         tres_per_job: r.value("TresPerJob").map(str::to_string),
         alloc,
-        restarts: r.value("Restarts").and_then(|v| v.parse().ok()).unwrap_or(0),
+        restarts: r
+            .value("Restarts")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         het_job_id: r.value("HetJobId").and_then(|v| v.parse().ok()),
         submit_time: r.value("SubmitTime").and_then(parse_time),
         start_time: r.value("StartTime").and_then(parse_time),
@@ -252,8 +279,14 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
 /// Parses Slurm's `YYYY-MM-DDTHH:MM:SS` into seconds since 1970, reading it as UTC.
 pub fn parse_time(text: &str) -> Option<i64> {
     let (date, time) = text.split_once('T')?;
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    let t: Vec<i64> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
     let ([y, m, day], [hh, mm, ss]) = (d.as_slice(), t.as_slice()) else {
         return None;
     };

@@ -33,14 +33,30 @@ impl NodeState {
         let flags: Vec<&str> = parts.collect();
         let not_responding = base.ends_with('*') || flags.contains(&"NOT_RESPONDING");
         let base = base.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
-        let drain = flags.iter().any(|f| *f == "DRAIN" || *f == "DRAINING" || *f == "DRAINED");
+        let drain = flags
+            .iter()
+            .any(|f| *f == "DRAIN" || *f == "DRAINING" || *f == "DRAINED");
         if base == "DOWN" || base == "FAIL" || flags.contains(&"FAIL") || not_responding {
             return NodeState::Down;
         }
         if drain || base == "DRAINED" || base == "DRAINING" {
-            return if base == "IDLE" || base == "DRAINED" { NodeState::Drained } else { NodeState::Draining };
+            return if base == "IDLE" || base == "DRAINED" {
+                NodeState::Drained
+            } else {
+                NodeState::Draining
+            };
         }
-        let blocking = ["MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "RESERVED", "FUTURE", "PLANNED"];
+        let blocking = [
+            "MAINT",
+            "REBOOT_REQUESTED",
+            "REBOOT_ISSUED",
+            "POWERED_DOWN",
+            "POWERING_DOWN",
+            "POWERING_UP",
+            "RESERVED",
+            "FUTURE",
+            "PLANNED",
+        ];
         if let Some(f) = flags.iter().find(|f| blocking.contains(f)) {
             return NodeState::Other(format!("{base}+{f}"));
         }
@@ -54,7 +70,10 @@ impl NodeState {
 
     /// True when new jobs may be placed on the node.
     pub fn usable(&self) -> bool {
-        matches!(self, NodeState::Idle | NodeState::Mixed | NodeState::Allocated)
+        matches!(
+            self,
+            NodeState::Idle | NodeState::Mixed | NodeState::Allocated
+        )
     }
 
     /// The state as a lower-case word for reports.
@@ -86,19 +105,39 @@ pub struct NodeInfo {
 
 /// Parses `scontrol show node` output (multi-line form).
 pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
-    record::parse(text, "NodeName").iter().map(node_from_record).collect()
+    record::parse(text, "NodeName")
+        .iter()
+        .map(node_from_record)
+        .collect()
 }
 
 fn node_from_record(r: &Record) -> Result<NodeInfo, SlurmError> {
-    let bad = |detail: String| SlurmError::Parse { what: "scontrol show node", detail };
-    let name = r.value("NodeName").ok_or_else(|| bad("a record without NodeName".into()))?.to_string();
-    let state = NodeState::parse(r.value("State").ok_or_else(|| bad(format!("node {name} has no State")))?);
+    let bad = |detail: String| SlurmError::Parse {
+        what: "scontrol show node",
+        detail,
+    };
+    let name = r
+        .value("NodeName")
+        .ok_or_else(|| bad("a record without NodeName".into()))?
+        .to_string();
+    let state = NodeState::parse(
+        r.value("State")
+            .ok_or_else(|| bad(format!("node {name} has no State")))?,
+    );
     let gpus = match r.value("Gres") {
         Some(g) => parse_gres(g).ok_or_else(|| bad(format!("node {name}: Gres={g}")))?,
         None => Vec::new(),
     };
-    let partitions = r.value("Partitions").map(|p| p.split(',').map(str::to_string).collect()).unwrap_or_default();
-    Ok(NodeInfo { name, state, gpus, partitions })
+    let partitions = r
+        .value("Partitions")
+        .map(|p| p.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    Ok(NodeInfo {
+        name,
+        state,
+        gpus,
+        partitions,
+    })
 }
 
 /// Parses a GRES list such as `gpu:v100:2,gpu:k80:2(S:0)` or `gpu:v100:2(IDX:0-1)` into typed
@@ -168,10 +207,22 @@ mod tests {
 
     #[test]
     fn gres_lists_parse_with_indices_and_sockets() {
-        assert_eq!(parse_gres("gpu:v100:2,gpu:k80:2").unwrap(), vec![("v100".into(), 2), ("k80".into(), 2)]);
-        assert_eq!(parse_gres("gpu:v100:2(IDX:0-1),gpu:k80:1(IDX:2)").unwrap(), vec![("v100".into(), 2), ("k80".into(), 1)]);
-        assert_eq!(parse_gres("gpu:v100:4(S:0-1),mps:100").unwrap(), vec![("v100".into(), 4)]);
-        assert_eq!(parse_gres("gres/gpu:k80:3").unwrap(), vec![("k80".into(), 3)]);
+        assert_eq!(
+            parse_gres("gpu:v100:2,gpu:k80:2").unwrap(),
+            vec![("v100".into(), 2), ("k80".into(), 2)]
+        );
+        assert_eq!(
+            parse_gres("gpu:v100:2(IDX:0-1),gpu:k80:1(IDX:2)").unwrap(),
+            vec![("v100".into(), 2), ("k80".into(), 1)]
+        );
+        assert_eq!(
+            parse_gres("gpu:v100:4(S:0-1),mps:100").unwrap(),
+            vec![("v100".into(), 4)]
+        );
+        assert_eq!(
+            parse_gres("gres/gpu:k80:3").unwrap(),
+            vec![("k80".into(), 3)]
+        );
         assert_eq!(parse_gres("gpu:4").unwrap(), vec![("gpu".into(), 4)]);
         assert!(parse_gres("gpu:v100:x").is_none());
     }

@@ -8,8 +8,18 @@
 //! `AdminComment=...` into a comment (see [`Record::is_ambiguous`]).
 
 /// Keys whose value is the rest of the line.
-const REST_OF_LINE: [&str; 10] =
-    ["Comment", "AdminComment", "Reason", "OS", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "SystemComment"];
+const REST_OF_LINE: [&str; 10] = [
+    "Comment",
+    "AdminComment",
+    "Reason",
+    "OS",
+    "Command",
+    "WorkDir",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+    "SystemComment",
+];
 
 /// One `scontrol show` record.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -24,12 +34,16 @@ pub struct Record {
 impl Record {
     /// The first value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The value of `key`, `None` also when Slurm prints `(null)`, `N/A`, `None` or nothing.
     pub fn value(&self, key: &str) -> Option<&str> {
-        self.get(key).filter(|v| !matches!(*v, "" | "(null)" | "N/A" | "None" | "Unknown"))
+        self.get(key)
+            .filter(|v| !matches!(*v, "" | "(null)" | "N/A" | "None" | "Unknown"))
     }
 
     /// True when one of the free-text keys, or the record's first key, appears more than once:
@@ -38,7 +52,8 @@ impl Record {
         let first = self.fields.first().map(|(k, _)| k.as_str());
         let mut keys: Vec<&str> = REST_OF_LINE.to_vec();
         keys.extend(first);
-        keys.iter().any(|key| self.fields.iter().filter(|(k, _)| k == key).count() > 1)
+        keys.iter()
+            .any(|key| self.fields.iter().filter(|(k, _)| k == key).count() > 1)
     }
 }
 
@@ -60,12 +75,15 @@ pub fn parse(text: &str, first_key: &str) -> Vec<Record> {
         if let Some((key, rest)) = trimmed.split_once('=')
             && REST_OF_LINE.contains(&key)
         {
-            rec.fields.push((key.to_string(), rest.trim_end().to_string()));
+            rec.fields
+                .push((key.to_string(), rest.trim_end().to_string()));
             continue;
         }
         let words = split_words(trimmed);
         // A detail line of `-d show job` starts with Nodes= and names CPU_IDs.
-        if words.first().is_some_and(|(k, _)| k == "Nodes") && words.iter().any(|(k, _)| k == "CPU_IDs") {
+        if words.first().is_some_and(|(k, _)| k == "Nodes")
+            && words.iter().any(|(k, _)| k == "CPU_IDs")
+        {
             rec.details.push(words);
         } else {
             rec.fields.extend(words);

@@ -28,7 +28,9 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// The database was written by another schema version.
-    #[error("state database {path} has schema version {found}, this hadar uses {expected}; move it aside or use the matching hadar")]
+    #[error(
+        "state database {path} has schema version {found}, this hadar uses {expected}; move it aside or use the matching hadar"
+    )]
     Version {
         /// The database file.
         path: String,
@@ -141,7 +143,14 @@ pub struct JobRow {
 
 impl JobRow {
     /// A job just seen for the first time.
-    pub fn new(id: u64, name: String, record: String, workers: u32, total_steps: f64, arrival_s: f64) -> JobRow {
+    pub fn new(
+        id: u64,
+        name: String,
+        record: String,
+        workers: u32,
+        total_steps: f64,
+        arrival_s: f64,
+    ) -> JobRow {
         JobRow {
             id,
             user_id: None,
@@ -266,7 +275,10 @@ impl Store {
     /// the schema.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let shown = path.display().to_string();
-        let conn = Connection::open(path).map_err(|source| StoreError::Sqlite { path: shown.clone(), source })?;
+        let conn = Connection::open(path).map_err(|source| StoreError::Sqlite {
+            path: shown.clone(),
+            source,
+        })?;
         Store::init(conn, shown)
     }
 
@@ -274,7 +286,10 @@ impl Store {
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let shown = path.display().to_string();
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(|source| StoreError::Sqlite { path: shown.clone(), source })?;
+            .map_err(|source| StoreError::Sqlite {
+                path: shown.clone(),
+                source,
+            })?;
         let store = Store { conn, path: shown };
         store.check_version()?;
         Ok(store)
@@ -282,26 +297,48 @@ impl Store {
 
     /// An in-memory database, for tests.
     pub fn in_memory() -> Result<Store, StoreError> {
-        let conn = Connection::open_in_memory().map_err(|source| StoreError::Sqlite { path: ":memory:".into(), source })?;
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Sqlite {
+            path: ":memory:".into(),
+            source,
+        })?;
         Store::init(conn, ":memory:".into())
     }
 
     fn init(conn: Connection, path: String) -> Result<Store, StoreError> {
         let mut store = Store { conn, path };
         let p = store.path.clone();
-        let err = |source| StoreError::Sqlite { path: p.clone(), source };
-        store.conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err)?;
-        store.conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-        store.conn.pragma_update(None, "synchronous", "FULL").map_err(err)?;
+        let err = |source| StoreError::Sqlite {
+            path: p.clone(),
+            source,
+        };
+        store
+            .conn
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        store
+            .conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        store
+            .conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
         let tx = store.conn.transaction().map_err(err)?;
         let has_meta: bool = tx
-            .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", [], |r| r.get::<_, i64>(0))
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .map_err(err)?
             > 0;
         if !has_meta {
             tx.execute_batch(schema::CREATE).map_err(err)?;
-            tx.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", params![SCHEMA_VERSION.to_string()])
-                .map_err(err)?;
+            tx.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
+                params![SCHEMA_VERSION.to_string()],
+            )
+            .map_err(err)?;
         }
         tx.commit().map_err(err)?;
         store.check_version()?;
@@ -314,19 +351,28 @@ impl Store {
             .and_then(|v| v.parse().ok())
             .unwrap_or(-1);
         if found != SCHEMA_VERSION {
-            return Err(StoreError::Version { path: self.path.clone(), found, expected: SCHEMA_VERSION });
+            return Err(StoreError::Version {
+                path: self.path.clone(),
+                found,
+                expected: SCHEMA_VERSION,
+            });
         }
         Ok(())
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite { path: self.path.clone(), source }
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// A value from the `meta` table.
     pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0))
+            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(self.err())
     }
@@ -349,19 +395,37 @@ impl Store {
     }
 
     /// Runs `f` in one transaction; nothing is written unless it returns `Ok`.
-    pub fn write<T>(&mut self, f: impl FnOnce(&mut Writer<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut Writer<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
-        let mut w = Writer { tx, path: path.clone() };
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|source| StoreError::Sqlite {
+                path: path.clone(),
+                source,
+            })?;
+        let mut w = Writer {
+            tx,
+            path: path.clone(),
+        };
         let out = f(&mut w)?;
-        w.tx.commit().map_err(|source| StoreError::Sqlite { path, source })?;
+        w.tx.commit()
+            .map_err(|source| StoreError::Sqlite { path, source })?;
         Ok(out)
     }
 
     /// Every job, by id.
     pub fn jobs(&self) -> Result<Vec<JobRow>, StoreError> {
-        let mut stmt = self.conn.prepare("SELECT data FROM jobs ORDER BY id").map_err(self.err())?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(self.err())?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT data FROM jobs ORDER BY id")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.err())?;
         let mut out = Vec::new();
         for row in rows {
             out.push(self.decode_job(&row.map_err(self.err())?)?);
@@ -373,14 +437,23 @@ impl Store {
     pub fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError> {
         let data: Option<String> = self
             .conn
-            .query_row("SELECT data FROM jobs WHERE id = ?1", params![id as i64], |r| r.get(0))
+            .query_row(
+                "SELECT data FROM jobs WHERE id = ?1",
+                params![id as i64],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(self.err())?;
         data.map(|d| self.decode_job(&d)).transpose()
     }
 
     fn decode_job(&self, data: &str) -> Result<JobRow, StoreError> {
-        serde_json::from_str(data).map_err(|e| StoreError::Corrupt { path: self.path.clone(), what: "job", job: 0, reason: e.to_string() })
+        serde_json::from_str(data).map_err(|e| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: "job",
+            job: 0,
+            reason: e.to_string(),
+        })
     }
 
     /// The rates learned for one job.
@@ -391,7 +464,13 @@ impl Store {
             .map_err(self.err())?;
         let rows = stmt
             .query_map(params![job as i64], |r| {
-                Ok(LearnedRate { job, gpu_type: r.get(0)?, workers: r.get(1)?, rate: r.get(2)?, samples: r.get(3)? })
+                Ok(LearnedRate {
+                    job,
+                    gpu_type: r.get(0)?,
+                    workers: r.get(1)?,
+                    rate: r.get(2)?,
+                    samples: r.get(3)?,
+                })
             })
             .map_err(self.err())?;
         rows.collect::<Result<_, _>>().map_err(self.err())
@@ -408,7 +487,9 @@ impl Store {
     }
 
     fn intents_where(&self, cond: &str) -> Result<Vec<Intent>, StoreError> {
-        let sql = format!("SELECT id, round, job, action, placement, created_s, done_s, outcome FROM intents WHERE {cond} ORDER BY id");
+        let sql = format!(
+            "SELECT id, round, job, action, placement, created_s, done_s, outcome FROM intents WHERE {cond} ORDER BY id"
+        );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
         let rows = stmt
             .query_map([], |r| {
@@ -432,11 +513,20 @@ impl Store {
     pub fn last_round(&self) -> Result<Option<RoundRow>, StoreError> {
         let data: Option<String> = self
             .conn
-            .query_row("SELECT data FROM rounds ORDER BY round DESC LIMIT 1", [], |r| r.get(0))
+            .query_row(
+                "SELECT data FROM rounds ORDER BY round DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(self.err())?;
         data.map(|d| {
-            serde_json::from_str(&d).map_err(|e| StoreError::Corrupt { path: self.path.clone(), what: "round", job: 0, reason: e.to_string() })
+            serde_json::from_str(&d).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: "round",
+                job: 0,
+                reason: e.to_string(),
+            })
         })
         .transpose()
     }
@@ -445,11 +535,20 @@ impl Store {
     pub fn decision(&self, job: u64) -> Result<Option<Decision>, StoreError> {
         let data: Option<String> = self
             .conn
-            .query_row("SELECT data FROM decisions WHERE job = ?1", params![job as i64], |r| r.get(0))
+            .query_row(
+                "SELECT data FROM decisions WHERE job = ?1",
+                params![job as i64],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(self.err())?;
         data.map(|d| {
-            serde_json::from_str(&d).map_err(|e| StoreError::Corrupt { path: self.path.clone(), what: "decision", job, reason: e.to_string() })
+            serde_json::from_str(&d).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: "decision",
+                job,
+                reason: e.to_string(),
+            })
         })
         .transpose()
     }
@@ -463,7 +562,10 @@ pub struct Writer<'a> {
 
 impl Writer<'_> {
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |source| StoreError::Sqlite { path: self.path.clone(), source }
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// Inserts or replaces a job.
@@ -486,7 +588,14 @@ impl Writer<'_> {
     /// Folds one observed rate into a job's learned rate for `(gpu_type, workers)`:
     /// `new = alpha * observed + (1 - alpha) * old` (the first report is taken as is).
     /// Returns the new rate.
-    pub fn learn_rate(&mut self, job: u64, gpu_type: &str, workers: u32, observed: f64, alpha: f64) -> Result<f64, StoreError> {
+    pub fn learn_rate(
+        &mut self,
+        job: u64,
+        gpu_type: &str,
+        workers: u32,
+        observed: f64,
+        alpha: f64,
+    ) -> Result<f64, StoreError> {
         let old: Option<(f64, u32)> = self
             .tx
             .query_row(
@@ -511,7 +620,14 @@ impl Writer<'_> {
     }
 
     /// Writes an intent before acting; returns its id.
-    pub fn add_intent(&mut self, round: u64, job: u64, action: &str, placement: Option<&NodeGpus>, now_s: f64) -> Result<i64, StoreError> {
+    pub fn add_intent(
+        &mut self,
+        round: u64,
+        job: u64,
+        action: &str,
+        placement: Option<&NodeGpus>,
+        now_s: f64,
+    ) -> Result<i64, StoreError> {
         let placement = placement.map(|p| serde_json::to_string(p).unwrap_or_default());
         self.tx
             .execute(
@@ -525,13 +641,20 @@ impl Writer<'_> {
     /// Marks an intent carried out, with its outcome.
     pub fn close_intent(&mut self, id: i64, now_s: f64, outcome: &str) -> Result<(), StoreError> {
         self.tx
-            .execute("UPDATE intents SET done_s = ?2, outcome = ?3 WHERE id = ?1", params![id, now_s, outcome])
+            .execute(
+                "UPDATE intents SET done_s = ?2, outcome = ?3 WHERE id = ?1",
+                params![id, now_s, outcome],
+            )
             .map(|_| ())
             .map_err(self.err())
     }
 
     /// Saves a round's summary and its per-job decisions (replacing earlier decisions).
-    pub fn put_round(&mut self, round: &RoundRow, decisions: &[Decision]) -> Result<(), StoreError> {
+    pub fn put_round(
+        &mut self,
+        round: &RoundRow,
+        decisions: &[Decision],
+    ) -> Result<(), StoreError> {
         let data = serde_json::to_string(round).unwrap_or_default();
         self.tx
             .execute(

@@ -1,7 +1,14 @@
 use super::*;
 
 fn job(id: u64) -> JobRow {
-    JobRow::new(id, format!("j{id}"), "hadar:v1 gpus=2".into(), 2, 100.0, 1.5)
+    JobRow::new(
+        id,
+        format!("j{id}"),
+        "hadar:v1 gpus=2".into(),
+        2,
+        100.0,
+        1.5,
+    )
 }
 
 #[test]
@@ -29,7 +36,11 @@ fn a_failed_write_leaves_nothing_behind() {
     let r: Result<(), StoreError> = s.write(|w| {
         w.put_job(&job(1))?;
         w.add_intent(1, 1, "start", None, 0.0)?;
-        Err(StoreError::Version { path: "x".into(), found: 0, expected: 1 })
+        Err(StoreError::Version {
+            path: "x".into(),
+            found: 0,
+            expected: 1,
+        })
     });
     assert!(r.is_err());
     assert!(s.jobs().unwrap().is_empty());
@@ -52,7 +63,9 @@ fn learned_rates_are_an_ewma() {
 fn intents_open_until_closed() {
     let mut s = Store::in_memory().unwrap();
     let p: NodeGpus = vec![("n4".into(), vec![("v100".into(), 2), ("k80".into(), 2)])];
-    let id = s.write(|w| w.add_intent(3, 9, "start", Some(&p), 10.0)).unwrap();
+    let id = s
+        .write(|w| w.add_intent(3, 9, "start", Some(&p), 10.0))
+        .unwrap();
     let open = s.open_intents().unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].placement.as_ref(), Some(&p));
@@ -66,7 +79,12 @@ fn rounds_and_decisions_keep_the_latest() {
     let mut s = Store::in_memory().unwrap();
     assert!(s.last_round().unwrap().is_none());
     for round in 1..=2 {
-        let r = RoundRow { round, policy: "hadar".into(), decision_ms: round as f64, ..Default::default() };
+        let r = RoundRow {
+            round,
+            policy: "hadar".into(),
+            decision_ms: round as f64,
+            ..Default::default()
+        };
         let d = Decision {
             job: 4,
             round,
@@ -92,15 +110,25 @@ fn file_database_uses_wal_persists_and_checks_the_version() {
         let mut s = Store::open(&path).unwrap();
         assert_eq!(s.epoch(1000.0).unwrap(), 1000.0);
         s.write(|w| w.put_job(&job(1))).unwrap();
-        let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let mode: String = s
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
     }
     let mut s = Store::open(&path).unwrap();
-    assert_eq!(s.epoch(2000.0).unwrap(), 1000.0, "the epoch is fixed once set");
+    assert_eq!(
+        s.epoch(2000.0).unwrap(),
+        1000.0,
+        "the epoch is fixed once set"
+    );
     assert_eq!(s.jobs().unwrap().len(), 1);
     let ro = Store::open_read_only(&path).unwrap();
     assert_eq!(ro.jobs().unwrap().len(), 1);
     s.set_meta("schema_version", "99").unwrap();
     drop(s);
-    assert!(matches!(Store::open(&path), Err(StoreError::Version { found: 99, .. })));
+    assert!(matches!(
+        Store::open(&path),
+        Err(StoreError::Version { found: 99, .. })
+    ));
 }

@@ -12,7 +12,7 @@
 //! [--format table|json]`; run it as root on a machine with Slurm installed
 //! (`tests/install-deps`), from the repository root.
 
-use hadar_daemon::spec::{resolve_job_type, short_name, table_rate};
+use hadar_daemon::spec::{short_name, table_rate};
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -44,15 +44,33 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { hadar: PathBuf::from("target/debug/hadar"), jobs: 16, time_scale: 10.0, seed: 1, json: false };
+    let mut a = Args {
+        hadar: PathBuf::from("target/debug/hadar"),
+        jobs: 16,
+        time_scale: 10.0,
+        seed: 1,
+        json: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
         match k.as_str() {
             "--hadar" => a.hadar = PathBuf::from(v()?),
-            "--jobs" => a.jobs = v()?.parse().map_err(|_| "--jobs: give a whole number".to_string())?,
-            "--time-scale" => a.time_scale = v()?.parse().map_err(|_| "--time-scale: give a number".to_string())?,
-            "--seed" => a.seed = v()?.parse().map_err(|_| "--seed: give a whole number".to_string())?,
+            "--jobs" => {
+                a.jobs = v()?
+                    .parse()
+                    .map_err(|_| "--jobs: give a whole number".to_string())?
+            }
+            "--time-scale" => {
+                a.time_scale = v()?
+                    .parse()
+                    .map_err(|_| "--time-scale: give a number".to_string())?
+            }
+            "--seed" => {
+                a.seed = v()?
+                    .parse()
+                    .map_err(|_| "--seed: give a whole number".to_string())?
+            }
             "--format" => a.json = v()? == "json",
             other => return Err(format!("unknown argument {other}")),
         }
@@ -60,7 +78,8 @@ fn parse_args() -> Result<Args, String> {
     if a.jobs < 1 || a.time_scale.is_nan() || a.time_scale <= 0.0 {
         return Err("--jobs must be at least 1 and --time-scale positive".into());
     }
-    a.hadar = std::fs::canonicalize(&a.hadar).map_err(|e| format!("--hadar {}: {e}", a.hadar.display()))?;
+    a.hadar = std::fs::canonicalize(&a.hadar)
+        .map_err(|e| format!("--hadar {}: {e}", a.hadar.display()))?;
     Ok(a)
 }
 
@@ -93,20 +112,34 @@ fn workload(n: usize, seed: u64, scale: f64) -> Vec<WorkJob> {
                 best = Some((g.to_string(), r));
             }
         }
-        let Some((fastest, rate)) = best else { continue };
+        let Some((fastest, rate)) = best else {
+            continue;
+        };
         // Every type must be able to run it, so that Hadar has a real choice.
-        if ["v100", "p100", "k80"].iter().any(|g| table_rate(&table, jt, g, workers).is_none_or(|r| r <= 0.0)) {
+        if ["v100", "p100", "k80"]
+            .iter()
+            .any(|g| table_rate(&table, jt, g, workers).is_none_or(|r| r <= 0.0))
+        {
             continue;
         }
         let seconds = 20.0 + (next() % 41) as f64;
         let steps = (rate * scale * seconds).round().max(1.0) as u64;
-        out.push(WorkJob { job_type: short_name(jt), workers, steps, fastest });
+        out.push(WorkJob {
+            job_type: short_name(jt),
+            workers,
+            steps,
+            fastest,
+        });
     }
     out
 }
 
 fn script(hadar: &std::path::Path, j: &WorkJob, scale: f64, managed: bool) -> String {
-    let directive = if managed { format!("#HADAR type={} steps={}", j.job_type, j.steps) } else { "#HADAR off".to_string() };
+    let directive = if managed {
+        format!("#HADAR type={} steps={}", j.job_type, j.steps)
+    } else {
+        "#HADAR off".to_string()
+    };
     format!(
         "#!/bin/sh\n{directive}\nexec {} emulate --job-type {} --steps {} --time-scale {scale} --report-every 2\n",
         hadar.display(),
@@ -118,9 +151,16 @@ fn script(hadar: &std::path::Path, j: &WorkJob, scale: f64, managed: bool) -> St
 fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunResult, String> {
     let mut ids = Vec::new();
     for j in work {
-        let gres = if managed { format!("--gpus={}", j.workers) } else { format!("--gres=gpu:{}:{}", j.fastest, j.workers) };
+        let gres = if managed {
+            format!("--gpus={}", j.workers)
+        } else {
+            format!("--gres=gpu:{}:{}", j.fastest, j.workers)
+        };
         let out = format!("--output={}/cmp-%j.txt", bed.path("jobs").display());
-        let sub = bed.sbatch(&[&gres, &out, "--job-name=cmp"], Some(&script(&a.hadar, j, a.time_scale, managed)));
+        let sub = bed.sbatch(
+            &[&gres, &out, "--job-name=cmp"],
+            Some(&script(&a.hadar, j, a.time_scale, managed)),
+        );
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
@@ -131,18 +171,28 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
     let mut end = Vec::new();
     for id in &ids {
         let left = deadline.saturating_duration_since(Instant::now());
-        let info = bed.wait_job(*id, &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"], left).map_err(|e| e.to_string())?;
+        let info = bed
+            .wait_job(*id, &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"], left)
+            .map_err(|e| e.to_string())?;
         if info.field("JobState").as_deref() != Some("COMPLETED") {
             return Err(format!("job {id} did not complete: {}", info.0));
         }
-        let t = |k: &str| info.field(k).and_then(|v| hadar_slurm::job::parse_time(&v)).ok_or(format!("job {id}: no {k}"));
+        let t = |k: &str| {
+            info.field(k)
+                .and_then(|v| hadar_slurm::job::parse_time(&v))
+                .ok_or(format!("job {id}: no {k}"))
+        };
         submit.push(t("SubmitTime")? as f64);
         end.push(t("EndTime")? as f64);
     }
     let first = submit.iter().copied().fold(f64::INFINITY, f64::min);
     let last = end.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let jct: f64 = submit.iter().zip(&end).map(|(s, e)| e - s).sum::<f64>() / ids.len() as f64;
-    Ok(RunResult { makespan_s: last - first, avg_jct_s: jct, jobs: ids.len() })
+    Ok(RunResult {
+        makespan_s: last - first,
+        avg_jct_s: jct,
+        jobs: ids.len(),
+    })
 }
 
 fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
@@ -157,7 +207,8 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
         a.time_scale
     );
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
-    let log = std::fs::File::create(bed.path("log/hadar-serve-compare.log")).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(bed.path("log/hadar-serve-compare.log"))
+        .map_err(|e| e.to_string())?;
     Command::new(&a.hadar)
         .args(["serve", "--config"])
         .arg(&config)
@@ -180,7 +231,10 @@ fn main() -> ExitCode {
     let work = workload(a.jobs, a.seed, a.time_scale);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let options = Options {
-        scratch: std::env::temp_dir().join("hadar-serve-compare"),
+        scratch: std::env::temp_dir().join(format!(
+            "hadar-serve-compare-{}",
+            hadar_slurm_testbed::controller_port()
+        )),
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     };
@@ -225,10 +279,22 @@ fn main() -> ExitCode {
         println!("{v}");
     } else {
         let multi = work.iter().filter(|j| j.workers > 1).count();
-        println!("{} jobs of Gavel's types ({multi} multi-GPU), time scale {}, seed {}", slurm.jobs, a.time_scale, a.seed);
-        println!("{:<22} {:>12} {:>14}", "scheduler", "makespan (s)", "avg JCT (s)");
-        println!("{:<22} {:>12.0} {:>14.1}", "Slurm (fastest type)", slurm.makespan_s, slurm.avg_jct_s);
-        println!("{:<22} {:>12.0} {:>14.1}", "hadar serve", hadar.makespan_s, hadar.avg_jct_s);
+        println!(
+            "{} jobs of Gavel's types ({multi} multi-GPU), time scale {}, seed {}",
+            slurm.jobs, a.time_scale, a.seed
+        );
+        println!(
+            "{:<22} {:>12} {:>14}",
+            "scheduler", "makespan (s)", "avg JCT (s)"
+        );
+        println!(
+            "{:<22} {:>12.0} {:>14.1}",
+            "Slurm (fastest type)", slurm.makespan_s, slurm.avg_jct_s
+        );
+        println!(
+            "{:<22} {:>12.0} {:>14.1}",
+            "hadar serve", hadar.makespan_s, hadar.avg_jct_s
+        );
         println!(
             "hadar / Slurm: makespan {:.2}x, avg JCT {:.2}x",
             hadar.makespan_s / slurm.makespan_s,

@@ -8,9 +8,11 @@
 //! panics; [`Testbed::start`] first stops whatever a crashed earlier run left in the same
 //! scratch folder.
 //!
-//! Slurm's ports are fixed, so only one testbed can run on the machine at a time: a testbed
-//! holds a machine-wide lock (an abstract Unix socket, which the kernel releases when the
-//! process dies and which leaves nothing on disk) for its whole life, and a second one waits.
+//! A testbed's ports are fixed (17000-17004, or from `HADAR_TESTBED_PORT` for a second
+//! checkout working beside the first), so only one testbed per port range can run at a time:
+//! a testbed holds a machine-wide lock named after its port (an abstract Unix socket, which the
+//! kernel releases when the process dies and which leaves nothing on disk) for its whole life,
+//! and a second one on the same ports waits.
 
 use std::fmt;
 use std::io::Write;
@@ -20,8 +22,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The TCP port of the test slurmctld; the slurmd of node `nK` listens on `CONTROLLER_PORT + K`.
+/// The default TCP port of the test slurmctld; the slurmd of node `nK` listens on
+/// `controller_port() + K`.
 pub const CONTROLLER_PORT: u16 = 17000;
+
+/// The test slurmctld's TCP port: `HADAR_TESTBED_PORT` if set to a port number (so that two
+/// checkouts on one machine can each run their testbed), else [`CONTROLLER_PORT`].
+pub fn controller_port() -> u16 {
+    std::env::var("HADAR_TESTBED_PORT")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(CONTROLLER_PORT)
+}
 
 /// The test cluster's nodes and their GPUs: (node, [(type, count)]).
 pub const NODES: [(&str, &[(&str, u32)]); 4] = [
@@ -225,10 +237,11 @@ impl Testbed {
     /// Writes slurm.conf with `JobSubmitPlugins` set to `plugins` (or unset).
     pub fn write_slurm_conf(&self, plugins: Option<&str>) -> Result<(), TestbedError> {
         let c = self.scratch.display();
+        let port = controller_port();
         let mut conf = format!(
             "ClusterName=hadartest
 SlurmctldHost=localhost
-SlurmctldPort={CONTROLLER_PORT}
+SlurmctldPort={port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -267,7 +280,7 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
             let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
             conf.push_str(&format!(
                 "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={}\n",
-                CONTROLLER_PORT + 1 + i as u16,
+                controller_port() + 1 + i as u16,
                 gres.join(",")
             ));
         }
@@ -619,7 +632,7 @@ impl Drop for StuckSidecar {
 fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
     let addr = io(
         "making the lock address",
-        SocketAddr::from_abstract_name(b"hadar-slurm-testbed-lock"),
+        SocketAddr::from_abstract_name(format!("hadar-slurm-testbed-lock-{}", controller_port())),
     )?;
     let deadline = Instant::now() + timeout;
     let mut told = false;
@@ -642,7 +655,8 @@ fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
 
 /// Fails if Slurm's test ports are taken (by a cluster this harness did not start).
 fn check_ports_free() -> Result<(), TestbedError> {
-    for port in CONTROLLER_PORT..=CONTROLLER_PORT + NODES.len() as u16 {
+    let first = controller_port();
+    for port in first..=first + NODES.len() as u16 {
         if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", port)) {
             return Err(TestbedError::Command(format!(
                 "TCP port {port} is taken ({e}): another Slurm is running on the test ports; stop it (`ss -ltnp 'sport = :{port}'` names it)"
@@ -757,7 +771,10 @@ pub type Scenario = (&'static str, fn(&mut Testbed));
 /// list only; libtest's other flags (`--test-threads N`, `--format F`, ...) are accepted and
 /// ignored, so `cargo test` and `cargo nextest` can drive these `harness = false` binaries.
 /// Returns whether only a list was asked for, and the selected scenarios in their order.
-pub fn select_scenarios(scenarios: &[Scenario], args: impl Iterator<Item = String>) -> (bool, Vec<&Scenario>) {
+pub fn select_scenarios(
+    scenarios: &[Scenario],
+    args: impl Iterator<Item = String>,
+) -> (bool, Vec<&Scenario>) {
     let mut filters = Vec::new();
     let mut skips = Vec::new();
     let mut list = false;
@@ -786,7 +803,11 @@ pub fn select_scenarios(scenarios: &[Scenario], args: impl Iterator<Item = Strin
 /// scenario (a panic fails it, the others go on), cancels its jobs and calls `after_each`
 /// before the next one, tears the cluster down, and prints libtest-style result lines that
 /// `cargo test` and CI read. Returns the process's exit code.
-pub fn run_scenarios(scenarios: &[Scenario], options: Options, after_each: fn(&Testbed)) -> std::process::ExitCode {
+pub fn run_scenarios(
+    scenarios: &[Scenario],
+    options: Options,
+    after_each: fn(&Testbed),
+) -> std::process::ExitCode {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     let (list, selected) = select_scenarios(scenarios, std::env::args().skip(1));
     if list {
@@ -799,7 +820,10 @@ pub fn run_scenarios(scenarios: &[Scenario], options: Options, after_each: fn(&T
         println!("running 0 tests (no Slurm scenario selected)");
         return std::process::ExitCode::SUCCESS;
     }
-    println!("starting the Slurm test cluster in {}", options.scratch.display());
+    println!(
+        "starting the Slurm test cluster in {}",
+        options.scratch.display()
+    );
     let mut bed = match Testbed::start(options) {
         Ok(b) => b,
         Err(e) => {
@@ -815,7 +839,10 @@ pub fn run_scenarios(scenarios: &[Scenario], options: Options, after_each: fn(&T
         let _ = bed.cancel_all();
         after_each(&bed);
         match outcome {
-            Ok(()) => println!("test {name} ... ok ({:.0} s)", started.elapsed().as_secs_f64()),
+            Ok(()) => println!(
+                "test {name} ... ok ({:.0} s)",
+                started.elapsed().as_secs_f64()
+            ),
             Err(_) => {
                 println!("test {name} ... FAILED");
                 failed.push(*name);

@@ -49,7 +49,12 @@ pub struct ReplaySettings {
 
 impl Default for ReplaySettings {
     fn default() -> Self {
-        ReplaySettings { noise: 0.05, seed: 0, tolerance: 0.10, max_rounds: 50 }
+        ReplaySettings {
+            noise: 0.05,
+            seed: 0,
+            tolerance: 0.10,
+            max_rounds: 50,
+        }
     }
 }
 
@@ -190,10 +195,16 @@ pub fn evaluate(
     replay: &ReplaySettings,
 ) -> Result<EvalReport, EvalError> {
     if !(replay.noise.is_finite() && replay.noise >= 0.0 && replay.noise < 1.0) {
-        return Err(EvalError::BadSettings(format!("noise must be in [0, 1), got {}", replay.noise)));
+        return Err(EvalError::BadSettings(format!(
+            "noise must be in [0, 1), got {}",
+            replay.noise
+        )));
     }
     if !(replay.tolerance.is_finite() && replay.tolerance > 0.0) {
-        return Err(EvalError::BadSettings(format!("tolerance must be positive, got {}", replay.tolerance)));
+        return Err(EvalError::BadSettings(format!(
+            "tolerance must be positive, got {}",
+            replay.tolerance
+        )));
     }
     // Resolve names, in first-seen order.
     let mut gpu_names: Vec<String> = Vec::new();
@@ -202,36 +213,58 @@ pub fn evaluate(
     let mut skipped_job_types: Vec<String> = Vec::new();
     for m in table {
         let known_gpu = catalog.lookup(&m.gpu_type).is_some();
-        let list = if known_gpu { &mut gpu_names } else { &mut skipped_gpu_types };
+        let list = if known_gpu {
+            &mut gpu_names
+        } else {
+            &mut skipped_gpu_types
+        };
         if !list.contains(&m.gpu_type) {
             list.push(m.gpu_type.clone());
         }
         let known_job = traits.iter().any(|t| t.name == m.job_type);
-        let list = if known_job { &mut job_names } else { &mut skipped_job_types };
+        let list = if known_job {
+            &mut job_names
+        } else {
+            &mut skipped_job_types
+        };
         if !list.contains(&m.job_type) {
             list.push(m.job_type.clone());
         }
     }
     if job_names.is_empty() {
-        return Err(EvalError::NothingToEvaluate("no job type of the table has traits".into()));
+        return Err(EvalError::NothingToEvaluate(
+            "no job type of the table has traits".into(),
+        ));
     }
     if gpu_names.is_empty() {
-        return Err(EvalError::NothingToEvaluate("no GPU type of the table is in the GPU catalog".into()));
+        return Err(EvalError::NothingToEvaluate(
+            "no GPU type of the table is in the GPU catalog".into(),
+        ));
     }
     let specs: Vec<&GpuSpec> = gpu_names.iter().filter_map(|g| catalog.lookup(g)).collect();
-    let jobs: Vec<&JobTraits> = job_names.iter().filter_map(|n| traits.iter().find(|t| &t.name == n)).collect();
+    let jobs: Vec<&JobTraits> = job_names
+        .iter()
+        .filter_map(|n| traits.iter().find(|t| &t.name == n))
+        .collect();
     // measured[j][g] = (workers, rate) points.
     let mut measured: Vec<Vec<Vec<(u32, f64)>>> = vec![vec![Vec::new(); specs.len()]; jobs.len()];
     for m in table {
-        let (Some(j), Some(g)) = (job_names.iter().position(|n| *n == m.job_type), gpu_names.iter().position(|n| *n == m.gpu_type))
-        else {
+        let (Some(j), Some(g)) = (
+            job_names.iter().position(|n| *n == m.job_type),
+            gpu_names.iter().position(|n| *n == m.gpu_type),
+        ) else {
             continue;
         };
         if m.rate.is_finite() && m.rate > 0.0 {
             measured[j][g].push((m.workers, m.rate));
         }
     }
-    let single = |j: usize, g: usize| measured[j][g].iter().find(|&&(w, _)| w == 1).map(|&(_, r)| r);
+    let single = |j: usize, g: usize| {
+        measured[j][g]
+            .iter()
+            .find(|&&(w, _)| w == 1)
+            .map(|&(_, r)| r)
+    };
     let samples_without = |skip: Option<usize>| -> Vec<Sample<'_>> {
         let mut s = Vec::new();
         for (j, job) in jobs.iter().enumerate() {
@@ -254,13 +287,16 @@ pub fn evaluate(
             profile_for_types(jobs[j], &gpu_names, catalog, &k)
         })
         .collect();
-    let in_sample: Vec<ThroughputProfile> =
-        jobs.iter().map(|job| profile_for_types(job, &gpu_names, catalog, &constants_all)).collect();
+    let in_sample: Vec<ThroughputProfile> = jobs
+        .iter()
+        .map(|job| profile_for_types(job, &gpu_names, catalog, &constants_all))
+        .collect();
 
     // Accuracy.
     let ape = |est: Option<f64>, truth: f64| est.map_or(1.0, |e| (e - truth).abs() / truth);
     let mut per_type = Vec::new();
-    let (mut all_ape, mut all_est, mut all_meas, mut in_sample_ape, mut all_multi) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut all_ape, mut all_est, mut all_meas, mut in_sample_ape, mut all_multi) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for (g, name) in gpu_names.iter().enumerate() {
         let t = GpuType(g as u16);
         let (mut apes, mut est, mut meas, mut multi) = (vec![], vec![], vec![], vec![]);
@@ -379,8 +415,11 @@ pub fn evaluate(
         reached: rounds_needed.len(),
         prior_within,
         median_rounds: median(&as_f64),
-        p90_rounds: (!rounds_needed.is_empty())
-            .then(|| rounds_needed[((0.9 * rounds_needed.len() as f64).ceil() as usize).clamp(1, rounds_needed.len()) - 1]),
+        p90_rounds: (!rounds_needed.is_empty()).then(|| {
+            rounds_needed[((0.9 * rounds_needed.len() as f64).ceil() as usize)
+                .clamp(1, rounds_needed.len())
+                - 1]
+        }),
         max_rounds_needed: rounds_needed.last().copied(),
         within_at_end,
         cross_type,
@@ -405,7 +444,11 @@ fn standard_normal(rng: &mut SmallRng) -> f64 {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -415,7 +458,11 @@ fn median(v: &[f64]) -> Option<f64> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let n = s.len();
-    Some(if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
 }
 
 /// Ranks from 1, ties sharing their average rank.
@@ -451,7 +498,11 @@ pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
         saa += (ra[i] - ma).powi(2);
         sbb += (rb[i] - mb).powi(2);
     }
-    if saa == 0.0 || sbb == 0.0 { 0.0 } else { sab / (saa * sbb).sqrt() }
+    if saa == 0.0 || sbb == 0.0 {
+        0.0
+    } else {
+        sab / (saa * sbb).sqrt()
+    }
 }
 
 /// Kendall's tau-b (ties accounted for; 0 when undefined).
@@ -475,7 +526,11 @@ pub fn kendall_tau_b(a: &[f64], b: &[f64]) -> f64 {
     }
     let n1 = (concordant + discordant + ties_a) as f64;
     let n2 = (concordant + discordant + ties_b) as f64;
-    if n1 == 0.0 || n2 == 0.0 { 0.0 } else { (concordant - discordant) as f64 / (n1 * n2).sqrt() }
+    if n1 == 0.0 || n2 == 0.0 {
+        0.0
+    } else {
+        (concordant - discordant) as f64 / (n1 * n2).sqrt()
+    }
 }
 
 #[cfg(test)]
@@ -489,7 +544,9 @@ mod tests {
         assert!((spearman(&[1.0, 2.0, 3.0, 4.0], &[10.0, 20.0, 30.0, 40.0]) - 1.0).abs() < 1e-12);
         assert!((spearman(&[1.0, 2.0, 3.0, 4.0], &[4.0, 3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
         // One swapped pair out of 6: tau = (5 - 1) / 6.
-        assert!((kendall_tau_b(&[1.0, 2.0, 3.0, 4.0], &[1.0, 3.0, 2.0, 4.0]) - 4.0 / 6.0).abs() < 1e-12);
+        assert!(
+            (kendall_tau_b(&[1.0, 2.0, 3.0, 4.0], &[1.0, 3.0, 2.0, 4.0]) - 4.0 / 6.0).abs() < 1e-12
+        );
         // rho for that swap: 1 - 6 x 2 / (4 x 15) = 0.8.
         assert!((spearman(&[1.0, 2.0, 3.0, 4.0], &[1.0, 3.0, 2.0, 4.0]) - 0.8).abs() < 1e-12);
         assert_eq!(ranks(&[5.0, 1.0, 5.0]), vec![2.5, 1.0, 2.5]);
@@ -502,19 +559,45 @@ mod tests {
             for g in ["k80", "p100", "v100"] {
                 let gpu = catalog.lookup(g).unwrap();
                 for w in [1, 2] {
-                    t.push(Measurement { job_type: job.name.clone(), gpu_type: g.into(), workers: w, rate: estimate_rate(&job, gpu, w, k).unwrap() });
+                    t.push(Measurement {
+                        job_type: job.name.clone(),
+                        gpu_type: g.into(),
+                        workers: w,
+                        rate: estimate_rate(&job, gpu, w, k).unwrap(),
+                    });
                 }
             }
         }
-        t.push(Measurement { job_type: "Unknown net".into(), gpu_type: "v100".into(), workers: 1, rate: 3.0 });
-        t.push(Measurement { job_type: "LM (batch size 5)".into(), gpu_type: "tpu".into(), workers: 1, rate: 3.0 });
+        t.push(Measurement {
+            job_type: "Unknown net".into(),
+            gpu_type: "v100".into(),
+            workers: 1,
+            rate: 3.0,
+        });
+        t.push(Measurement {
+            job_type: "LM (batch size 5)".into(),
+            gpu_type: "tpu".into(),
+            workers: 1,
+            rate: 3.0,
+        });
         t
     }
 
     #[test]
     fn a_table_the_model_generated_is_predicted_almost_exactly() {
-        let truth = ModelConstants { efficiency: 0.45, pre_pascal_factor: 0.7, step_overhead_s: 0.006, layer_overhead_s: 2e-4 };
-        let r = evaluate(&synthetic_table(&truth), &gavel_job_traits(), &GpuCatalog::builtin(), &ReplaySettings::default()).unwrap();
+        let truth = ModelConstants {
+            efficiency: 0.45,
+            pre_pascal_factor: 0.7,
+            step_overhead_s: 0.006,
+            layer_overhead_s: 2e-4,
+        };
+        let r = evaluate(
+            &synthetic_table(&truth),
+            &gavel_job_traits(),
+            &GpuCatalog::builtin(),
+            &ReplaySettings::default(),
+        )
+        .unwrap();
         assert_eq!(r.skipped_job_types, vec!["Unknown net".to_string()]);
         assert_eq!(r.skipped_gpu_types, vec!["tpu".to_string()]);
         assert_eq!(r.per_type.len(), 3);
@@ -540,20 +623,50 @@ mod tests {
         for m in &mut t {
             m.rate *= 0.5;
         }
-        let r = evaluate(&t, &traits, &GpuCatalog::builtin(), &ReplaySettings::default()).unwrap();
+        let r = evaluate(
+            &t,
+            &traits,
+            &GpuCatalog::builtin(),
+            &ReplaySettings::default(),
+        )
+        .unwrap();
         assert_eq!(r.refinement.reached, r.refinement.cells);
-        assert!(r.refinement.max_rounds_needed.unwrap() <= 10, "{:?}", r.refinement);
+        assert!(
+            r.refinement.max_rounds_needed.unwrap() <= 10,
+            "{:?}",
+            r.refinement
+        );
         for c in &r.refinement.cross_type {
-            assert!(c.others_after_one_mape_pct < c.others_prior_mape_pct, "{c:?}");
+            assert!(
+                c.others_after_one_mape_pct < c.others_prior_mape_pct,
+                "{c:?}"
+            );
         }
     }
 
     #[test]
     fn nothing_known_is_an_error_and_bad_noise_is_refused() {
-        let t = vec![Measurement { job_type: "x".into(), gpu_type: "v100".into(), workers: 1, rate: 1.0 }];
-        let e = evaluate(&t, &gavel_job_traits(), &GpuCatalog::builtin(), &ReplaySettings::default()).unwrap_err();
+        let t = vec![Measurement {
+            job_type: "x".into(),
+            gpu_type: "v100".into(),
+            workers: 1,
+            rate: 1.0,
+        }];
+        let e = evaluate(
+            &t,
+            &gavel_job_traits(),
+            &GpuCatalog::builtin(),
+            &ReplaySettings::default(),
+        )
+        .unwrap_err();
         assert!(matches!(e, EvalError::NothingToEvaluate(_)));
-        let bad = ReplaySettings { noise: -1.0, ..ReplaySettings::default() };
-        assert!(matches!(evaluate(&t, &gavel_job_traits(), &GpuCatalog::builtin(), &bad), Err(EvalError::BadSettings(_))));
+        let bad = ReplaySettings {
+            noise: -1.0,
+            ..ReplaySettings::default()
+        };
+        assert!(matches!(
+            evaluate(&t, &gavel_job_traits(), &GpuCatalog::builtin(), &bad),
+            Err(EvalError::BadSettings(_))
+        ));
     }
 }

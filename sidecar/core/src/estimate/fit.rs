@@ -44,7 +44,11 @@ pub fn loss(k: &ModelConstants, samples: &[Sample<'_>]) -> f64 {
 
 /// Fits the constants to the samples; with no usable sample, returns the defaults.
 pub fn fit_constants(samples: &[Sample<'_>]) -> ModelConstants {
-    let usable: Vec<Sample<'_>> = samples.iter().filter(|s| s.rate.is_finite() && s.rate > 0.0).cloned().collect();
+    let usable: Vec<Sample<'_>> = samples
+        .iter()
+        .filter(|s| s.rate.is_finite() && s.rate > 0.0)
+        .cloned()
+        .collect();
     if usable.is_empty() {
         return ModelConstants::default();
     }
@@ -53,8 +57,18 @@ pub fn fit_constants(samples: &[Sample<'_>]) -> ModelConstants {
         if v.is_finite() { v } else { f64::MAX }
     };
     let starts = [
-        ModelConstants { efficiency: 0.3, pre_pascal_factor: 0.5, step_overhead_s: 0.005, layer_overhead_s: 2e-4 },
-        ModelConstants { efficiency: 0.6, pre_pascal_factor: 0.3, step_overhead_s: 0.02, layer_overhead_s: 1e-5 },
+        ModelConstants {
+            efficiency: 0.3,
+            pre_pascal_factor: 0.5,
+            step_overhead_s: 0.005,
+            layer_overhead_s: 2e-4,
+        },
+        ModelConstants {
+            efficiency: 0.6,
+            pre_pascal_factor: 0.3,
+            step_overhead_s: 0.02,
+            layer_overhead_s: 1e-5,
+        },
     ];
     let mut best: Option<([f64; 4], f64)> = None;
     for s in starts {
@@ -63,12 +77,18 @@ pub fn fit_constants(samples: &[Sample<'_>]) -> ModelConstants {
             best = Some((x, v));
         }
     }
-    best.map(|(x, _)| ModelConstants::from_log(x)).unwrap_or_default()
+    best.map(|(x, _)| ModelConstants::from_log(x))
+        .unwrap_or_default()
 }
 
 /// Minimises `f` from `start` with the Nelder-Mead simplex method (standard coefficients),
 /// stopping after `max_evals` evaluations or when the simplex's values agree to 1e-12.
-fn nelder_mead<const N: usize>(f: &impl Fn(&[f64; N]) -> f64, start: [f64; N], step: f64, max_evals: usize) -> ([f64; N], f64) {
+fn nelder_mead<const N: usize>(
+    f: &impl Fn(&[f64; N]) -> f64,
+    start: [f64; N],
+    step: f64,
+    max_evals: usize,
+) -> ([f64; N], f64) {
     let mut simplex: Vec<([f64; N], f64)> = Vec::with_capacity(N + 1);
     simplex.push((start, f(&start)));
     for i in 0..N {
@@ -104,11 +124,19 @@ fn nelder_mead<const N: usize>(f: &impl Fn(&[f64; N]) -> f64, start: [f64; N], s
             let expanded = towards(-2.0);
             let fe = f(&expanded);
             evals += 1;
-            simplex[N] = if fe < fr { (expanded, fe) } else { (reflected, fr) };
+            simplex[N] = if fe < fr {
+                (expanded, fe)
+            } else {
+                (reflected, fr)
+            };
         } else if fr < simplex[N - 1].1 {
             simplex[N] = (reflected, fr);
         } else {
-            let contracted = if fr < simplex[N].1 { towards(-0.5) } else { towards(0.5) };
+            let contracted = if fr < simplex[N].1 {
+                towards(-0.5)
+            } else {
+                towards(0.5)
+            };
             let fc = f(&contracted);
             evals += 1;
             if fc < fr.min(simplex[N].1) {
@@ -139,17 +167,34 @@ mod tests {
     fn nelder_mead_finds_a_quadratic_minimum() {
         let f = |x: &[f64; 2]| (x[0] - 1.5).powi(2) + 3.0 * (x[1] + 0.5).powi(2);
         let (x, v) = nelder_mead(&f, [0.0, 0.0], 0.5, 2000);
-        assert!((x[0] - 1.5).abs() < 1e-4 && (x[1] + 0.5).abs() < 1e-4 && v < 1e-8, "{x:?} {v}");
+        assert!(
+            (x[0] - 1.5).abs() < 1e-4 && (x[1] + 0.5).abs() < 1e-4 && v < 1e-8,
+            "{x:?} {v}"
+        );
     }
 
     #[test]
     fn fit_recovers_constants_that_generated_the_data() {
-        let truth = ModelConstants { efficiency: 0.5, pre_pascal_factor: 0.6, step_overhead_s: 0.008, layer_overhead_s: 3e-4 };
+        let truth = ModelConstants {
+            efficiency: 0.5,
+            pre_pascal_factor: 0.6,
+            step_overhead_s: 0.008,
+            layer_overhead_s: 3e-4,
+        };
         let jobs = gavel_job_traits();
-        let gpus: Vec<GpuSpec> = ["k80", "p100", "v100"].iter().map(|g| gpu_spec(g).unwrap()).collect();
+        let gpus: Vec<GpuSpec> = ["k80", "p100", "v100"]
+            .iter()
+            .map(|g| gpu_spec(g).unwrap())
+            .collect();
         let samples: Vec<Sample<'_>> = jobs
             .iter()
-            .flat_map(|j| gpus.iter().map(move |g| Sample { job: j, gpu: g, rate: estimate_rate(j, g, 1, &truth).unwrap() }))
+            .flat_map(|j| {
+                gpus.iter().map(move |g| Sample {
+                    job: j,
+                    gpu: g,
+                    rate: estimate_rate(j, g, 1, &truth).unwrap(),
+                })
+            })
             .collect();
         let got = fit_constants(&samples);
         for (a, b) in got.to_log().iter().zip(truth.to_log()) {

@@ -66,12 +66,17 @@ impl GpuSpec {
     /// True when `name` is this GPU's name or one of its aliases (case-insensitive).
     pub fn answers_to(&self, name: &str) -> bool {
         let name = name.trim();
-        self.name.eq_ignore_ascii_case(name) || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        self.name.eq_ignore_ascii_case(name)
+            || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
     }
 
     /// Peak throughput in FLOPS for the chosen precision.
     pub fn peak_flops(&self, mixed_precision: bool) -> f64 {
-        1e12 * if mixed_precision { self.fp16_tflops } else { self.fp32_tflops }
+        1e12 * if mixed_precision {
+            self.fp16_tflops
+        } else {
+            self.fp32_tflops
+        }
     }
 }
 
@@ -110,29 +115,137 @@ pub fn builtin_gpus() -> Vec<GpuSpec> {
     vec![
         // Tesla K80 datasheet: 8.73 TFLOPS FP32 with GPU Boost, 24 GB, 480 GB/s per board of
         // two GK210 dies; halved per die. No fast FP16 path.
-        spec("k80", &["tesla-k80", "gk210"], Arch::Kepler, 4.365, 4.365, 12.0, 240.0, PCIE3),
+        spec(
+            "k80",
+            &["tesla-k80", "gk210"],
+            Arch::Kepler,
+            4.365,
+            4.365,
+            12.0,
+            240.0,
+            PCIE3,
+        ),
         // Tesla P100 PCIe 16 GB datasheet: 9.3 TFLOPS FP32, 18.7 FP16, 732 GB/s.
-        spec("p100", &["tesla-p100", "p100-pcie", "p100-16gb"], Arch::Pascal, 9.3, 18.7, 16.0, 732.0, PCIE3),
+        spec(
+            "p100",
+            &["tesla-p100", "p100-pcie", "p100-16gb"],
+            Arch::Pascal,
+            9.3,
+            18.7,
+            16.0,
+            732.0,
+            PCIE3,
+        ),
         // Tesla V100 SXM2 16 GB datasheet: 15.7 TFLOPS FP32, 125 tensor, 900 GB/s.
-        spec("v100", &["tesla-v100", "v100-sxm2", "v100-16gb"], Arch::Volta, 15.7, 125.0, 16.0, 900.0, PCIE3),
+        spec(
+            "v100",
+            &["tesla-v100", "v100-sxm2", "v100-16gb"],
+            Arch::Volta,
+            15.7,
+            125.0,
+            16.0,
+            900.0,
+            PCIE3,
+        ),
         // V100 32 GB variant (same compute).
-        spec("v100-32gb", &["v100-sxm2-32gb", "v100s"], Arch::Volta, 15.7, 125.0, 32.0, 900.0, PCIE3),
+        spec(
+            "v100-32gb",
+            &["v100-sxm2-32gb", "v100s"],
+            Arch::Volta,
+            15.7,
+            125.0,
+            32.0,
+            900.0,
+            PCIE3,
+        ),
         // T4 datasheet: 8.1 TFLOPS FP32, 65 FP16 tensor, 16 GB, 320 GB/s.
-        spec("t4", &["tesla-t4"], Arch::Turing, 8.1, 65.0, 16.0, 320.0, PCIE3),
+        spec(
+            "t4",
+            &["tesla-t4"],
+            Arch::Turing,
+            8.1,
+            65.0,
+            16.0,
+            320.0,
+            PCIE3,
+        ),
         // A10 datasheet: 31.2 TFLOPS FP32, 125 FP16 tensor (dense), 24 GB, 600 GB/s.
-        spec("a10", &["nvidia-a10"], Arch::Ampere, 31.2, 125.0, 24.0, 600.0, PCIE4),
+        spec(
+            "a10",
+            &["nvidia-a10"],
+            Arch::Ampere,
+            31.2,
+            125.0,
+            24.0,
+            600.0,
+            PCIE4,
+        ),
         // A100 SXM4 40 GB datasheet: 19.5 TFLOPS FP32, 312 FP16 tensor (dense), 1,555 GB/s.
-        spec("a100", &["a100-40gb", "a100-sxm4-40gb", "a100-sxm4"], Arch::Ampere, 19.5, 312.0, 40.0, 1555.0, PCIE4),
+        spec(
+            "a100",
+            &["a100-40gb", "a100-sxm4-40gb", "a100-sxm4"],
+            Arch::Ampere,
+            19.5,
+            312.0,
+            40.0,
+            1555.0,
+            PCIE4,
+        ),
         // A100 80 GB SXM4 datasheet: same compute, 2,039 GB/s.
-        spec("a100-80gb", &["a100-sxm4-80gb", "a100_80gb"], Arch::Ampere, 19.5, 312.0, 80.0, 2039.0, PCIE4),
+        spec(
+            "a100-80gb",
+            &["a100-sxm4-80gb", "a100_80gb"],
+            Arch::Ampere,
+            19.5,
+            312.0,
+            80.0,
+            2039.0,
+            PCIE4,
+        ),
         // L4 datasheet: 30.3 TFLOPS FP32, 121 FP16 tensor (dense; 242 with sparsity), 24 GB, 300 GB/s.
-        spec("l4", &["nvidia-l4"], Arch::Ada, 30.3, 121.0, 24.0, 300.0, PCIE4),
+        spec(
+            "l4",
+            &["nvidia-l4"],
+            Arch::Ada,
+            30.3,
+            121.0,
+            24.0,
+            300.0,
+            PCIE4,
+        ),
         // L40S datasheet: 91.6 TFLOPS FP32, 362 FP16 tensor (dense; 733 with sparsity), 48 GB, 864 GB/s.
-        spec("l40s", &["nvidia-l40s"], Arch::Ada, 91.6, 362.0, 48.0, 864.0, PCIE4),
+        spec(
+            "l40s",
+            &["nvidia-l40s"],
+            Arch::Ada,
+            91.6,
+            362.0,
+            48.0,
+            864.0,
+            PCIE4,
+        ),
         // H100 SXM5 datasheet: 67 TFLOPS FP32, 989 FP16 tensor (dense), 80 GB, 3,350 GB/s.
-        spec("h100", &["h100-sxm", "h100-sxm5", "h100-80gb"], Arch::Hopper, 67.0, 989.0, 80.0, 3350.0, PCIE5),
+        spec(
+            "h100",
+            &["h100-sxm", "h100-sxm5", "h100-80gb"],
+            Arch::Hopper,
+            67.0,
+            989.0,
+            80.0,
+            3350.0,
+            PCIE5,
+        ),
         // H100 PCIe datasheet: 51 TFLOPS FP32, 756 FP16 tensor (dense), 80 GB, 2,000 GB/s.
-        spec("h100-pcie", &["h100pcie"], Arch::Hopper, 51.0, 756.0, 80.0, 2000.0, PCIE5),
+        spec(
+            "h100-pcie",
+            &["h100pcie"],
+            Arch::Hopper,
+            51.0,
+            756.0,
+            80.0,
+            2000.0,
+            PCIE5,
+        ),
     ]
 }
 
@@ -151,7 +264,9 @@ impl Default for GpuCatalog {
 impl GpuCatalog {
     /// The built-in table ([`builtin_gpus`]).
     pub fn builtin() -> Self {
-        GpuCatalog { specs: builtin_gpus() }
+        GpuCatalog {
+            specs: builtin_gpus(),
+        }
     }
 
     /// Adds (or, when a spec already answers to its name, replaces) a GPU, so a site can
@@ -184,24 +299,38 @@ mod tests {
     #[test]
     fn lookup_is_case_insensitive_and_knows_aliases() {
         assert_eq!(gpu_spec("V100").map(|s| s.name), Some("v100".to_string()));
-        assert_eq!(gpu_spec("A100-40GB").map(|s| s.name), Some("a100".to_string()));
+        assert_eq!(
+            gpu_spec("A100-40GB").map(|s| s.name),
+            Some("a100".to_string())
+        );
         assert_eq!(gpu_spec(" h100 ").map(|s| s.name), Some("h100".to_string()));
         assert!(gpu_spec("rtx-9090").is_none());
     }
 
     #[test]
     fn required_gpus_are_present_with_sane_figures() {
-        for name in ["k80", "p100", "v100", "t4", "a10", "a100", "l4", "l40s", "h100"] {
+        for name in [
+            "k80", "p100", "v100", "t4", "a10", "a100", "l4", "l40s", "h100",
+        ] {
             let s = gpu_spec(name).unwrap_or_else(|| panic!("{name} missing"));
-            assert!(s.fp32_tflops > 1.0 && s.fp16_tflops >= s.fp32_tflops, "{name}");
-            assert!(s.memory_gb >= 12.0 && s.memory_gbps >= 240.0 && s.host_link_gbps >= 15.0, "{name}");
+            assert!(
+                s.fp32_tflops > 1.0 && s.fp16_tflops >= s.fp32_tflops,
+                "{name}"
+            );
+            assert!(
+                s.memory_gb >= 12.0 && s.memory_gbps >= 240.0 && s.host_link_gbps >= 15.0,
+                "{name}"
+            );
         }
     }
 
     #[test]
     fn names_and_aliases_are_unique() {
         let specs = builtin_gpus();
-        let mut all: Vec<String> = specs.iter().flat_map(|s| std::iter::once(s.name.clone()).chain(s.aliases.clone())).collect();
+        let mut all: Vec<String> = specs
+            .iter()
+            .flat_map(|s| std::iter::once(s.name.clone()).chain(s.aliases.clone()))
+            .collect();
         let n = all.len();
         all.sort();
         all.dedup();

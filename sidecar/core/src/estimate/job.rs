@@ -50,7 +50,11 @@ pub enum TraitsError {
 impl JobTraits {
     /// Checks that every figure is usable (positive and finite; input bytes may be zero).
     pub fn validate(&self) -> Result<(), TraitsError> {
-        let bad = |field: &'static str, value: f64| TraitsError::NotPositive { job: self.name.clone(), field, value };
+        let bad = |field: &'static str, value: f64| TraitsError::NotPositive {
+            job: self.name.clone(),
+            field,
+            value,
+        };
         for (field, value) in [
             ("params", self.params),
             ("forward_gflops_per_sample", self.forward_gflops_per_sample),
@@ -179,7 +183,11 @@ pub fn gavel_job_traits() -> Vec<JobTraits> {
     let mut out = Vec::new();
     for m in GAVEL_MODELS {
         for &b in m.batch_sizes {
-            let name = if named_without_batch(m) { m.base.to_string() } else { format!("{} (batch size {b})", m.base) };
+            let name = if named_without_batch(m) {
+                m.base.to_string()
+            } else {
+                format!("{} (batch size {b})", m.base)
+            };
             out.push(JobTraits {
                 name,
                 params: m.params,
@@ -196,7 +204,9 @@ pub fn gavel_job_traits() -> Vec<JobTraits> {
 
 /// The traits of one Gavel job type by exact name (`ResNet-18 (batch size 32)`), if known.
 pub fn gavel_job(name: &str) -> Option<JobTraits> {
-    gavel_job_traits().into_iter().find(|j| j.name == name.trim())
+    gavel_job_traits()
+        .into_iter()
+        .find(|j| j.name == name.trim())
 }
 
 #[cfg(test)]
@@ -210,7 +220,10 @@ mod tests {
         for j in &all {
             j.validate().unwrap();
         }
-        assert_eq!(gavel_job("ResNet-18 (batch size 32)").map(|j| j.batch_size), Some(32));
+        assert_eq!(
+            gavel_job("ResNet-18 (batch size 32)").map(|j| j.batch_size),
+            Some(32)
+        );
         assert!(gavel_job("A3C").is_some());
         assert!(gavel_job("CycleGAN").is_some());
         assert!(gavel_job("ResNet-18 (batch size 33)").is_none());

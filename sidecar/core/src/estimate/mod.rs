@@ -33,7 +33,12 @@ pub const WORKER_COUNTS: [u32; 4] = [1, 2, 4, 8];
 /// the default constants. A type the table does not know gets an empty curve (the job is
 /// treated as unable to run there until measured).
 pub fn profile_for(job: &JobTraits, cluster: &Cluster) -> ThroughputProfile {
-    profile_for_types(job, cluster.type_names(), &GpuCatalog::builtin(), &ModelConstants::default())
+    profile_for_types(
+        job,
+        cluster.type_names(),
+        &GpuCatalog::builtin(),
+        &ModelConstants::default(),
+    )
 }
 
 /// The job's estimated profile on the named GPU types, with a chosen catalog and constants.
@@ -46,7 +51,11 @@ pub fn profile_for_types(
     let curves = type_names
         .iter()
         .map(|name| match catalog.lookup(name) {
-            Some(gpu) => RateCurve::new(WORKER_COUNTS.iter().filter_map(|&n| estimate_rate(job, gpu, n, constants).map(|r| (n, r)))),
+            Some(gpu) => RateCurve::new(
+                WORKER_COUNTS
+                    .iter()
+                    .filter_map(|&n| estimate_rate(job, gpu, n, constants).map(|r| (n, r))),
+            ),
             None => RateCurve::default(),
         })
         .collect();
@@ -60,13 +69,27 @@ mod tests {
 
     #[test]
     fn profile_follows_cluster_type_order_and_skips_unknown_types() {
-        let cluster = Cluster::from_type_counts(&[("K80".into(), 2), ("mystery".into(), 1), ("v100".into(), 2)], 2).unwrap();
+        let cluster = Cluster::from_type_counts(
+            &[("K80".into(), 2), ("mystery".into(), 1), ("v100".into(), 2)],
+            2,
+        )
+        .unwrap();
         let job = gavel_job("ResNet-50 (batch size 64)").unwrap();
         let p = profile_for(&job, &cluster);
         assert_eq!(p.type_count(), 3);
         assert!(p.curve(GpuType(1)).is_empty());
-        let (k80, v100) = (p.rate(GpuType(0), 1).unwrap(), p.rate(GpuType(2), 1).unwrap());
+        let (k80, v100) = (
+            p.rate(GpuType(0), 1).unwrap(),
+            p.rate(GpuType(2), 1).unwrap(),
+        );
         assert!(v100 > k80);
-        assert_eq!(p.curve(GpuType(2)).points().iter().map(|&(n, _)| n).collect::<Vec<_>>(), WORKER_COUNTS.to_vec());
+        assert_eq!(
+            p.curve(GpuType(2))
+                .points()
+                .iter()
+                .map(|&(n, _)| n)
+                .collect::<Vec<_>>(),
+            WORKER_COUNTS.to_vec()
+        );
     }
 }

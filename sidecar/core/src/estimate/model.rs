@@ -56,14 +56,24 @@ impl Default for ModelConstants {
     /// Fitted (by [`crate::estimate::fit::fit_constants`]) to all 78 single-worker entries of
     /// Gavel's measured table (26 job types x K80, P100, V100).
     fn default() -> Self {
-        ModelConstants { efficiency: 0.7624, pre_pascal_factor: 0.5484, step_overhead_s: 0.009922, layer_overhead_s: 0.0004494 }
+        ModelConstants {
+            efficiency: 0.7624,
+            pre_pascal_factor: 0.5484,
+            step_overhead_s: 0.009922,
+            layer_overhead_s: 0.0004494,
+        }
     }
 }
 
 impl ModelConstants {
     /// The constants as a vector of logarithms (the fitting space: all are positive).
     pub fn to_log(self) -> [f64; 4] {
-        [self.efficiency.ln(), self.pre_pascal_factor.ln(), self.step_overhead_s.ln(), self.layer_overhead_s.ln()]
+        [
+            self.efficiency.ln(),
+            self.pre_pascal_factor.ln(),
+            self.step_overhead_s.ln(),
+            self.layer_overhead_s.ln(),
+        ]
     }
 
     /// The constants from a vector of logarithms.
@@ -107,24 +117,47 @@ pub fn fits_in_memory(job: &JobTraits, gpu: &GpuSpec) -> bool {
 
 /// The model's step time of one worker among `workers`.
 pub fn step_time(job: &JobTraits, gpu: &GpuSpec, workers: u32, k: &ModelConstants) -> StepTime {
-    let efficiency = k.efficiency * if gpu.arch.before_pascal() { k.pre_pascal_factor } else { 1.0 };
+    let efficiency = k.efficiency
+        * if gpu.arch.before_pascal() {
+            k.pre_pascal_factor
+        } else {
+            1.0
+        };
     let batch = f64::from(job.batch_size);
     let achievable = efficiency * gpu.peak_flops(job.mixed_precision);
-    let compute_s = TRAINING_FLOPS_FACTOR * job.forward_gflops_per_sample * 1e9 * batch / achievable;
-    let memory_s = job.params * BYTES_PER_PARAM_PER_STEP / (TRANSFER_EFFICIENCY * gpu.memory_gbps * 1e9);
+    let compute_s =
+        TRAINING_FLOPS_FACTOR * job.forward_gflops_per_sample * 1e9 * batch / achievable;
+    let memory_s =
+        job.params * BYTES_PER_PARAM_PER_STEP / (TRANSFER_EFFICIENCY * gpu.memory_gbps * 1e9);
     let link = TRANSFER_EFFICIENCY * gpu.host_link_gbps * 1e9;
     let input_s = batch * job.input_bytes_per_sample / link;
     // Small kernels run no faster than on the reference, but slower on slower parts.
     let slowdown = (REFERENCE_FP32_TFLOPS * k.efficiency / (gpu.fp32_tflops * efficiency)).max(1.0);
-    let overhead_s = k.step_overhead_s + k.layer_overhead_s * f64::from(job.layers_per_step) * slowdown;
+    let overhead_s =
+        k.step_overhead_s + k.layer_overhead_s * f64::from(job.layers_per_step) * slowdown;
     let n = f64::from(workers.max(1));
-    let allreduce_s = if workers > 1 { 2.0 * (n - 1.0) / n * job.params * GRADIENT_BYTES / link } else { 0.0 };
-    StepTime { overhead_s, compute_s, memory_s, input_s, allreduce_s }
+    let allreduce_s = if workers > 1 {
+        2.0 * (n - 1.0) / n * job.params * GRADIENT_BYTES / link
+    } else {
+        0.0
+    };
+    StepTime {
+        overhead_s,
+        compute_s,
+        memory_s,
+        input_s,
+        allreduce_s,
+    }
 }
 
 /// Estimated steps/s of the whole job with `workers` data-parallel workers on `gpu`
 /// (worker-steps summed, as Gavel counts them); `None` when the job does not fit.
-pub fn estimate_rate(job: &JobTraits, gpu: &GpuSpec, workers: u32, k: &ModelConstants) -> Option<f64> {
+pub fn estimate_rate(
+    job: &JobTraits,
+    gpu: &GpuSpec,
+    workers: u32,
+    k: &ModelConstants,
+) -> Option<f64> {
     if workers == 0 || !fits_in_memory(job, gpu) {
         return None;
     }
@@ -155,7 +188,10 @@ mod tests {
             last = r;
         }
         let t = step_time(&job, &spec("v100"), 1, &k);
-        assert!(t.compute_s > t.memory_s && t.compute_s > t.overhead_s, "CycleGAN should be compute-bound: {t:?}");
+        assert!(
+            t.compute_s > t.memory_s && t.compute_s > t.overhead_s,
+            "CycleGAN should be compute-bound: {t:?}"
+        );
     }
 
     #[test]
@@ -163,7 +199,12 @@ mod tests {
         let job = gavel_job("ResNet-50 (batch size 128)").unwrap();
         let k = ModelConstants::default();
         let r = |g: &str| estimate_rate(&job, &spec(g), 1, &k).unwrap();
-        assert!(r("k80") < r("p100") && r("p100") < r("v100") && r("v100") < r("a100") && r("a100") < r("h100"));
+        assert!(
+            r("k80") < r("p100")
+                && r("p100") < r("v100")
+                && r("v100") < r("a100")
+                && r("a100") < r("h100")
+        );
     }
 
     #[test]
@@ -188,7 +229,10 @@ mod tests {
     fn a_model_too_big_for_memory_cannot_run() {
         let mut job = gavel_job("ResNet-50 (batch size 16)").unwrap();
         job.params = 2e9; // 32 GB of training state
-        assert_eq!(estimate_rate(&job, &spec("v100"), 1, &ModelConstants::default()), None);
+        assert_eq!(
+            estimate_rate(&job, &spec("v100"), 1, &ModelConstants::default()),
+            None
+        );
         assert!(estimate_rate(&job, &spec("h100"), 1, &ModelConstants::default()).is_some());
     }
 

@@ -33,7 +33,10 @@ impl Default for RefineSettings {
     /// The prior is worth a quarter of a measurement (its typical error, tens of percent, is
     /// far above a measured round's); the EWMA then keeps 30% of each new measurement.
     fn default() -> Self {
-        RefineSettings { prior_weight: 0.25, min_alpha: 0.3 }
+        RefineSettings {
+            prior_weight: 0.25,
+            min_alpha: 0.3,
+        }
     }
 }
 
@@ -41,7 +44,9 @@ impl Default for RefineSettings {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RefineError {
     /// The measured rate is not a finite positive number.
-    #[error("measured rate on GPU type {gpu_type} with {workers} workers must be a finite positive number, got {rate}")]
+    #[error(
+        "measured rate on GPU type {gpu_type} with {workers} workers must be a finite positive number, got {rate}"
+    )]
     BadRate {
         /// The type index.
         gpu_type: usize,
@@ -78,10 +83,22 @@ impl OnlineEstimate {
     /// Starts from a prior profile with chosen settings (clamped to sensible ranges).
     pub fn with_settings(prior: ThroughputProfile, settings: RefineSettings) -> Self {
         let settings = RefineSettings {
-            prior_weight: if settings.prior_weight.is_finite() { settings.prior_weight.max(0.0) } else { 0.25 },
-            min_alpha: if settings.min_alpha.is_finite() { settings.min_alpha.clamp(1e-3, 1.0) } else { 0.3 },
+            prior_weight: if settings.prior_weight.is_finite() {
+                settings.prior_weight.max(0.0)
+            } else {
+                0.25
+            },
+            min_alpha: if settings.min_alpha.is_finite() {
+                settings.min_alpha.clamp(1e-3, 1.0)
+            } else {
+                0.3
+            },
         };
-        OnlineEstimate { prior, settings, measured: BTreeMap::new() }
+        OnlineEstimate {
+            prior,
+            settings,
+            measured: BTreeMap::new(),
+        }
     }
 
     /// The prior this estimate started from.
@@ -95,12 +112,21 @@ impl OnlineEstimate {
             return Err(RefineError::NoWorkers);
         }
         if !(rate.is_finite() && rate > 0.0) {
-            return Err(RefineError::BadRate { gpu_type: t.index(), workers, rate });
+            return Err(RefineError::BadRate {
+                gpu_type: t.index(),
+                workers,
+                rate,
+            });
         }
         let start = self.rate(t, workers).unwrap_or(rate);
-        let cell = self.measured.entry((t.0, workers)).or_insert(Cell { estimate: start, observations: 0 });
+        let cell = self.measured.entry((t.0, workers)).or_insert(Cell {
+            estimate: start,
+            observations: 0,
+        });
         cell.observations += 1;
-        let alpha = (1.0 / (self.settings.prior_weight + f64::from(cell.observations))).max(self.settings.min_alpha).min(1.0);
+        let alpha = (1.0 / (self.settings.prior_weight + f64::from(cell.observations)))
+            .max(self.settings.min_alpha)
+            .min(1.0);
         // Averaging logarithms: rates are ratio-scale, and a prior several times off should
         // not take more rounds to forget than one a few percent off.
         cell.estimate = (cell.estimate.ln() + alpha * (rate.ln() - cell.estimate.ln())).exp();
@@ -109,7 +135,9 @@ impl OnlineEstimate {
 
     /// Measurements recorded for one cell.
     pub fn observations(&self, t: GpuType, workers: u32) -> u32 {
-        self.measured.get(&(t.0, workers)).map_or(0, |c| c.observations)
+        self.measured
+            .get(&(t.0, workers))
+            .map_or(0, |c| c.observations)
     }
 
     /// Geometric mean of estimate/prior over measured cells that have a prior and pass `keep`.
@@ -135,7 +163,8 @@ impl OnlineEstimate {
 
     /// The correction applied to a type's unmeasured cells.
     fn correction_for(&self, t: GpuType) -> f64 {
-        self.ratio_where(|u| u == t.0).unwrap_or_else(|| self.correction())
+        self.ratio_where(|u| u == t.0)
+            .unwrap_or_else(|| self.correction())
     }
 
     /// The current estimate of steps/s with `workers` workers of type `t`; `None` when
@@ -144,19 +173,42 @@ impl OnlineEstimate {
         if let Some(cell) = self.measured.get(&(t.0, workers)) {
             return Some(cell.estimate);
         }
-        self.prior.rate(t, workers).map(|p| p * self.correction_for(t))
+        self.prior
+            .rate(t, workers)
+            .map(|p| p * self.correction_for(t))
     }
 
     /// The current estimates as a profile: every prior point, plus measured cells the prior
     /// lacked.
     pub fn profile(&self) -> ThroughputProfile {
-        let types = self.prior.type_count().max(self.measured.keys().map(|&(t, _)| usize::from(t) + 1).max().unwrap_or(0));
+        let types = self.prior.type_count().max(
+            self.measured
+                .keys()
+                .map(|&(t, _)| usize::from(t) + 1)
+                .max()
+                .unwrap_or(0),
+        );
         let curves = (0..types)
             .map(|i| {
                 let t = GpuType(i as u16);
-                let mut workers: Vec<u32> = self.prior.curve(t).points().iter().map(|&(n, _)| n).collect();
-                workers.extend(self.measured.keys().filter(|&&(u, _)| u == t.0).map(|&(_, w)| w));
-                RateCurve::new(workers.into_iter().filter_map(|w| self.rate(t, w).map(|r| (w, r))))
+                let mut workers: Vec<u32> = self
+                    .prior
+                    .curve(t)
+                    .points()
+                    .iter()
+                    .map(|&(n, _)| n)
+                    .collect();
+                workers.extend(
+                    self.measured
+                        .keys()
+                        .filter(|&&(u, _)| u == t.0)
+                        .map(|&(_, w)| w),
+                );
+                RateCurve::new(
+                    workers
+                        .into_iter()
+                        .filter_map(|w| self.rate(t, w).map(|r| (w, r))),
+                )
             })
             .collect();
         ThroughputProfile::new(curves)
@@ -199,8 +251,14 @@ mod tests {
             e.observe(GpuType(0), 1, 20.0).unwrap(); // the job runs 2x its prior on v100
         }
         assert!((e.correction() - 2.0).abs() < 1e-6);
-        assert!((e.rate(GpuType(1), 1).unwrap() - 8.0).abs() < 1e-5, "k80 estimate should double");
-        assert!((e.rate(GpuType(0), 2).unwrap() - 36.0).abs() < 1e-4, "unmeasured worker count of a measured type");
+        assert!(
+            (e.rate(GpuType(1), 1).unwrap() - 8.0).abs() < 1e-5,
+            "k80 estimate should double"
+        );
+        assert!(
+            (e.rate(GpuType(0), 2).unwrap() - 36.0).abs() < 1e-4,
+            "unmeasured worker count of a measured type"
+        );
         let p = e.profile();
         assert!((p.rate(GpuType(1), 2).unwrap() - 14.0).abs() < 1e-4);
     }
@@ -218,8 +276,14 @@ mod tests {
     #[test]
     fn bad_measurements_are_refused() {
         let mut e = OnlineEstimate::new(prior());
-        assert!(matches!(e.observe(GpuType(0), 1, f64::NAN), Err(RefineError::BadRate { .. })));
-        assert!(matches!(e.observe(GpuType(0), 1, 0.0), Err(RefineError::BadRate { .. })));
+        assert!(matches!(
+            e.observe(GpuType(0), 1, f64::NAN),
+            Err(RefineError::BadRate { .. })
+        ));
+        assert!(matches!(
+            e.observe(GpuType(0), 1, 0.0),
+            Err(RefineError::BadRate { .. })
+        ));
         assert_eq!(e.observe(GpuType(0), 0, 1.0), Err(RefineError::NoWorkers));
         assert_eq!(e.observations(GpuType(0), 1), 0);
     }

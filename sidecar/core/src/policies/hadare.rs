@@ -128,7 +128,8 @@ impl Forkable {
     /// Utility gained by adding a copy of `rate` (kept in place or not).
     fn gain(&self, rate: f64, kept: bool) -> f64 {
         let moved_after = self.ran_before && (self.moved || !kept);
-        self.utility.at(self.rate + rate, moved_after) - self.utility.at(self.rate, self.moved && self.ran_before)
+        self.utility.at(self.rate + rate, moved_after)
+            - self.utility.at(self.rate, self.moved && self.ran_before)
     }
 }
 
@@ -171,7 +172,11 @@ struct Candidate {
 fn best_copy(book: &PriceBook, job: &Forkable, priced: bool) -> Option<Candidate> {
     let mut best: Option<(f64, Candidate)> = None;
     let consider = |cand: Candidate, best: &mut Option<(f64, Candidate)>| {
-        let score = if priced { cand.gain - cand.price } else { cand.gain / cand.part.gpus as f64 };
+        let score = if priced {
+            cand.gain - cand.price
+        } else {
+            cand.gain / cand.part.gpus as f64
+        };
         let better = match best {
             None => true,
             Some((s, b)) => score > *s || (score == *s && cand.part < b.part),
@@ -185,21 +190,53 @@ fn best_copy(book: &PriceBook, job: &Forkable, priced: bool) -> Option<Candidate
         if job.uses(prev.node) || book.free(prev.node, prev.gpu_type) < prev.gpus {
             continue;
         }
-        if let Some(o) = job.options.iter().find(|o| o.gpu_type == prev.gpu_type && o.gpus == prev.gpus) {
-            let price = book.placement_cost(&Placement::gang([*prev])).unwrap_or(f64::INFINITY);
-            consider(Candidate { part: *prev, rate: o.rate, gain: job.gain(o.rate, true), price, kept: true }, &mut best);
+        if let Some(o) = job
+            .options
+            .iter()
+            .find(|o| o.gpu_type == prev.gpu_type && o.gpus == prev.gpus)
+        {
+            let price = book
+                .placement_cost(&Placement::gang([*prev]))
+                .unwrap_or(f64::INFINITY);
+            consider(
+                Candidate {
+                    part: *prev,
+                    rate: o.rate,
+                    gain: job.gain(o.rate, true),
+                    price,
+                    kept: true,
+                },
+                &mut best,
+            );
         }
     }
     // Otherwise any node class with room: all its nodes are priced alike.
     for class in book.classes() {
-        let Some(&node) = class.nodes.iter().find(|n| !job.uses(**n)) else { continue };
+        let Some(&node) = class.nodes.iter().find(|n| !job.uses(**n)) else {
+            continue;
+        };
         for o in &job.options {
             let t = o.gpu_type.index();
             let (cap, used) = class.key[t];
-            let Some(price) = book.cost_at(t, cap, used, o.gpus) else { continue };
-            let part = Part { node, gpu_type: o.gpu_type, gpus: o.gpus };
+            let Some(price) = book.cost_at(t, cap, used, o.gpus) else {
+                continue;
+            };
+            let part = Part {
+                node,
+                gpu_type: o.gpu_type,
+                gpus: o.gpus,
+            };
             let kept = job.previous.contains(&part);
-            consider(Candidate { part, rate: o.rate, gain: job.gain(o.rate, kept), price, kept }, &mut best);
+            consider(
+                Candidate {
+                    part,
+                    rate: o.rate,
+                    gain: job.gain(o.rate, kept),
+                    price,
+                    kept,
+                },
+                &mut best,
+            );
         }
     }
     best.map(|(_, c)| c)
@@ -220,13 +257,17 @@ fn conserve_work(book: &mut PriceBook, jobs: &mut [Forkable], max_copies: usize)
     let mut heap: BinaryHeap<(TotalF64, Reverse<usize>)> = jobs
         .iter()
         .enumerate()
-        .filter_map(|(k, job)| unpriced_score(book, job).map(|(score, _)| (TotalF64(score), Reverse(k))))
+        .filter_map(|(k, job)| {
+            unpriced_score(book, job).map(|(score, _)| (TotalF64(score), Reverse(k)))
+        })
         .collect();
     while let Some((TotalF64(stored), Reverse(k))) = heap.pop() {
         if book.free_total() == 0 {
             break;
         }
-        let Some((score, c)) = unpriced_score(book, &jobs[k]) else { continue };
+        let Some((score, c)) = unpriced_score(book, &jobs[k]) else {
+            continue;
+        };
         if score.total_cmp(&stored).is_lt() {
             heap.push((TotalF64(score), Reverse(k)));
             continue;
@@ -255,7 +296,11 @@ pub fn plan_round(config: &HadarEConfig, input: &RoundInput<'_>) -> RoundPlan {
 /// in a plain rescan to check the two agree.
 type ConservePass = fn(&mut PriceBook, &mut [Forkable], usize);
 
-fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: ConservePass) -> RoundPlan {
+fn plan_round_with(
+    config: &HadarEConfig,
+    input: &RoundInput<'_>,
+    conserve: ConservePass,
+) -> RoundPlan {
     let cluster = input.cluster;
     let max_copies = config.max_copies.max(1) as usize;
     let mut jobs: Vec<Forkable> = Vec::with_capacity(input.jobs.len());
@@ -269,12 +314,19 @@ fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: Cons
             }
             for &(g, rate) in js.job.throughput.curve(t).points() {
                 if g <= workers && g <= cluster.max_per_node(t) {
-                    options.push(CopyOption { gpu_type: t, gpus: g, rate });
+                    options.push(CopyOption {
+                        gpu_type: t,
+                        gpus: g,
+                        rate,
+                    });
                 }
             }
         }
         if options.is_empty() {
-            waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+            waiting.push(Waiting {
+                job: js.id(),
+                reason: WaitReason::CannotRunAnywhere,
+            });
             continue;
         }
         let best_rate = options.iter().map(|o| o.rate).fold(0.0, f64::max);
@@ -287,7 +339,14 @@ fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: Cons
             input.restart_s,
             config.stickiness,
         );
-        let previous = if config.stickiness { js.placement.as_ref().map(|p| p.parts().to_vec()).unwrap_or_default() } else { Vec::new() };
+        let previous = if config.stickiness {
+            js.placement
+                .as_ref()
+                .map(|p| p.parts().to_vec())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         jobs.push(Forkable {
             index,
             options,
@@ -300,17 +359,26 @@ fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: Cons
             moved: false,
         });
     }
-    let horizon = jobs.iter().map(|j| j.utility.remaining_best_s()).fold(0.0, f64::max);
+    let horizon = jobs
+        .iter()
+        .map(|j| j.utility.remaining_best_s())
+        .fold(0.0, f64::max);
     for j in &mut jobs {
         j.utility.set_criticality(horizon, config.criticality);
     }
     let Ok(bounds) = PriceBook::bounds_from_utilities(
-        jobs.iter().map(|j| j.utility.best() / input.jobs[j.index].job.workers.max(1) as f64),
+        jobs.iter()
+            .map(|j| j.utility.best() / input.jobs[j.index].job.workers.max(1) as f64),
     ) else {
-        return RoundPlan { assignments: Vec::new(), waiting };
+        return RoundPlan {
+            assignments: Vec::new(),
+            waiting,
+        };
     };
     jobs.sort_by(|a, b| {
-        input.jobs[a.index].job.arrival_order(&input.jobs[b.index].job)
+        input.jobs[a.index]
+            .job
+            .arrival_order(&input.jobs[b.index].job)
     });
     let mut book = PriceBook::new(cluster, &[bounds]).with_type_pressure(config.type_pressure);
     let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];
@@ -348,20 +416,34 @@ fn plan_round_with(config: &HadarEConfig, input: &RoundInput<'_>, conserve: Cons
         let js = &input.jobs[job.index];
         if job.copies.is_empty() {
             let reason = match best_priced_out[k] {
-                Some(c) => WaitReason::PriceAboveUtility { utility: c.gain, price: c.price },
+                Some(c) => WaitReason::PriceAboveUtility {
+                    utility: c.gain,
+                    price: c.price,
+                },
                 None if book.free_total() == 0 => WaitReason::DoesNotFit,
                 None => WaitReason::NoThroughputOnFreeTypes,
             };
-            waiting.push(Waiting { job: js.id(), reason });
+            waiting.push(Waiting {
+                job: js.id(),
+                reason,
+            });
             continue;
         }
         let placement = Placement::forked(job.copies.iter().copied());
         let rate = placement.rate(&js.job.throughput, js.job.workers);
         let utility = job.utility.at(rate, job.moved && job.ran_before);
-        assignments.push(Assignment { job: js.id(), placement, rate, payoff: Some(utility - job.price) });
+        assignments.push(Assignment {
+            job: js.id(),
+            placement,
+            rate,
+            payoff: Some(utility - job.price),
+        });
     }
     assignments.sort_by_key(|a| a.job);
-    RoundPlan { assignments, waiting }
+    RoundPlan {
+        assignments,
+        waiting,
+    }
 }
 
 #[cfg(test)]
@@ -382,33 +464,60 @@ mod tests {
             workers,
             total_steps: remaining,
             weight: 1.0,
-            throughput: ThroughputProfile::new(rates.iter().map(|r| RateCurve::new(r.iter().copied())).collect()),
+            throughput: ThroughputProfile::new(
+                rates
+                    .iter()
+                    .map(|r| RateCurve::new(r.iter().copied()))
+                    .collect(),
+            ),
         };
         JobState::arrived(Arc::new(job), rates.len())
     }
 
     fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
-        RoundInput { now_s: 0.0, round_s: 360.0, restart_s: 0.0, cluster, jobs }
+        RoundInput {
+            now_s: 0.0,
+            round_s: 360.0,
+            restart_s: 0.0,
+            cluster,
+            jobs,
+        }
     }
 
     #[test]
     fn fewer_jobs_than_nodes_fork_to_fill_every_node() {
         // 2 jobs, 6 one-GPU nodes of two types: every node gets a copy.
-        let cluster = Cluster::from_type_counts(&[("v100".into(), 3), ("k80".into(), 3)], 1).unwrap();
-        let jobs = vec![job(0, 1, &[&[(1, 4.0)], &[(1, 1.0)]], 1e5), job(1, 1, &[&[(1, 2.0)], &[(1, 1.5)]], 1e5)];
+        let cluster =
+            Cluster::from_type_counts(&[("v100".into(), 3), ("k80".into(), 3)], 1).unwrap();
+        let jobs = vec![
+            job(0, 1, &[&[(1, 4.0)], &[(1, 1.0)]], 1e5),
+            job(1, 1, &[&[(1, 2.0)], &[(1, 1.5)]], 1e5),
+        ];
         let plan = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
         plan.validate(&cluster, &jobs).unwrap();
         let used: u32 = plan.assignments.iter().map(|a| a.placement.gpus()).sum();
         assert_eq!(used, 6, "{plan:?}");
-        assert!(plan.assignments.iter().all(|a| a.placement.kind() == PlacementKind::Forked));
-        assert!(plan.assignments.iter().all(|a| a.placement.parts().len() >= 2), "both jobs fork: {plan:?}");
+        assert!(
+            plan.assignments
+                .iter()
+                .all(|a| a.placement.kind() == PlacementKind::Forked)
+        );
+        assert!(
+            plan.assignments
+                .iter()
+                .all(|a| a.placement.parts().len() >= 2),
+            "both jobs fork: {plan:?}"
+        );
     }
 
     #[test]
     fn copies_are_capped() {
         let cluster = Cluster::from_type_counts(&[("v100".into(), 8)], 1).unwrap();
         let jobs = vec![job(0, 1, &[&[(1, 1.0)]], 1e5)];
-        let cfg = HadarEConfig { max_copies: 3, ..HadarEConfig::default() };
+        let cfg = HadarEConfig {
+            max_copies: 3,
+            ..HadarEConfig::default()
+        };
         let plan = plan_round(&cfg, &input(&cluster, &jobs));
         assert_eq!(plan.assignments[0].placement.parts().len(), 3);
     }
@@ -428,7 +537,13 @@ mod tests {
         let cluster = Cluster::from_type_counts(&[("v100".into(), 2)], 1).unwrap();
         let jobs = vec![job(0, 1, &[&[]], 1e5)];
         let plan = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
-        assert_eq!(plan.waiting, vec![Waiting { job: JobId(0), reason: WaitReason::CannotRunAnywhere }]);
+        assert_eq!(
+            plan.waiting,
+            vec![Waiting {
+                job: JobId(0),
+                reason: WaitReason::CannotRunAnywhere
+            }]
+        );
     }
 
     #[test]
@@ -438,8 +553,17 @@ mod tests {
         let first = plan_round(&HadarEConfig::default(), &input(&cluster, &jobs));
         jobs[0].placement = Some(first.assignments[0].placement.clone());
         jobs[0].rounds_run = 1;
-        let again = plan_round(&HadarEConfig::default(), &RoundInput { restart_s: 30.0, ..input(&cluster, &jobs) });
-        assert_eq!(again.assignments[0].placement, first.assignments[0].placement);
+        let again = plan_round(
+            &HadarEConfig::default(),
+            &RoundInput {
+                restart_s: 30.0,
+                ..input(&cluster, &jobs)
+            },
+        );
+        assert_eq!(
+            again.assignments[0].placement,
+            first.assignments[0].placement
+        );
     }
 
     /// The work-conservation pass as first written: rescan every job for each copy.

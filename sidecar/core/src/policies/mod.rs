@@ -105,7 +105,11 @@ impl fmt::Display for PolicyName {
 pub struct UnknownPolicy(pub String);
 
 fn known_names() -> String {
-    PolicyName::ALL.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+    PolicyName::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl FromStr for PolicyName {
@@ -146,7 +150,11 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
 
 /// Computes a bound's makespan (seconds from the first arrival) for a workload; see
 /// [`crate::bounds`]. Round policies are not bounds: asking for one is an error.
-pub fn bound(name: PolicyName, cluster: &crate::Cluster, jobs: &[crate::Job]) -> Result<f64, crate::bounds::BoundError> {
+pub fn bound(
+    name: PolicyName,
+    cluster: &crate::Cluster,
+    jobs: &[crate::Job],
+) -> Result<f64, crate::bounds::BoundError> {
     match name {
         PolicyName::LowerBound => crate::bounds::fluid_makespan(cluster, jobs),
         PolicyName::LowerBoundFork => crate::bounds::fluid_makespan_forking(cluster, jobs),

@@ -39,8 +39,11 @@ fn fewest_nodes_best_fit(mut avail: Vec<(NodeId, u32)>, gpus: u32) -> Option<Vec
         i += 1;
     }
     // Some node at index >= i holds `left`; pick the tightest, lowest id on ties.
-    let last =
-        avail[i..].iter().filter(|&&(_, a)| a >= left).min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0))).copied()?;
+    let last = avail[i..]
+        .iter()
+        .filter(|&&(_, a)| a >= left)
+        .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .copied()?;
     chosen.push((last.0, left));
     Some(chosen)
 }
@@ -53,9 +56,18 @@ pub fn pack_consolidated(free: &FreeCapacity, gpu_type: GpuType, gpus: u32) -> O
     if free.free_of_type(gpu_type) < gpus {
         return None;
     }
-    let avail = (0..free.node_count() as u32).map(NodeId).map(|n| (n, free.free(n, gpu_type))).collect();
+    let avail = (0..free.node_count() as u32)
+        .map(NodeId)
+        .map(|n| (n, free.free(n, gpu_type)))
+        .collect();
     let nodes = fewest_nodes_best_fit(avail, gpus)?;
-    Some(Placement::gang(nodes.into_iter().map(|(node, gpus)| Part { node, gpu_type, gpus })))
+    Some(Placement::gang(nodes.into_iter().map(|(node, gpus)| {
+        Part {
+            node,
+            gpu_type,
+            gpus,
+        }
+    })))
 }
 
 /// A gang placement of `gpus` GPUs drawn from any of `types`, mixing types if need be, on as
@@ -66,15 +78,21 @@ pub fn pack_consolidated(free: &FreeCapacity, gpu_type: GpuType, gpus: u32) -> O
 /// The caller passes only types the job can run on: a gang advances at the pace of its
 /// slowest type, and a type without throughput would stop it entirely.
 pub fn pack_any_types(free: &FreeCapacity, types: &[GpuType], gpus: u32) -> Option<Placement> {
-    let avail =
-        (0..free.node_count() as u32).map(NodeId).map(|n| (n, types.iter().map(|&t| free.free(n, t)).sum())).collect();
+    let avail = (0..free.node_count() as u32)
+        .map(NodeId)
+        .map(|n| (n, types.iter().map(|&t| free.free(n, t)).sum()))
+        .collect();
     let nodes = fewest_nodes_best_fit(avail, gpus)?;
     let mut parts = Vec::new();
     for (node, mut left) in nodes {
         for &t in types {
             let here = free.free(node, t).min(left);
             if here > 0 {
-                parts.push(Part { node, gpu_type: t, gpus: here });
+                parts.push(Part {
+                    node,
+                    gpu_type: t,
+                    gpus: here,
+                });
                 left -= here;
             }
         }
@@ -85,7 +103,10 @@ pub fn pack_any_types(free: &FreeCapacity, types: &[GpuType], gpus: u32) -> Opti
 /// The types on which `job` can run with all its workers (a positive rate for `workers`
 /// GPUs of that type), in the cluster's declaration order.
 pub fn usable_types(job: &Job, cluster: &Cluster) -> Vec<GpuType> {
-    cluster.types().filter(|&t| job.rate_on(t).is_some()).collect()
+    cluster
+        .types()
+        .filter(|&t| job.rate_on(t).is_some())
+        .collect()
 }
 
 /// Free GPUs, summed over `types`.
@@ -110,10 +131,9 @@ pub fn unplaced_reason(job: &Job, cluster: &Cluster, free: &FreeCapacity) -> Wai
 /// True when every part of `placement` lies inside the cluster (node and type indices exist);
 /// a placement remembered from an earlier round may not, if nodes were drained since.
 pub fn placement_in_cluster(placement: &Placement, cluster: &Cluster) -> bool {
-    placement
-        .parts()
-        .iter()
-        .all(|p| p.node.index() < cluster.nodes().len() && p.gpu_type.index() < cluster.type_count())
+    placement.parts().iter().all(|p| {
+        p.node.index() < cluster.nodes().len() && p.gpu_type.index() < cluster.type_count()
+    })
 }
 
 #[cfg(test)]
@@ -123,24 +143,44 @@ mod tests {
     use crate::policies::fixtures::job;
 
     fn part(n: u32, t: u16, g: u32) -> Part {
-        Part { node: NodeId(n), gpu_type: GpuType(t), gpus: g }
+        Part {
+            node: NodeId(n),
+            gpu_type: GpuType(t),
+            gpus: g,
+        }
     }
 
     /// Nodes with 4, 2, 3 and 1 GPUs of one type.
     fn uneven() -> Cluster {
-        let n = |name: &str, g: u32| Node { name: name.into(), gpus: vec![g] };
-        Cluster::new(vec!["v100".into()], vec![n("a", 4), n("b", 2), n("c", 3), n("d", 1)]).unwrap()
+        let n = |name: &str, g: u32| Node {
+            name: name.into(),
+            gpus: vec![g],
+        };
+        Cluster::new(
+            vec!["v100".into()],
+            vec![n("a", 4), n("b", 2), n("c", 3), n("d", 1)],
+        )
+        .unwrap()
     }
 
     #[test]
     fn single_node_fit_is_best_fit() {
         let free = FreeCapacity::of(&uneven());
         // 2 GPUs fit on a (4), b (2) and c (3): the tightest is b.
-        assert_eq!(pack_consolidated(&free, GpuType(0), 2), Some(Placement::gang([part(1, 0, 2)])));
+        assert_eq!(
+            pack_consolidated(&free, GpuType(0), 2),
+            Some(Placement::gang([part(1, 0, 2)]))
+        );
         // 3 GPUs: a or c; c is tighter.
-        assert_eq!(pack_consolidated(&free, GpuType(0), 3), Some(Placement::gang([part(2, 0, 3)])));
+        assert_eq!(
+            pack_consolidated(&free, GpuType(0), 3),
+            Some(Placement::gang([part(2, 0, 3)]))
+        );
         // 1 GPU: d.
-        assert_eq!(pack_consolidated(&free, GpuType(0), 1), Some(Placement::gang([part(3, 0, 1)])));
+        assert_eq!(
+            pack_consolidated(&free, GpuType(0), 1),
+            Some(Placement::gang([part(3, 0, 1)]))
+        );
     }
 
     #[test]
@@ -151,11 +191,17 @@ mod tests {
         assert_eq!(p, Placement::gang([part(0, 0, 4), part(1, 0, 2)]));
         // 8 GPUs need a, c and one more: the last 1 goes to d (tightest).
         let p = pack_consolidated(&free, GpuType(0), 8).unwrap();
-        assert_eq!(p, Placement::gang([part(0, 0, 4), part(2, 0, 3), part(3, 0, 1)]));
+        assert_eq!(
+            p,
+            Placement::gang([part(0, 0, 4), part(2, 0, 3), part(3, 0, 1)])
+        );
         assert_eq!(p.nodes().len(), 3);
         // 11 is more than exist.
         assert_eq!(pack_consolidated(&free, GpuType(0), 11), None);
-        assert_eq!(pack_consolidated(&free, GpuType(0), 10).map(|p| p.gpus()), Some(10));
+        assert_eq!(
+            pack_consolidated(&free, GpuType(0), 10).map(|p| p.gpus()),
+            Some(10)
+        );
     }
 
     #[test]
@@ -175,7 +221,16 @@ mod tests {
     fn any_types_mixes_only_the_given_types() {
         let c = Cluster::new(
             vec!["v100".into(), "k80".into(), "p100".into()],
-            vec![Node { name: "x".into(), gpus: vec![1, 1, 4] }, Node { name: "y".into(), gpus: vec![0, 2, 0] }],
+            vec![
+                Node {
+                    name: "x".into(),
+                    gpus: vec![1, 1, 4],
+                },
+                Node {
+                    name: "y".into(),
+                    gpus: vec![0, 2, 0],
+                },
+            ],
         )
         .unwrap();
         let free = FreeCapacity::of(&c);
@@ -193,14 +248,23 @@ mod tests {
         let mut free = FreeCapacity::of(&c);
         let v100_only = job(1, 0.0, 2, 100.0, &[Some(1.0), None]);
         let nowhere = job(2, 0.0, 2, 100.0, &[None, None]);
-        assert_eq!(unplaced_reason(&nowhere, &c, &free), WaitReason::CannotRunAnywhere);
+        assert_eq!(
+            unplaced_reason(&nowhere, &c, &free),
+            WaitReason::CannotRunAnywhere
+        );
         free.take(part(0, 0, 1)).unwrap();
         // One v100 and two k80 free: enough GPUs, but not of a type the job can use.
-        assert_eq!(unplaced_reason(&v100_only, &c, &free), WaitReason::NoThroughputOnFreeTypes);
+        assert_eq!(
+            unplaced_reason(&v100_only, &c, &free),
+            WaitReason::NoThroughputOnFreeTypes
+        );
         free.take(part(2, 1, 1)).unwrap();
         free.take(part(3, 1, 1)).unwrap();
         // One GPU left in all: a plain shortage.
-        assert_eq!(unplaced_reason(&v100_only, &c, &free), WaitReason::DoesNotFit);
+        assert_eq!(
+            unplaced_reason(&v100_only, &c, &free),
+            WaitReason::DoesNotFit
+        );
         assert_eq!(usable_types(&v100_only, &c), vec![GpuType(0)]);
     }
 }

@@ -47,7 +47,10 @@ impl SlurmBackfill {
 /// `None` when no such type exists.
 pub fn requested_type(js: &JobState, cluster: &Cluster) -> Option<(GpuType, f64)> {
     let mut best: Option<(GpuType, f64)> = None;
-    for t in cluster.types().filter(|&t| cluster.total_of_type(t) >= js.job.workers) {
+    for t in cluster
+        .types()
+        .filter(|&t| cluster.total_of_type(t) >= js.job.workers)
+    {
         if let Some(r) = js.job.rate_on(t)
             && best.is_none_or(|(_, b)| r > b)
         {
@@ -69,7 +72,10 @@ impl Profile {
     /// at `end`.
     fn new(now: f64, free_now: FreeCapacity, mut releases: Vec<(f64, Placement)>) -> Self {
         releases.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut profile = Profile { starts: vec![now], free: vec![free_now] };
+        let mut profile = Profile {
+            starts: vec![now],
+            free: vec![free_now],
+        };
         for (end, p) in releases {
             let mut next = profile.free[profile.free.len() - 1].clone();
             next.give_placement(&p);
@@ -140,7 +146,11 @@ impl Profile {
                     let (w, s) = (window.free(node, t), seg.free(node, t));
                     if s < w {
                         // Cannot fail: it takes less than is free.
-                        let _ = window.take(Part { node, gpu_type: t, gpus: w - s });
+                        let _ = window.take(Part {
+                            node,
+                            gpu_type: t,
+                            gpus: w - s,
+                        });
                     }
                 }
             }
@@ -182,11 +192,23 @@ impl Policy for SlurmBackfill {
         let mut releases = Vec::new();
         let mut pending = Vec::new();
         for js in input.jobs {
-            let rate = js.placement.as_ref().map_or(0.0, |p| p.rate(&js.job.throughput, js.job.workers));
+            let rate = js
+                .placement
+                .as_ref()
+                .map_or(0.0, |p| p.rate(&js.job.throughput, js.job.workers));
             match &js.placement {
-                Some(p) if rate > 0.0 && placement_in_cluster(p, cluster) && free_now.take_placement(p).is_ok() => {
+                Some(p)
+                    if rate > 0.0
+                        && placement_in_cluster(p, cluster)
+                        && free_now.take_placement(p).is_ok() =>
+                {
                     releases.push((now + js.remaining_steps / rate, p.clone()));
-                    plan.assignments.push(Assignment { job: js.id(), placement: p.clone(), rate, payoff: None });
+                    plan.assignments.push(Assignment {
+                        job: js.id(),
+                        placement: p.clone(),
+                        rate,
+                        payoff: None,
+                    });
                 }
                 _ => pending.push(js),
             }
@@ -196,18 +218,29 @@ impl Policy for SlurmBackfill {
         let mut first_waiting: Option<JobId> = None;
         for js in pending {
             let Some((t, rate)) = requested_type(js, cluster) else {
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+                plan.waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::CannotRunAnywhere,
+                });
                 continue;
             };
             let duration = js.remaining_steps / rate;
             let Some((first, placement)) = profile.earliest(t, js.job.workers, duration) else {
                 // Only reachable if the duration is not a finite number.
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::DoesNotFit });
+                plan.waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::DoesNotFit,
+                });
                 continue;
             };
             profile.reserve(first, duration, &placement);
             if first == 0 && free_now.take_placement(&placement).is_ok() {
-                plan.assignments.push(Assignment { job: js.id(), placement, rate, payoff: None });
+                plan.assignments.push(Assignment {
+                    job: js.id(),
+                    placement,
+                    rate,
+                    payoff: None,
+                });
                 continue;
             }
             // It fits in the GPUs free now, but taking them would delay a job ahead of it.
@@ -218,7 +251,10 @@ impl Policy for SlurmBackfill {
                 _ => WaitReason::WaitingForRelease,
             };
             first_waiting.get_or_insert(js.id());
-            plan.waiting.push(Waiting { job: js.id(), reason });
+            plan.waiting.push(Waiting {
+                job: js.id(),
+                reason,
+            });
         }
         plan
     }
@@ -230,11 +266,21 @@ mod tests {
     use crate::policies::fixtures::{fresh, job, running, ty};
 
     fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
-        RoundInput { now_s: 1000.0, round_s: 360.0, restart_s: 0.0, cluster, jobs }
+        RoundInput {
+            now_s: 1000.0,
+            round_s: 360.0,
+            restart_s: 0.0,
+            cluster,
+            jobs,
+        }
     }
 
     fn one(node: u32, t: u16, gpus: u32) -> Placement {
-        Placement::gang([Part { node: NodeId(node), gpu_type: ty(t), gpus }])
+        Placement::gang([Part {
+            node: NodeId(node),
+            gpu_type: ty(t),
+            gpus,
+        }])
     }
 
     #[test]
@@ -242,13 +288,24 @@ mod tests {
         // One v100 (busy) and four idle k80 nodes; the job is fastest on v100.
         let c = Cluster::from_type_counts(&[("v100".into(), 1), ("k80".into(), 4)], 1).unwrap();
         let jobs = vec![
-            running(job(1, 0.0, 1, 1000.0, &[Some(1.0), Some(1.0)]), 2, one(0, 0, 1), 100.0),
+            running(
+                job(1, 0.0, 1, 1000.0, &[Some(1.0), Some(1.0)]),
+                2,
+                one(0, 0, 1),
+                100.0,
+            ),
             fresh(job(2, 1.0, 1, 1000.0, &[Some(3.0), Some(1.0)]), 2),
         ];
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         plan.validate(&c, &jobs).unwrap();
         assert!(plan.placement_of(JobId(2)).is_none());
-        assert_eq!(plan.waiting, vec![Waiting { job: JobId(2), reason: WaitReason::WaitingForRelease }]);
+        assert_eq!(
+            plan.waiting,
+            vec![Waiting {
+                job: JobId(2),
+                reason: WaitReason::WaitingForRelease
+            }]
+        );
         assert_eq!(requested_type(&jobs[1], &c), Some((ty(0), 3.0)));
     }
 
@@ -257,8 +314,16 @@ mod tests {
         // Four 1-GPU v100 nodes; job 1 holds two of them for 100 s.
         let c = Cluster::from_type_counts(&[("v100".into(), 4)], 1).unwrap();
         let held = Placement::gang([
-            Part { node: NodeId(0), gpu_type: ty(0), gpus: 1 },
-            Part { node: NodeId(1), gpu_type: ty(0), gpus: 1 },
+            Part {
+                node: NodeId(0),
+                gpu_type: ty(0),
+                gpus: 1,
+            },
+            Part {
+                node: NodeId(1),
+                gpu_type: ty(0),
+                gpus: 1,
+            },
         ]);
         let mut r = running(job(1, 0.0, 2, 1e6, &[Some(1.0)]), 1, held, 10.0);
         r.remaining_steps = 100.0;
@@ -276,7 +341,12 @@ mod tests {
         assert!(plan.placement_of(JobId(3)).is_some());
         assert!(plan.placement_of(JobId(2)).is_none());
         assert!(plan.placement_of(JobId(4)).is_none());
-        let reason = |id| plan.waiting.iter().find(|w| w.job == JobId(id)).map(|w| w.reason.clone());
+        let reason = |id| {
+            plan.waiting
+                .iter()
+                .find(|w| w.job == JobId(id))
+                .map(|w| w.reason.clone())
+        };
         assert_eq!(reason(2), Some(WaitReason::WaitingForRelease));
         // Job 3 took the two free GPUs, so job 4 does not fit now at all.
         assert_eq!(reason(4), Some(WaitReason::WaitingForRelease));
@@ -297,7 +367,12 @@ mod tests {
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         assert_eq!(plan.assignments.len(), 1);
         let w3 = plan.waiting.iter().find(|w| w.job == JobId(3)).unwrap();
-        assert_eq!(w3.reason, WaitReason::QueuedBehind { head: Some(JobId(2)) });
+        assert_eq!(
+            w3.reason,
+            WaitReason::QueuedBehind {
+                head: Some(JobId(2))
+            }
+        );
     }
 
     #[test]
@@ -306,9 +381,18 @@ mod tests {
         let c = Cluster::new(
             vec!["v100".into()],
             vec![
-                crate::cluster::Node { name: "a".into(), gpus: vec![4] },
-                crate::cluster::Node { name: "b".into(), gpus: vec![2] },
-                crate::cluster::Node { name: "c".into(), gpus: vec![3] },
+                crate::cluster::Node {
+                    name: "a".into(),
+                    gpus: vec![4],
+                },
+                crate::cluster::Node {
+                    name: "b".into(),
+                    gpus: vec![2],
+                },
+                crate::cluster::Node {
+                    name: "c".into(),
+                    gpus: vec![3],
+                },
             ],
         )
         .unwrap();
@@ -323,7 +407,12 @@ mod tests {
         let c = Cluster::from_type_counts(&[("v100".into(), 1), ("k80".into(), 2)], 1).unwrap();
         let on_k80 = one(1, 1, 1);
         let jobs = vec![
-            running(job(1, 0.0, 1, 1e6, &[Some(5.0), Some(1.0)]), 2, on_k80.clone(), 10.0),
+            running(
+                job(1, 0.0, 1, 1e6, &[Some(5.0), Some(1.0)]),
+                2,
+                on_k80.clone(),
+                10.0,
+            ),
             // Three GPUs of one type: the cluster has at most two of any type.
             fresh(job(2, 1.0, 3, 1e6, &[Some(5.0), Some(1.0)]), 2),
             // Fastest on v100, but there is one v100 for its two workers: it asks for k80.
@@ -331,9 +420,21 @@ mod tests {
         ];
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         assert_eq!(plan.placement_of(JobId(1)), Some(&on_k80));
-        assert_eq!(plan.waiting[0], Waiting { job: JobId(2), reason: WaitReason::CannotRunAnywhere });
+        assert_eq!(
+            plan.waiting[0],
+            Waiting {
+                job: JobId(2),
+                reason: WaitReason::CannotRunAnywhere
+            }
+        );
         // Job 3 asked for k80 and must wait for job 1's k80 to be released.
         assert_eq!(requested_type(&jobs[2], &c), Some((ty(1), 1.0)));
-        assert_eq!(plan.waiting[1], Waiting { job: JobId(3), reason: WaitReason::WaitingForRelease });
+        assert_eq!(
+            plan.waiting[1],
+            Waiting {
+                job: JobId(3),
+                reason: WaitReason::WaitingForRelease
+            }
+        );
     }
 }

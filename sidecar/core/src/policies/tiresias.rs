@@ -30,7 +30,9 @@ use crate::job::{JobId, JobState};
 use crate::placement::{Part, Placement};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policies::PolicyName;
-use crate::policies::packing::{free_of_types, pack_any_types, pack_consolidated, placement_in_cluster, usable_types};
+use crate::policies::packing::{
+    free_of_types, pack_any_types, pack_consolidated, placement_in_cluster, usable_types,
+};
 use crate::policy::{Policy, RoundInput};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -57,7 +59,10 @@ pub struct TiresiasConfig {
 
 impl Default for TiresiasConfig {
     fn default() -> Self {
-        TiresiasConfig { queue_thresholds_gpu_s: vec![3250.0, 7200.0], promote_knob: Some(8.0) }
+        TiresiasConfig {
+            queue_thresholds_gpu_s: vec![3250.0, 7200.0],
+            promote_knob: Some(8.0),
+        }
     }
 }
 
@@ -65,7 +70,9 @@ impl Default for TiresiasConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum TiresiasConfigError {
     /// A threshold is not a positive finite number, or the list is not strictly ascending.
-    #[error("tiresias queue threshold #{index} ({value} GPU-s) must be positive, finite and above the previous one")]
+    #[error(
+        "tiresias queue threshold #{index} ({value} GPU-s) must be positive, finite and above the previous one"
+    )]
     BadThreshold {
         /// Position in the list, from 0.
         index: usize,
@@ -95,7 +102,10 @@ impl TiresiasConfig {
 
     /// The queue (0 = top) of a job with `service_gpu_s` of service since its last promotion.
     pub fn queue_of(&self, service_gpu_s: f64) -> usize {
-        self.queue_thresholds_gpu_s.iter().filter(|&&t| service_gpu_s >= t).count()
+        self.queue_thresholds_gpu_s
+            .iter()
+            .filter(|&&t| service_gpu_s >= t)
+            .count()
     }
 }
 
@@ -133,20 +143,28 @@ impl Tiresias {
     /// Tiresias with `config`, refused if the thresholds or knob are unusable.
     pub fn with_config(config: TiresiasConfig, seed: u64) -> Result<Self, TiresiasConfigError> {
         config.validate()?;
-        Ok(Tiresias { config, ..Tiresias::new(seed) })
+        Ok(Tiresias {
+            config,
+            ..Tiresias::new(seed)
+        })
     }
 
     /// The queue (0 = top) `job` is in given what the policy remembers from its last plan
     /// (`None` if it was not active then), for explanations and tests.
     pub fn queue_of_job(&self, job: &JobState) -> Option<usize> {
-        self.books.get(&job.id()).map(|b| self.config.queue_of(job.attained_gpu_s - b.service_base))
+        self.books
+            .get(&job.id())
+            .map(|b| self.config.queue_of(job.attained_gpu_s - b.service_base))
     }
 
     /// The queue each active job is in after this round's promotions, updating the books.
     fn queues(&mut self, input: &RoundInput<'_>) -> Vec<usize> {
-        let elapsed = self.last_now_s.map_or(0.0, |last| (input.now_s - last).max(0.0));
+        let elapsed = self
+            .last_now_s
+            .map_or(0.0, |last| (input.now_s - last).max(0.0));
         self.last_now_s = Some(input.now_s);
-        let active: std::collections::HashSet<JobId> = input.jobs.iter().map(JobState::id).collect();
+        let active: std::collections::HashSet<JobId> =
+            input.jobs.iter().map(JobState::id).collect();
         self.books.retain(|id, _| active.contains(id));
         let mut queues = Vec::with_capacity(input.jobs.len());
         for js in input.jobs {
@@ -163,7 +181,11 @@ impl Tiresias {
                 && ran_since > 0.0
                 && book.waited_s >= knob * ran_since
             {
-                *book = PriorityBook { service_base: js.attained_gpu_s, run_base: js.run_s, waited_s: 0.0 };
+                *book = PriorityBook {
+                    service_base: js.attained_gpu_s,
+                    run_base: js.run_s,
+                    waited_s: 0.0,
+                };
                 queue = 0;
             }
             queues.push(queue);
@@ -184,7 +206,10 @@ impl Tiresias {
         let n = js.job.workers;
         let usable = usable_types(&js.job, cluster);
         for ledger in [unheld, free] {
-            let mut options: Vec<Placement> = usable.iter().filter_map(|&t| pack_consolidated(ledger, t, n)).collect();
+            let mut options: Vec<Placement> = usable
+                .iter()
+                .filter_map(|&t| pack_consolidated(ledger, t, n))
+                .collect();
             match options.len() {
                 0 => {}
                 1 => return options.pop(),
@@ -236,10 +261,19 @@ impl Ledgers {
     fn release(&mut self, placement: &Placement) {
         for p in placement.parts() {
             let i = self.slot(p);
-            let before = self.free.free(p.node, p.gpu_type).saturating_sub(self.held[i]);
+            let before = self
+                .free
+                .free(p.node, p.gpu_type)
+                .saturating_sub(self.held[i]);
             self.held[i] -= p.gpus.min(self.held[i]);
-            let after = self.free.free(p.node, p.gpu_type).saturating_sub(self.held[i]);
-            self.unheld.give(Part { gpus: after - before, ..*p });
+            let after = self
+                .free
+                .free(p.node, p.gpu_type)
+                .saturating_sub(self.held[i]);
+            self.unheld.give(Part {
+                gpus: after - before,
+                ..*p
+            });
         }
     }
 
@@ -302,7 +336,12 @@ impl Policy for Tiresias {
             match chosen {
                 Some(placement) => {
                     let rate = placement.rate(&js.job.throughput, js.job.workers);
-                    plan.assignments.push(Assignment { job: js.id(), placement, rate, payoff: None });
+                    plan.assignments.push(Assignment {
+                        job: js.id(),
+                        placement,
+                        rate,
+                        payoff: None,
+                    });
                 }
                 None => {
                     let usable = usable_types(&js.job, cluster);
@@ -311,7 +350,10 @@ impl Policy for Tiresias {
                     } else {
                         WaitReason::QueuedBehind { head: None }
                     };
-                    plan.waiting.push(Waiting { job: js.id(), reason });
+                    plan.waiting.push(Waiting {
+                        job: js.id(),
+                        reason,
+                    });
                 }
             }
         }
@@ -326,11 +368,21 @@ mod tests {
     use crate::policies::fixtures::{fresh, job, running, ty};
 
     fn input<'a>(now_s: f64, cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
-        RoundInput { now_s, round_s: 360.0, restart_s: 0.0, cluster, jobs }
+        RoundInput {
+            now_s,
+            round_s: 360.0,
+            restart_s: 0.0,
+            cluster,
+            jobs,
+        }
     }
 
     fn one(node: u32, t: u16, gpus: u32) -> Placement {
-        Placement::gang([Part { node: NodeId(node), gpu_type: ty(t), gpus }])
+        Placement::gang([Part {
+            node: NodeId(node),
+            gpu_type: ty(t),
+            gpus,
+        }])
     }
 
     #[test]
@@ -341,9 +393,21 @@ mod tests {
         assert_eq!(c.queue_of(3249.0), 0);
         assert_eq!(c.queue_of(3250.0), 1);
         assert_eq!(c.queue_of(1e9), 2);
-        let bad = TiresiasConfig { queue_thresholds_gpu_s: vec![100.0, 50.0], promote_knob: None };
-        assert_eq!(bad.validate(), Err(TiresiasConfigError::BadThreshold { index: 1, value: 50.0 }));
-        let bad = TiresiasConfig { queue_thresholds_gpu_s: vec![], promote_knob: Some(-1.0) };
+        let bad = TiresiasConfig {
+            queue_thresholds_gpu_s: vec![100.0, 50.0],
+            promote_knob: None,
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(TiresiasConfigError::BadThreshold {
+                index: 1,
+                value: 50.0
+            })
+        );
+        let bad = TiresiasConfig {
+            queue_thresholds_gpu_s: vec![],
+            promote_knob: Some(-1.0),
+        };
         assert!(Tiresias::with_config(bad, 0).is_err());
     }
 
@@ -362,7 +426,13 @@ mod tests {
         // Job 2 stays where it was; the new job takes job 1's GPU.
         assert_eq!(plan.placement_of(JobId(2)), Some(&one(1, 0, 1)));
         assert_eq!(plan.placement_of(JobId(3)), Some(&one(0, 0, 1)));
-        assert_eq!(plan.waiting, vec![Waiting { job: JobId(1), reason: WaitReason::QueuedBehind { head: None } }]);
+        assert_eq!(
+            plan.waiting,
+            vec![Waiting {
+                job: JobId(1),
+                reason: WaitReason::QueuedBehind { head: None }
+            }]
+        );
         assert_eq!(t.queue_of_job(&jobs[0]), Some(2));
     }
 
@@ -404,7 +474,11 @@ mod tests {
     #[test]
     fn mixes_types_when_it_cannot_consolidate_but_never_uses_a_type_without_rate() {
         // One v100, one p100, one k80 node; the job cannot run on k80.
-        let c = Cluster::from_type_counts(&[("v100".into(), 1), ("p100".into(), 1), ("k80".into(), 1)], 1).unwrap();
+        let c = Cluster::from_type_counts(
+            &[("v100".into(), 1), ("p100".into(), 1), ("k80".into(), 1)],
+            1,
+        )
+        .unwrap();
         let jobs = vec![fresh(job(1, 0.0, 2, 1e9, &[Some(4.0), Some(2.0), None]), 3)];
         let plan = Tiresias::new(0).plan(&input(0.0, &c, &jobs));
         plan.validate(&c, &jobs).unwrap();
@@ -415,14 +489,23 @@ mod tests {
         // Three workers: only two usable GPUs exist.
         let jobs = vec![fresh(job(2, 0.0, 3, 1e9, &[Some(4.0), Some(2.0), None]), 3)];
         let plan = Tiresias::new(0).plan(&input(0.0, &c, &jobs));
-        assert_eq!(plan.waiting, vec![Waiting { job: JobId(2), reason: WaitReason::CannotRunAnywhere }]);
+        assert_eq!(
+            plan.waiting,
+            vec![Waiting {
+                job: JobId(2),
+                reason: WaitReason::CannotRunAnywhere
+            }]
+        );
     }
 
     #[test]
     fn a_starving_job_is_promoted_to_the_top_queue() {
         // One GPU. Job 1 ran 4 000 s (queue 1) then waited; job 2 (queue 0) holds the GPU.
         let c = Cluster::from_type_counts(&[("v100".into(), 1)], 1).unwrap();
-        let config = TiresiasConfig { queue_thresholds_gpu_s: vec![3000.0], promote_knob: Some(2.0) };
+        let config = TiresiasConfig {
+            queue_thresholds_gpu_s: vec![3000.0],
+            promote_knob: Some(2.0),
+        };
         let mut t = Tiresias::with_config(config, 0).unwrap();
         let mut starving = running(job(1, 0.0, 1, 1e9, &[Some(1.0)]), 1, one(0, 0, 1), 4000.0);
         starving.placement = None;
@@ -452,11 +535,17 @@ mod tests {
     #[test]
     fn same_seed_same_choices() {
         let c = Cluster::from_type_counts(&[("v100".into(), 4), ("k80".into(), 4)], 2).unwrap();
-        let jobs: Vec<JobState> = (0..5).map(|i| fresh(job(i, i as f64, 2, 1e9, &[Some(3.0), Some(1.0)]), 2)).collect();
+        let jobs: Vec<JobState> = (0..5)
+            .map(|i| fresh(job(i, i as f64, 2, 1e9, &[Some(3.0), Some(1.0)]), 2))
+            .collect();
         let a = Tiresias::new(9).plan(&input(0.0, &c, &jobs));
         let b = Tiresias::new(9).plan(&input(0.0, &c, &jobs));
         assert_eq!(a, b);
         assert_eq!(a.assignments.len(), 4);
-        assert!(a.assignments.iter().all(|x| x.placement.types().len() == 1 && x.placement.nodes().len() == 1));
+        assert!(
+            a.assignments
+                .iter()
+                .all(|x| x.placement.types().len() == 1 && x.placement.nodes().len() == 1)
+        );
     }
 }

@@ -37,7 +37,9 @@ impl YarnCs {
     /// A YARN-CS policy whose random type choices are drawn from a generator seeded with
     /// `seed`.
     pub fn new(seed: u64) -> Self {
-        YarnCs { rng: SmallRng::seed_from_u64(seed) }
+        YarnCs {
+            rng: SmallRng::seed_from_u64(seed),
+        }
     }
 }
 
@@ -78,18 +80,28 @@ impl Policy for YarnCs {
             let job = &js.job;
             // A consolidated placement exists on the empty cluster exactly when the type has
             // `N` GPUs in all (packing never fails for lack of shape, only of GPUs).
-            let possible: Vec<GpuType> =
-                usable_types(job, cluster).into_iter().filter(|&t| empty.free_of_type(t) >= job.workers).collect();
+            let possible: Vec<GpuType> = usable_types(job, cluster)
+                .into_iter()
+                .filter(|&t| empty.free_of_type(t) >= job.workers)
+                .collect();
             if possible.is_empty() {
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+                plan.waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::CannotRunAnywhere,
+                });
                 continue;
             }
             if let Some(h) = head {
-                plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::QueuedBehind { head: Some(h) } });
+                plan.waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::QueuedBehind { head: Some(h) },
+                });
                 continue;
             }
-            let mut feasible: Vec<Placement> =
-                possible.iter().filter_map(|&t| pack_consolidated(&free, t, job.workers)).collect();
+            let mut feasible: Vec<Placement> = possible
+                .iter()
+                .filter_map(|&t| pack_consolidated(&free, t, job.workers))
+                .collect();
             let chosen = match feasible.len() {
                 0 => None,
                 1 => feasible.pop(),
@@ -98,12 +110,20 @@ impl Policy for YarnCs {
             match chosen {
                 Some(p) if free.take_placement(&p).is_ok() => {
                     let rate = p.rate(&job.throughput, job.workers);
-                    plan.assignments.push(Assignment { job: js.id(), placement: p, rate, payoff: None });
+                    plan.assignments.push(Assignment {
+                        job: js.id(),
+                        placement: p,
+                        rate,
+                        payoff: None,
+                    });
                 }
                 _ => {
                     // The head waits for running jobs to release GPUs; it blocks the rest.
                     head = Some(js.id());
-                    plan.waiting.push(Waiting { job: js.id(), reason: WaitReason::WaitingForRelease });
+                    plan.waiting.push(Waiting {
+                        job: js.id(),
+                        reason: WaitReason::WaitingForRelease,
+                    });
                 }
             }
         }
@@ -120,11 +140,20 @@ mod tests {
     use crate::policies::fixtures::{fresh, job, running, ty};
 
     fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
-        RoundInput { now_s: 0.0, round_s: 360.0, restart_s: 0.0, cluster, jobs }
+        RoundInput {
+            now_s: 0.0,
+            round_s: 360.0,
+            restart_s: 0.0,
+            cluster,
+            jobs,
+        }
     }
 
     fn reason(plan: &RoundPlan, id: u64) -> Option<&WaitReason> {
-        plan.waiting.iter().find(|w| w.job == JobId(id)).map(|w| &w.reason)
+        plan.waiting
+            .iter()
+            .find(|w| w.job == JobId(id))
+            .map(|w| &w.reason)
     }
 
     /// Two 4-GPU v100 nodes and one 4-GPU k80 node.
@@ -135,8 +164,18 @@ mod tests {
     #[test]
     fn head_of_line_blocks_later_jobs_that_would_fit() {
         let c = cluster();
-        let v = |n: u32| Placement::gang([Part { node: NodeId(n), gpu_type: ty(0), gpus: 4 }]);
-        let k = Placement::gang([Part { node: NodeId(2), gpu_type: ty(1), gpus: 2 }]);
+        let v = |n: u32| {
+            Placement::gang([Part {
+                node: NodeId(n),
+                gpu_type: ty(0),
+                gpus: 4,
+            }])
+        };
+        let k = Placement::gang([Part {
+            node: NodeId(2),
+            gpu_type: ty(1),
+            gpus: 2,
+        }]);
         let jobs = vec![
             running(job(1, 0.0, 4, 1e6, &[Some(1.0), Some(1.0)]), 2, v(0), 10.0),
             running(job(2, 1.0, 4, 1e6, &[Some(1.0), Some(1.0)]), 2, v(1), 10.0),
@@ -150,15 +189,29 @@ mod tests {
         plan.validate(&c, &jobs).unwrap();
         assert_eq!(plan.assignments.len(), 3);
         assert_eq!(reason(&plan, 4), Some(&WaitReason::WaitingForRelease));
-        assert_eq!(reason(&plan, 5), Some(&WaitReason::QueuedBehind { head: Some(JobId(4)) }));
+        assert_eq!(
+            reason(&plan, 5),
+            Some(&WaitReason::QueuedBehind {
+                head: Some(JobId(4))
+            })
+        );
     }
 
     #[test]
     fn running_jobs_keep_their_gpus() {
         let c = cluster();
-        let p = Placement::gang([Part { node: NodeId(2), gpu_type: ty(1), gpus: 4 }]);
+        let p = Placement::gang([Part {
+            node: NodeId(2),
+            gpu_type: ty(1),
+            gpus: 4,
+        }]);
         // A job far slower on k80 keeps its k80s: YARN-CS does not migrate.
-        let jobs = vec![running(job(1, 0.0, 4, 1e6, &[Some(10.0), Some(1.0)]), 2, p.clone(), 100.0)];
+        let jobs = vec![running(
+            job(1, 0.0, 4, 1e6, &[Some(10.0), Some(1.0)]),
+            2,
+            p.clone(),
+            100.0,
+        )];
         let plan = YarnCs::new(0).plan(&input(&c, &jobs));
         assert_eq!(plan.placement_of(JobId(1)), Some(&p));
         assert!(plan.waiting.is_empty());
@@ -199,8 +252,20 @@ mod tests {
     #[test]
     fn same_seed_same_plans() {
         let c = cluster();
-        let jobs: Vec<JobState> =
-            (0..6).map(|i| fresh(job(i, i as f64, 1 + (i as u32 % 2), 1e6, &[Some(2.0), Some(1.0)]), 2)).collect();
+        let jobs: Vec<JobState> = (0..6)
+            .map(|i| {
+                fresh(
+                    job(
+                        i,
+                        i as f64,
+                        1 + (i as u32 % 2),
+                        1e6,
+                        &[Some(2.0), Some(1.0)],
+                    ),
+                    2,
+                )
+            })
+            .collect();
         let a = YarnCs::new(42).plan(&input(&c, &jobs));
         let b = YarnCs::new(42).plan(&input(&c, &jobs));
         assert_eq!(a, b);

@@ -42,15 +42,29 @@ impl AllocationProblem<'_> {
     fn check(&self, per_job: &[(&str, usize)]) -> Result<(), LpError> {
         let m = self.throughputs.len();
         if self.scale_factors.len() != m {
-            return Err(LpError::InvalidInput(format!("{m} throughput rows but {} scale factors", self.scale_factors.len())));
+            return Err(LpError::InvalidInput(format!(
+                "{m} throughput rows but {} scale factors",
+                self.scale_factors.len()
+            )));
         }
         for &(what, len) in per_job {
             if len != m {
-                return Err(LpError::InvalidInput(format!("{m} throughput rows but {len} {what}")));
+                return Err(LpError::InvalidInput(format!(
+                    "{m} throughput rows but {len} {what}"
+                )));
             }
         }
-        if let Some((i, row)) = self.throughputs.iter().enumerate().find(|(_, r)| r.len() != self.types()) {
-            return Err(LpError::InvalidInput(format!("throughput row {i} has {} entries for {} types", row.len(), self.types())));
+        if let Some((i, row)) = self
+            .throughputs
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.len() != self.types())
+        {
+            return Err(LpError::InvalidInput(format!(
+                "throughput row {i} has {} entries for {} types",
+                row.len(),
+                self.types()
+            )));
         }
         Ok(())
     }
@@ -64,7 +78,10 @@ impl AllocationProblem<'_> {
     fn base_lp(&self, lp: &mut LinearProgram) -> Vec<Option<Vec<Var>>> {
         let n = self.types();
         let x: Vec<Option<Vec<Var>>> = (0..self.throughputs.len())
-            .map(|i| self.runnable(i).then(|| (0..n).map(|_| lp.add_nonneg()).collect()))
+            .map(|i| {
+                self.runnable(i)
+                    .then(|| (0..n).map(|_| lp.add_nonneg()).collect())
+            })
             .collect();
         for j in 0..n {
             let terms = x
@@ -93,7 +110,10 @@ impl AllocationProblem<'_> {
 /// throughput `sum_j T[i][j] sf_i X[i][j] / (w_i T_i^eq)`, where `T_i^eq` is the job's
 /// throughput when its time is split over the types in proportion to their GPU counts
 /// (Gavel's `ProportionalPolicy`).
-pub fn max_min_fairness_perf(p: &AllocationProblem<'_>, weights: &[f64]) -> Result<Vec<Vec<f64>>, LpError> {
+pub fn max_min_fairness_perf(
+    p: &AllocationProblem<'_>,
+    weights: &[f64],
+) -> Result<Vec<Vec<f64>>, LpError> {
     p.check(&[("weights", weights.len())])?;
     let n = p.types();
     let total: f64 = p.capacity.iter().map(|&c| f64::from(c)).sum();
@@ -106,7 +126,9 @@ pub fn max_min_fairness_perf(p: &AllocationProblem<'_>, weights: &[f64]) -> Resu
     for (i, row) in x.iter().enumerate() {
         let Some(row) = row else { continue };
         let tp = &p.throughputs[i];
-        let proportional: f64 = (0..n).map(|j| tp[j] * f64::from(p.capacity[j]) / total).sum();
+        let proportional: f64 = (0..n)
+            .map(|j| tp[j] * f64::from(p.capacity[j]) / total)
+            .sum();
         let w = if weights[i] > 0.0 { weights[i] } else { 1.0 };
         let scale = f64::from(p.scale_factors[i]) / (w * proportional);
         let mut terms: Vec<(Var, f64)> = vec![(t, 1.0)];
@@ -162,15 +184,25 @@ pub fn min_total_duration_perf(
     for (i, row) in x.iter().enumerate() {
         let Some(row) = row else { continue };
         let tp = &p.throughputs[i];
-        lp.at_least(row.iter().enumerate().map(|(j, &v)| (v, tp[j])), remaining_steps[i].max(0.0) / horizon);
+        lp.at_least(
+            row.iter().enumerate().map(|(j, &v)| (v, tp[j])),
+            remaining_steps[i].max(0.0) / horizon,
+        );
     }
     let sol = lp.solve()?;
-    Ok(MakespanAllocation { allocation: p.read(&x, &sol), horizon_s: horizon, optimal_horizon_s: optimal })
+    Ok(MakespanAllocation {
+        allocation: p.read(&x, &sol),
+        horizon_s: horizon,
+        optimal_horizon_s: optimal,
+    })
 }
 
 /// The smallest horizon in which every runnable job can finish, or `None` when there is no
 /// runnable job with steps left.
-fn optimal_horizon(p: &AllocationProblem<'_>, remaining_steps: &[f64]) -> Result<Option<f64>, LpError> {
+fn optimal_horizon(
+    p: &AllocationProblem<'_>,
+    remaining_steps: &[f64],
+) -> Result<Option<f64>, LpError> {
     // Maximise r = SCALE / H. Each job's row is divided by its remaining steps so that the
     // coefficients are rates of progress (fraction of the job per second), then scaled so
     // that r is of order one for horizons of hours.
@@ -188,7 +220,11 @@ fn optimal_horizon(p: &AllocationProblem<'_>, remaining_steps: &[f64]) -> Result
         any = true;
         let tp = &p.throughputs[i];
         let mut terms: Vec<(Var, f64)> = vec![(r, 1.0)];
-        terms.extend(row.iter().enumerate().map(|(j, &v)| (v, -tp[j] * SCALE_S / steps)));
+        terms.extend(
+            row.iter()
+                .enumerate()
+                .map(|(j, &v)| (v, -tp[j] * SCALE_S / steps)),
+        );
         lp.at_most(terms, 0.0);
     }
     if !any {
@@ -241,23 +277,41 @@ mod tests {
     fn identical_jobs_share_equally() {
         // Two identical 1-GPU jobs, one type with one GPU: each gets half the time.
         let tp = vec![vec![2.0], vec![2.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1],
+        };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
-        assert!(close(x[0][0], 0.5, 1e-5) && close(x[1][0], 0.5, 1e-5), "{x:?}");
+        assert!(
+            close(x[0][0], 0.5, 1e-5) && close(x[1][0], 0.5, 1e-5),
+            "{x:?}"
+        );
     }
 
     #[test]
     fn weights_and_scale_factors_shift_time() {
         // Weight 3 vs 1 on one GPU: the heavier job gets 3/4 of the time.
         let tp = vec![vec![1.0], vec![1.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1],
+        };
         let x = max_min_fairness_perf(&p, &[3.0, 1.0]).unwrap();
         assert!(close(x[0][0], 0.75, 1e-5), "{x:?}");
         // A 2-GPU job and a 1-GPU job with equal rates on 2 GPUs: max-min equalises
         // sf * T * X, so the 1-GPU job gets twice the time: 2a = b and 2a + b <= 2.
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[2, 1], capacity: &[2] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[2, 1],
+            capacity: &[2],
+        };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
-        assert!(close(x[0][0], 0.5, 1e-5) && close(x[1][0], 1.0, 1e-5), "{x:?}");
+        assert!(
+            close(x[0][0], 0.5, 1e-5) && close(x[1][0], 1.0, 1e-5),
+            "{x:?}"
+        );
     }
 
     #[test]
@@ -265,7 +319,11 @@ mod tests {
         // Job 0 is 4x faster on type 0, job 1 equally fast on both: the optimum gives
         // job 0 more of type 0 than job 1 gets. One GPU of each type.
         let tp = vec![vec![4.0, 1.0], vec![1.0, 1.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1, 1],
+        };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
         assert!(x[0][0] > x[1][0], "{x:?}");
         for (a, b) in x[0].iter().zip(&x[1]) {
@@ -279,18 +337,39 @@ mod tests {
     #[test]
     fn mismatched_lengths_are_refused() {
         let tp = vec![vec![1.0, 2.0], vec![1.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
-        assert!(matches!(max_min_fairness_perf(&p, &[1.0, 1.0]), Err(LpError::InvalidInput(_))));
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1, 1],
+        };
+        assert!(matches!(
+            max_min_fairness_perf(&p, &[1.0, 1.0]),
+            Err(LpError::InvalidInput(_))
+        ));
         let tp = vec![vec![1.0, 2.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1], capacity: &[1, 1] };
-        assert!(matches!(min_total_duration_perf(&p, &[1.0, 2.0]), Err(LpError::InvalidInput(_))));
-        assert!(matches!(max_min_fairness_perf(&p, &[]), Err(LpError::InvalidInput(_))));
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1],
+            capacity: &[1, 1],
+        };
+        assert!(matches!(
+            min_total_duration_perf(&p, &[1.0, 2.0]),
+            Err(LpError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            max_min_fairness_perf(&p, &[]),
+            Err(LpError::InvalidInput(_))
+        ));
     }
 
     #[test]
     fn unrunnable_jobs_get_nothing() {
         let tp = vec![vec![0.0, 0.0], vec![1.0, 2.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1, 1] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1, 1],
+        };
         let x = max_min_fairness_perf(&p, &[1.0, 1.0]).unwrap();
         assert_eq!(x[0], vec![0.0, 0.0]);
         let m = min_total_duration_perf(&p, &[100.0, 100.0]).unwrap();
@@ -301,7 +380,11 @@ mod tests {
     fn makespan_horizon_matches_hand_computation() {
         // Two 1-GPU jobs of 3600 steps at 1 step/s on one GPU: the optimal horizon is 7200 s.
         let tp = vec![vec![1.0], vec![1.0]];
-        let p = AllocationProblem { throughputs: &tp, scale_factors: &[1, 1], capacity: &[1] };
+        let p = AllocationProblem {
+            throughputs: &tp,
+            scale_factors: &[1, 1],
+            capacity: &[1],
+        };
         let m = min_total_duration_perf(&p, &[3600.0, 3600.0]).unwrap();
         assert!(close(m.optimal_horizon_s, 7200.0, 1e-3), "{m:?}");
         assert!(m.horizon_s >= m.optimal_horizon_s && m.horizon_s <= 1.06 * m.optimal_horizon_s);

@@ -67,7 +67,9 @@ pub struct GavelOptions {
 
 impl Default for GavelOptions {
     fn default() -> Self {
-        GavelOptions { min_reset_interval_s: DEFAULT_MIN_RESET_INTERVAL_S }
+        GavelOptions {
+            min_reset_interval_s: DEFAULT_MIN_RESET_INTERVAL_S,
+        }
     }
 }
 
@@ -172,7 +174,9 @@ impl GavelPolicy {
         let active: HashMap<JobId, &JobState> = input.jobs.iter().map(|j| (j.id(), j)).collect();
         let ran = std::mem::take(&mut self.ran_last_round);
         for r in &ran {
-            let Some(book) = self.books.iter_mut().find(|b| b.id == r.job) else { continue };
+            let Some(book) = self.books.iter_mut().find(|b| b.id == r.job) else {
+                continue;
+            };
             let ran_s = match active.get(&r.job) {
                 Some(js) => (js.run_s - book.seen_run_s).max(0.0),
                 None => r.expected_s,
@@ -232,10 +236,22 @@ impl GavelPolicy {
 
     fn compute_allocation(&mut self, input: &RoundInput<'_>, throughputs: &[Vec<f64>]) {
         let by_id: HashMap<JobId, &JobState> = input.jobs.iter().map(|j| (j.id(), j)).collect();
-        let states: Vec<&JobState> = self.books.iter().filter_map(|b| by_id.get(&b.id).copied()).collect();
+        let states: Vec<&JobState> = self
+            .books
+            .iter()
+            .filter_map(|b| by_id.get(&b.id).copied())
+            .collect();
         let scale_factors: Vec<u32> = states.iter().map(|j| j.job.workers).collect();
-        let capacity: Vec<u32> = input.cluster.types().map(|t| input.cluster.total_of_type(t)).collect();
-        let problem = AllocationProblem { throughputs, scale_factors: &scale_factors, capacity: &capacity };
+        let capacity: Vec<u32> = input
+            .cluster
+            .types()
+            .map(|t| input.cluster.total_of_type(t))
+            .collect();
+        let problem = AllocationProblem {
+            throughputs,
+            scale_factors: &scale_factors,
+            capacity: &capacity,
+        };
         let result = match self.objective {
             GavelObjective::MaxMinFairness => {
                 let weights: Vec<f64> = states.iter().map(|j| j.job.weight).collect();
@@ -257,7 +273,8 @@ impl GavelPolicy {
     /// Gavel's `_update_priorities`: maybe reset and re-solve, then recompute priorities.
     fn update_priorities(&mut self, input: &RoundInput<'_>, throughputs: &[Vec<f64>]) {
         let since = input.now_s - self.last_reset_s;
-        let interval_elapsed = since >= self.options.min_reset_interval_s || self.last_reset_s == 0.0;
+        let interval_elapsed =
+            since >= self.options.min_reset_interval_s || self.last_reset_s == 0.0;
         if self.need_update && interval_elapsed {
             self.reset_time_run_so_far(input.now_s, input.round_s / 2.0);
             self.compute_allocation(input, throughputs);
@@ -266,7 +283,11 @@ impl GavelPolicy {
         for (i, book) in self.books.iter_mut().enumerate() {
             let alloc = self.allocation.get(&book.id);
             for t in 0..book.priority.len() {
-                let fraction = if self.worker_time[t] == 0.0 { 0.0 } else { book.time_so_far[t] / self.worker_time[t] };
+                let fraction = if self.worker_time[t] == 0.0 {
+                    0.0
+                } else {
+                    book.time_so_far[t] / self.worker_time[t]
+                };
                 book.priority[t] = match alloc {
                     None => 0.0,
                     Some(a) if a[t] == 0.0 || throughputs[i][t] <= 0.0 => 0.0,
@@ -278,7 +299,13 @@ impl GavelPolicy {
     }
 
     /// Gavel's `_schedule_jobs_on_workers_helper`: which jobs run on which type.
-    fn select(&self, order: &[GpuType], throughputs: &[Vec<f64>], workers: &[u32], capacity: &[u32]) -> Vec<Vec<usize>> {
+    fn select(
+        &self,
+        order: &[GpuType],
+        throughputs: &[Vec<f64>],
+        workers: &[u32],
+        capacity: &[u32],
+    ) -> Vec<Vec<usize>> {
         let mut left: Vec<u32> = capacity.to_vec();
         let mut chosen: Vec<Vec<usize>> = vec![Vec::new(); capacity.len()];
         let mut scheduled = vec![false; self.books.len()];
@@ -295,7 +322,9 @@ impl GavelPolicy {
             // `sorted(..., reverse=True)` does.
             entries.sort_by(|&x, &y| {
                 let (kx, ky) = (key(x), key(y));
-                ky.0.total_cmp(&kx.0).then(ky.1.total_cmp(&kx.1)).then(ky.2.total_cmp(&kx.2))
+                ky.0.total_cmp(&kx.0)
+                    .then(ky.1.total_cmp(&kx.1))
+                    .then(ky.2.total_cmp(&kx.2))
             });
             queue.extend(entries.into_iter().map(|i| (i, t)));
         }
@@ -313,7 +342,13 @@ impl GavelPolicy {
 
     /// Gavel's placement: per type, larger jobs first, previous GPUs kept when free, the
     /// rest taken node by node.
-    fn place(&self, cluster: &Cluster, order: &[GpuType], chosen: &[Vec<usize>], workers: &[u32]) -> Vec<(usize, GpuType, Vec<Worker>)> {
+    fn place(
+        &self,
+        cluster: &Cluster,
+        order: &[GpuType],
+        chosen: &[Vec<usize>],
+        workers: &[u32],
+    ) -> Vec<(usize, GpuType, Vec<Worker>)> {
         let mut out = Vec::new();
         for &t in order {
             let ti = t.index();
@@ -322,7 +357,11 @@ impl GavelPolicy {
             let mut servers: Vec<Vec<Worker>> = cluster
                 .node_ids()
                 .filter(|&n| cluster.capacity(n, t) > 0)
-                .map(|n| (0..cluster.capacity(n, t)).map(|slot| Worker { node: n, slot }).collect())
+                .map(|n| {
+                    (0..cluster.capacity(n, t))
+                        .map(|slot| Worker { node: n, slot })
+                        .collect()
+                })
                 .collect();
             let mut ptr = 0usize;
             let mut taken: HashSet<Worker> = HashSet::new();
@@ -331,7 +370,9 @@ impl GavelPolicy {
             sizes.dedup();
             for size in sizes {
                 for &i in jobs.iter().filter(|&&i| workers[i] == size) {
-                    let Some((prev_t, prev_w)) = self.previous.get(&self.books[i].id) else { continue };
+                    let Some((prev_t, prev_w)) = self.previous.get(&self.books[i].id) else {
+                        continue;
+                    };
                     let still_there = prev_w.iter().all(|w| w.slot < cluster.capacity(w.node, t));
                     if *prev_t == t && still_there && prev_w.iter().all(|w| !taken.contains(w)) {
                         taken.extend(prev_w.iter().copied());
@@ -372,7 +413,10 @@ impl GavelPolicy {
 
 /// Gavel's fixed type order, then the cluster's other types in declaration order.
 fn type_order(cluster: &Cluster) -> Vec<GpuType> {
-    let mut order: Vec<GpuType> = GAVEL_TYPE_ORDER.iter().filter_map(|name| cluster.type_by_name(name)).collect();
+    let mut order: Vec<GpuType> = GAVEL_TYPE_ORDER
+        .iter()
+        .filter_map(|name| cluster.type_by_name(name))
+        .collect();
     for t in cluster.types() {
         if !order.contains(&t) {
             order.push(t);
@@ -399,7 +443,11 @@ fn proportional_split(p: &AllocationProblem<'_>) -> Vec<Vec<f64>> {
 }
 
 fn gang(workers: &[Worker], t: GpuType) -> Placement {
-    Placement::gang(workers.iter().map(|w| Part { node: w.node, gpu_type: t, gpus: 1 }))
+    Placement::gang(workers.iter().map(|w| Part {
+        node: w.node,
+        gpu_type: t,
+        gpus: 1,
+    }))
 }
 
 impl Policy for GavelPolicy {
@@ -424,7 +472,13 @@ impl Policy for GavelPolicy {
             .map(|j| {
                 cluster
                     .types()
-                    .map(|t| if j.job.workers <= capacity[t.index()] { j.job.throughput.rate_or_zero(t, j.job.workers) } else { 0.0 })
+                    .map(|t| {
+                        if j.job.workers <= capacity[t.index()] {
+                            j.job.throughput.rate_or_zero(t, j.job.workers)
+                        } else {
+                            0.0
+                        }
+                    })
                     .collect()
             })
             .collect();
@@ -433,10 +487,9 @@ impl Policy for GavelPolicy {
         self.update_priorities(input, &throughputs);
         let mut chosen = self.select(&order, &throughputs, &workers, &capacity);
         let mut placed = self.place(cluster, &order, &chosen, &workers);
-        let waiting_for_allocation = states
-            .iter()
-            .enumerate()
-            .any(|(i, j)| !self.allocation.contains_key(&j.id()) && throughputs[i].iter().any(|&r| r > 0.0));
+        let waiting_for_allocation = states.iter().enumerate().any(|(i, j)| {
+            !self.allocation.contains_key(&j.id()) && throughputs[i].iter().any(|&r| r > 0.0)
+        });
         if placed.is_empty() && waiting_for_allocation {
             // Nothing would run: re-solve now instead of idling.
             self.stats.early_resets += 1;
@@ -480,7 +533,10 @@ impl Policy for GavelPolicy {
             } else {
                 WaitReason::TimeShare
             };
-            plan.waiting.push(Waiting { job: js.id(), reason });
+            plan.waiting.push(Waiting {
+                job: js.id(),
+                reason,
+            });
         }
         plan
     }

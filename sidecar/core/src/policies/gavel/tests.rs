@@ -15,7 +15,10 @@ fn cluster(counts: &[(&str, u32)]) -> Cluster {
 
 /// A job with `workers` workers and the given rate on each type (0 = cannot run).
 fn job(id: u64, arrival_s: f64, workers: u32, steps: f64, rates: &[f64]) -> Arc<Job> {
-    let per_type = rates.iter().map(|&r| RateCurve::new([(workers, r)])).collect();
+    let per_type = rates
+        .iter()
+        .map(|&r| RateCurve::new([(workers, r)]))
+        .collect();
     Arc::new(Job {
         id: JobId(id),
         kind: format!("job-{id}"),
@@ -35,7 +38,12 @@ struct Round {
 
 /// Runs rounds until every job finished or `max_rounds` passed; returns the rounds and the
 /// finish time of each job.
-fn drive(policy: &mut GavelPolicy, cluster: &Cluster, jobs: &[Arc<Job>], max_rounds: usize) -> (Vec<Round>, HashMap<JobId, f64>) {
+fn drive(
+    policy: &mut GavelPolicy,
+    cluster: &Cluster,
+    jobs: &[Arc<Job>],
+    max_rounds: usize,
+) -> (Vec<Round>, HashMap<JobId, f64>) {
     let round_s = 360.0;
     let types = cluster.type_count();
     let mut pending: Vec<Arc<Job>> = jobs.to_vec();
@@ -55,7 +63,13 @@ fn drive(policy: &mut GavelPolicy, cluster: &Cluster, jobs: &[Arc<Job>], max_rou
         if active.is_empty() && pending.is_empty() {
             break;
         }
-        let input = RoundInput { now_s: now, round_s, restart_s: 0.0, cluster, jobs: &active };
+        let input = RoundInput {
+            now_s: now,
+            round_s,
+            restart_s: 0.0,
+            cluster,
+            jobs: &active,
+        };
         let plan = policy.plan(&input);
         plan.validate(cluster, &active).unwrap();
         let mut round_len: f64 = 0.0;
@@ -96,11 +110,19 @@ fn drive(policy: &mut GavelPolicy, cluster: &Cluster, jobs: &[Arc<Job>], max_rou
 #[test]
 fn two_jobs_on_one_gpu_take_turns() {
     let c = cluster(&[("v100", 1)]);
-    let jobs = [job(0, 0.0, 1, 3600.0, &[1.0]), job(1, 0.0, 1, 3600.0, &[1.0])];
+    let jobs = [
+        job(0, 0.0, 1, 3600.0, &[1.0]),
+        job(1, 0.0, 1, 3600.0, &[1.0]),
+    ];
     let mut p = GavelPolicy::max_min_fairness();
     let (rounds, finished) = drive(&mut p, &c, &jobs, 100);
     // Each gets half the GPU: over the first 8 rounds each runs 4 of them.
-    let runs = |id| rounds[..8].iter().filter(|r| r.plan.placement_of(JobId(id)).is_some()).count();
+    let runs = |id| {
+        rounds[..8]
+            .iter()
+            .filter(|r| r.plan.placement_of(JobId(id)).is_some())
+            .count()
+    };
     assert_eq!(runs(0), 4);
     assert_eq!(runs(1), 4);
     // After the first finish the allocation was re-solved for the survivor alone.
@@ -126,7 +148,13 @@ fn a_gang_runs_on_one_type_with_all_its_workers() {
     assert_eq!(finished.len(), 3);
     for r in &rounds {
         for a in &r.plan.assignments {
-            assert_eq!(a.placement.types().len(), 1, "round at {}: {:?}", r.now_s, a);
+            assert_eq!(
+                a.placement.types().len(),
+                1,
+                "round at {}: {:?}",
+                r.now_s,
+                a
+            );
         }
     }
 }
@@ -135,13 +163,21 @@ fn a_gang_runs_on_one_type_with_all_its_workers() {
 fn jobs_keep_their_gpus_across_rounds() {
     // Four 1-GPU jobs on four GPUs: each runs every round on the same GPU.
     let c = cluster(&[("v100", 4)]);
-    let jobs: Vec<_> = (0..4).map(|i| job(i, 0.0, 1, 3600.0 + 360.0 * i as f64, &[1.0])).collect();
+    let jobs: Vec<_> = (0..4)
+        .map(|i| job(i, 0.0, 1, 3600.0 + 360.0 * i as f64, &[1.0]))
+        .collect();
     let mut p = GavelPolicy::max_min_fairness();
     let (rounds, _) = drive(&mut p, &c, &jobs, 5);
     for id in 0..4 {
-        let places: Vec<_> = rounds.iter().filter_map(|r| r.plan.placement_of(JobId(id)).cloned()).collect();
+        let places: Vec<_> = rounds
+            .iter()
+            .filter_map(|r| r.plan.placement_of(JobId(id)).cloned())
+            .collect();
         assert_eq!(places.len(), 5);
-        assert!(places.windows(2).all(|w| w[0] == w[1]), "job {id} moved: {places:?}");
+        assert!(
+            places.windows(2).all(|w| w[0] == w[1]),
+            "job {id} moved: {places:?}"
+        );
     }
 }
 
@@ -160,14 +196,28 @@ fn a_late_job_waits_for_the_next_reset() {
     ];
     let mut p = GavelPolicy::max_min_fairness();
     let (rounds, _) = drive(&mut p, &c, &jobs, 40);
-    let first_run = |id| rounds.iter().find(|r| r.plan.placement_of(JobId(id)).is_some()).map(|r| r.now_s);
+    let first_run = |id| {
+        rounds
+            .iter()
+            .find(|r| r.plan.placement_of(JobId(id)).is_some())
+            .map(|r| r.now_s)
+    };
     let reset_at_400 = rounds.iter().find(|r| r.now_s >= 400.0).unwrap().now_s;
     assert!(first_run(2).unwrap() >= reset_at_400);
     let job3 = first_run(3).unwrap();
-    assert!(job3 >= reset_at_400 + 1920.0, "job 3 ran at {job3}, reset was at {reset_at_400}");
+    assert!(
+        job3 >= reset_at_400 + 1920.0,
+        "job 3 ran at {job3}, reset was at {reset_at_400}"
+    );
     // While it waits it is listed with a reason.
     let waiting = rounds.iter().find(|r| r.now_s >= 800.0).unwrap();
-    assert!(waiting.plan.waiting.iter().any(|w| w.job == JobId(3) && w.reason == WaitReason::QueuedBehind { head: None }));
+    assert!(
+        waiting
+            .plan
+            .waiting
+            .iter()
+            .any(|w| w.job == JobId(3) && w.reason == WaitReason::QueuedBehind { head: None })
+    );
 }
 
 #[test]
@@ -177,11 +227,19 @@ fn when_only_unallocated_jobs_remain_the_allocation_is_recomputed_at_once() {
     // reset, so it has no allocation while A and B run. Once they are done (about 1,360 s),
     // only C is left: rather than idling until 2,280 s, the allocation is re-solved.
     let c = cluster(&[("v100", 1)]);
-    let jobs = [job(0, 0.0, 1, 1000.0, &[1.0]), job(1, 10.0, 1, 360.0, &[1.0]), job(2, 400.0, 1, 100.0, &[1.0])];
+    let jobs = [
+        job(0, 0.0, 1, 1000.0, &[1.0]),
+        job(1, 10.0, 1, 360.0, &[1.0]),
+        job(2, 400.0, 1, 100.0, &[1.0]),
+    ];
     let mut p = GavelPolicy::max_min_fairness();
     let (rounds, finished) = drive(&mut p, &c, &jobs, 100);
     assert_eq!(finished.len(), 3);
-    let c_start = rounds.iter().find(|r| r.plan.placement_of(JobId(2)).is_some()).unwrap().now_s;
+    let c_start = rounds
+        .iter()
+        .find(|r| r.plan.placement_of(JobId(2)).is_some())
+        .unwrap()
+        .now_s;
     assert!(c_start < 360.0 + 1920.0, "C started at {c_start}");
     assert_eq!(p.stats().early_resets, 1);
     // No round idled: the GPU was busy from 0 s to the end.
@@ -195,27 +253,51 @@ fn makespan_policy_finishes_everything_near_the_optimum() {
     // the v100. Fluid optimum: job 0 alone on v100 needs 3600 / 3 = 1200 s, job 1 on the
     // k80 3600 s; the round mechanism lands within a few rounds of 3600 s.
     let c = cluster(&[("v100", 1), ("k80", 1)]);
-    let jobs = [job(0, 0.0, 1, 3600.0, &[3.0, 1.0]), job(1, 0.0, 1, 3600.0, &[1.0, 1.0])];
+    let jobs = [
+        job(0, 0.0, 1, 3600.0, &[3.0, 1.0]),
+        job(1, 0.0, 1, 3600.0, &[1.0, 1.0]),
+    ];
     let mut p = GavelPolicy::min_total_duration();
     let (_, finished) = drive(&mut p, &c, &jobs, 200);
     assert_eq!(finished.len(), 2);
     let last = finished.values().copied().fold(0.0, f64::max);
     assert!(last < 3600.0 * 1.25, "makespan {last}");
-    assert!(last >= 2400.0 - 1e-6, "makespan {last} beats the fluid bound");
+    assert!(
+        last >= 2400.0 - 1e-6,
+        "makespan {last} beats the fluid bound"
+    );
     assert!(p.stats().allocations >= 1 && p.stats().lp_failures == 0);
 }
 
 #[test]
 fn jobs_that_cannot_run_are_left_waiting_with_a_reason() {
     let c = cluster(&[("v100", 2)]);
-    let jobs = [job(0, 0.0, 1, 100.0, &[0.0]), job(1, 0.0, 4, 100.0, &[5.0]), job(2, 0.0, 1, 100.0, &[1.0])];
+    let jobs = [
+        job(0, 0.0, 1, 100.0, &[0.0]),
+        job(1, 0.0, 4, 100.0, &[5.0]),
+        job(2, 0.0, 1, 100.0, &[1.0]),
+    ];
     let mut p = GavelPolicy::max_min_fairness();
     let types = c.type_count();
-    let states: Vec<JobState> = jobs.iter().map(|j| JobState::arrived(j.clone(), types)).collect();
-    let plan = p.plan(&RoundInput { now_s: 0.0, round_s: 360.0, restart_s: 0.0, cluster: &c, jobs: &states });
+    let states: Vec<JobState> = jobs
+        .iter()
+        .map(|j| JobState::arrived(j.clone(), types))
+        .collect();
+    let plan = p.plan(&RoundInput {
+        now_s: 0.0,
+        round_s: 360.0,
+        restart_s: 0.0,
+        cluster: &c,
+        jobs: &states,
+    });
     assert_eq!(plan.assignments.len(), 1);
     assert_eq!(plan.assignments[0].job, JobId(2));
-    let reason = |id| plan.waiting.iter().find(|w| w.job == JobId(id)).map(|w| w.reason.clone());
+    let reason = |id| {
+        plan.waiting
+            .iter()
+            .find(|w| w.job == JobId(id))
+            .map(|w| w.reason.clone())
+    };
     assert_eq!(reason(0), Some(WaitReason::CannotRunAnywhere));
     assert_eq!(reason(1), Some(WaitReason::DoesNotFit));
 }

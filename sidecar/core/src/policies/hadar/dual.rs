@@ -84,7 +84,11 @@ pub fn gang_rate(rates: &[f64], workers: u32, placement: &Placement) -> f64 {
     for p in placement.parts() {
         rate = rate.min(rates.get(p.gpu_type.index()).copied().unwrap_or(0.0));
     }
-    if rate.is_finite() && rate > 0.0 { rate } else { 0.0 }
+    if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        0.0
+    }
 }
 
 /// Finds the payoff-maximising placement of `job` at the book's current prices; a running
@@ -92,16 +96,24 @@ pub fn gang_rate(rates: &[f64], workers: u32, placement: &Placement) -> f64 {
 /// more utility after the restart.
 pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
     let n = job.workers;
-    let mut usable: Vec<(usize, f64)> =
-        job.rates.iter().enumerate().filter(|(_, r)| **r > 0.0).map(|(t, r)| (t, *r)).collect();
+    let mut usable: Vec<(usize, f64)> = job
+        .rates
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| **r > 0.0)
+        .map(|(t, r)| (t, *r))
+        .collect();
     if usable.is_empty() || n == 0 {
         return DualOutcome::NoPlacement(WaitReason::CannotRunAnywhere);
     }
     usable.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let free_usable: u32 = usable.iter().map(|(t, _)| book.free_of_type(*t)).sum();
     if free_usable < n {
-        let reason =
-            if book.free_total() >= n { WaitReason::NoThroughputOnFreeTypes } else { WaitReason::DoesNotFit };
+        let reason = if book.free_total() >= n {
+            WaitReason::NoThroughputOnFreeTypes
+        } else {
+            WaitReason::DoesNotFit
+        };
         return DualOutcome::NoPlacement(reason);
     }
 
@@ -113,7 +125,12 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
             && (job.mixed_types || prev.types().len() == 1)
             && let Some(price) = book.placement_cost(prev)
         {
-            keep = Some(Offer { placement: prev.clone(), rate, utility: job.utility.at(rate, false), price });
+            keep = Some(Offer {
+                placement: prev.clone(),
+                rate,
+                utility: job.utility.at(rate, false),
+                price,
+            });
         }
     }
 
@@ -156,7 +173,12 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         let is_move = job.previous.is_some_and(|p| *p != placement);
         let utility = job.utility.at(rate, is_move);
         if best.as_ref().is_none_or(|b| utility - price > b.payoff()) {
-            best = Some(Offer { placement, rate, utility, price });
+            best = Some(Offer {
+                placement,
+                rate,
+                utility,
+                price,
+            });
         }
     }
     // Stickiness: a running job moves only when its best move pays more and is worth more
@@ -298,14 +320,22 @@ pub fn cheapest_slots(
         for (j, node) in c.class.nodes.iter().enumerate() {
             for (t, taken) in c.taken.iter().enumerate() {
                 if *taken > 0 {
-                    parts.push(Part { node: *node, gpu_type: GpuType(t as u16), gpus: *taken });
+                    parts.push(Part {
+                        node: *node,
+                        gpu_type: GpuType(t as u16),
+                        gpus: *taken,
+                    });
                 }
             }
             if let Some((pk, m, t)) = partial
                 && pk == k
                 && (j as u32) < m
             {
-                parts.push(Part { node: *node, gpu_type: GpuType(t as u16), gpus: 1 });
+                parts.push(Part {
+                    node: *node,
+                    gpu_type: GpuType(t as u16),
+                    gpus: 1,
+                });
             }
         }
     }
@@ -346,7 +376,11 @@ fn cheapest_slots_limited(
             continue;
         }
         for node in class.nodes.iter().take(m_max) {
-            copies.push(Copy { node: *node, cost: cost.clone(), slot_types: slot_types.clone() });
+            copies.push(Copy {
+                node: *node,
+                cost: cost.clone(),
+                slot_types: slot_types.clone(),
+            });
         }
     }
     let width = n_max + 1;
@@ -391,7 +425,11 @@ fn cheapest_slots_limited(
             continue;
         }
         for t in &copies[c].slot_types[..k] {
-            parts.push(Part { node: copies[c].node, gpu_type: GpuType(*t as u16), gpus: 1 });
+            parts.push(Part {
+                node: copies[c].node,
+                gpu_type: GpuType(*t as u16),
+                gpus: 1,
+            });
         }
         m -= 1;
         placed -= k;

@@ -109,7 +109,10 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
             });
             let shape_ok = job.mixed_types || prev.types().len() == 1;
             if rate > 0.0 && in_cluster && shape_ok && prev.nodes().len() as u32 <= job.max_nodes {
-                opts.push(Opt { value: job.utility.at(rate, false), choice: Choice::Keep });
+                opts.push(Opt {
+                    value: job.utility.at(rate, false),
+                    choice: Choice::Keep,
+                });
             }
         }
         let mut usable: Vec<(usize, f64)> = job
@@ -147,11 +150,16 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
         options.push(opts);
     }
     let top = |j: usize| options[j].first().map_or(0.0, |o| o.value);
-    let mut order: Vec<usize> = (0..jobs.len()).filter(|&j| !options[j].is_empty()).collect();
+    let mut order: Vec<usize> = (0..jobs.len())
+        .filter(|&j| !options[j].is_empty())
+        .collect();
     order.sort_by(|&a, &b| top(b).total_cmp(&top(a)).then(a.cmp(&b)));
     let mut suffix = Vec::with_capacity(order.len() + 1);
     for d in 0..=order.len() {
-        let mut rest: Vec<(f64, u32)> = order[d..].iter().map(|&j| (top(j), jobs[j].workers)).collect();
+        let mut rest: Vec<(f64, u32)> = order[d..]
+            .iter()
+            .map(|&j| (top(j), jobs[j].workers))
+            .collect();
         rest.sort_by(|a, b| (b.0 / b.1 as f64).total_cmp(&(a.0 / a.1 as f64)));
         suffix.push(rest);
     }
@@ -178,11 +186,20 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
         .iter()
         .zip(jobs)
         .filter_map(|(p, j)| {
-            p.as_ref()
-                .map(|p| j.utility.at(gang_rate(j.rates, j.workers, p), j.previous.is_some_and(|q| q != p)))
+            p.as_ref().map(|p| {
+                j.utility.at(
+                    gang_rate(j.rates, j.workers, p),
+                    j.previous.is_some_and(|q| q != p),
+                )
+            })
         })
         .sum();
-    ExactSolution { placements, objective, proven: !s.aborted, search_nodes: s.visited }
+    ExactSolution {
+        placements,
+        objective,
+        proven: !s.aborted,
+        search_nodes: s.visited,
+    }
 }
 
 impl Search<'_, '_> {
@@ -198,7 +215,11 @@ impl Search<'_, '_> {
     /// packed fractionally into the GPUs not yet spoken for.
     fn bound(&self, d: usize) -> f64 {
         let pending: u32 = self.moves.iter().map(|(j, _)| self.jobs[*j].workers).sum();
-        let mut room = self.free_by_type.iter().sum::<u32>().saturating_sub(pending) as f64;
+        let mut room = self
+            .free_by_type
+            .iter()
+            .sum::<u32>()
+            .saturating_sub(pending) as f64;
         let mut total = 0.0;
         for (v, n) in &self.suffix[d] {
             if room <= 0.0 {
@@ -259,7 +280,9 @@ impl Search<'_, '_> {
     }
 
     fn fits(&self, p: &Placement) -> bool {
-        p.parts().iter().all(|q| self.free[q.node.index() * self.types + q.gpu_type.index()] >= q.gpus)
+        p.parts()
+            .iter()
+            .all(|q| self.free[q.node.index() * self.types + q.gpu_type.index()] >= q.gpus)
     }
 
     fn apply(&mut self, p: &Placement, give_back: bool) {
@@ -283,12 +306,19 @@ impl Search<'_, '_> {
             return pending <= self.free_by_type.iter().sum::<u32>();
         }
         for s in 1u64..(1u64 << self.types) {
-            let need: u32 =
-                self.moves.iter().filter(|(_, m)| m & !s == 0).map(|(j, _)| self.jobs[*j].workers).sum();
+            let need: u32 = self
+                .moves
+                .iter()
+                .filter(|(_, m)| m & !s == 0)
+                .map(|(j, _)| self.jobs[*j].workers)
+                .sum();
             if need == 0 {
                 continue;
             }
-            let have: u32 = (0..self.types).filter(|t| s >> t & 1 == 1).map(|t| self.free_by_type[t]).sum();
+            let have: u32 = (0..self.types)
+                .filter(|t| s >> t & 1 == 1)
+                .map(|t| self.free_by_type[t])
+                .sum();
             if need > have {
                 return false;
             }
@@ -303,7 +333,10 @@ impl Search<'_, '_> {
         let mut moves = self.moves.clone();
         // Most constrained first: fewest free GPUs among its allowed types.
         let supply = |m: u64, s: &Self| -> u32 {
-            (0..s.types.min(64)).filter(|t| m >> t & 1 == 1).map(|t| s.free_by_type[t]).sum()
+            (0..s.types.min(64))
+                .filter(|t| m >> t & 1 == 1)
+                .map(|t| s.free_by_type[t])
+                .sum()
         };
         moves.sort_by_key(|(j, m)| (supply(*m, self), std::cmp::Reverse(self.jobs[*j].workers)));
         let mut free = self.free.clone();
@@ -340,7 +373,18 @@ impl Search<'_, '_> {
             })
             .collect();
         let mut parts: Vec<Part> = Vec::new();
-        self.enumerate(moves, k, &resources, 0, self.jobs[j].workers, 0, usize::MAX, &mut parts, free, chosen)
+        self.enumerate(
+            moves,
+            k,
+            &resources,
+            0,
+            self.jobs[j].workers,
+            0,
+            usize::MAX,
+            &mut parts,
+            free,
+            chosen,
+        )
     }
 
     /// Chooses how many GPUs the `k`-th move takes from `resources[r..]`, then places the
@@ -412,6 +456,17 @@ impl Search<'_, '_> {
             }
         }
         // Skipping this resource: `last_node` stays the last node actually used.
-        self.enumerate(moves, k, resources, r + 1, remaining, nodes_used, last_node, parts, free, chosen)
+        self.enumerate(
+            moves,
+            k,
+            resources,
+            r + 1,
+            remaining,
+            nodes_used,
+            last_node,
+            parts,
+            free,
+            chosen,
+        )
     }
 }

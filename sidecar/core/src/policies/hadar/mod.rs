@@ -183,7 +183,10 @@ pub struct HadarPolicy {
 impl HadarPolicy {
     /// A Hadar policy with these settings.
     pub fn new(config: HadarConfig) -> Self {
-        HadarPolicy { config, last: RoundStats::default() }
+        HadarPolicy {
+            config,
+            last: RoundStats::default(),
+        }
     }
 
     /// Its settings.
@@ -222,23 +225,43 @@ struct Prepared<'a> {
 
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
     let cluster = input.cluster;
-    let present: Vec<bool> = cluster.types().map(|t| cluster.total_of_type(t) > 0).collect();
-    let largest_node = cluster.nodes().iter().map(|n| n.gpus.iter().sum::<u32>()).max().unwrap_or(1).max(1);
+    let present: Vec<bool> = cluster
+        .types()
+        .map(|t| cluster.total_of_type(t) > 0)
+        .collect();
+    let largest_node = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.gpus.iter().sum::<u32>())
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let mut ready = Vec::with_capacity(input.jobs.len());
     let mut waiting = Vec::new();
     for (index, js) in input.jobs.iter().enumerate() {
         let workers = js.job.workers;
         let rates: Vec<f64> = cluster
             .types()
-            .map(|t| if present[t.index()] { js.job.throughput.rate_or_zero(t, workers) } else { 0.0 })
+            .map(|t| {
+                if present[t.index()] {
+                    js.job.throughput.rate_or_zero(t, workers)
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let best_rate = rates.iter().copied().fold(0.0, f64::max);
         if workers == 0 || best_rate <= 0.0 {
-            waiting.push(Waiting { job: js.id(), reason: WaitReason::CannotRunAnywhere });
+            waiting.push(Waiting {
+                job: js.id(),
+                reason: WaitReason::CannotRunAnywhere,
+            });
             continue;
         }
         let previous = if config.stickiness {
-            js.placement.as_ref().filter(|p| p.kind() == PlacementKind::Gang)
+            js.placement
+                .as_ref()
+                .filter(|p| p.kind() == PlacementKind::Gang)
         } else {
             None
         };
@@ -277,14 +300,17 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
     match config.order {
         JobOrder::Arrival => {
             ready.sort_by(|a, b| {
-                input.jobs[a.index].job.arrival_order(&input.jobs[b.index].job)
+                input.jobs[a.index]
+                    .job
+                    .arrival_order(&input.jobs[b.index].job)
             });
         }
         JobOrder::UtilityPerGpu => {
             ready.sort_by(|a, b| {
                 let da = a.utility.best() / a.workers as f64;
                 let db = b.utility.best() / b.workers as f64;
-                db.total_cmp(&da).then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
+                db.total_cmp(&da)
+                    .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
             });
         }
         JobOrder::ShortestRemaining => {
@@ -307,8 +333,11 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
                 let best = p.rates.iter().copied().fold(0.0, f64::max);
                 input.jobs[p.index].remaining_steps / best
             };
-            let horizon: f64 =
-                ready.iter().map(|p| best_time(p) * p.workers as f64).sum::<f64>() / total_gpus;
+            let horizon: f64 = ready
+                .iter()
+                .map(|p| best_time(p) * p.workers as f64)
+                .sum::<f64>()
+                / total_gpus;
             let threshold = CRITICAL_SHARE * horizon;
             ready.sort_by(|a, b| {
                 let (ta, tb) = (best_time(a), best_time(b));
@@ -316,7 +345,13 @@ fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepare
                 let da = a.utility.best() / a.workers as f64;
                 let db = b.utility.best() / b.workers as f64;
                 cb.cmp(&ca)
-                    .then_with(|| if ca && cb { tb.total_cmp(&ta) } else { db.total_cmp(&da) })
+                    .then_with(|| {
+                        if ca && cb {
+                            tb.total_cmp(&ta)
+                        } else {
+                            db.total_cmp(&da)
+                        }
+                    })
                     .then(input.jobs[a.index].id().cmp(&input.jobs[b.index].id()))
             });
         }
@@ -330,14 +365,25 @@ pub const CRITICAL_SHARE: f64 = 0.5;
 /// Plans one round with the given settings, returning the plan and its figures.
 pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, RoundStats) {
     let (mut ready, mut waiting) = prepare(config, input);
-    let position: HashMap<JobId, usize> = input.jobs.iter().enumerate().map(|(i, j)| (j.id(), i)).collect();
+    let position: HashMap<JobId, usize> = input
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.id(), i))
+        .collect();
     let pos = |id: JobId| position.get(&id).copied().unwrap_or(usize::MAX);
     let mut stats = RoundStats::default();
     let Ok(bounds) =
         PriceBook::bounds_from_utilities(ready.iter().map(|p| p.utility.best() / p.workers as f64))
     else {
         waiting.sort_by_key(|w| pos(w.job));
-        return (RoundPlan { assignments: Vec::new(), waiting }, stats);
+        return (
+            RoundPlan {
+                assignments: Vec::new(),
+                waiting,
+            },
+            stats,
+        );
     };
     stats.price_bounds = Some(bounds);
     let types = input.cluster.type_count();
@@ -354,7 +400,8 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         vec![bounds; types]
     };
     order_jobs(config, input, &mut ready);
-    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds).with_type_pressure(config.type_pressure);
+    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds)
+        .with_type_pressure(config.type_pressure);
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
@@ -372,7 +419,13 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
         stats.exact_proven = Some(solution.proven);
         if !solution.proven {
-            let greedy = plan_round(&HadarConfig { exact: false, ..config.clone() }, input);
+            let greedy = plan_round(
+                &HadarConfig {
+                    exact: false,
+                    ..config.clone()
+                },
+                input,
+            );
             if greedy.1.objective > solution.objective {
                 let (plan, mut s) = greedy;
                 s.exact_proven = Some(false);
@@ -400,7 +453,10 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                         payoff: Some(utility - price),
                     });
                 }
-                None => waiting.push(Waiting { job: js.id(), reason: reason_when_left_out(&book, p) }),
+                None => waiting.push(Waiting {
+                    job: js.id(),
+                    reason: reason_when_left_out(&book, p),
+                }),
             }
         }
     } else {
@@ -437,7 +493,10 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                     priced_out.push(k);
                     waiting.push(Waiting {
                         job: js.id(),
-                        reason: WaitReason::PriceAboveUtility { utility: o.utility, price: o.price },
+                        reason: WaitReason::PriceAboveUtility {
+                            utility: o.utility,
+                            price: o.price,
+                        },
                     });
                 }
                 DualOutcome::NoPlacement(reason) => {
@@ -445,7 +504,10 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                     // job's turn (a running job priced out does not take them back), so
                     // work conservation tries it again.
                     priced_out.push(k);
-                    waiting.push(Waiting { job: js.id(), reason });
+                    waiting.push(Waiting {
+                        job: js.id(),
+                        reason,
+                    });
                 }
             }
         }
@@ -483,7 +545,13 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     }
     assignments.sort_by_key(|a| pos(a.job));
     waiting.sort_by_key(|w| pos(w.job));
-    (RoundPlan { assignments, waiting }, stats)
+    (
+        RoundPlan {
+            assignments,
+            waiting,
+        },
+        stats,
+    )
 }
 
 fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
@@ -523,7 +591,10 @@ fn admit(
 /// left, otherwise why not.
 fn reason_when_left_out(book: &PriceBook, p: &Prepared<'_>) -> WaitReason {
     match best_offer(book, &dual_job(p)) {
-        DualOutcome::Offer(o) => WaitReason::PriceAboveUtility { utility: o.utility, price: o.price },
+        DualOutcome::Offer(o) => WaitReason::PriceAboveUtility {
+            utility: o.utility,
+            price: o.price,
+        },
         DualOutcome::NoPlacement(r) => r,
     }
 }
@@ -558,8 +629,11 @@ pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &Roun
         let Some(js) = by_id.get(&a.job) else {
             continue;
         };
-        let rates: Vec<f64> =
-            input.cluster.types().map(|t| js.job.throughput.rate_or_zero(t, js.job.workers)).collect();
+        let rates: Vec<f64> = input
+            .cluster
+            .types()
+            .map(|t| js.job.throughput.rate_or_zero(t, js.job.workers))
+            .collect();
         // As in `prepare`: the best rate on a type the cluster has.
         let best_rate = input
             .cluster

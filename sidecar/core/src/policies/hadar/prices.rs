@@ -99,7 +99,10 @@ impl PriceBook {
         if !lo.is_finite() {
             return Err(PriceBoundsError::NoUtilities);
         }
-        Ok(PriceBounds { low: lo / 2.0, high: hi })
+        Ok(PriceBounds {
+            low: lo / 2.0,
+            high: hi,
+        })
     }
 
     /// Per-type bounds from `(type, utility per GPU-round)` samples: for each type, `U` is
@@ -116,7 +119,9 @@ impl PriceBook {
                 list.push(v);
             }
         }
-        per.into_iter().map(|vs| Self::bounds_from_utilities(vs).unwrap_or(overall)).collect()
+        per.into_iter()
+            .map(|vs| Self::bounds_from_utilities(vs).unwrap_or(overall))
+            .collect()
     }
 
     /// A book with nothing given out yet; `bounds` holds one pair per GPU type (a shorter
@@ -130,9 +135,13 @@ impl PriceBook {
         let used = vec![0; cap.len()];
         let free_by_type: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
         let total_by_type = free_by_type.clone();
-        let fallback = bounds.last().copied().unwrap_or(PriceBounds { low: 1.0, high: 2.0 });
-        let bounds: Vec<PriceBounds> =
-            (0..types).map(|t| bounds.get(t).copied().unwrap_or(fallback)).collect();
+        let fallback = bounds.last().copied().unwrap_or(PriceBounds {
+            low: 1.0,
+            high: 2.0,
+        });
+        let bounds: Vec<PriceBounds> = (0..types)
+            .map(|t| bounds.get(t).copied().unwrap_or(fallback))
+            .collect();
         let mut prefix = Vec::with_capacity(types);
         for (t, b) in bounds.iter().enumerate() {
             let max_cap = cluster.max_per_node(crate::cluster::GpuType(t as u16)) as usize;
@@ -180,7 +189,11 @@ impl PriceBook {
     /// to a cheaper type, leaving the fast one to a job that gains more there. An empty
     /// cluster still sells at `L` and a full resource still asks at least `U`.
     pub fn with_type_pressure(mut self, lambda: f64) -> Self {
-        self.type_pressure = if lambda.is_finite() { lambda.max(0.0) } else { 0.0 };
+        self.type_pressure = if lambda.is_finite() {
+            lambda.max(0.0)
+        } else {
+            0.0
+        };
         for t in 0..self.types {
             self.refresh_type_factor(t);
         }
@@ -210,7 +223,10 @@ impl PriceBook {
 
     /// The smallest `L` of any type: no GPU costs less.
     pub fn lowest_price(&self) -> f64 {
-        self.bounds.iter().map(|b| b.low).fold(f64::INFINITY, f64::min)
+        self.bounds
+            .iter()
+            .map(|b| b.low)
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// Number of GPU types.
@@ -337,14 +353,19 @@ impl PriceBook {
 
     fn key_of(&self, n: NodeId) -> Vec<(u32, u32)> {
         let i = n.index() * self.types;
-        (0..self.types).map(|t| (self.cap[i + t], self.used[i + t])).collect()
+        (0..self.types)
+            .map(|t| (self.cap[i + t], self.used[i + t]))
+            .collect()
     }
 
     fn insert_into_class(&mut self, n: NodeId, key: Vec<(u32, u32)>) {
         let c = match self.class_index.get(&key) {
             Some(&c) => c,
             None => {
-                self.classes.push(NodeClass { key: key.clone(), nodes: Vec::new() });
+                self.classes.push(NodeClass {
+                    key: key.clone(),
+                    nodes: Vec::new(),
+                });
                 self.class_index.insert(key, self.classes.len() - 1);
                 self.classes.len() - 1
             }
@@ -372,7 +393,19 @@ mod tests {
 
     fn book() -> PriceBook {
         let c = Cluster::from_type_counts(&[("v100".into(), 8), ("k80".into(), 4)], 4).unwrap();
-        PriceBook::new(&c, &[PriceBounds { low: 1.0, high: 16.0 }, PriceBounds { low: 0.5, high: 2.0 }])
+        PriceBook::new(
+            &c,
+            &[
+                PriceBounds {
+                    low: 1.0,
+                    high: 16.0,
+                },
+                PriceBounds {
+                    low: 0.5,
+                    high: 2.0,
+                },
+            ],
+        )
     }
 
     #[test]
@@ -382,13 +415,20 @@ mod tests {
         let mut plain = book();
         let mut pressed = book().with_type_pressure(1.0);
         assert_eq!(pressed.next_price(NodeId(1), GpuType(0)), 1.0);
-        let full = Placement::gang([Part { node: NodeId(0), gpu_type: GpuType(0), gpus: 4 }]);
+        let full = Placement::gang([Part {
+            node: NodeId(0),
+            gpu_type: GpuType(0),
+            gpus: 4,
+        }]);
         plain.charge(&full);
         pressed.charge(&full);
         assert_eq!(plain.next_price(NodeId(1), GpuType(0)), 1.0);
         // Half of the 8 v100s are out: factor (16/1)^(1 * 4/8) = 4.
         assert!((pressed.next_price(NodeId(1), GpuType(0)) - 4.0).abs() < 1e-12);
-        assert!((pressed.cost_at(0, 4, 0, 2).unwrap() - 4.0 * plain.cost_at(0, 4, 0, 2).unwrap()).abs() < 1e-9);
+        assert!(
+            (pressed.cost_at(0, 4, 0, 2).unwrap() - 4.0 * plain.cost_at(0, 4, 0, 2).unwrap()).abs()
+                < 1e-9
+        );
         assert_eq!(pressed.next_price(NodeId(2), GpuType(1)), 0.5);
         // Releasing brings the price back.
         pressed.release(&full);
@@ -397,19 +437,41 @@ mod tests {
 
     #[test]
     fn per_type_bounds_fall_back_to_the_overall_pair() {
-        let overall = PriceBounds { low: 1.0, high: 9.0 };
+        let overall = PriceBounds {
+            low: 1.0,
+            high: 9.0,
+        };
         let b = PriceBook::bounds_by_type(3, [(0, 4.0), (0, 8.0), (2, 2.0)], overall);
         assert_eq!(
             b,
-            vec![PriceBounds { low: 2.0, high: 8.0 }, overall, PriceBounds { low: 1.0, high: 2.0 }]
+            vec![
+                PriceBounds {
+                    low: 2.0,
+                    high: 8.0
+                },
+                overall,
+                PriceBounds {
+                    low: 1.0,
+                    high: 2.0
+                }
+            ]
         );
     }
 
     #[test]
     fn bounds_are_half_the_smallest_and_the_largest() {
         let b = PriceBook::bounds_from_utilities([4.0, 0.0, f64::NAN, 10.0]).unwrap();
-        assert_eq!(b, PriceBounds { low: 2.0, high: 10.0 });
-        assert_eq!(PriceBook::bounds_from_utilities([0.0]), Err(PriceBoundsError::NoUtilities));
+        assert_eq!(
+            b,
+            PriceBounds {
+                low: 2.0,
+                high: 10.0
+            }
+        );
+        assert_eq!(
+            PriceBook::bounds_from_utilities([0.0]),
+            Err(PriceBoundsError::NoUtilities)
+        );
     }
 
     #[test]
@@ -431,7 +493,11 @@ mod tests {
     #[test]
     fn charging_raises_prices_and_moves_classes() {
         let mut b = book();
-        let p = Placement::gang([Part { node: NodeId(1), gpu_type: GpuType(0), gpus: 2 }]);
+        let p = Placement::gang([Part {
+            node: NodeId(1),
+            gpu_type: GpuType(0),
+            gpus: 2,
+        }]);
         assert!((b.placement_cost(&p).unwrap() - 3.0).abs() < 1e-12);
         b.charge(&p);
         assert!((b.next_price(NodeId(1), GpuType(0)) - 4.0).abs() < 1e-12);
@@ -442,7 +508,11 @@ mod tests {
         back.release(&p);
         assert_eq!(back.next_price(NodeId(1), GpuType(0)), 1.0);
         assert_eq!(back.free_of_type(0), 8);
-        let of_node1 = b.classes().iter().find(|c| c.nodes.contains(&NodeId(1))).unwrap();
+        let of_node1 = b
+            .classes()
+            .iter()
+            .find(|c| c.nodes.contains(&NodeId(1)))
+            .unwrap();
         assert_eq!(of_node1.key[0], (4, 2));
         assert_eq!(of_node1.nodes, vec![NodeId(1)]);
     }

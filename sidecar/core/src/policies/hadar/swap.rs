@@ -75,17 +75,27 @@ pub(super) fn improve(ready: &[Prepared<'_>], assignments: &mut [Assignment], ow
                 for &s2 in &sets[x + 1..] {
                     // Current members of each set (earlier exchanges may have moved some).
                     let on = |s: u64, a: &[Assignment]| -> Vec<usize> {
-                        members.iter().copied().filter(|&i| type_set(&a[i].placement) == Some(s)).collect()
+                        members
+                            .iter()
+                            .copied()
+                            .filter(|&i| type_set(&a[i].placement) == Some(s))
+                            .collect()
                     };
                     let gain_if = |i: usize, to: u64, a: &[Assignment]| {
                         let p = &ready[owners[i]];
                         let now = utility_on(p, &a[i].placement);
-                        p.utility.at(rate_on_set(&p.rates, to), p.previous.is_some()) - now
+                        p.utility
+                            .at(rate_on_set(&p.rates, to), p.previous.is_some())
+                            - now
                     };
-                    let mut first: Vec<(f64, usize)> =
-                        on(s1, assignments).into_iter().map(|i| (gain_if(i, s2, assignments), i)).collect();
-                    let mut second: Vec<(f64, usize)> =
-                        on(s2, assignments).into_iter().map(|i| (gain_if(i, s1, assignments), i)).collect();
+                    let mut first: Vec<(f64, usize)> = on(s1, assignments)
+                        .into_iter()
+                        .map(|i| (gain_if(i, s2, assignments), i))
+                        .collect();
+                    let mut second: Vec<(f64, usize)> = on(s2, assignments)
+                        .into_iter()
+                        .map(|i| (gain_if(i, s1, assignments), i))
+                        .collect();
                     first.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                     second.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                     for (&(g1, i), &(g2, k)) in first.iter().zip(&second) {
@@ -110,14 +120,17 @@ pub(super) fn improve(ready: &[Prepared<'_>], assignments: &mut [Assignment], ow
                         // receives (or be no worse off than before), so that the next
                         // round's online pass keeps the exchanged placements instead of
                         // undoing them.
-                        let price_i =
-                            utility_on(pi, &assignments[i].placement) - assignments[i].payoff.unwrap_or(0.0);
-                        let price_k =
-                            utility_on(pk, &assignments[k].placement) - assignments[k].payoff.unwrap_or(0.0);
+                        let price_i = utility_on(pi, &assignments[i].placement)
+                            - assignments[i].payoff.unwrap_or(0.0);
+                        let price_k = utility_on(pk, &assignments[k].placement)
+                            - assignments[k].payoff.unwrap_or(0.0);
                         let new_i = utility_on(pi, &assignments[k].placement) - price_k;
                         let new_k = utility_on(pk, &assignments[i].placement) - price_i;
-                        let stays = |new: f64, old: Option<f64>| new > 0.0 || new >= old.unwrap_or(0.0);
-                        if !stays(new_i, assignments[i].payoff) || !stays(new_k, assignments[k].payoff) {
+                        let stays =
+                            |new: f64, old: Option<f64>| new > 0.0 || new >= old.unwrap_or(0.0);
+                        if !stays(new_i, assignments[i].payoff)
+                            || !stays(new_k, assignments[k].payoff)
+                        {
                             continue;
                         }
                         exchange(ready, owners, assignments, i, k);
@@ -135,7 +148,8 @@ pub(super) fn improve(ready: &[Prepared<'_>], assignments: &mut [Assignment], ow
 /// Exchanges the placements of assignments `i` and `k`, carrying each placement's price
 /// (utility minus payoff at admission) with it.
 fn exchange(ready: &[Prepared<'_>], owners: &[usize], a: &mut [Assignment], i: usize, k: usize) {
-    let price = |x: &Assignment, p: &Prepared<'_>| utility_on(p, &x.placement) - x.payoff.unwrap_or(0.0);
+    let price =
+        |x: &Assignment, p: &Prepared<'_>| utility_on(p, &x.placement) - x.payoff.unwrap_or(0.0);
     let (pi, pk) = (&ready[owners[i]], &ready[owners[k]]);
     let (price_i, price_k) = (price(&a[i], pi), price(&a[k], pk));
     let placement_i = std::mem::replace(&mut a[i].placement, Placement::gang([]));

@@ -36,7 +36,13 @@ pub struct SyntheticSpec {
 
 impl Default for SyntheticSpec {
     fn default() -> Self {
-        SyntheticSpec { jobs: 2000, nodes: 256, gpus_per_node: 8, types: 4, seed: 1 }
+        SyntheticSpec {
+            jobs: 2000,
+            nodes: 256,
+            gpus_per_node: 8,
+            types: 4,
+            seed: 1,
+        }
     }
 }
 
@@ -90,7 +96,10 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
         .map(|i| {
             let mut gpus = vec![0; types];
             gpus[i % types] = spec.gpus_per_node;
-            Node { name: format!("node{i:04}"), gpus }
+            Node {
+                name: format!("node{i:04}"),
+                gpus,
+            }
         })
         .collect();
     let cluster = Cluster::new(type_names, nodes).map_err(|_| SyntheticError::Zero("nodes"))?;
@@ -104,7 +113,11 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
         };
         let base = rng.random_range(1.0..20.0) * workers as f64 * 0.9;
         let sensitivity = rng.random_range(0.5..1.5);
-        let missing = if types > 1 && rng.random_bool(0.1) { Some(rng.random_range(0..types)) } else { None };
+        let missing = if types > 1 && rng.random_bool(0.1) {
+            Some(rng.random_range(0..types))
+        } else {
+            None
+        };
         let curves: Vec<RateCurve> = (0..types)
             .map(|t| {
                 if Some(t) == missing {
@@ -132,8 +145,11 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
     jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
     let mut workload = SyntheticWorkload { cluster, jobs };
     let (earlier, _) = plan_round(&HadarConfig::default(), &workload.input());
-    let placements: std::collections::HashMap<JobId, _> =
-        earlier.assignments.into_iter().map(|a| (a.job, a.placement)).collect();
+    let placements: std::collections::HashMap<JobId, _> = earlier
+        .assignments
+        .into_iter()
+        .map(|a| (a.job, a.placement))
+        .collect();
     for j in &mut workload.jobs {
         j.placement = placements.get(&j.id()).cloned();
     }
@@ -146,15 +162,28 @@ mod tests {
 
     #[test]
     fn workload_has_the_requested_shape_and_is_reproducible() {
-        let spec = SyntheticSpec { jobs: 50, nodes: 8, gpus_per_node: 4, types: 2, seed: 3 };
+        let spec = SyntheticSpec {
+            jobs: 50,
+            nodes: 8,
+            gpus_per_node: 4,
+            types: 2,
+            seed: 3,
+        };
         let a = generate(&spec).unwrap();
         let b = generate(&spec).unwrap();
         assert_eq!(a.cluster.total_gpus(), 32);
         assert_eq!(a.jobs.len(), 50);
         assert!(a.jobs.iter().any(|j| j.placement.is_some()));
-        let ids =
-            |w: &SyntheticWorkload| w.jobs.iter().map(|j| (j.id(), j.placement.clone())).collect::<Vec<_>>();
+        let ids = |w: &SyntheticWorkload| {
+            w.jobs
+                .iter()
+                .map(|j| (j.id(), j.placement.clone()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(ids(&a), ids(&b));
-        assert_eq!(generate(&SyntheticSpec { jobs: 0, ..spec }).unwrap_err(), SyntheticError::Zero("jobs"));
+        assert_eq!(
+            generate(&SyntheticSpec { jobs: 0, ..spec }).unwrap_err(),
+            SyntheticError::Zero("jobs")
+        );
     }
 }

@@ -13,7 +13,10 @@ use std::sync::Arc;
 
 /// A job with `workers` workers and rate `rates[t]` (0 = cannot) on each type.
 fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobState {
-    let curves = rates.iter().map(|r| RateCurve::new([(workers, *r)])).collect();
+    let curves = rates
+        .iter()
+        .map(|r| RateCurve::new([(workers, *r)]))
+        .collect();
     let j = Job {
         id: JobId(id),
         kind: format!("job-{id}"),
@@ -29,21 +32,41 @@ fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobSta
 fn cluster(types: &[&str], nodes: &[&[u32]]) -> Cluster {
     Cluster::new(
         types.iter().map(|t| t.to_string()).collect(),
-        nodes.iter().enumerate().map(|(i, g)| Node { name: format!("n{i}"), gpus: g.to_vec() }).collect(),
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, g)| Node {
+                name: format!("n{i}"),
+                gpus: g.to_vec(),
+            })
+            .collect(),
     )
     .unwrap()
 }
 
 fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState], restart_s: f64) -> RoundInput<'a> {
-    RoundInput { now_s: 1000.0, round_s: 360.0, restart_s, cluster, jobs }
+    RoundInput {
+        now_s: 1000.0,
+        round_s: 360.0,
+        restart_s,
+        cluster,
+        jobs,
+    }
 }
 
 fn part(n: u32, t: u16, g: u32) -> Part {
-    Part { node: NodeId(n), gpu_type: GpuType(t), gpus: g }
+    Part {
+        node: NodeId(n),
+        gpu_type: GpuType(t),
+        gpus: g,
+    }
 }
 
 fn reason(plan: &RoundPlan, id: u64) -> Option<&WaitReason> {
-    plan.waiting.iter().find(|w| w.job == JobId(id)).map(|w| &w.reason)
+    plan.waiting
+        .iter()
+        .find(|w| w.job == JobId(id))
+        .map(|w| &w.reason)
 }
 
 #[test]
@@ -82,8 +105,11 @@ fn wait_reasons_name_the_obstacle() {
 /// cannot fit; the exact optimum runs the two instead (1.28 > 0.8).
 fn head_of_line_instance() -> (Cluster, Vec<JobState>) {
     let c = cluster(&["v100"], &[&[4]]);
-    let jobs =
-        vec![job(1, 0.0, 4, 900.0, &[10.0]), job(2, 1.0, 2, 2e3, &[10.0]), job(3, 2.0, 2, 2e3, &[10.0])];
+    let jobs = vec![
+        job(1, 0.0, 4, 900.0, &[10.0]),
+        job(2, 1.0, 2, 2e3, &[10.0]),
+        job(3, 2.0, 2, 2e3, &[10.0]),
+    ];
     (c, jobs)
 }
 
@@ -92,9 +118,18 @@ fn exact_mode_beats_arrival_order_on_head_of_line_blocking() {
     let (c, jobs) = head_of_line_instance();
     let inp = input(&c, &jobs, 0.0);
     // The figures above are those of the plain SRPT utility (no makespan-aware factor).
-    let plain = HadarConfig { criticality: 0.0, ..HadarConfig::default() };
+    let plain = HadarConfig {
+        criticality: 0.0,
+        ..HadarConfig::default()
+    };
     let (pd, pd_stats) = plan_round(&plain, &inp);
-    let (ex, ex_stats) = plan_round(&HadarConfig { exact: true, ..plain.clone() }, &inp);
+    let (ex, ex_stats) = plan_round(
+        &HadarConfig {
+            exact: true,
+            ..plain.clone()
+        },
+        &inp,
+    );
     pd.validate(&c, &jobs).unwrap();
     ex.validate(&c, &jobs).unwrap();
     assert!(pd.placement_of(JobId(1)).is_some());
@@ -104,7 +139,13 @@ fn exact_mode_beats_arrival_order_on_head_of_line_blocking() {
     assert!(ex_stats.objective > pd_stats.objective);
     assert!((round_objective(&plain, &inp, &ex) - ex_stats.objective).abs() < 1e-9);
     // Ranking by utility per GPU instead of arrival also finds the better plan here.
-    let (by_value, _) = plan_round(&HadarConfig { order: JobOrder::UtilityPerGpu, ..plain }, &inp);
+    let (by_value, _) = plan_round(
+        &HadarConfig {
+            order: JobOrder::UtilityPerGpu,
+            ..plain
+        },
+        &inp,
+    );
     assert!(by_value.placement_of(JobId(1)).is_none());
 }
 
@@ -113,17 +154,19 @@ fn prices_turn_jobs_away_and_work_conservation_takes_them_back() {
     // Eight 1-GPU jobs of widely different value on one 8-GPU node: as the node fills its
     // price climbs towards U, above what the cheap jobs can pay.
     let c = cluster(&["v100"], &[&[8]]);
-    let jobs: Vec<JobState> =
-        (0..8).map(|i| job(i, i as f64, 1, 10f64.powi(i as i32 % 4 + 2), &[1.0])).collect();
+    let jobs: Vec<JobState> = (0..8)
+        .map(|i| job(i, i as f64, 1, 10f64.powi(i as i32 % 4 + 2), &[1.0]))
+        .collect();
     let inp = input(&c, &jobs, 0.0);
-    let strict = HadarConfig { work_conservation: false, ..HadarConfig::default() };
+    let strict = HadarConfig {
+        work_conservation: false,
+        ..HadarConfig::default()
+    };
     let (plan, stats) = plan_round(&strict, &inp);
     plan.validate(&c, &jobs).unwrap();
-    assert!(
-        plan.waiting
-            .iter()
-            .any(|w| matches!(w.reason, WaitReason::PriceAboveUtility { utility, price } if price > utility))
-    );
+    assert!(plan.waiting.iter().any(
+        |w| matches!(w.reason, WaitReason::PriceAboveUtility { utility, price } if price > utility)
+    ));
     assert_eq!(stats.filled, 0);
     let (plan, stats) = plan_round(&HadarConfig::default(), &inp);
     plan.validate(&c, &jobs).unwrap();
@@ -144,12 +187,21 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
     assert_eq!(stats.kept, 1);
     // A short restart: the 4x faster V100 wins.
     let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 10.0));
-    assert_eq!(plan.placement_of(JobId(1)), Some(&Placement::gang([part(0, 0, 1)])));
+    assert_eq!(
+        plan.placement_of(JobId(1)),
+        Some(&Placement::gang([part(0, 0, 1)]))
+    );
     assert_eq!(stats.kept, 0);
     // Without stickiness the restart is not weighed at all.
-    let loose = HadarConfig { stickiness: false, ..HadarConfig::default() };
+    let loose = HadarConfig {
+        stickiness: false,
+        ..HadarConfig::default()
+    };
     let (plan, _) = plan_round(&loose, &input(&c, &jobs, 350.0));
-    assert_eq!(plan.placement_of(JobId(1)), Some(&Placement::gang([part(0, 0, 1)])));
+    assert_eq!(
+        plan.placement_of(JobId(1)),
+        Some(&Placement::gang([part(0, 0, 1)]))
+    );
 }
 
 #[test]
@@ -158,8 +210,14 @@ fn node_limit_consolidates_but_never_strands_a_job() {
     let jobs = [job(1, 0.0, 4, 1e5, &[10.0])];
     let inp = input(&c, &jobs, 0.0);
     let (spread, _) = plan_round(&HadarConfig::default(), &inp);
-    assert!(spread.assignments[0].placement.nodes().len() > 1, "exponential prices spread an unlimited job");
-    let one = HadarConfig { max_nodes_per_job: Some(1), ..HadarConfig::default() };
+    assert!(
+        spread.assignments[0].placement.nodes().len() > 1,
+        "exponential prices spread an unlimited job"
+    );
+    let one = HadarConfig {
+        max_nodes_per_job: Some(1),
+        ..HadarConfig::default()
+    };
     let (packed, _) = plan_round(&one, &inp);
     packed.validate(&c, &jobs).unwrap();
     assert_eq!(packed.assignments[0].placement.nodes().len(), 1);
@@ -176,17 +234,27 @@ fn swaps_give_fast_gpus_to_the_jobs_that_gain_most() {
     // is ten times faster there. The online pass hands job 1 the V100; exchanging the two
     // placements raises total utility.
     let c = cluster(&["v100", "k80"], &[&[1, 0], &[0, 1]]);
-    let jobs = [job(1, 0.0, 1, 1e5, &[10.0, 9.0]), job(2, 1.0, 1, 1e5, &[10.0, 1.0])];
+    let jobs = [
+        job(1, 0.0, 1, 1e5, &[10.0, 9.0]),
+        job(2, 1.0, 1, 1e5, &[10.0, 1.0]),
+    ];
     let inp = input(&c, &jobs, 0.0);
     let v100 = Placement::gang([part(0, 0, 1)]);
-    let (online, plain) =
-        plan_round(&HadarConfig { swap_improvement: false, ..HadarConfig::default() }, &inp);
+    let (online, plain) = plan_round(
+        &HadarConfig {
+            swap_improvement: false,
+            ..HadarConfig::default()
+        },
+        &inp,
+    );
     assert_eq!(online.placement_of(JobId(1)), Some(&v100));
     let (swapped, better) = plan_round(&HadarConfig::default(), &inp);
     swapped.validate(&c, &jobs).unwrap();
     assert_eq!(swapped.placement_of(JobId(2)), Some(&v100));
     assert!(better.objective > plain.objective);
-    assert!((round_objective(&HadarConfig::default(), &inp, &swapped) - better.objective).abs() < 1e-12);
+    assert!(
+        (round_objective(&HadarConfig::default(), &inp, &swapped) - better.objective).abs() < 1e-12
+    );
     for a in &swapped.assignments {
         let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
         assert_eq!(a.rate, a.placement.rate(&js.job.throughput, 1));
@@ -204,7 +272,12 @@ fn critical_first_runs_the_job_that_sets_the_makespan() {
     let inp = input(&c, &jobs, 0.0);
     let pick = |order| {
         // Plain SRPT utility, so that utility per GPU ranks the long job last.
-        let cfg = HadarConfig { order, work_conservation: false, criticality: 0.0, ..HadarConfig::default() };
+        let cfg = HadarConfig {
+            order,
+            work_conservation: false,
+            criticality: 0.0,
+            ..HadarConfig::default()
+        };
         plan_round(&cfg, &inp).0.assignments[0].job
     };
     assert_eq!(pick(JobOrder::CriticalFirst), JobId(9));
@@ -220,7 +293,12 @@ fn objectives_rank_jobs_differently() {
     let jobs = [job(1, 0.0, 1, 1e6, &[1.0]), job(2, 0.0, 1, 1e3, &[1.0])];
     let inp = input(&c, &jobs, 0.0);
     let pick = |objective, criticality| {
-        let cfg = HadarConfig { objective, order: JobOrder::UtilityPerGpu, criticality, ..HadarConfig::default() };
+        let cfg = HadarConfig {
+            objective,
+            order: JobOrder::UtilityPerGpu,
+            criticality,
+            ..HadarConfig::default()
+        };
         plan_round(&cfg, &inp).0.assignments[0].job
     };
     assert_eq!(pick(Objective::AvgJct, 0.0), JobId(2));
@@ -263,10 +341,22 @@ fn random_instance(
     for id in 0..rng.random_range(1..=max_jobs) {
         let workers = rng.random_range(1..=max_workers);
         let rates: Vec<f64> = (0..types)
-            .map(|_| if rng.random_bool(0.8) { rng.random_range(1.0..20.0) } else { 0.0 })
+            .map(|_| {
+                if rng.random_bool(0.8) {
+                    rng.random_range(1.0..20.0)
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let steps = 10f64.powf(rng.random_range(2.0..6.0));
-        let mut j = job(id as u64, rng.random_range(0.0..900.0), workers, steps, &rates);
+        let mut j = job(
+            id as u64,
+            rng.random_range(0.0..900.0),
+            workers,
+            steps,
+            &rates,
+        );
         j.remaining_steps = steps * rng.random_range(0.1..1.0);
         jobs.push(j);
     }
@@ -285,12 +375,23 @@ fn random_instance(
     (c, jobs)
 }
 
-fn check_plan(cfg: &HadarConfig, c: &Cluster, jobs: &[JobState], restart: f64) -> Result<(), TestCaseError> {
+fn check_plan(
+    cfg: &HadarConfig,
+    c: &Cluster,
+    jobs: &[JobState],
+    restart: f64,
+) -> Result<(), TestCaseError> {
     let inp = input(c, jobs, restart);
     let (plan, _) = plan_round(cfg, &inp);
     prop_assert_eq!(plan.validate(c, jobs), Ok(()));
     prop_assert_eq!(plan.assignments.len() + plan.waiting.len(), jobs.len());
-    let largest = c.nodes().iter().map(|n| n.gpus.iter().sum::<u32>()).max().unwrap_or(1).max(1);
+    let largest = c
+        .nodes()
+        .iter()
+        .map(|n| n.gpus.iter().sum::<u32>())
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let mut free = crate::capacity::FreeCapacity::of(c);
     for a in &plan.assignments {
         let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
@@ -321,8 +422,11 @@ fn check_plan(cfg: &HadarConfig, c: &Cluster, jobs: &[JobState], restart: f64) -
                 .filter(|t| js.job.throughput.rate(*t, js.job.workers).is_some())
                 .map(|t| free.free_of_type(t));
             // Mixed placements may pool every usable type; single-type ones need one type.
-            let usable: u32 =
-                if cfg.mixed_types { free_usable.sum() } else { free_usable.max().unwrap_or(0) };
+            let usable: u32 = if cfg.mixed_types {
+                free_usable.sum()
+            } else {
+                free_usable.max().unwrap_or(0)
+            };
             prop_assert!(
                 usable < js.job.workers,
                 "job {} waits ({:?}) with {} usable GPUs free",
@@ -403,14 +507,26 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
         let (c, jobs) = random_instance(&mut rng, 3, 4, 6, 4);
         let inp = input(&c, &jobs, 30.0);
         let (pd, pd_stats) = plan_round(cfg, &inp);
-        let (ex, ex_stats) = plan_round(&HadarConfig { exact: true, ..cfg.clone() }, &inp);
+        let (ex, ex_stats) = plan_round(
+            &HadarConfig {
+                exact: true,
+                ..cfg.clone()
+            },
+            &inp,
+        );
         pd.validate(&c, &jobs).unwrap();
         ex.validate(&c, &jobs).unwrap();
         assert_ne!(ex_stats.exact_proven, Some(false));
-        let (p, e) = (round_objective(cfg, &inp, &pd), round_objective(cfg, &inp, &ex));
+        let (p, e) = (
+            round_objective(cfg, &inp, &pd),
+            round_objective(cfg, &inp, &ex),
+        );
         assert!((p - pd_stats.objective).abs() <= 1e-9 * p.max(1.0));
         assert!((e - ex_stats.objective).abs() <= 1e-9 * e.max(1.0));
-        assert!(e >= p - 1e-9 * e.max(1.0), "exact {e} below primal-dual {p}");
+        assert!(
+            e >= p - 1e-9 * e.max(1.0),
+            "exact {e} below primal-dual {p}"
+        );
         let gap = if e > 0.0 { (e - p) / e } else { 0.0 };
         if gap <= 1e-9 {
             optimal += 1;
@@ -444,18 +560,48 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
 fn primal_dual_gap_to_the_exact_optimum_on_small_instances() {
     let settings = [
         ("arrival", HadarConfig::default()),
-        ("utility-per-gpu", HadarConfig { order: JobOrder::UtilityPerGpu, ..HadarConfig::default() }),
-        ("arrival, no work conservation", HadarConfig { work_conservation: false, ..HadarConfig::default() }),
+        (
+            "utility-per-gpu",
+            HadarConfig {
+                order: JobOrder::UtilityPerGpu,
+                ..HadarConfig::default()
+            },
+        ),
+        (
+            "arrival, no work conservation",
+            HadarConfig {
+                work_conservation: false,
+                ..HadarConfig::default()
+            },
+        ),
         (
             "utility-per-gpu, no reservations",
-            HadarConfig { order: JobOrder::UtilityPerGpu, reserve_running: false, ..HadarConfig::default() },
+            HadarConfig {
+                order: JobOrder::UtilityPerGpu,
+                reserve_running: false,
+                ..HadarConfig::default()
+            },
         ),
     ];
-    let documented = [(0.9365, 0.0644), (0.9365, 0.0353), (1.0, 0.1104), (0.5109, 0.0244)];
+    let documented = [
+        (0.9365, 0.0644),
+        (0.9365, 0.0353),
+        (1.0, 0.1104),
+        (0.5109, 0.0244),
+    ];
     for ((name, cfg), (worst_doc, mean_doc)) in settings.into_iter().zip(documented) {
         let (worst, mean, optimal) = gap_statistics(&cfg, 7, 500);
-        eprintln!("{name}: largest gap {worst:.4}, mean gap {mean:.4}, optimal on {:.0}%", optimal * 100.0);
-        assert!(worst <= worst_doc + 1e-4, "{name}: largest gap {worst} above the documented {worst_doc}");
-        assert!(mean <= mean_doc + 1e-4, "{name}: mean gap {mean} above the documented {mean_doc}");
+        eprintln!(
+            "{name}: largest gap {worst:.4}, mean gap {mean:.4}, optimal on {:.0}%",
+            optimal * 100.0
+        );
+        assert!(
+            worst <= worst_doc + 1e-4,
+            "{name}: largest gap {worst} above the documented {worst_doc}"
+        );
+        assert!(
+            mean <= mean_doc + 1e-4,
+            "{name}: mean gap {mean} above the documented {mean_doc}"
+        );
     }
 }

@@ -58,7 +58,9 @@ impl std::str::FromStr for Objective {
             "avg-jct" | "jct" => Ok(Objective::AvgJct),
             "makespan" => Ok(Objective::Makespan),
             "fairness" => Ok(Objective::Fairness),
-            other => Err(format!("unknown Hadar objective `{other}`; known: avg-jct, makespan, fairness")),
+            other => Err(format!(
+                "unknown Hadar objective `{other}`; known: avg-jct, makespan, fairness"
+            )),
         }
     }
 }
@@ -93,8 +95,16 @@ impl JobUtility {
         restart_s: f64,
         sticky: bool,
     ) -> Self {
-        let weight = if job.job.weight.is_finite() && job.job.weight > 0.0 { job.job.weight } else { 1.0 };
-        let round_s = if round_s.is_finite() && round_s > 0.0 { round_s } else { 1.0 };
+        let weight = if job.job.weight.is_finite() && job.job.weight > 0.0 {
+            job.job.weight
+        } else {
+            1.0
+        };
+        let round_s = if round_s.is_finite() && round_s > 0.0 {
+            round_s
+        } else {
+            1.0
+        };
         let best_rate = best_rate.max(MIN_RATE);
         let move_factor = if sticky && job.placement.is_some() {
             ((round_s - restart_s.max(0.0)) / round_s).clamp(0.0, 1.0)
@@ -150,14 +160,18 @@ impl JobUtility {
         }
         let t = self.round_s;
         match self.objective {
-            Objective::AvgJct => self.criticality * self.weight * t / (t + self.remaining_steps / rate),
+            Objective::AvgJct => {
+                self.criticality * self.weight * t / (t + self.remaining_steps / rate)
+            }
             Objective::Makespan => {
                 let t_best = self.remaining_steps / self.best_rate;
                 self.weight * (t_best / t).max(MIN_RATE) * (rate / self.best_rate)
             }
             Objective::Fairness => {
                 let t_best = self.remaining_steps / self.best_rate;
-                self.weight * ((self.age_s + t_best) / self.alone_s).max(MIN_RATE) * (rate / self.best_rate)
+                self.weight
+                    * ((self.age_s + t_best) / self.alone_s).max(MIN_RATE)
+                    * (rate / self.best_rate)
             }
         }
     }
@@ -188,11 +202,13 @@ mod tests {
         let mut s = JobState::arrived(Arc::new(job), 1);
         s.remaining_steps = remaining;
         if running {
-            s.placement = Some(crate::placement::Placement::gang([crate::placement::Part {
-                node: crate::cluster::NodeId(0),
-                gpu_type: crate::cluster::GpuType(0),
-                gpus: 1,
-            }]));
+            s.placement = Some(crate::placement::Placement::gang([
+                crate::placement::Part {
+                    node: crate::cluster::NodeId(0),
+                    gpu_type: crate::cluster::GpuType(0),
+                    gpus: 1,
+                },
+            ]));
         }
         s
     }
@@ -212,22 +228,73 @@ mod tests {
 
     #[test]
     fn avg_jct_ranks_shorter_remaining_work_higher() {
-        let short = JobUtility::new(Objective::AvgJct, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
-        let long = JobUtility::new(Objective::AvgJct, &state(900.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let short = JobUtility::new(
+            Objective::AvgJct,
+            &state(100.0, false),
+            1.0,
+            0.0,
+            360.0,
+            0.0,
+            false,
+        );
+        let long = JobUtility::new(
+            Objective::AvgJct,
+            &state(900.0, false),
+            1.0,
+            0.0,
+            360.0,
+            0.0,
+            false,
+        );
         assert!(short.best() > long.best());
-        let short = JobUtility::new(Objective::Makespan, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
-        let long = JobUtility::new(Objective::Makespan, &state(900.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let short = JobUtility::new(
+            Objective::Makespan,
+            &state(100.0, false),
+            1.0,
+            0.0,
+            360.0,
+            0.0,
+            false,
+        );
+        let long = JobUtility::new(
+            Objective::Makespan,
+            &state(900.0, false),
+            1.0,
+            0.0,
+            360.0,
+            0.0,
+            false,
+        );
         assert!(short.best() < long.best());
     }
 
     #[test]
     fn criticality_narrows_srpt_and_ranks_longest_first_near_the_end() {
         let mk = |remaining: f64, horizon: f64| {
-            let mut u = JobUtility::new(Objective::AvgJct, &state(remaining, false), 1.0, 0.0, 360.0, 0.0, false);
+            let mut u = JobUtility::new(
+                Objective::AvgJct,
+                &state(remaining, false),
+                1.0,
+                0.0,
+                360.0,
+                0.0,
+                false,
+            );
             u.set_criticality(horizon, 30.0);
             u
         };
-        let plain = |r: f64| JobUtility::new(Objective::AvgJct, &state(r, false), 1.0, 0.0, 360.0, 0.0, false).best();
+        let plain = |r: f64| {
+            JobUtility::new(
+                Objective::AvgJct,
+                &state(r, false),
+                1.0,
+                0.0,
+                360.0,
+                0.0,
+                false,
+            )
+            .best()
+        };
         // Horizon of ~2,800 rounds, far beyond 30: shorter still ranks first, by less.
         let (short, long) = (mk(1e5, 1e6).best(), mk(1e6, 1e6).best());
         assert!(short > long);
@@ -239,7 +306,15 @@ mod tests {
         let u = mk(5e5, 1e6);
         assert!(u.at(2.0, false) > u.at(1.0, false));
         // Other objectives ignore it.
-        let mut m = JobUtility::new(Objective::Makespan, &state(100.0, false), 1.0, 0.0, 360.0, 0.0, false);
+        let mut m = JobUtility::new(
+            Objective::Makespan,
+            &state(100.0, false),
+            1.0,
+            0.0,
+            360.0,
+            0.0,
+            false,
+        );
         let before = m.best();
         m.set_criticality(1e6, 30.0);
         assert_eq!(m.best(), before);
@@ -247,11 +322,26 @@ mod tests {
 
     #[test]
     fn moving_a_running_job_costs_its_restart_when_sticky() {
-        let u = JobUtility::new(Objective::AvgJct, &state(500.0, true), 1.0, 0.0, 360.0, 36.0, true);
+        let u = JobUtility::new(
+            Objective::AvgJct,
+            &state(500.0, true),
+            1.0,
+            0.0,
+            360.0,
+            36.0,
+            true,
+        );
         assert!(u.at(1.0, true) < u.at(1.0, false));
         assert_eq!(u.at(1.0, true), u.at(0.9, false));
-        let not_sticky =
-            JobUtility::new(Objective::AvgJct, &state(500.0, true), 1.0, 0.0, 360.0, 36.0, false);
+        let not_sticky = JobUtility::new(
+            Objective::AvgJct,
+            &state(500.0, true),
+            1.0,
+            0.0,
+            360.0,
+            36.0,
+            false,
+        );
         assert_eq!(not_sticky.at(1.0, true), not_sticky.at(1.0, false));
     }
 }
