@@ -7,9 +7,7 @@ use hadar_daemon::daemon::now_unix;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{Slurm, SlurmConfig};
 use hadar_store::{JobRow, Phase, Store};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -47,7 +45,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
     }
     let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
-    listen_for_notices(&config.sidecar.socket, wake_tx);
+    listen_for_notices(&config.sidecar.socket, config.slurm_conf.as_deref(), wake_tx);
     let mut daemon = Daemon::new(
         slurm,
         store,
@@ -62,37 +60,32 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Listens on the plugin's notice socket; each well-formed notice wakes the round loop.
-/// A socket that cannot be bound is logged and the daemon runs on its round timer alone.
-fn listen_for_notices(path: &Path, wake: std::sync::mpsc::Sender<()>) {
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let _ = std::fs::remove_file(path);
-    let listener = match std::os::unix::net::UnixListener::bind(path) {
+/// Listens on the plugin's notice socket; each notice from slurmctld wakes the round loop,
+/// and each connection refused (another user, junk) is logged. A socket that cannot be set
+/// up safely is logged and the daemon runs on its round timer alone.
+fn listen_for_notices(path: &Path, slurm_conf: Option<&Path>, wake: std::sync::mpsc::Sender<()>) {
+    use hadar_daemon::notices;
+    let slurm_user = slurm_conf
+        .and_then(|c| std::fs::read_to_string(c).ok())
+        .and_then(|t| notices::slurm_user_uid(&t));
+    let listener = match notices::bind(path, slurm_user) {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!(
-                "cannot listen on {}: {e}; new jobs wait for the next round",
-                path.display()
-            );
+            tracing::warn!("cannot listen for notices: {e}; new jobs wait for the next round");
             return;
         }
     };
-    let wake = Arc::new(std::sync::Mutex::new(wake));
+    let allowed = notices::allowed_uids(slurm_user);
+    tracing::info!(socket = %path.display(), ?allowed, "listening for the plugin's notices");
     std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
-            let mut line = String::new();
-            if BufReader::new(std::io::Read::take(conn, 4096))
-                .read_line(&mut line)
-                .is_ok()
-                && hadar_request::Notice::decode(&line).is_ok()
-                && let Ok(w) = wake.lock()
-            {
-                let _ = w.send(());
-            }
-        }
+        notices::serve(
+            listener,
+            &allowed,
+            |_| {
+                let _ = wake.send(());
+            },
+            |refused| tracing::warn!("notice socket: {refused}"),
+        )
     });
 }
 

@@ -22,7 +22,7 @@ use bindings::job_desc_msg_t;
 use hadar_request::{Decision, Notice, Submission, TresFields, decide};
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::cell::RefCell;
 
 /// The plugin's human-readable name (Slurm reads the bytes at the symbol's address).
 #[unsafe(no_mangle)]
@@ -66,11 +66,16 @@ pub extern "C" fn fini() -> c_int {
     SLURM_SUCCESS
 }
 
-/// The last heterogeneous job leader seen: its submitting user and its batch script (`None`
-/// for an interactive allocation). Later components carry no script of their own, but the
-/// leader's `#HADAR` lines apply to them; slurmctld validates all components of one het job
-/// back to back in one RPC.
-static HET_LEADER_SCRIPT: Mutex<Option<(u32, Option<String>)>> = Mutex::new(None);
+thread_local! {
+    /// The last heterogeneous job leader this thread saw: its submitting user and its batch
+    /// script (`None` for an interactive allocation). Later components carry no script of
+    /// their own, but the leader's `#HADAR` lines apply to them. slurmctld validates all
+    /// components of one het job back to back in one loop of the one thread serving that
+    /// submission's RPC, under only a read lock; so a process-wide slot could be overwritten
+    /// between two components by a second het submission served by another thread at the
+    /// same instant, and one per thread cannot.
+    static HET_LEADER_SCRIPT: RefCell<Option<(u32, Option<String>)>> = const { RefCell::new(None) };
+}
 
 /// Called for each new job (each het job component): decides, and for a managed job records
 /// its request, strips its GPUs, holds it and notifies the sidecar.
@@ -126,14 +131,15 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
     let leader_script: Option<String>;
     let script = match het_offset {
         Some(0) => {
-            if let Ok(mut slot) = HET_LEADER_SCRIPT.lock() {
-                *slot = Some((submit_uid, own_script.clone()));
-            }
+            HET_LEADER_SCRIPT.with(|slot| {
+                *slot.borrow_mut() = Some((submit_uid, own_script.clone()));
+            });
             own_script.as_deref()
         }
         Some(_) => {
-            leader_script = HET_LEADER_SCRIPT.lock().ok().and_then(|slot| {
-                slot.as_ref()
+            leader_script = HET_LEADER_SCRIPT.with(|slot| {
+                slot.borrow()
+                    .as_ref()
                     .filter(|(uid, _)| *uid == submit_uid)
                     .and_then(|(_, s)| s.clone())
             });

@@ -20,6 +20,13 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// The most dimensions a tensor may have; bounds each shape's allocation.
 pub const MAX_RANK: usize = 64;
 
+/// A name from the header as an error message shows it: at most 64 characters (then
+/// `...`), control characters escaped, so that a hostile file cannot flood or split the
+/// message.
+fn shown(name: &str) -> String {
+    hadar_request::excerpt_of(name, 64)
+}
+
 /// What is wrong with a header.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HeaderError {
@@ -41,10 +48,10 @@ pub enum HeaderError {
     #[error("header JSON: {0}")]
     Json(String),
     /// A tensor name appears twice.
-    #[error("tensor `{0}` appears twice in the header")]
+    #[error("tensor `{}` appears twice in the header", shown(.0))]
     DuplicateTensor(String),
     /// An unknown dtype.
-    #[error("tensor `{tensor}`: unknown dtype `{dtype}`")]
+    #[error("tensor `{}`: unknown dtype `{}`", shown(.tensor), shown(.dtype))]
     UnknownDtype {
         /// The tensor.
         tensor: String,
@@ -52,14 +59,18 @@ pub enum HeaderError {
         dtype: String,
     },
     /// begin > end.
-    #[error("tensor `{0}`: data_offsets begin after they end")]
+    #[error("tensor `{}`: data_offsets begin after they end", shown(.0))]
     ReversedOffsets(String),
     /// Element count times element size overflows or is not whole bytes.
-    #[error("tensor `{0}`: shape gives a size that overflows or is not a whole number of bytes")]
+    #[error(
+        "tensor `{}`: shape gives a size that overflows or is not a whole number of bytes",
+        shown(.0)
+    )]
     SizeOverflow(String),
     /// The byte range does not match shape and dtype.
     #[error(
-        "tensor `{tensor}`: shape and dtype give {expected} bytes but data_offsets span {actual}"
+        "tensor `{}`: shape and dtype give {expected} bytes but data_offsets span {actual}",
+        shown(.tensor)
     )]
     SizeMismatch {
         /// The tensor.
@@ -71,7 +82,8 @@ pub enum HeaderError {
     },
     /// Tensors overlap or leave a gap.
     #[error(
-        "tensor `{tensor}`: data starts at byte {begin} but the previous tensor ends at {expected} (tensors must be contiguous, without overlap)"
+        "tensor `{}`: data starts at byte {begin} but the previous tensor ends at {expected} (tensors must be contiguous, without overlap)",
+        shown(.tensor)
     )]
     NotContiguous {
         /// The tensor.

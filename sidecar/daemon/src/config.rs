@@ -116,12 +116,7 @@ impl DaemonConfig {
         let shared = crate::shared::SlurmTables::parse(path, text)?;
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_string(),
-            reason: e
-                .to_string()
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .collect::<Vec<_>>()
-                .join(" "),
+            reason: hadar_request::config::one_line(&e.to_string()),
         })?;
         let _ = (&file.slurm, &file.plugin);
         let s = &file.sidecar;

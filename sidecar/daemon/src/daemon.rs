@@ -102,6 +102,12 @@ pub struct RoundReport {
     pub actions: Vec<(u64, String, String)>,
     /// Milliseconds the policy took.
     pub decision_ms: f64,
+    /// Milliseconds spent reading Slurm's nodes and jobs.
+    pub read_ms: f64,
+    /// Milliseconds spent carrying out the actions (preemption grace periods included).
+    pub enforce_ms: f64,
+    /// Milliseconds of the whole round: read, reconcile, decide, enforce, record.
+    pub total_ms: f64,
 }
 
 /// Reads a hadar record into a job spec.
@@ -189,6 +195,9 @@ impl<S: SlurmApi> Daemon<S> {
                         active = r.active,
                         actions = r.actions.len(),
                         decision_ms = r.decision_ms,
+                        read_ms = r.read_ms,
+                        enforce_ms = r.enforce_ms,
+                        total_ms = r.total_ms,
                         "round done"
                     )
                 }
@@ -217,8 +226,10 @@ impl<S: SlurmApi> Daemon<S> {
     /// Runs one round at wall-clock time `now_unix`.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
         let now_s = now_unix - self.epoch;
+        let round_started = Instant::now();
         let nodes = self.slurm.nodes()?;
         let (slurm_jobs, refused_records) = self.slurm.jobs()?;
+        let read_ms = round_started.elapsed().as_secs_f64() * 1000.0;
         for (id, why) in refused_records {
             tracing::warn!(job = %id, "ignoring an untrustworthy job record: {why}");
         }
@@ -236,6 +247,7 @@ impl<S: SlurmApi> Daemon<S> {
             &*self.decode,
         );
         self.log_events(&events);
+        self.put_back_on_hold(round, &events, &mut rows)?;
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
         let foreign: Vec<(String, String, u32)> = slurm_jobs
@@ -395,7 +407,9 @@ impl<S: SlurmApi> Daemon<S> {
 
         // Enforce.
         let todo = actions::plan(&rows, &planned);
+        let enforce_started = Instant::now();
         let done = self.enforce(round, &todo, &mut rows)?;
+        let enforce_ms = enforce_started.elapsed().as_secs_f64() * 1000.0;
 
         // Record the round.
         let mut summary = RoundRow {
@@ -474,7 +488,62 @@ impl<S: SlurmApi> Daemon<S> {
             active: states.len(),
             actions: done,
             decision_ms,
+            read_ms,
+            enforce_ms,
+            total_ms: round_started.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+
+    /// Holds again every managed job that left hold without the daemon releasing it (its
+    /// owner ran `scontrol release`; the plugin had stripped its GPUs, so it must not run
+    /// outside the plan): a pending one is held (as root: an admin hold its owner cannot
+    /// release), a running one requeued held. A job whose last intent is a start that a crash
+    /// cut short was released by the daemon itself and is taken as starting.
+    fn put_back_on_hold(
+        &mut self,
+        round: u64,
+        events: &[Event],
+        rows: &mut BTreeMap<u64, JobRow>,
+    ) -> Result<(), DaemonError> {
+        for e in events {
+            let Event::LeftHold { job, running } = *e else {
+                continue;
+            };
+            let last = self.store.last_intent(job)?;
+            if let Some(i) = last.filter(|i| {
+                i.action == "start" && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+            }) {
+                if let Some(r) = rows.get_mut(&job) {
+                    r.phase = Phase::Starting;
+                    r.placement = i.placement;
+                }
+                continue;
+            }
+            tracing::warn!(
+                job,
+                running,
+                "a managed job left hold without hadar releasing it (its owner ran `scontrol release`?); holding it again"
+            );
+            let t = now_unix() - self.epoch;
+            let (action, outcome) = if running {
+                let intent = self
+                    .store
+                    .write(|w| w.add_intent(round, job, "requeue-hold", None, t))?;
+                (intent, self.slurm.requeue_hold(job))
+            } else {
+                let intent = self
+                    .store
+                    .write(|w| w.add_intent(round, job, "hold", None, t))?;
+                (intent, self.slurm.hold(job))
+            };
+            let text = outcome_text(&outcome.map(|_| "ok".to_string()));
+            if let Some(r) = rows.get_mut(&job) {
+                r.phase = Phase::Waiting;
+                r.placement = None;
+            }
+            self.close(action, &text, rows.get(&job))?;
+        }
+        Ok(())
     }
 
     fn log_events(&mut self, events: &[Event]) {
@@ -493,7 +562,7 @@ impl<S: SlurmApi> Daemon<S> {
                 Event::Requeued(id) => {
                     tracing::info!(job = id, "job is held again after a requeue")
                 }
-                Event::Progress { .. } => {}
+                Event::Progress { .. } | Event::LeftHold { .. } => {}
             }
         }
     }

@@ -7,12 +7,14 @@
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
+//! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
 
 pub mod actions;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod notices;
 pub mod progress;
 pub mod reconcile;
 pub mod shared;

@@ -78,9 +78,34 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
         #[test]
         fn decode_never_panics(s in "(hadar-progress:v1 )?[a-z=0-9. e+-]{0,40}") {
             let _ = Progress::decode(&s);
+        }
+
+        /// A comment is the job owner's free text: arbitrary bytes (read lossily), oversized
+        /// or truncated reports are either ignored or read as finite, non-negative numbers.
+        #[test]
+        fn arbitrary_comments_are_ignored_or_sane(
+            b in proptest::collection::vec(any::<u8>(), 0..300),
+            cut in 0usize..60,
+            big in "[0-9]{300,400}",
+        ) {
+            let text = String::from_utf8_lossy(&b);
+            for c in [
+                text.to_string(),
+                format!("{TAG} {text}"),
+                format!("{TAG} steps={big} rate=1"),
+                format!("{TAG} steps=1e308 rate=1e308"),
+                "hadar-progress:v1 steps=120 rate=4.5".chars().take(cut).collect::<String>(),
+            ] {
+                if let Some(p) = Progress::decode(&c) {
+                    prop_assert!(p.steps.is_finite() && p.steps >= 0.0);
+                    prop_assert!(p.rate.is_finite() && p.rate >= 0.0);
+                }
+            }
         }
 
         #[test]

@@ -21,6 +21,16 @@ pub enum Event {
     Finished(u64, String),
     /// A job that was running and is now held again (preempted or requeued).
     Requeued(u64),
+    /// A job hadar holds (phase waiting) found released or running although the daemon did
+    /// not start it: its owner ran `scontrol release` (or a daemon crashed between releasing
+    /// it and noting so; the daemon tells the two apart from its intents). The row is left
+    /// waiting; the daemon holds the job again or requeues it held.
+    LeftHold {
+        /// The job.
+        job: u64,
+        /// Whether Slurm already runs it.
+        running: bool,
+    },
     /// A new progress report from a running job, on this placement.
     Progress {
         /// The job.
@@ -49,6 +59,16 @@ pub fn allocation(job: &SlurmJob) -> NodeGpus {
         .collect()
 }
 
+/// Whether a job holds GPUs or asks Slurm for some (a managed job the plugin stripped and
+/// the daemon has not placed does neither).
+fn has_gpus(job: &SlurmJob) -> bool {
+    !allocation(job).is_empty()
+        || [&job.tres_per_node, &job.tres_per_job]
+            .into_iter()
+            .flatten()
+            .any(|t| hadar_request::gpu::mentions_gpu(t))
+}
+
 /// Reconciles `rows` (every job the store knows, by id) with Slurm's jobs at time `now_s`
 /// (seconds since the store's epoch `epoch_unix`). `decode` reads a record into a spec;
 /// `default_steps` is the length of a job that did not say.
@@ -67,6 +87,10 @@ pub fn reconcile(
         .iter()
         .filter(|j| is_managed(j) && !rows.contains_key(&j.id))
         .collect();
+    // Rows first seen now: after a lost state database a running managed job is new to the
+    // store, and is trusted to have been started by a daemon if it has GPUs (the daemon
+    // always gives a job its GPUs before releasing it; the plugin strips them).
+    let mut fresh: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
     for sj in unseen {
         if sj.status.is_terminal() {
             continue; // ended before the daemon ever saw it: nothing to schedule
@@ -87,6 +111,7 @@ pub fn reconcile(
                     JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
                 rows.insert(sj.id, row);
+                fresh.insert(sj.id);
                 events.push(Event::New(sj.id));
             }
             Err(why) => events.push(Event::Refused(sj.id, why)),
@@ -101,6 +126,17 @@ pub fn reconcile(
             events.push(Event::Finished(row.id, "vanished".into()));
             continue;
         };
+        let left_hold = row.phase == Phase::Waiting
+            && !(fresh.contains(&row.id) && has_gpus(sj))
+            && (sj.status == JobStatus::Running
+                || (sj.status == JobStatus::Pending && !sj.is_held()));
+        if left_hold {
+            events.push(Event::LeftHold {
+                job: row.id,
+                running: sj.status == JobStatus::Running,
+            });
+            continue;
+        }
         row.restarts = sj.restarts;
         let report = sj.comment.as_deref().and_then(Progress::decode);
         if let Some(p) = report
@@ -157,7 +193,6 @@ pub fn reconcile(
                     row.phase = Phase::Waiting;
                     row.placement = None;
                 } else if row.phase != Phase::Starting {
-                    // Released by someone (or by a daemon that crashed before noting it).
                     row.phase = Phase::Starting;
                 }
             }
@@ -245,6 +280,8 @@ mod tests {
         assert_eq!(rows[&5].arrival_s, 10.0);
         assert_eq!(rows[&5].phase, Phase::Waiting);
 
+        // The daemon's start marks the row before Slurm runs the job.
+        rows.get_mut(&5).unwrap().phase = Phase::Starting;
         j.status = JobStatus::Running;
         j.start_time = Some(1025);
         j.alloc = vec![NodeAlloc {
@@ -296,6 +333,34 @@ mod tests {
             (r.phase, r.finished_s, r.run_s),
             (Phase::Finished, Some(40.0), 15.0)
         );
+    }
+
+    #[test]
+    fn a_job_released_by_someone_else_is_reported_and_left_waiting() {
+        let mut rows = BTreeMap::new();
+        let j = sj(7, JobStatus::Pending, true);
+        reconcile(&mut rows, std::slice::from_ref(&j), 1.0, 1000.0, 50, &decode);
+        // Its owner runs `scontrol release`: pending, not held, and without GPUs.
+        let released = sj(7, JobStatus::Pending, false);
+        let ev = reconcile(&mut rows, &[released], 2.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::LeftHold { job: 7, running: false }]);
+        assert_eq!(rows[&7].phase, Phase::Waiting);
+        // Slurm started it before the daemon's round: reported as running, still not
+        // accounted as a run of hadar's.
+        let mut running = sj(7, JobStatus::Running, false);
+        running.tres_per_node = Some("gres:gpu:v100:4".into());
+        let ev = reconcile(&mut rows, &[running.clone()], 3.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::LeftHold { job: 7, running: true }]);
+        assert_eq!((rows[&7].phase, rows[&7].starts, rows[&7].first_start_s), (Phase::Waiting, 0, None));
+        // Seen for the first time released and without GPUs (released before any round):
+        // also reported. Seen first running with GPUs (the store was lost): trusted.
+        let mut fresh = BTreeMap::new();
+        let ev = reconcile(&mut fresh, &[sj(8, JobStatus::Pending, false)], 1.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::New(8), Event::LeftHold { job: 8, running: false }]);
+        let mut fresh = BTreeMap::new();
+        running.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 4)] }];
+        let ev = reconcile(&mut fresh, &[running], 4.0, 1000.0, 50, &decode);
+        assert_eq!(ev, vec![Event::New(7), Event::Started(7)]);
     }
 
     #[test]

@@ -72,6 +72,14 @@ pub fn parse_cluster_spec(spec: &str, gpus_per_node: u32) -> Result<Cluster, For
                 ),
             )
         })?;
+        if count > 1_000_000 {
+            // As in the TOML form: a typo such as v100:4000000000 would otherwise build a
+            // billion nodes before anything could say it is wrong.
+            return Err(FormatError::invalid(
+                at(),
+                format!("the count of `{name}` must be between 0 and 1000000, found {count}"),
+            ));
+        }
         if counts.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
             return Err(FormatError::invalid(
                 at(),
@@ -224,6 +232,7 @@ mod tests {
         assert!(e("v100").contains("should be TYPE:COUNT"));
         assert!(e("v100:x").contains("must be a whole number, found `x`"));
         assert!(e("v100:1,V100:2").contains("given twice"));
+        assert!(e("v100:4000000000").contains("between 0 and 1000000"));
         assert_eq!(
             parse_cluster_spec("v100:1", 0).unwrap_err().to_string(),
             "--gpus-per-node: must be at least 1"

@@ -29,9 +29,10 @@ impl Location {
         self
     }
 
-    /// The same location naming a field.
+    /// The same location naming a field (a name taken from the input is shortened and its
+    /// control characters escaped, see [`bounded`]).
     pub fn field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+        self.field = Some(bounded(&field.into(), 64));
         self
     }
 }
@@ -74,12 +75,20 @@ pub enum FormatError {
 
 impl FormatError {
     /// An `Invalid` error at `at`.
+    /// The message is kept to one line of at most 300 characters: it may quote the input,
+    /// which in a corrupt or hostile file can be megabytes long or hold control characters.
     pub fn invalid(at: Location, message: impl Into<String>) -> Self {
         FormatError::Invalid {
             at,
-            message: message.into(),
+            message: bounded(&message.into(), 300),
         }
     }
+}
+
+/// `text` on one line of at most `max` characters (then `...`), control characters (line
+/// breaks included) escaped.
+pub fn bounded(text: &str, max: usize) -> String {
+    hadar_request::excerpt_of(text, max)
 }
 
 /// Reads a whole file, naming it in the error.

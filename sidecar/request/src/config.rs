@@ -115,17 +115,27 @@ pub enum ConfigError {
     },
 }
 
+/// The longest TOML parser message kept in a [`ConfigError::Parse`], in characters.
+const MAX_REASON_CHARS: usize = 240;
+
+/// A parser message as one line of bounded length: the TOML parser quotes the offending
+/// source line, which in a hostile or corrupt file may be megabytes long or hold control
+/// characters.
+pub fn one_line(message: &str) -> String {
+    let joined = message
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    crate::excerpt_of(&joined, MAX_REASON_CHARS)
+}
+
 impl Config {
     /// Parses configuration text; `path` is used in error messages only.
     pub fn parse(path: &str, text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_string(),
-            reason: e
-                .to_string()
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .collect::<Vec<_>>()
-                .join(" "),
+            reason: one_line(&e.to_string()),
         })?;
         let p = &config.plugin;
         if !(1..=1000).contains(&p.notify_timeout_ms) {

@@ -158,14 +158,14 @@ impl Directives {
         let Some((key, value)) = word.split_once('=') else {
             return Err(DirectiveError::Unknown {
                 origin: origin.clone(),
-                word: word.to_string(),
+                word: crate::excerpt(word),
             });
         };
         let key_lower = key.to_ascii_lowercase();
         let Some(&key) = KEYS.iter().find(|k| **k == key_lower) else {
             return Err(DirectiveError::Unknown {
                 origin: origin.clone(),
-                word: word.to_string(),
+                word: crate::excerpt(word),
             });
         };
         if let Some((_, first)) = self.origins.iter().find(|(k, _)| *k == key) {
@@ -178,7 +178,7 @@ impl Directives {
         let malformed = |expected| DirectiveError::Malformed {
             origin: origin.clone(),
             key,
-            value: value.to_string(),
+            value: crate::excerpt(value),
             expected,
         };
         match key {

@@ -189,9 +189,12 @@ pub fn split_field(
     if typed != 0 && typed != counts.len() || typed == 0 && counts.len() > 1 {
         return Err(GpuRequestError::MixedTyping { option });
     }
-    for (i, c) in counts.iter().enumerate() {
+    // A set, not a scan of the earlier entries: a field may hold thousands of entries, and a
+    // quadratic check of a hostile one would stall slurmctld's submission path.
+    let mut seen = std::collections::HashSet::new();
+    for c in &counts {
         if let Some(t) = &c.gpu_type
-            && counts[..i].iter().any(|d| d.gpu_type.as_ref() == Some(t))
+            && !seen.insert(t.as_str())
         {
             return Err(GpuRequestError::DuplicateType {
                 option,
@@ -228,7 +231,7 @@ fn parse_entry(
     {
         return Err(GpuRequestError::MalformedType {
             option,
-            text: t.to_string(),
+            text: crate::excerpt(t),
         });
     }
     let count = match count_text {
@@ -246,7 +249,7 @@ fn parse_count(text: &str, option: &'static str, max_gpus: u32) -> Result<u32, G
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(GpuRequestError::MalformedCount {
             option,
-            text: text.to_string(),
+            text: crate::excerpt(text),
         });
     }
     let digits = text.trim_start_matches('0');

@@ -156,8 +156,8 @@ impl Inventory {
                 let included = read_include(&path).map_err(|reason| InventoryError::Include {
                     file: file.to_string(),
                     line: line_no,
-                    path: path.clone(),
-                    reason,
+                    path: crate::excerpt(&path),
+                    reason: crate::excerpt_of(&reason, 200),
                 })?;
                 self.read(&path, &included, read_include, defaults, depth + 1)?;
                 continue;
@@ -184,7 +184,7 @@ impl Inventory {
                             InventoryError::Hostlist {
                                 file: file.to_string(),
                                 line: line_no,
-                                text: n.clone(),
+                                text: crate::excerpt(&n),
                             }
                         })?)
                     }
@@ -216,7 +216,7 @@ impl Inventory {
                     InventoryError::Gres {
                         file: file.to_string(),
                         line: line_no,
-                        text,
+                        text: crate::excerpt(&text),
                     }
                 })?;
             let expanded =
@@ -224,7 +224,7 @@ impl Inventory {
                     HostlistError::Malformed => InventoryError::Hostlist {
                         file: file.to_string(),
                         line: line_no,
-                        text: names.to_string(),
+                        text: crate::excerpt(names),
                     },
                     HostlistError::TooMany => InventoryError::TooManyNodes {
                         file: file.to_string(),
@@ -232,12 +232,18 @@ impl Inventory {
                     },
                 })?;
             for name in expanded {
-                self.nodes.retain(|n| n.name != name);
-                self.nodes.push(NodeGpus {
-                    name,
+                let node = NodeGpus {
+                    name: name.clone(),
                     typed: typed.clone(),
                     untyped,
-                });
+                };
+                match defaults.node_index.get(&name) {
+                    Some(&i) => self.nodes[i] = node,
+                    None => {
+                        defaults.node_index.insert(name, self.nodes.len());
+                        self.nodes.push(node);
+                    }
+                }
             }
         }
         Ok(())
@@ -293,6 +299,10 @@ impl Inventory {
 struct Defaults {
     gres: Option<String>,
     partition_nodes: Option<String>,
+    /// Where each node name already read sits in `Inventory::nodes`: a later definition of
+    /// the same name replaces it in place, found without a scan (a slurm.conf of 100,000
+    /// nodes took seconds to read with a scan per node).
+    node_index: std::collections::HashMap<String, usize>,
 }
 
 /// Parses a node's `Gres=` value into typed and untyped GPU counts (other GRES are skipped).

@@ -27,3 +27,48 @@ pub use gpu::{GpuCount, GpuRequest, GpuRequestError, Scope, TresFields};
 pub use inventory::{Inventory, InventoryError, NodeGpus};
 pub use notify::{Notice, NoticeError};
 pub use record::{Record, RecordError};
+
+/// The longest piece of user text an error message quotes, in characters.
+pub const EXCERPT_CHARS: usize = 48;
+
+/// User text as an error message quotes it: at most [`EXCERPT_CHARS`] characters (then `...`),
+/// with control characters escaped, so that a hostile or oversized value can neither flood
+/// slurmctld's log and the user's terminal nor forge extra log lines.
+pub fn excerpt(text: &str) -> String {
+    excerpt_of(text, EXCERPT_CHARS)
+}
+
+/// `text` on one line of about `max` characters at most (then `...`; an escape may overrun
+/// by a few), control characters (line breaks included) escaped. Every reader of user or
+/// file input in hadar quotes input through this in its errors.
+pub fn excerpt_of(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut shown_chars = 0;
+    for c in text.chars() {
+        if shown_chars >= max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            let escaped: String = c.escape_default().collect();
+            shown_chars += escaped.chars().count();
+            out.push_str(&escaped);
+        } else {
+            shown_chars += 1;
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn excerpts_are_short_and_single_line() {
+        assert_eq!(super::excerpt("steps=12k"), "steps=12k");
+        assert_eq!(super::excerpt("a\nJobId=1\u{1b}[2J"), "a\\nJobId=1\\u{1b}[2J");
+        let long = super::excerpt(&"x".repeat(1000));
+        assert_eq!(long.len(), super::EXCERPT_CHARS + 3);
+        assert!(long.ends_with("..."));
+    }
+}

@@ -39,7 +39,7 @@ impl Notice {
 
     /// Reads a notice line (with or without its newline).
     pub fn decode(line: &str) -> Result<Notice, NoticeError> {
-        let not = || NoticeError::NotANotice(line.chars().take(40).collect());
+        let not = || NoticeError::NotANotice(crate::excerpt(line));
         let rest = line
             .trim_end_matches('\n')
             .strip_prefix(NOTICE_TAG)

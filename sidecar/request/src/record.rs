@@ -90,7 +90,7 @@ impl Record {
     pub fn decode(text: &str) -> Result<Record, RecordError> {
         let mut words = text.split_whitespace();
         if words.next() != Some(TAG) {
-            return Err(RecordError::NotARecord(text.chars().take(40).collect()));
+            return Err(RecordError::NotARecord(crate::excerpt(text)));
         }
         let mut gpus = None;
         let mut nodes = None;
@@ -99,11 +99,11 @@ impl Record {
         for word in words {
             let (key, value) = word
                 .split_once('=')
-                .ok_or_else(|| RecordError::Field(word.to_string()))?;
+                .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
             match key {
                 "gpus" | "gpus-per-node" => {
                     if gpus.is_some() {
-                        return Err(RecordError::Field(word.to_string()));
+                        return Err(RecordError::Field(crate::excerpt(word)));
                     }
                     let scope = if key == "gpus" {
                         Scope::PerJob
@@ -112,20 +112,20 @@ impl Record {
                     };
                     gpus = Some(
                         decode_spec(value, scope)
-                            .ok_or_else(|| RecordError::Field(word.to_string()))?,
+                            .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?,
                     );
                 }
                 "nodes" | "het" => {
                     let n: u32 = value
                         .parse()
-                        .map_err(|_| RecordError::Field(word.to_string()))?;
+                        .map_err(|_| RecordError::Field(crate::excerpt(word)))?;
                     let slot = if key == "nodes" {
                         &mut nodes
                     } else {
                         &mut het_offset
                     };
                     if slot.replace(n).is_some() {
-                        return Err(RecordError::Field(word.to_string()));
+                        return Err(RecordError::Field(crate::excerpt(word)));
                     }
                 }
                 _ => directive_words.push(word),

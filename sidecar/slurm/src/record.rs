@@ -66,12 +66,24 @@ pub fn parse(text: &str, first_key: &str) -> Vec<Record> {
         if trimmed.is_empty() {
             continue;
         }
-        if line.starts_with(&head) {
+        let first_line = line.starts_with(&head);
+        if first_line {
             records.push(Record::default());
         }
         let Some(rec) = records.last_mut() else {
             continue;
         };
+        // `JobName` ends the first line of a job and is the user's free text: it may hold
+        // spaces and `Key=value` words, so it is the rest of the line (a name such as
+        // `x UserId=root(0) JobState=RUNNING` must not forge those fields).
+        if first_line && let Some(at) = trimmed.find(" JobName=") {
+            rec.fields.extend(split_words(&trimmed[..at]));
+            rec.fields.push((
+                "JobName".to_string(),
+                trimmed[at + " JobName=".len()..].trim_end().to_string(),
+            ));
+            continue;
+        }
         if let Some((key, rest)) = trimmed.split_once('=')
             && REST_OF_LINE.contains(&key)
         {
@@ -130,6 +142,22 @@ mod tests {
     fn a_comment_with_a_forged_line_makes_the_record_ambiguous() {
         let text = "JobId=5 JobName=a\n   AdminComment=hadar:v1 gpus=1\n   Comment=x\n   AdminComment=hadar:v1 gpus=64\n";
         assert!(parse(text, "JobId")[0].is_ambiguous());
+    }
+
+    #[test]
+    fn a_job_name_cannot_forge_fields() {
+        let text = "JobId=5 JobName=x UserId=root(0) JobState=RUNNING AdminComment=hadar:v1 gpus=8\n   UserId=alice(1000) GroupId=alice(1000)\n   JobState=PENDING Reason=None\n";
+        let r = &parse(text, "JobId")[0];
+        assert_eq!(
+            r.get("JobName"),
+            Some("x UserId=root(0) JobState=RUNNING AdminComment=hadar:v1 gpus=8")
+        );
+        assert_eq!(r.get("UserId"), Some("alice(1000)"));
+        assert_eq!(r.get("JobState"), Some("PENDING"));
+        assert_eq!(r.get("AdminComment"), None);
+        let het = "JobId=7 HetJobId=7 HetJobOffset=0 JobName=a b\n   UserId=u(1)\n";
+        let r = &parse(het, "JobId")[0];
+        assert_eq!((r.get("HetJobOffset"), r.get("JobName")), (Some("0"), Some("a b")));
     }
 
     #[test]

@@ -486,6 +486,16 @@ impl Store {
         self.intents_where("1")
     }
 
+    /// The most recent intent about `job`, if any.
+    pub fn last_intent(&self, job: u64) -> Result<Option<Intent>, StoreError> {
+        Ok(self
+            .intents_where(&format!(
+                "id = (SELECT MAX(id) FROM intents WHERE job = {})",
+                job as i64
+            ))?
+            .pop())
+    }
+
     fn intents_where(&self, cond: &str) -> Result<Vec<Intent>, StoreError> {
         let sql = format!(
             "SELECT id, round, job, action, placement, created_s, done_s, outcome FROM intents WHERE {cond} ORDER BY id"

@@ -1,0 +1,526 @@
+//! Attacks on hadar from ordinary users, tried against a real Slurm: the test cluster of
+//! the shared harness (slurmctld with the job_submit/hadar plugin, four slurmd), the real
+//! `hadar serve`, and two unprivileged users (`hadar-alice`, `hadar-bob`, created with
+//! `useradd` if missing) who submit and meddle through Slurm's own commands, run as them
+//! with `setpriv`. Each scenario tries one attack of docs/threat-model.md and checks that it
+//! fails. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
+
+use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SCENARIOS: &[Scenario] = &[
+    (
+        "notice_socket_is_private_to_slurmctlds_user",
+        notice_socket_is_private_to_slurmctlds_user,
+    ),
+    (
+        "shell_metacharacters_in_user_strings_run_nothing",
+        shell_metacharacters_in_user_strings_run_nothing,
+    ),
+    (
+        "a_user_cannot_act_on_another_users_job",
+        a_user_cannot_act_on_another_users_job,
+    ),
+    (
+        "a_job_released_by_its_owner_is_held_again",
+        a_job_released_by_its_owner_is_held_again,
+    ),
+    (
+        "averaging_and_user_paths_run_as_the_jobs_owner",
+        averaging_and_user_paths_run_as_the_jobs_owner,
+    ),
+];
+
+const ALICE: &str = "hadar-alice";
+const BOB: &str = "hadar-bob";
+const TIME_SCALE: f64 = 50.0;
+
+fn main() -> ExitCode {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let options = Options {
+        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("security-testbed"),
+        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
+        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+    };
+    run_scenarios(SCENARIOS, options, clean_up)
+}
+
+// ----- users -----
+
+/// A test user: uid, gid, and a private working folder in the scratch area.
+struct User {
+    uid: u32,
+    gid: u32,
+    dir: PathBuf,
+}
+
+/// Creates (if missing) the system user `name` and its folder under the scratch area.
+fn user(bed: &Testbed, name: &'static str) -> User {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let out = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/bin/sh", name])
+            .output()
+            .expect("run useradd");
+        assert!(
+            out.status.success(),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (uid, gid) = (id("-u").unwrap(), id("-g").unwrap());
+    let dir = bed.path(&format!("users/{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The folders above it must be traversable by the user.
+    for p in [bed.path("users"), bed.scratch().to_path_buf()] {
+        let mode = std::fs::metadata(&p).unwrap().mode();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode((mode | 0o711) & 0o7777))
+            .unwrap();
+    }
+    User {
+        uid,
+        gid,
+        dir,
+    }
+}
+
+impl User {
+    /// Runs `program args` as this user (same environment, `SLURM_CONF` set), in its folder.
+    fn run(&self, bed: &Testbed, program: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = bed.command("setpriv");
+        cmd.args([
+            "--reuid",
+            &self.uid.to_string(),
+            "--regid",
+            &self.gid.to_string(),
+            "--clear-groups",
+            "--",
+            program,
+        ])
+        .args(args)
+        .current_dir(&self.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = cmd.spawn().expect("run setpriv");
+        if let (Some(text), Some(mut s)) = (stdin, child.stdin.take()) {
+            std::io::Write::write_all(&mut s, text.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// `sbatch ARGS` with `script` on standard input, as this user; the output goes to its
+    /// folder. Returns the job id, or sbatch's error text.
+    fn sbatch(&self, bed: &Testbed, args: &[&str], script: &str) -> Result<u32, String> {
+        let out_arg = format!("--output={}/out-%j.txt", self.dir.display());
+        let mut all = vec![out_arg.as_str()];
+        all.extend_from_slice(args);
+        let out = self.run(bed, "sbatch", &all, Some(script));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match stdout
+            .trim()
+            .strip_prefix("Submitted batch job ")
+            .and_then(|s| s.trim().parse().ok())
+        {
+            Some(id) if out.status.success() => Ok(id),
+            _ => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
+    }
+
+    fn output(&self, id: u32) -> String {
+        std::fs::read_to_string(self.dir.join(format!("out-{id}.txt"))).unwrap_or_default()
+    }
+}
+
+fn clean_up(bed: &Testbed) {
+    for u in [ALICE, BOB] {
+        let _ = bed.client("scancel", &[&format!("--user={u}")]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let q = bed
+            .client("squeue", &["-h", "-o", "%i"])
+            .unwrap_or_default();
+        if q.trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+// ----- the daemon -----
+
+/// A running `hadar serve`, killed when dropped.
+struct Serve {
+    child: Child,
+    state: PathBuf,
+}
+
+impl Serve {
+    fn start(bed: &Testbed, name: &str, round_seconds: u32) -> Serve {
+        let config = bed.path(&format!("etc/serve-{name}.toml"));
+        let state = bed.path(&format!("state-{name}.db"));
+        let _ = std::fs::remove_file(&state);
+        let text = format!(
+            "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
+             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_seconds}\npreempt_grace_seconds = 1\n\
+             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n",
+            conf = bed.path("etc/slurm.conf").display(),
+            sock = bed.path("run/hadar.sock").display(),
+            state = state.display(),
+        );
+        std::fs::write(&config, text).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(bed.path("log/hadar-serve.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("HADAR_LOG", "info")
+            .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start hadar serve");
+        Serve { child, state }
+    }
+
+    fn hadar(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(args)
+            .arg("--state")
+            .arg(&self.state)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hadar {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn explain(&self, id: u32) -> serde_json::Value {
+        serde_json::from_str(&self.hadar(&["explain", &id.to_string(), "--format", "json"]))
+            .unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ----- helpers -----
+
+fn daemon_log(bed: &Testbed) -> String {
+    std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap_or_default()
+}
+
+fn emulate_script(steps: u64, extra: &str) -> String {
+    format!(
+        "#!/bin/sh\n#HADAR type=resnet50-b64 steps={steps} {extra}\nexec {hadar} emulate --job-type resnet50-b64 --steps {steps} --time-scale {TIME_SCALE} --report-every 1\n",
+        hadar = env!("CARGO_BIN_EXE_hadar")
+    )
+}
+
+fn field(bed: &Testbed, id: u32, key: &str) -> String {
+    bed.job(id)
+        .ok()
+        .and_then(|j| j.field(key))
+        .unwrap_or_default()
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn wait_done(bed: &Testbed, id: u32, secs: u64) -> String {
+    let info = bed
+        .wait_job(
+            id,
+            &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"],
+            Duration::from_secs(secs),
+        )
+        .unwrap_or_else(|e| panic!("{e}\ndaemon log:\n{}", tail(&daemon_log(bed))));
+    info.field("JobState").unwrap_or_default()
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+// ----- scenarios -----
+
+/// The notice socket is mode 0600 and owned by slurmctld's user (root on the test cluster):
+/// another user cannot even connect. (The daemon's unit tests also show a connection from
+/// another uid dropped by the SO_PEERCRED check when the mode is loosened.)
+fn notice_socket_is_private_to_slurmctlds_user(bed: &mut Testbed) {
+    let alice = user(bed, ALICE);
+    let _serve = Serve::start(bed, "socket", 2);
+    let sock = bed.path("run/hadar.sock");
+    wait_until("the daemon's socket", 20, || sock.exists());
+    let meta = std::fs::metadata(&sock).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600, "socket mode");
+    assert_eq!(meta.uid(), 0, "socket owner");
+    let dir_mode = std::fs::metadata(sock.parent().unwrap()).unwrap().mode();
+    assert_eq!(dir_mode & 0o022, 0, "socket directory writable by others");
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(b'hadar-notice v1 uid=0 hadar:v1 gpus=1\\n')\n",
+        sock.display().to_string()
+    );
+    let out = alice.run(bed, "/usr/bin/python3", &["-c", &script], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "alice connected to the notice socket");
+    assert!(err.contains("Permission denied"), "{err}");
+}
+
+/// Job names, comments, directive values and paths full of shell syntax: the plugin refuses
+/// the malformed directives (saying so), the daemon schedules the job by argv-only
+/// commands, `hadar status`/`explain` print the name, and no injected command ever runs.
+fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
+    let alice = user(bed, ALICE);
+    let serve = Serve::start(bed, "shell", 2);
+    // A folder anyone may write to: an injected `touch` by any user would leave a file.
+    let marker = bed.path("pwned");
+    std::fs::create_dir_all(&marker).unwrap();
+    std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let m = marker.display().to_string();
+    let name = format!("x$(touch {m}/name1);touch {m}/name2;`touch {m}/name3`|touch {m}/name4");
+    let comment = format!("c $(touch {m}/comment1) `touch {m}/comment2`; touch {m}/comment3");
+    let id = alice
+        .sbatch(
+            bed,
+            &[&format!("--job-name={name}"), &format!("--comment={comment}"), "--gpus=1"],
+            &emulate_script(300, ""),
+        )
+        .expect("a managed job with a hostile name and comment is accepted");
+    // Hostile directive values are refused at submission with a clear message.
+    let refused = [
+        format!("#!/bin/sh\n#HADAR type=$(touch {m}/directive1)\ntrue\n"),
+        format!("#!/bin/sh\n#HADAR steps=1;touch {m}/directive2\ntrue\n"),
+        format!("#!/bin/sh\n#HADAR gpu-types=`touch {m}/directive3`\ntrue\n"),
+    ];
+    for script in &refused {
+        let e = alice
+            .sbatch(bed, &["--gpus=1"], script)
+            .expect_err("a hostile directive was accepted");
+        assert!(e.contains("hadar: malformed value"), "{e}");
+    }
+    let e = alice
+        .sbatch(
+            bed,
+            &["--gpus=1", &format!("--comment=hadar: type=a;touch {m}/comment4")],
+            "#!/bin/sh\ntrue\n",
+        )
+        .expect_err("a hostile --comment directive was accepted");
+    assert!(e.contains("unknown directive `touch`"), "{e}");
+    assert_eq!(wait_done(bed, id, 120), "COMPLETED", "{}", alice.output(id));
+    let status = serve.hadar(&["status", "--all"]);
+    assert!(status.contains(&id.to_string()), "{status}");
+    let explained = serve.explain(id);
+    assert_eq!(explained["job"]["name"].as_str(), Some(name.as_str()));
+    let left: Vec<_> = std::fs::read_dir(&marker)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "injected commands ran: {left:?}");
+}
+
+/// Alice tries to act on Bob's managed job through Slurm (progress comment, release,
+/// hold, requeue, cancel), through directives and through a job name and comment crafted to
+/// look like Bob's fields in scontrol's output. Slurm refuses the first, the plugin the
+/// directives, the daemon's reader the forgery: Bob's job runs once to exactly its own steps
+/// and the daemon keeps Bob's job as Bob's.
+fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
+    let alice = user(bed, ALICE);
+    let bob = user(bed, BOB);
+    let serve = Serve::start(bed, "cross", 2);
+    let steps = 600;
+    let b = bob
+        .sbatch(bed, &["--gpus=1", "--job-name=bobs"], &emulate_script(steps, ""))
+        .unwrap();
+    let bs = b.to_string();
+    let forged_progress = "Comment=hadar-progress:v1 steps=999999 rate=999".to_string();
+    for args in [
+        vec!["update", &format!("JobId={bs}"), &forged_progress],
+        vec!["release", &bs],
+        vec!["hold", &bs],
+        vec!["requeuehold", &bs],
+        vec!["update", &format!("JobId={bs}"), "AdminComment=hadar:v1 gpus=4"],
+    ] {
+        let out = alice.run(bed, "scontrol", &args, None);
+        assert!(
+            !out.status.success(),
+            "scontrol {args:?} as alice succeeded on bob's job"
+        );
+    }
+    let out = alice.run(bed, "scancel", &[&bs], None);
+    assert!(!out.status.success() || field(bed, b, "JobState") != "CANCELLED");
+    // No directive names another job.
+    let e = alice
+        .sbatch(bed, &["--gpus=1"], &format!("#!/bin/sh\n#HADAR job={bs}\ntrue\n"))
+        .expect_err("a directive naming a job was accepted");
+    assert!(e.contains("unknown directive"), "{e}");
+    // A name and a comment that spell Bob's fields on scontrol's lines.
+    let forged_name = format!("x JobId={bs} UserId={BOB}({}) JobState=COMPLETED", bob.uid);
+    let a = alice
+        .sbatch(
+            bed,
+            &[
+                "--gpus=1",
+                &format!("--job-name={forged_name}"),
+                &format!("--comment=hadar-progress:v1 steps={steps} rate=50"),
+            ],
+            &emulate_script(200, ""),
+        )
+        .unwrap();
+    // A comment with a line break, if Slurm stores it, forges whole lines.
+    let newline_comment = format!(
+        "x\nJobId={bs} JobName=bobs\n   UserId={ALICE}({})\n   Comment=hadar-progress:v1 steps={steps} rate=9",
+        alice.uid
+    );
+    let a2 = alice.sbatch(
+        bed,
+        &["--gpus=1", &format!("--comment={newline_comment}")],
+        &emulate_script(200, ""),
+    );
+    assert_eq!(wait_done(bed, b, 180), "COMPLETED", "{}", bob.output(b));
+    assert_eq!(wait_done(bed, a, 180), "COMPLETED", "{}", alice.output(a));
+    if let Ok(a2) = a2 {
+        wait_done(bed, a2, 180);
+    }
+    let out = bob.output(b);
+    assert!(out.contains(&format!("completed {steps} steps")), "{out}");
+    let job = &serve.explain(b)["job"];
+    assert_eq!(job["name"].as_str(), Some("bobs"));
+    assert_eq!(job["starts"].as_u64(), Some(1), "{job}");
+    assert!(
+        job["steps_done"].as_f64().unwrap() <= steps as f64,
+        "bob's progress was forged: {job}"
+    );
+    assert_eq!(field(bed, b, "Restarts"), "0");
+}
+
+/// A managed job's owner releases it with `scontrol release` (the plugin had stripped its
+/// GPUs and held it): the daemon notices that it left hold without being released by
+/// hadar, logs it, and holds it again (an admin hold its owner cannot release); one that
+/// Slurm started before the daemon's round is requeued held. Neither runs outside the plan.
+fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
+    let alice = user(bed, ALICE);
+    // Pending after release: a begin time in the future keeps Slurm from starting it.
+    let serve = Serve::start(bed, "release", 2);
+    let j = alice
+        .sbatch(bed, &["--gpus=1", "--begin=now+3600"], &emulate_script(100, ""))
+        .unwrap();
+    wait_until("the daemon sees the job", 30, || {
+        daemon_log(bed).contains(&format!("job={j}"))
+    });
+    let js = j.to_string();
+    let out = alice.run(bed, "scontrol", &["release", &js], None);
+    let released = out.status.success();
+    if released {
+        wait_until("the daemon holds the released job again", 30, || {
+            field(bed, j, "Reason") == "JobHeldAdmin"
+        });
+        assert!(
+            daemon_log(bed).contains("left hold without hadar releasing it"),
+            "{}",
+            tail(&daemon_log(bed))
+        );
+        let again = alice.run(bed, "scontrol", &["release", &js], None);
+        assert!(!again.status.success(), "the owner released an admin hold");
+    } else {
+        // Slurm itself refused: the plugin's hold is not the owner's to release.
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("denied"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(field(bed, j, "JobState"), "PENDING");
+    drop(serve);
+
+    // Started by Slurm before the daemon looked: the daemon is down while the owner
+    // releases; when it starts it finds the job running without GPUs and requeues it held.
+    let k = alice
+        .sbatch(bed, &["--gpus=1"], "#!/bin/sh\n#HADAR steps=100\nsleep 300\n")
+        .unwrap();
+    let ks = k.to_string();
+    let out = alice.run(bed, "scontrol", &["release", &ks], None);
+    if out.status.success() {
+        bed.wait_job(k, &["RUNNING"], Duration::from_secs(30))
+            .expect("Slurm starts the released job");
+        let _serve = Serve::start(bed, "release-running", 2);
+        wait_until("the daemon requeues the job held", 40, || {
+            field(bed, k, "JobState") == "PENDING" && field(bed, k, "Reason").starts_with("JobHeld")
+        });
+        assert_eq!(field(bed, k, "Restarts"), "1");
+        assert!(daemon_log(bed).contains("left hold without hadar releasing it"));
+    } else {
+        assert_eq!(field(bed, k, "JobState"), "PENDING");
+    }
+}
+
+/// Averaging and the fork runner run inside the job, as its owner, so paths a user gives
+/// reach only what that user may read and write: Alice's job cannot read Bob's private
+/// checkpoint nor write into Bob's folder, though the daemon that scheduled it runs as root.
+fn averaging_and_user_paths_run_as_the_jobs_owner(bed: &mut Testbed) {
+    let alice = user(bed, ALICE);
+    let bob = user(bed, BOB);
+    let _serve = Serve::start(bed, "paths", 2);
+    // Bob's checkpoint: a valid one-tensor safetensors file, readable only by Bob.
+    let json = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+    let mut ckpt = (json.len() as u64).to_le_bytes().to_vec();
+    ckpt.extend_from_slice(json);
+    ckpt.extend_from_slice(&1.0f32.to_le_bytes());
+    let bobs = bob.dir.join("ckpt.safetensors");
+    std::fs::write(&bobs, &ckpt).unwrap();
+    std::os::unix::fs::chown(&bobs, Some(bob.uid), Some(bob.gid)).unwrap();
+    std::fs::set_permissions(&bobs, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let alices = alice.dir.join("mine.safetensors");
+    std::fs::write(&alices, &ckpt).unwrap();
+    std::os::unix::fs::chown(&alices, Some(alice.uid), Some(alice.gid)).unwrap();
+    let hadar = env!("CARGO_BIN_EXE_hadar");
+    let script = format!(
+        "#!/bin/sh\n#HADAR steps=10\n\
+         {hadar} average {bobs} {alices} --out {a}/stolen.safetensors; echo \"read-bob=$?\"\n\
+         {hadar} average {alices} {alices} --out {b}/planted.safetensors; echo \"write-bob=$?\"\n\
+         {hadar} average {alices} {alices} --out {a}/own.safetensors; echo \"own=$?\"\n",
+        bobs = bobs.display(),
+        alices = alices.display(),
+        a = alice.dir.display(),
+        b = bob.dir.display(),
+    );
+    let id = alice.sbatch(bed, &["--gpus=1"], &script).unwrap();
+    assert_eq!(wait_done(bed, id, 120), "COMPLETED", "{}", alice.output(id));
+    let out = alice.output(id);
+    assert!(out.contains("own=0"), "averaging her own files failed: {out}");
+    assert!(!out.contains("read-bob=0"), "alice read bob's checkpoint: {out}");
+    assert!(!out.contains("write-bob=0"), "alice wrote into bob's folder: {out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    assert!(!alice.dir.join("stolen.safetensors").exists());
+    assert!(!bob.dir.join("planted.safetensors").exists());
+}

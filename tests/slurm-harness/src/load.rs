@@ -1,0 +1,313 @@
+//! `hadar-load`: a burst of managed jobs (2,000 by default) on the real test cluster, with
+//! `hadar serve` running: checks that every submission is accepted and held by the
+//! job_submit/hadar plugin, measures the plugin's added latency under that load, and the
+//! daemon's round time with the burst pending.
+//!
+//! Two bursts of the same size, from the same number of parallel submitters:
+//! 1. without the plugin (`sbatch -H`, so the controller does the same hold work): the
+//!    baseline sbatch latency with a queue growing to N jobs;
+//! 2. with the plugin and `hadar serve` listening and scheduling: every job must be accepted
+//!    and logged as held by the plugin, and end up in Slurm's queue.
+//!
+//! Printed: sbatch latency (median, p99) of both bursts and their difference, the time
+//! inside the plugin per job (from its own log line), and the daemon's rounds while the N
+//! jobs were pending (read nodes and jobs, decide, enforce, total). Not a test: figures go
+//! in the README.
+
+use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: hadar-load --hadar PATH [--jobs N] [--submitters K] [--rounds R]\n\
+  Starts the Slurm test cluster, submits N jobs (default 2000) from K parallel submitters\n\
+  (default 8) without and then with the plugin (hadar serve from PATH running), checks that\n\
+  every managed one is held, and prints latency and the daemon's round times over R rounds\n\
+  (default 5) with the jobs pending.";
+
+struct Args {
+    hadar: PathBuf,
+    jobs: usize,
+    submitters: usize,
+    rounds: usize,
+}
+
+fn parse_args() -> Option<Args> {
+    let mut args = std::env::args().skip(1);
+    let mut out = Args {
+        hadar: PathBuf::new(),
+        jobs: 2000,
+        submitters: 8,
+        rounds: 5,
+    };
+    while let Some(a) = args.next() {
+        let v = args.next()?;
+        match a.as_str() {
+            "--hadar" => out.hadar = PathBuf::from(v),
+            "--jobs" => out.jobs = v.parse().ok().filter(|n| *n >= 1)?,
+            "--submitters" => out.submitters = v.parse().ok().filter(|n| *n >= 1)?,
+            "--rounds" => out.rounds = v.parse().ok().filter(|n| *n >= 1)?,
+            _ => return None,
+        }
+    }
+    (!out.hadar.as_os_str().is_empty()).then_some(out)
+}
+
+fn main() -> ExitCode {
+    let Some(args) = parse_args() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hadar-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Error = Box<dyn std::error::Error>;
+
+/// The value at quantile `q` of sorted samples (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn summary(v: &mut [f64]) -> String {
+    v.sort_by(|a, b| a.total_cmp(b));
+    format!(
+        "n={} median {:.2} p99 {:.2} max {:.2}",
+        v.len(),
+        quantile(v, 0.5),
+        quantile(v, 0.99),
+        v[v.len() - 1]
+    )
+}
+
+/// Submits `n` jobs with `args` from `k` threads; returns each sbatch's wall time (ms) and
+/// the failures.
+fn burst(bed: &Testbed, n: usize, k: usize, args: &[&str]) -> (Vec<f64>, Vec<String>) {
+    let next = Mutex::new(0usize);
+    let times = Mutex::new(Vec::with_capacity(n));
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..k {
+            s.spawn(|| {
+                loop {
+                    {
+                        let mut i = next.lock().unwrap();
+                        if *i >= n {
+                            return;
+                        }
+                        *i += 1;
+                    }
+                    let t = Instant::now();
+                    let sub = bed.sbatch(args, Some("#!/bin/sh\nsleep 600\n"));
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    if sub.ok && sub.job_id.is_some() {
+                        times.lock().unwrap().push(ms);
+                    } else {
+                        failures.lock().unwrap().push(sub.stderr);
+                    }
+                }
+            });
+        }
+    });
+    (times.into_inner().unwrap(), failures.into_inner().unwrap())
+}
+
+/// Jobs in Slurm's queue: `(id, state, reason)`.
+fn queue(bed: &Testbed) -> Result<Vec<(String, String, String)>, Error> {
+    let out = bed.client("squeue", &["-h", "-o", "%i %T %r"])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((
+                w.next()?.to_string(),
+                w.next()?.to_string(),
+                w.next().unwrap_or("").to_string(),
+            ))
+        })
+        .collect())
+}
+
+fn cancel_and_wait(bed: &Testbed) -> Result<(), Error> {
+    bed.cancel_all()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !queue(bed)?.is_empty() {
+        if Instant::now() > deadline {
+            return Err("the queue did not empty after scancel".into());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+/// `key=value` numbers of a log line.
+fn log_number(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+fn start_daemon(bed: &Testbed, hadar: &Path) -> Result<std::process::Child, Error> {
+    let config = bed.path("etc/serve-load.toml");
+    let text = format!(
+        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
+         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 5\ncommand_timeout_seconds = 60\n",
+        conf = bed.path("etc/slurm.conf").display(),
+        sock = bed.path("run/hadar.sock").display(),
+        state = bed.path("state-load.db").display(),
+    );
+    std::fs::write(&config, text)?;
+    let log = std::fs::File::create(bed.path("log/hadar-serve.log"))?;
+    Ok(Command::new(hadar)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("HADAR_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?)
+}
+
+fn run(a: &Args) -> Result<(), Error> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()?;
+    let hadar = a.hadar.canonicalize()?;
+    eprintln!("starting the test cluster (builds and installs the plugin)");
+    let mut bed = Testbed::start(Options {
+        scratch: root.join("target/tmp/load-testbed"),
+        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
+        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+    })?;
+    let gres = ["--gres=gpu:1"];
+
+    // 1. Baseline: no plugin, held by sbatch -H.
+    bed.write_slurm_conf(None)?;
+    bed.reconfigure()?;
+    std::thread::sleep(Duration::from_secs(3));
+    eprintln!("burst of {} jobs without the plugin", a.jobs);
+    let started = Instant::now();
+    let (mut base, base_failed) = burst(&bed, a.jobs, a.submitters, &["-H", gres[0]]);
+    let base_s = started.elapsed().as_secs_f64();
+    if !base_failed.is_empty() {
+        return Err(format!(
+            "{} submissions failed without the plugin: {}",
+            base_failed.len(),
+            base_failed[0]
+        )
+        .into());
+    }
+    cancel_and_wait(&bed)?;
+
+    // 2. The plugin, with hadar serve running.
+    bed.write_slurm_conf(Some("hadar"))?;
+    bed.reconfigure()?;
+    std::thread::sleep(Duration::from_secs(3));
+    let log_before = bed.controller_log().len();
+    let mut daemon = start_daemon(&bed, &hadar)?;
+    std::thread::sleep(Duration::from_secs(2));
+    eprintln!("burst of {} managed jobs with the plugin and hadar serve", a.jobs);
+    let started = Instant::now();
+    let (mut with, failed) = burst(&bed, a.jobs, a.submitters, &gres);
+    let with_s = started.elapsed().as_secs_f64();
+    let ctl_log = bed.controller_log();
+    let new_log = &ctl_log[log_before.min(ctl_log.len())..];
+    let mut inside: Vec<f64> = new_log
+        .lines()
+        .filter_map(|l| l.split(" held in ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    let not_notified = new_log
+        .lines()
+        .filter(|l| l.contains(" held in ") && l.contains("sidecar not notified"))
+        .count();
+    let q = queue(&bed)?;
+    let pending_held = q
+        .iter()
+        .filter(|(_, s, r)| s == "PENDING" && r.starts_with("JobHeld"))
+        .count();
+    let running = q.iter().filter(|(_, s, _)| s == "RUNNING").count();
+
+    // The daemon's rounds with the burst in the queue.
+    let serve_log = bed.path("log/hadar-serve.log");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let rounds = loop {
+        let text = std::fs::read_to_string(&serve_log).unwrap_or_default();
+        let full: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("round done"))
+            .filter(|l| log_number(l, "active").is_some_and(|n| n as usize >= a.jobs))
+            .map(str::to_string)
+            .collect();
+        if full.len() >= a.rounds || Instant::now() > deadline {
+            break full;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+
+    println!("burst of {} jobs from {} parallel submitters", a.jobs, a.submitters);
+    println!(
+        "without the plugin (sbatch -H):   accepted {}/{} in {base_s:.1} s; sbatch ms {}",
+        base.len(),
+        a.jobs,
+        summary(&mut base)
+    );
+    println!(
+        "with the plugin and hadar serve:  accepted {}/{} in {with_s:.1} s; sbatch ms {}",
+        with.len(),
+        a.jobs,
+        summary(&mut with)
+    );
+    println!(
+        "added by the plugin: median {:+.2} ms, p99 {:+.2} ms",
+        quantile(&with, 0.5) - quantile(&base, 0.5),
+        quantile(&with, 0.99) - quantile(&base, 0.99)
+    );
+    if !inside.is_empty() {
+        println!(
+            "held by the plugin (its log): {} jobs ({not_notified} without a notice); time inside the plugin us {}",
+            inside.len(),
+            summary(&mut inside)
+        );
+    }
+    println!(
+        "in Slurm's queue after the burst: {} jobs, {pending_held} pending held, {running} running (started by hadar serve)",
+        q.len()
+    );
+    println!("hadar serve rounds with {} or more jobs pending (ms):", a.jobs);
+    for key in ["read_ms", "decision_ms", "enforce_ms", "total_ms"] {
+        let mut v: Vec<f64> = rounds.iter().filter_map(|l| log_number(l, key)).collect();
+        if !v.is_empty() {
+            println!("  {key:<12} {}", summary(&mut v));
+        }
+    }
+    let ok = failed.is_empty()
+        && with.len() == a.jobs
+        && inside.len() >= a.jobs
+        && pending_held + running == a.jobs
+        && rounds.len() >= a.rounds;
+    cancel_and_wait(&bed)?;
+    if !failed.is_empty() {
+        return Err(format!("{} managed submissions failed: {}", failed.len(), failed[0]).into());
+    }
+    if !ok {
+        return Err(format!(
+            "not every job was accepted and held ({} accepted, {} logged held, {pending_held} held + {running} running in the queue, {} full rounds)",
+            with.len(),
+            inside.len(),
+            rounds.len()
+        )
+        .into());
+    }
+    Ok(())
+}
