@@ -357,8 +357,12 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
 fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
     let bob = user(bed, BOB);
-    let serve = Serve::start(bed, "cross", 2);
-    let steps = 600;
+    // Alice's unmanaged job, whose comment she will use to forge lines of Bob's record.
+    let forger = alice
+        .sbatch(bed, &["-p", "cpu"], "#!/bin/sh\nsleep 300\n")
+        .unwrap();
+    // Bob's job waits held; the daemon starts only once every attack is in place.
+    let steps = 4000;
     let b = bob
         .sbatch(bed, &["--gpus=1", "--job-name=bobs"], &emulate_script(steps, ""))
         .unwrap();
@@ -384,7 +388,7 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
         .sbatch(bed, &["--gpus=1"], &format!("#!/bin/sh\n#HADAR job={bs}\ntrue\n"))
         .expect_err("a directive naming a job was accepted");
     assert!(e.contains("unknown directive"), "{e}");
-    // A name and a comment that spell Bob's fields on scontrol's lines.
+    // A name and a comment that spell Bob's fields on scontrol's first lines.
     let forged_name = format!("x JobId={bs} UserId={BOB}({}) JobState=COMPLETED", bob.uid);
     let a = alice
         .sbatch(
@@ -397,31 +401,46 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
             &emulate_script(200, ""),
         )
         .unwrap();
-    // A comment with a line break, if Slurm stores it, forges whole lines.
-    let newline_comment = format!(
-        "x\nJobId={bs} JobName=bobs\n   UserId={ALICE}({})\n   Comment=hadar-progress:v1 steps={steps} rate=9",
-        alice.uid
+    // A comment with line breaks (Slurm stores them) that imitates a whole record of Bob's
+    // job: his id, her uid, completed, another request.
+    let forged_record = format!(
+        "Comment=x\n\nJobId={bs} JobName=bobs\n   UserId={ALICE}({uid}) GroupId={ALICE}({uid}) MCS_label=N/A\n   Priority=0 Nice=0 Account=(null) QOS=normal\n   JobState=COMPLETED Reason=None Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n   AdminComment=hadar:v1 gpus=4 steps=5\n   Comment=hadar-progress:v1 steps={steps} rate=9",
+        uid = alice.uid
     );
-    let a2 = alice.sbatch(
+    let out = alice.run(
         bed,
-        &["--gpus=1", &format!("--comment={newline_comment}")],
-        &emulate_script(200, ""),
+        "scontrol",
+        &["update", &format!("JobId={forger}"), &forged_record],
+        None,
     );
+    assert!(out.status.success(), "alice could not set her own comment");
+    let shown = bed
+        .client("scontrol", &["show", "job", &forger.to_string()])
+        .unwrap();
+    assert!(
+        shown.contains(&format!("\nJobId={bs} JobName=bobs")),
+        "Slurm did not keep the line breaks: {shown}"
+    );
+    let serve = Serve::start(bed, "cross", 2);
     assert_eq!(wait_done(bed, b, 180), "COMPLETED", "{}", bob.output(b));
     assert_eq!(wait_done(bed, a, 180), "COMPLETED", "{}", alice.output(a));
-    if let Ok(a2) = a2 {
-        wait_done(bed, a2, 180);
-    }
     let out = bob.output(b);
     assert!(out.contains(&format!("completed {steps} steps")), "{out}");
+    wait_until("the daemon notes that bob's job left the queue", 30, || {
+        serve.explain(b)["job"]["phase"].as_str() == Some("finished")
+    });
     let job = &serve.explain(b)["job"];
     assert_eq!(job["name"].as_str(), Some("bobs"));
+    // Scheduled and not dropped, though Alice's comment forged a second record of it.
+    assert_eq!(job["final_state"].as_str(), Some("completed"), "{job}");
     assert_eq!(job["starts"].as_u64(), Some(1), "{job}");
     assert!(
         job["steps_done"].as_f64().unwrap() <= steps as f64,
         "bob's progress was forged: {job}"
     );
     assert_eq!(field(bed, b, "Restarts"), "0");
+    // Alice's forging job is hers alone: read as hers, never as Bob's.
+    assert!(field(bed, forger, "UserId").starts_with(ALICE));
 }
 
 /// A managed job's owner releases it with `scontrol release` (the plugin had stripped its
@@ -430,10 +449,11 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
 /// Slurm started before the daemon's round is requeued held. Neither runs outside the plan.
 fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
-    // Pending after release: a begin time in the future keeps Slurm from starting it.
+    // Eight GPUs on one node: no node has them, so hadar keeps the job waiting; a begin
+    // time in the future keeps Slurm from starting it once released.
     let serve = Serve::start(bed, "release", 2);
     let j = alice
-        .sbatch(bed, &["--gpus=1", "--begin=now+3600"], &emulate_script(100, ""))
+        .sbatch(bed, &["--gpus=8", "--begin=now+3600"], &emulate_script(100, ""))
         .unwrap();
     wait_until("the daemon sees the job", 30, || {
         daemon_log(bed).contains(&format!("job={j}"))
@@ -466,7 +486,7 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     // Started by Slurm before the daemon looked: the daemon is down while the owner
     // releases; when it starts it finds the job running without GPUs and requeues it held.
     let k = alice
-        .sbatch(bed, &["--gpus=1"], "#!/bin/sh\n#HADAR steps=100\nsleep 300\n")
+        .sbatch(bed, &["--gpus=8"], "#!/bin/sh\n#HADAR steps=100\nsleep 300\n")
         .unwrap();
     let ks = k.to_string();
     let out = alice.run(bed, "scontrol", &["release", &ks], None);
@@ -474,9 +494,17 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
         bed.wait_job(k, &["RUNNING"], Duration::from_secs(30))
             .expect("Slurm starts the released job");
         let _serve = Serve::start(bed, "release-running", 2);
-        wait_until("the daemon requeues the job held", 40, || {
-            field(bed, k, "JobState") == "PENDING" && field(bed, k, "Reason").starts_with("JobHeld")
-        });
+        let deadline = Instant::now() + Duration::from_secs(40);
+        // Held again: pending at priority 0 (Slurm says `job_requeued_in_held_state`).
+        while !(field(bed, k, "JobState") == "PENDING" && field(bed, k, "Priority") == "0") {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not requeue the job held within 40 s: {}\n{}",
+                bed.job(k).map(|j| j.0).unwrap_or_default(),
+                tail(&daemon_log(bed))
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
         assert_eq!(field(bed, k, "Restarts"), "1");
         assert!(daemon_log(bed).contains("left hold without hadar releasing it"));
     } else {
@@ -506,9 +534,9 @@ fn averaging_and_user_paths_run_as_the_jobs_owner(bed: &mut Testbed) {
     let hadar = env!("CARGO_BIN_EXE_hadar");
     let script = format!(
         "#!/bin/sh\n#HADAR steps=10\n\
-         {hadar} average {bobs} {alices} --out {a}/stolen.safetensors; echo \"read-bob=$?\"\n\
-         {hadar} average {alices} {alices} --out {b}/planted.safetensors; echo \"write-bob=$?\"\n\
-         {hadar} average {alices} {alices} --out {a}/own.safetensors; echo \"own=$?\"\n",
+         {hadar} average {bobs}:1 {alices}:1 --out {a}/stolen.safetensors; echo \"read-bob=$?\"\n\
+         {hadar} average {alices}:1 {alices}:1 --out {b}/planted.safetensors; echo \"write-bob=$?\"\n\
+         {hadar} average {alices}:1 {alices}:1 --out {a}/own.safetensors; echo \"own=$?\"\n",
         bobs = bobs.display(),
         alices = alices.display(),
         a = alice.dir.display(),

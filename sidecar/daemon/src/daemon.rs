@@ -230,6 +230,10 @@ impl<S: SlurmApi> Daemon<S> {
         let nodes = self.slurm.nodes()?;
         let (slurm_jobs, refused_records) = self.slurm.jobs()?;
         let read_ms = round_started.elapsed().as_secs_f64() * 1000.0;
+        let untrusted: std::collections::BTreeSet<u64> = refused_records
+            .iter()
+            .filter_map(|(id, _)| id.parse().ok())
+            .collect();
         for (id, why) in refused_records {
             tracing::warn!(job = %id, "ignoring an untrustworthy job record: {why}");
         }
@@ -245,6 +249,7 @@ impl<S: SlurmApi> Daemon<S> {
             self.epoch,
             self.config.sidecar.default_steps,
             &*self.decode,
+            &untrusted,
         );
         self.log_events(&events);
         self.put_back_on_hold(round, &events, &mut rows)?;

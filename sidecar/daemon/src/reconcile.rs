@@ -6,7 +6,7 @@ use crate::progress::Progress;
 use crate::spec::JobSpec;
 use hadar_slurm::{JobStatus, SlurmJob};
 use hadar_store::{JobRow, NodeGpus, Phase};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What reconciliation noticed, for the log and for learning.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,7 +71,10 @@ fn has_gpus(job: &SlurmJob) -> bool {
 
 /// Reconciles `rows` (every job the store knows, by id) with Slurm's jobs at time `now_s`
 /// (seconds since the store's epoch `epoch_unix`). `decode` reads a record into a spec;
-/// `default_steps` is the length of a job that did not say.
+/// `default_steps` is the length of a job that did not say. `untrusted` are the ids of jobs
+/// Slurm lists but whose records could not be trusted (see `hadar_slurm::job::parse_jobs`):
+/// they are left as they stand, never taken as vanished (a user whose comment forges another
+/// job's record must not make the daemon drop that job).
 pub fn reconcile(
     rows: &mut BTreeMap<u64, JobRow>,
     slurm_jobs: &[SlurmJob],
@@ -79,6 +82,7 @@ pub fn reconcile(
     epoch_unix: f64,
     default_steps: u64,
     decode: &dyn Fn(&str) -> Result<JobSpec, String>,
+    untrusted: &BTreeSet<u64>,
 ) -> Vec<Event> {
     let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
     let mut events = Vec::new();
@@ -117,7 +121,10 @@ pub fn reconcile(
             Err(why) => events.push(Event::Refused(sj.id, why)),
         }
     }
-    for row in rows.values_mut().filter(|r| r.phase != Phase::Finished) {
+    for row in rows
+        .values_mut()
+        .filter(|r| r.phase != Phase::Finished && !untrusted.contains(&r.id))
+    {
         let Some(sj) = by_id.get(&row.id) else {
             row.phase = Phase::Finished;
             row.final_state = Some("vanished".into());
@@ -275,6 +282,7 @@ mod tests {
             1000.0,
             50,
             &decode,
+            &BTreeSet::new(),
         );
         assert_eq!(ev, vec![Event::New(5)]);
         assert_eq!(rows[&5].arrival_s, 10.0);
@@ -296,6 +304,7 @@ mod tests {
             1000.0,
             50,
             &decode,
+            &BTreeSet::new(),
         );
         assert!(ev.contains(&Event::Started(5)));
         assert!(
@@ -326,6 +335,7 @@ mod tests {
             1000.0,
             50,
             &decode,
+            &BTreeSet::new(),
         );
         assert_eq!(ev, vec![Event::Finished(5, "completed".into())]);
         let r = &rows[&5];
@@ -339,28 +349,42 @@ mod tests {
     fn a_job_released_by_someone_else_is_reported_and_left_waiting() {
         let mut rows = BTreeMap::new();
         let j = sj(7, JobStatus::Pending, true);
-        reconcile(&mut rows, std::slice::from_ref(&j), 1.0, 1000.0, 50, &decode);
+        reconcile(&mut rows, std::slice::from_ref(&j), 1.0, 1000.0, 50, &decode, &BTreeSet::new());
         // Its owner runs `scontrol release`: pending, not held, and without GPUs.
         let released = sj(7, JobStatus::Pending, false);
-        let ev = reconcile(&mut rows, &[released], 2.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut rows, &[released], 2.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::LeftHold { job: 7, running: false }]);
         assert_eq!(rows[&7].phase, Phase::Waiting);
         // Slurm started it before the daemon's round: reported as running, still not
         // accounted as a run of hadar's.
         let mut running = sj(7, JobStatus::Running, false);
         running.tres_per_node = Some("gres:gpu:v100:4".into());
-        let ev = reconcile(&mut rows, &[running.clone()], 3.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut rows, &[running.clone()], 3.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::LeftHold { job: 7, running: true }]);
         assert_eq!((rows[&7].phase, rows[&7].starts, rows[&7].first_start_s), (Phase::Waiting, 0, None));
         // Seen for the first time released and without GPUs (released before any round):
         // also reported. Seen first running with GPUs (the store was lost): trusted.
         let mut fresh = BTreeMap::new();
-        let ev = reconcile(&mut fresh, &[sj(8, JobStatus::Pending, false)], 1.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut fresh, &[sj(8, JobStatus::Pending, false)], 1.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::New(8), Event::LeftHold { job: 8, running: false }]);
         let mut fresh = BTreeMap::new();
         running.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 4)] }];
-        let ev = reconcile(&mut fresh, &[running], 4.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut fresh, &[running], 4.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::New(7), Event::Started(7)]);
+    }
+
+    #[test]
+    fn a_job_whose_record_is_untrusted_is_not_taken_as_vanished() {
+        let mut rows = BTreeMap::new();
+        let j = sj(9, JobStatus::Pending, true);
+        reconcile(&mut rows, &[j], 1.0, 1000.0, 50, &decode, &BTreeSet::new());
+        // Another user's comment forged a second record with id 9: Slurm's listing of job 9
+        // was refused, so the job is missing from the trusted list.
+        let ev = reconcile(&mut rows, &[], 2.0, 1000.0, 50, &decode, &BTreeSet::from([9]));
+        assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(rows[&9].phase, Phase::Waiting);
+        let ev = reconcile(&mut rows, &[], 3.0, 1000.0, 50, &decode, &BTreeSet::new());
+        assert_eq!(ev, vec![Event::Finished(9, "vanished".into())]);
     }
 
     #[test]
@@ -378,17 +402,18 @@ mod tests {
             1000.0,
             50,
             &decode,
+            &BTreeSet::new(),
         );
         assert_eq!(rows[&6].phase, Phase::Running);
         let mut held = sj(6, JobStatus::Pending, true);
         held.restarts = 1;
-        let ev = reconcile(&mut rows, &[held], 9.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut rows, &[held], 9.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::Requeued(6)]);
         assert_eq!(
             (rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s),
             (Phase::Waiting, None, 4.0)
         );
-        let ev = reconcile(&mut rows, &[], 12.0, 1000.0, 50, &decode);
+        let ev = reconcile(&mut rows, &[], 12.0, 1000.0, 50, &decode, &BTreeSet::new());
         assert_eq!(ev, vec![Event::Finished(6, "vanished".into())]);
     }
 
@@ -398,9 +423,15 @@ mod tests {
         let mut plain = sj(7, JobStatus::Pending, false);
         plain.admin_comment = None;
         let bad = sj(8, JobStatus::Pending, true);
-        let ev = reconcile(&mut rows, &[plain, bad], 1.0, 1000.0, 50, &|_| {
-            Err("broken".into())
-        });
+        let ev = reconcile(
+            &mut rows,
+            &[plain, bad],
+            1.0,
+            1000.0,
+            50,
+            &|_| Err("broken".into()),
+            &BTreeSet::new(),
+        );
         assert_eq!(ev, vec![Event::Refused(8, "broken".into())]);
         assert!(rows.is_empty());
     }

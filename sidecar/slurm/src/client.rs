@@ -144,7 +144,41 @@ impl Slurm {
         if text.trim() == "No jobs in the system" {
             return Ok((Vec::new(), Vec::new()));
         }
-        Ok(job::parse_jobs(&text))
+        let (mut jobs, refused) = job::parse_jobs(&text);
+        // A record refused in the full listing may be another job's victim: a comment with
+        // line breaks can imitate whole lines, even a whole record with this job's id (then
+        // both copies are refused). Each such job is read again on its own, where the text
+        // holds only its owner's free text, and kept if that is exactly one sound record.
+        let mut still_refused = Vec::new();
+        for (id_text, why) in refused {
+            let alone = match id_text.parse::<u64>() {
+                Ok(id) if !jobs.iter().any(|j| j.id == id) => self.job_alone(id)?,
+                _ => None,
+            };
+            match alone {
+                Some(j) => jobs.push(j),
+                None => still_refused.push((id_text, why)),
+            }
+        }
+        Ok((jobs, still_refused))
+    }
+
+    /// Job `id` read on its own, if its record is exactly one well-formed, unambiguous
+    /// record of that id.
+    fn job_alone(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
+        match self.scontrol(&["-d".into(), "show".into(), "job".into(), id.to_string()]) {
+            Ok(text) => {
+                let (mut jobs, refused) = job::parse_jobs(&text);
+                let sound = refused.is_empty() && jobs.len() == 1 && jobs[0].id == id;
+                Ok(sound.then(|| jobs.remove(0)))
+            }
+            Err(SlurmError::Command(CommandError::Failed { stderr, .. }))
+                if stderr.contains("Invalid job id") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// One job, `None` when Slurm no longer knows it.
