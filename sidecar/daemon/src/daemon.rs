@@ -19,7 +19,7 @@ use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -727,6 +727,17 @@ impl<S: SlurmApi> Daemon<S> {
         before: &BTreeMap<u64, JobRow>,
     ) -> Vec<Decision> {
         let mut out = Vec::new();
+        // Looked up per job: a scan of the plan per job was quadratic in the queue length.
+        let assigned: HashMap<u64, &hadar_core::Assignment> = plan
+            .iter()
+            .flat_map(|p| p.assignments.iter())
+            .map(|a| (a.job.0, a))
+            .collect();
+        let waiting: HashMap<u64, &hadar_core::Waiting> = plan
+            .iter()
+            .flat_map(|p| p.waiting.iter())
+            .map(|w| (w.job.0, w))
+            .collect();
         for r in rows.values().filter(|r| r.phase != Phase::Finished) {
             let rates = origins
                 .get(&r.id)
@@ -747,8 +758,8 @@ impl<S: SlurmApi> Daemon<S> {
                     text: explain::no_cluster(unusable),
                     ..base
                 },
-                Some(plan) => {
-                    if let Some(a) = plan.assignments.iter().find(|a| a.job.0 == r.id) {
+                Some(_) => {
+                    if let Some(a) = assigned.get(&r.id) {
                         let p = planned.get(&r.id).cloned().unwrap_or_default();
                         let kept = before
                             .get(&r.id)
@@ -770,7 +781,7 @@ impl<S: SlurmApi> Daemon<S> {
                             text,
                             ..base
                         }
-                    } else if let Some(w) = plan.waiting.iter().find(|w| w.job.0 == r.id) {
+                    } else if let Some(w) = waiting.get(&r.id) {
                         Decision {
                             wait_reason: serde_json::to_value(&w.reason).ok(),
                             text: explain::waits(&w.reason, &rates),

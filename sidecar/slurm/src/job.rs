@@ -179,6 +179,8 @@ pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
     let mut jobs: Vec<SlurmJob> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();
     let mut duplicate_ids: Vec<u64> = Vec::new();
+    // Ids seen so far: a scan of the accepted jobs per record was quadratic in the queue.
+    let mut seen_ids: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for r in &records {
         let id = r.value("JobId").unwrap_or("?").to_string();
         if r.is_ambiguous() {
@@ -187,7 +189,7 @@ pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
         }
         match job_from_record(r) {
             Ok(j) => {
-                if jobs.iter().any(|k| k.id == j.id) {
+                if !seen_ids.insert(j.id) {
                     duplicate_ids.push(j.id);
                 } else {
                     jobs.push(j);
