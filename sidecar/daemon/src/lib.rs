@@ -9,11 +9,13 @@
 //! * [`explain`]: decisions in words.
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod faults;
 pub mod notices;
 pub mod progress;
 pub mod reconcile;
