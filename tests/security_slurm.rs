@@ -85,11 +85,7 @@ fn user(bed: &Testbed, name: &'static str) -> User {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode((mode | 0o711) & 0o7777))
             .unwrap();
     }
-    User {
-        uid,
-        gid,
-        dir,
-    }
+    User { uid, gid, dir }
 }
 
 impl User {
@@ -293,7 +289,10 @@ fn notice_socket_is_private_to_slurmctlds_user(bed: &mut Testbed) {
     );
     let out = alice.run(bed, "/usr/bin/python3", &["-c", &script], None);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "alice connected to the notice socket");
+    assert!(
+        !out.status.success(),
+        "alice connected to the notice socket"
+    );
     assert!(err.contains("Permission denied"), "{err}");
 }
 
@@ -313,7 +312,11 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
     let id = alice
         .sbatch(
             bed,
-            &[&format!("--job-name={name}"), &format!("--comment={comment}"), "--gpus=1"],
+            &[
+                &format!("--job-name={name}"),
+                &format!("--comment={comment}"),
+                "--gpus=1",
+            ],
             &emulate_script(300, ""),
         )
         .expect("a managed job with a hostile name and comment is accepted");
@@ -332,7 +335,10 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
     let e = alice
         .sbatch(
             bed,
-            &["--gpus=1", &format!("--comment=hadar: type=a;touch {m}/comment4")],
+            &[
+                "--gpus=1",
+                &format!("--comment=hadar: type=a;touch {m}/comment4"),
+            ],
             "#!/bin/sh\ntrue\n",
         )
         .expect_err("a hostile --comment directive was accepted");
@@ -364,7 +370,11 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
     // Bob's job waits held; the daemon starts only once every attack is in place.
     let steps = 4000;
     let b = bob
-        .sbatch(bed, &["--gpus=1", "--job-name=bobs"], &emulate_script(steps, ""))
+        .sbatch(
+            bed,
+            &["--gpus=1", "--job-name=bobs"],
+            &emulate_script(steps, ""),
+        )
         .unwrap();
     let bs = b.to_string();
     let forged_progress = "Comment=hadar-progress:v1 steps=999999 rate=999".to_string();
@@ -373,7 +383,11 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
         vec!["release", &bs],
         vec!["hold", &bs],
         vec!["requeuehold", &bs],
-        vec!["update", &format!("JobId={bs}"), "AdminComment=hadar:v1 gpus=4"],
+        vec![
+            "update",
+            &format!("JobId={bs}"),
+            "AdminComment=hadar:v1 gpus=4",
+        ],
     ] {
         let out = alice.run(bed, "scontrol", &args, None);
         assert!(
@@ -385,7 +399,11 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
     assert!(!out.status.success() || field(bed, b, "JobState") != "CANCELLED");
     // No directive names another job.
     let e = alice
-        .sbatch(bed, &["--gpus=1"], &format!("#!/bin/sh\n#HADAR job={bs}\ntrue\n"))
+        .sbatch(
+            bed,
+            &["--gpus=1"],
+            &format!("#!/bin/sh\n#HADAR job={bs}\ntrue\n"),
+        )
         .expect_err("a directive naming a job was accepted");
     assert!(e.contains("unknown directive"), "{e}");
     // A name and a comment that spell Bob's fields on scontrol's first lines.
@@ -453,7 +471,11 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     // time in the future keeps Slurm from starting it once released.
     let serve = Serve::start(bed, "release", 2);
     let j = alice
-        .sbatch(bed, &["--gpus=8", "--begin=now+3600"], &emulate_script(100, ""))
+        .sbatch(
+            bed,
+            &["--gpus=8", "--begin=now+3600"],
+            &emulate_script(100, ""),
+        )
         .unwrap();
     wait_until("the daemon sees the job", 30, || {
         daemon_log(bed).contains(&format!("job={j}"))
@@ -486,7 +508,11 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     // Started by Slurm before the daemon looked: the daemon is down while the owner
     // releases; when it starts it finds the job running without GPUs and requeues it held.
     let k = alice
-        .sbatch(bed, &["--gpus=8"], "#!/bin/sh\n#HADAR steps=100\nsleep 300\n")
+        .sbatch(
+            bed,
+            &["--gpus=8"],
+            "#!/bin/sh\n#HADAR steps=100\nsleep 300\n",
+        )
         .unwrap();
     let ks = k.to_string();
     let out = alice.run(bed, "scontrol", &["release", &ks], None);
@@ -545,9 +571,18 @@ fn averaging_and_user_paths_run_as_the_jobs_owner(bed: &mut Testbed) {
     let id = alice.sbatch(bed, &["--gpus=1"], &script).unwrap();
     assert_eq!(wait_done(bed, id, 120), "COMPLETED", "{}", alice.output(id));
     let out = alice.output(id);
-    assert!(out.contains("own=0"), "averaging her own files failed: {out}");
-    assert!(!out.contains("read-bob=0"), "alice read bob's checkpoint: {out}");
-    assert!(!out.contains("write-bob=0"), "alice wrote into bob's folder: {out}");
+    assert!(
+        out.contains("own=0"),
+        "averaging her own files failed: {out}"
+    );
+    assert!(
+        !out.contains("read-bob=0"),
+        "alice read bob's checkpoint: {out}"
+    );
+    assert!(
+        !out.contains("write-bob=0"),
+        "alice wrote into bob's folder: {out}"
+    );
     assert!(out.contains("Permission denied"), "{out}");
     assert!(!alice.dir.join("stolen.safetensors").exists());
     assert!(!bob.dir.join("planted.safetensors").exists());

@@ -48,7 +48,11 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
     }
     let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
-    listen_for_notices(&config.sidecar.socket, config.slurm_conf.as_deref(), wake_tx);
+    listen_for_notices(
+        &config.sidecar.socket,
+        config.slurm_conf.as_deref(),
+        wake_tx,
+    );
     let mut daemon = Daemon::new(
         slurm,
         store,

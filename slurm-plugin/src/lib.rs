@@ -20,9 +20,9 @@ mod state;
 
 use bindings::job_desc_msg_t;
 use hadar_request::{Decision, Notice, Submission, TresFields, decide};
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::cell::RefCell;
 
 /// The plugin's human-readable name (Slurm reads the bytes at the symbol's address).
 #[unsafe(no_mangle)]

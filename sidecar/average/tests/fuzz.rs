@@ -37,7 +37,11 @@ fn check(bytes: &[u8], file_len: u64) -> Result<(), TestCaseError> {
         Err(e) => {
             let m = e.to_string();
             prop_assert!(!m.is_empty() && !m.contains(['\n', '\r']), "{:?}", m);
-            prop_assert!(m.chars().count() <= MAX_ERROR_LEN, "error of {} chars", m.chars().count());
+            prop_assert!(
+                m.chars().count() <= MAX_ERROR_LEN,
+                "error of {} chars",
+                m.chars().count()
+            );
         }
     }
     Ok(())

@@ -263,8 +263,15 @@ mod tests {
     #[test]
     fn slurm_user_is_read_from_slurm_conf() {
         assert_eq!(slurm_user_uid("ClusterName=x\nSlurmUser=root\n"), Some(0));
-        assert_eq!(slurm_user_uid("ClusterName=x\n"), Some(0), "Slurm's default");
-        assert_eq!(slurm_user_uid("slurmuser = nobody # comment\n"), Some(65534));
+        assert_eq!(
+            slurm_user_uid("ClusterName=x\n"),
+            Some(0),
+            "Slurm's default"
+        );
+        assert_eq!(
+            slurm_user_uid("slurmuser = nobody # comment\n"),
+            Some(65534)
+        );
         assert_eq!(slurm_user_uid("SlurmUser=123\n"), Some(123));
         assert_eq!(slurm_user_uid("SlurmUser=no-such-user-hadar\n"), None);
         assert_eq!(allowed_uids(Some(65534)), vec![0, 65534]);
@@ -284,7 +291,10 @@ mod tests {
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let e = bind(&open.join("hadar.sock"), None).unwrap_err();
         assert!(matches!(e, SocketError::UnsafeDirectory { .. }), "{e}");
-        assert!(e.to_string().contains("writable by users other than its owner"));
+        assert!(
+            e.to_string()
+                .contains("writable by users other than its owner")
+        );
     }
 
     #[test]
@@ -304,7 +314,11 @@ mod tests {
     fn connect_as(path: &Path, uid: u32) -> i32 {
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_encoded_bytes()) {
+        for (d, s) in addr
+            .sun_path
+            .iter_mut()
+            .zip(path.as_os_str().as_encoded_bytes())
+        {
             *d = *s as libc::c_char;
         }
         // SAFETY: the child makes only raw system calls (no allocation) before _exit.
@@ -347,7 +361,11 @@ mod tests {
         let path = tmp.path().join("hadar.sock");
         let listener = bind(&path, None).unwrap();
         // The file's mode alone keeps uid 65534 (nobody) out.
-        assert_eq!(connect_as(&path, 65534), 1, "nobody connected to a 0600 socket");
+        assert_eq!(
+            connect_as(&path, 65534),
+            1,
+            "nobody connected to a 0600 socket"
+        );
         // Were the mode ever loosened, the credentials check still refuses the peer, and
         // slurmctld's user (root here) still gets through.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
@@ -366,7 +384,10 @@ mod tests {
             )
         });
         assert_eq!(connect_as(&path, 65534), 0, "nobody could not even connect");
-        let refused = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap_err();
+        let refused = rx
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap()
+            .unwrap_err();
         assert!(
             refused.starts_with("connection from uid 65534"),
             "{refused}"

@@ -349,27 +349,94 @@ mod tests {
     fn a_job_released_by_someone_else_is_reported_and_left_waiting() {
         let mut rows = BTreeMap::new();
         let j = sj(7, JobStatus::Pending, true);
-        reconcile(&mut rows, std::slice::from_ref(&j), 1.0, 1000.0, 50, &decode, &BTreeSet::new());
+        reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            1.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
         // Its owner runs `scontrol release`: pending, not held, and without GPUs.
         let released = sj(7, JobStatus::Pending, false);
-        let ev = reconcile(&mut rows, &[released], 2.0, 1000.0, 50, &decode, &BTreeSet::new());
-        assert_eq!(ev, vec![Event::LeftHold { job: 7, running: false }]);
+        let ev = reconcile(
+            &mut rows,
+            &[released],
+            2.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
+        assert_eq!(
+            ev,
+            vec![Event::LeftHold {
+                job: 7,
+                running: false
+            }]
+        );
         assert_eq!(rows[&7].phase, Phase::Waiting);
         // Slurm started it before the daemon's round: reported as running, still not
         // accounted as a run of hadar's.
         let mut running = sj(7, JobStatus::Running, false);
         running.tres_per_node = Some("gres:gpu:v100:4".into());
-        let ev = reconcile(&mut rows, &[running.clone()], 3.0, 1000.0, 50, &decode, &BTreeSet::new());
-        assert_eq!(ev, vec![Event::LeftHold { job: 7, running: true }]);
-        assert_eq!((rows[&7].phase, rows[&7].starts, rows[&7].first_start_s), (Phase::Waiting, 0, None));
+        let ev = reconcile(
+            &mut rows,
+            &[running.clone()],
+            3.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
+        assert_eq!(
+            ev,
+            vec![Event::LeftHold {
+                job: 7,
+                running: true
+            }]
+        );
+        assert_eq!(
+            (rows[&7].phase, rows[&7].starts, rows[&7].first_start_s),
+            (Phase::Waiting, 0, None)
+        );
         // Seen for the first time released and without GPUs (released before any round):
         // also reported. Seen first running with GPUs (the store was lost): trusted.
         let mut fresh = BTreeMap::new();
-        let ev = reconcile(&mut fresh, &[sj(8, JobStatus::Pending, false)], 1.0, 1000.0, 50, &decode, &BTreeSet::new());
-        assert_eq!(ev, vec![Event::New(8), Event::LeftHold { job: 8, running: false }]);
+        let ev = reconcile(
+            &mut fresh,
+            &[sj(8, JobStatus::Pending, false)],
+            1.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
+        assert_eq!(
+            ev,
+            vec![
+                Event::New(8),
+                Event::LeftHold {
+                    job: 8,
+                    running: false
+                }
+            ]
+        );
         let mut fresh = BTreeMap::new();
-        running.alloc = vec![NodeAlloc { node: "n1".into(), gpus: vec![("v100".into(), 4)] }];
-        let ev = reconcile(&mut fresh, &[running], 4.0, 1000.0, 50, &decode, &BTreeSet::new());
+        running.alloc = vec![NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![("v100".into(), 4)],
+        }];
+        let ev = reconcile(
+            &mut fresh,
+            &[running],
+            4.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
         assert_eq!(ev, vec![Event::New(7), Event::Started(7)]);
     }
 
@@ -380,7 +447,15 @@ mod tests {
         reconcile(&mut rows, &[j], 1.0, 1000.0, 50, &decode, &BTreeSet::new());
         // Another user's comment forged a second record with id 9: Slurm's listing of job 9
         // was refused, so the job is missing from the trusted list.
-        let ev = reconcile(&mut rows, &[], 2.0, 1000.0, 50, &decode, &BTreeSet::from([9]));
+        let ev = reconcile(
+            &mut rows,
+            &[],
+            2.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::from([9]),
+        );
         assert!(ev.is_empty(), "{ev:?}");
         assert_eq!(rows[&9].phase, Phase::Waiting);
         let ev = reconcile(&mut rows, &[], 3.0, 1000.0, 50, &decode, &BTreeSet::new());
@@ -407,7 +482,15 @@ mod tests {
         assert_eq!(rows[&6].phase, Phase::Running);
         let mut held = sj(6, JobStatus::Pending, true);
         held.restarts = 1;
-        let ev = reconcile(&mut rows, &[held], 9.0, 1000.0, 50, &decode, &BTreeSet::new());
+        let ev = reconcile(
+            &mut rows,
+            &[held],
+            9.0,
+            1000.0,
+            50,
+            &decode,
+            &BTreeSet::new(),
+        );
         assert_eq!(ev, vec![Event::Requeued(6)]);
         assert_eq!(
             (rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s),

@@ -23,7 +23,10 @@ fn assert_clear(message: &str, origin: &str) -> Result<(), TestCaseError> {
         message.starts_with(origin),
         "error does not name the input: {message}"
     );
-    prop_assert!(!message.contains(['\n', '\r']), "error spans lines: {message:?}");
+    prop_assert!(
+        !message.contains(['\n', '\r']),
+        "error spans lines: {message:?}"
+    );
     prop_assert!(
         message.chars().count() <= MAX_ERROR_LEN,
         "error of {} chars",
@@ -243,14 +246,20 @@ fn oversized_inputs_give_short_errors_and_long_ones_are_read() {
     let cluster = embedded::cluster().unwrap();
     let huge = "x".repeat(1 << 20);
     let line = format!("{huge}\tc\tw\ts\t1\t100\t1\t1\t-1\t0");
-    let e = parse_trace(&line, "big.trace", &table, &cluster).unwrap_err().to_string();
+    let e = parse_trace(&line, "big.trace", &table, &cluster)
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("big.trace:1"), "{}", &e[..80]);
     assert!(e.len() <= MAX_ERROR_LEN, "{}", e.len());
     let line = format!("ResNet-18 (batch size 32)\tc\tw\ts\t{huge}\t100\t1\t1\t-1\t0");
-    let e = parse_trace(&line, "big.trace", &table, &cluster).unwrap_err().to_string();
+    let e = parse_trace(&line, "big.trace", &table, &cluster)
+        .unwrap_err()
+        .to_string();
     assert!(e.len() <= MAX_ERROR_LEN, "{}", e.len());
     let json = format!("{{\"v100\": {{\"{huge}\": {{\"null\": 1.0}}}}}}");
-    let e = ThroughputTable::parse_gavel_json(&json, "big.json").unwrap_err().to_string();
+    let e = ThroughputTable::parse_gavel_json(&json, "big.json")
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("big.json"), "{}", &e[..80]);
     assert!(e.len() <= MAX_ERROR_LEN, "{}", e.len());
     // 20,000 jobs: read to the end.

@@ -66,7 +66,10 @@ mod tests {
     #[test]
     fn excerpts_are_short_and_single_line() {
         assert_eq!(super::excerpt("steps=12k"), "steps=12k");
-        assert_eq!(super::excerpt("a\nJobId=1\u{1b}[2J"), "a\\nJobId=1\\u{1b}[2J");
+        assert_eq!(
+            super::excerpt("a\nJobId=1\u{1b}[2J"),
+            "a\\nJobId=1\\u{1b}[2J"
+        );
         let long = super::excerpt(&"x".repeat(1000));
         assert_eq!(long.len(), super::EXCERPT_CHARS + 3);
         assert!(long.ends_with("..."));

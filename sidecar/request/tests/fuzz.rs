@@ -68,7 +68,8 @@ fn directive_word() -> impl Strategy<Value = String> {
 /// A batch script made of `#HADAR`, `#SBATCH`, other comments and commands.
 fn script() -> impl Strategy<Value = String> {
     let line = prop_oneof![
-        proptest::collection::vec(directive_word(), 0..5).prop_map(|w| format!("#HADAR {}", w.join(" "))),
+        proptest::collection::vec(directive_word(), 0..5)
+            .prop_map(|w| format!("#HADAR {}", w.join(" "))),
         "#HADAR[A-Z]?",
         "#SBATCH --gres=gpu:[0-9]",
         "# .{0,20}",
@@ -361,10 +362,18 @@ fn oversized_inputs_give_short_errors() {
     let huge = "x".repeat(1 << 20);
     let mut d = Directives::default();
     let e = directive::read_script(&format!("#HADAR {huge}"), &mut d).unwrap_err();
-    assert!(e.to_string().len() <= MAX_ERROR_LEN, "{}", e.to_string().len());
+    assert!(
+        e.to_string().len() <= MAX_ERROR_LEN,
+        "{}",
+        e.to_string().len()
+    );
     let mut d = Directives::default();
     let e = directive::read_comment(&format!("hadar: type={huge}!"), &mut d).unwrap_err();
-    assert!(e.to_string().len() <= MAX_ERROR_LEN, "{}", e.to_string().len());
+    assert!(
+        e.to_string().len() <= MAX_ERROR_LEN,
+        "{}",
+        e.to_string().len()
+    );
     let e = gpu::extract(
         &TresFields {
             per_node: Some(&format!("gres:gpu:{huge}:1")),
@@ -373,11 +382,27 @@ fn oversized_inputs_give_short_errors() {
         64,
     )
     .unwrap_err();
-    assert!(e.to_string().len() <= MAX_ERROR_LEN, "{}", e.to_string().len());
+    assert!(
+        e.to_string().len() <= MAX_ERROR_LEN,
+        "{}",
+        e.to_string().len()
+    );
     let e = Record::decode(&format!("hadar:v1 gpus=1 {huge}")).unwrap_err();
-    assert!(e.to_string().len() <= MAX_ERROR_LEN, "{}", e.to_string().len());
-    let e = Config::parse("big.toml", &format!("[slurm]\ndefault_partition = {huge}\n")).unwrap_err();
-    assert!(e.to_string().len() <= MAX_ERROR_LEN, "{}", e.to_string().len());
+    assert!(
+        e.to_string().len() <= MAX_ERROR_LEN,
+        "{}",
+        e.to_string().len()
+    );
+    let e = Config::parse(
+        "big.toml",
+        &format!("[slurm]\ndefault_partition = {huge}\n"),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().len() <= MAX_ERROR_LEN,
+        "{}",
+        e.to_string().len()
+    );
     assert!(e.to_string().starts_with("big.toml"));
 }
 
@@ -400,7 +425,9 @@ fn long_inputs_are_read_in_linear_time() {
     )
     .unwrap();
     assert_eq!(got.request.map(|r| r.counts.len()), Some(50_000));
-    let conf: String = (0..100_000).map(|i| format!("NodeName=n{i} Gres=gpu:1\n")).collect();
+    let conf: String = (0..100_000)
+        .map(|i| format!("NodeName=n{i} Gres=gpu:1\n"))
+        .collect();
     match Inventory::from_slurm_conf("big.conf", &conf, &mut |_: &str| Err("no".into())) {
         Ok(inv) => assert!(!inv.nodes.is_empty()),
         Err(e) => assert!(e.to_string().starts_with("big.conf:")),

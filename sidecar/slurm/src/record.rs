@@ -157,7 +157,10 @@ mod tests {
         assert_eq!(r.get("AdminComment"), None);
         let het = "JobId=7 HetJobId=7 HetJobOffset=0 JobName=a b\n   UserId=u(1)\n";
         let r = &parse(het, "JobId")[0];
-        assert_eq!((r.get("HetJobOffset"), r.get("JobName")), (Some("0"), Some("a b")));
+        assert_eq!(
+            (r.get("HetJobOffset"), r.get("JobName")),
+            (Some("0"), Some("a b"))
+        );
     }
 
     #[test]

@@ -219,7 +219,10 @@ fn run(a: &Args) -> Result<(), Error> {
     let log_before = bed.controller_log().len();
     let mut daemon = start_daemon(&bed, &hadar)?;
     std::thread::sleep(Duration::from_secs(2));
-    eprintln!("burst of {} managed jobs with the plugin and hadar serve", a.jobs);
+    eprintln!(
+        "burst of {} managed jobs with the plugin and hadar serve",
+        a.jobs
+    );
     let started = Instant::now();
     let (mut with, failed) = burst(&bed, a.jobs, a.submitters, &gres);
     let with_s = started.elapsed().as_secs_f64();
@@ -260,7 +263,10 @@ fn run(a: &Args) -> Result<(), Error> {
     let _ = daemon.kill();
     let _ = daemon.wait();
 
-    println!("burst of {} jobs from {} parallel submitters", a.jobs, a.submitters);
+    println!(
+        "burst of {} jobs from {} parallel submitters",
+        a.jobs, a.submitters
+    );
     println!(
         "without the plugin (sbatch -H):   accepted {}/{} in {base_s:.1} s; sbatch ms {}",
         base.len(),
@@ -299,14 +305,24 @@ fn run(a: &Args) -> Result<(), Error> {
         rounds.len(),
         with_actions.len()
     );
-    for key in ["active", "actions", "read_ms", "decision_ms", "enforce_ms", "total_ms"] {
+    for key in [
+        "active",
+        "actions",
+        "read_ms",
+        "decision_ms",
+        "enforce_ms",
+        "total_ms",
+    ] {
         let mut v: Vec<f64> = rounds.iter().filter_map(|l| log_number(l, key)).collect();
         if !v.is_empty() {
             println!("  {key:<12} {}", summary(&mut v));
         }
     }
     for key in ["actions", "enforce_ms", "total_ms"] {
-        let mut v: Vec<f64> = with_actions.iter().filter_map(|l| log_number(l, key)).collect();
+        let mut v: Vec<f64> = with_actions
+            .iter()
+            .filter_map(|l| log_number(l, key))
+            .collect();
         if !v.is_empty() {
             println!("  with actions: {key:<12} {}", summary(&mut v));
         }
