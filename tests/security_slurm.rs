@@ -35,6 +35,8 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 const ALICE: &str = "hadar-alice";
+/// A job id no test reaches, for a record forged in a comment.
+const PHANTOM: u32 = 987_654;
 const BOB: &str = "hadar-bob";
 const TIME_SCALE: f64 = 50.0;
 
@@ -422,7 +424,7 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
     // A comment with line breaks (Slurm stores them) that imitates a whole record of Bob's
     // job: his id, her uid, completed, another request.
     let forged_record = format!(
-        "Comment=x\n\nJobId={bs} JobName=bobs\n   UserId={ALICE}({uid}) GroupId={ALICE}({uid}) MCS_label=N/A\n   Priority=0 Nice=0 Account=(null) QOS=normal\n   JobState=COMPLETED Reason=None Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n   AdminComment=hadar:v1 gpus=4 steps=5\n   Comment=hadar-progress:v1 steps={steps} rate=9",
+        "Comment=x\n\nJobId={bs} JobName=bobs\n   UserId={ALICE}({uid}) GroupId={ALICE}({uid}) MCS_label=N/A\n   Priority=0 Nice=0 Account=(null) QOS=normal\n   JobState=COMPLETED Reason=None Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n   AdminComment=hadar:v1 gpus=4 steps=5\n   Comment=hadar-progress:v1 steps={steps} rate=9\n\nJobId={PHANTOM} JobName=phantom\n   UserId={ALICE}({uid}) GroupId={ALICE}({uid}) MCS_label=N/A\n   Priority=0 Nice=0 Account=(null) QOS=normal\n   JobState=PENDING Reason=JobHeldUser Dependency=(null)\n   Partition=gpu AllocNode:Sid=localhost:1\n   AdminComment=hadar:v1 gpus=16 steps=5",
         uid = alice.uid
     );
     let out = alice.run(
@@ -459,6 +461,16 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
     assert_eq!(field(bed, b, "Restarts"), "0");
     // Alice's forging job is hers alone: read as hers, never as Bob's.
     assert!(field(bed, forger, "UserId").starts_with(ALICE));
+    // The phantom job her comment imitated (an id Slurm does not have) was never managed.
+    let log = daemon_log(bed);
+    assert!(
+        !log.contains(&format!("new managed job job={PHANTOM}")),
+        "the daemon took a phantom job for real"
+    );
+    assert!(
+        log.contains(&format!("job={PHANTOM}")),
+        "the phantom was not noticed"
+    );
 }
 
 /// A managed job's owner releases it with `scontrol release` (the plugin had stripped its

@@ -144,23 +144,59 @@ impl Slurm {
         if text.trim() == "No jobs in the system" {
             return Ok((Vec::new(), Vec::new()));
         }
-        let (mut jobs, refused) = job::parse_jobs(&text);
+        let (mut jobs, mut refused) = job::parse_jobs(&text);
+        // A comment with line breaks can also imitate a record of a job id Slurm does not
+        // have, a phantom the daemon would plan for. `squeue` lists the ids alone, with no
+        // user text (asked after scontrol, so every job scontrol showed is still listed
+        // unless it left Slurm in between, which costs it one round).
+        let listed = self.job_ids()?;
+        jobs.retain(|j| {
+            let real = listed.contains(&j.id);
+            if !real {
+                refused.push((
+                    j.id.to_string(),
+                    "squeue does not list this job id: a record forged by another job's text"
+                        .into(),
+                ));
+            }
+            real
+        });
         // A record refused in the full listing may be another job's victim: a comment with
         // line breaks can imitate whole lines, even a whole record with this job's id (then
         // both copies are refused). Each such job is read again on its own, where the text
         // holds only its owner's free text, and kept if that is exactly one sound record.
         let mut still_refused = Vec::new();
+        let mut accepted: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
         for (id_text, why) in refused {
             let alone = match id_text.parse::<u64>() {
-                Ok(id) if !jobs.iter().any(|j| j.id == id) => self.job_alone(id)?,
+                Ok(id) if listed.contains(&id) && !accepted.contains(&id) => self.job_alone(id)?,
                 _ => None,
             };
             match alone {
-                Some(j) => jobs.push(j),
+                Some(j) => {
+                    accepted.insert(j.id);
+                    jobs.push(j);
+                }
                 None => still_refused.push((id_text, why)),
             }
         }
         Ok((jobs, still_refused))
+    }
+
+    /// The ids of every job Slurm knows (`squeue -h -t all -o %A`: one id per line, for
+    /// job array elements and het components alike).
+    fn job_ids(&self) -> Result<std::collections::HashSet<u64>, SlurmError> {
+        let text = self.run(
+            "squeue",
+            &[
+                "-h".into(),
+                "-t".into(),
+                "all".into(),
+                "-o".into(),
+                "%A".into(),
+            ],
+        )?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
     /// Job `id` read on its own, if its record is exactly one well-formed, unambiguous
