@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+/// The shortest time from one round's start to the next when a notice wakes the daemon.
+pub const MIN_WOKEN_GAP: Duration = Duration::from_secs(2);
+
 /// What the daemon needs from Slurm; implemented by [`Slurm`] and by test doubles.
 pub trait SlurmApi {
     /// All nodes.
@@ -205,8 +208,12 @@ impl<S: SlurmApi> Daemon<S> {
                     "round failed: {e}; the next round rebuilds its view from Slurm"
                 ),
             }
-            let period = self.config.sidecar.round();
-            // Sleep in short steps so that a stop request is honoured promptly.
+            let mut period = self.config.sidecar.round();
+            // Sleep in short steps so that a stop request is honoured promptly. A notice
+            // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst
+            // of submissions (one notice each) rounds back to back would read the whole
+            // queue from slurmctld continuously (measured: 2,000 submissions in 6 s woke
+            // nine rounds, and raised sbatch's p99 latency by tens of ms).
             while !stop.load(Ordering::SeqCst) {
                 let left = period.saturating_sub(started.elapsed());
                 if left.is_zero() {
@@ -217,7 +224,7 @@ impl<S: SlurmApi> Daemon<S> {
                     .is_ok()
                 {
                     while wake.try_recv().is_ok() {}
-                    break;
+                    period = period.min(MIN_WOKEN_GAP);
                 }
             }
         }
