@@ -309,7 +309,11 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
     std::fs::create_dir_all(&marker).unwrap();
     std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let m = marker.display().to_string();
-    let name = format!("x$(touch {m}/name1);touch {m}/name2;`touch {m}/name3`|touch {m}/name4");
+    // Also a terminal escape (clear screen, set title): it must not reach the terminal of
+    // an administrator who runs `hadar status`.
+    let name = format!(
+        "x$(touch {m}/name1);touch {m}/name2;`touch {m}/name3`|touch {m}/name4\u{1b}[2J\u{1b}]0;owned\u{7}"
+    );
     let comment = format!("c $(touch {m}/comment1) `touch {m}/comment2`; touch {m}/comment3");
     let id = alice
         .sbatch(
@@ -348,6 +352,13 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
     assert_eq!(wait_done(bed, id, 120), "COMPLETED", "{}", alice.output(id));
     let status = serve.hadar(&["status", "--all"]);
     assert!(status.contains(&id.to_string()), "{status}");
+    let explained_text = serve.hadar(&["explain", &id.to_string()]);
+    for out in [&status, &explained_text] {
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}'),
+            "a terminal escape from the job name was printed: {out:?}"
+        );
+    }
     let explained = serve.explain(id);
     assert_eq!(explained["job"]["name"].as_str(), Some(name.as_str()));
     let left: Vec<_> = std::fs::read_dir(&marker)

@@ -199,7 +199,9 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
         println!(
             "{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  {}",
             j.id,
-            j.name.chars().take(16).collect::<String>(),
+            // A job name is its owner's text: control characters (terminal escapes) are
+            // shown escaped, never sent to the administrator's terminal.
+            hadar_request::excerpt_of(&j.name, 16),
             j.phase.as_str(),
             j.workers,
             steps,
@@ -231,7 +233,7 @@ pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
     println!(
         "job {} ({}): {}, {} GPU(s), {:.0} of {:.0} steps done",
         job.id,
-        job.name,
+        hadar_request::excerpt_of(&job.name, 200),
         job.phase.as_str(),
         job.workers,
         job.steps_done,
