@@ -72,9 +72,22 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
 /// up safely is logged and the daemon runs on its round timer alone.
 fn listen_for_notices(path: &Path, slurm_conf: Option<&Path>, wake: std::sync::mpsc::Sender<()>) {
     use hadar_daemon::notices;
-    let slurm_user = slurm_conf
-        .and_then(|c| std::fs::read_to_string(c).ok())
-        .and_then(|t| notices::slurm_user_uid(&t));
+    // slurm.conf as the Slurm commands find it: the configured one, else $SLURM_CONF, else
+    // Slurm's default path.
+    let conf_path = slurm_conf
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"));
+    let slurm_user = match std::fs::read_to_string(&conf_path) {
+        Ok(text) => notices::slurm_user_uid(&text),
+        Err(e) => {
+            tracing::warn!(
+                "cannot read {} for SlurmUser ({e}); only root may notify",
+                conf_path.display()
+            );
+            None
+        }
+    };
     let listener = match notices::bind(path, slurm_user) {
         Ok(l) => l,
         Err(e) => {
