@@ -591,10 +591,15 @@ impl<S: SlurmApi> Daemon<S> {
                     .write(|w| w.add_intent(round, job, "requeue-hold", None, t))?;
                 (intent, self.slurm.requeue_hold(job))
             } else {
+                // A hold like the planned ones, with the same crash points: a crash after the
+                // intent leaves the job released, and the next run holds it again.
                 let intent = self
                     .store
                     .write(|w| w.add_intent(round, job, "hold", None, t))?;
-                (intent, self.slurm.hold(job))
+                faults::reached("hold-intent");
+                let outcome = self.slurm.hold(job);
+                faults::reached("hold-done");
+                (intent, outcome)
             };
             let text = outcome_text(&outcome.map(|_| "ok".to_string()));
             if let Some(r) = rows.get_mut(&job) {
