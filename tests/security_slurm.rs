@@ -490,13 +490,29 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
 /// Slurm started before the daemon's round is requeued held. Neither runs outside the plan.
 fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
-    // Eight GPUs on one node: no node has them, so hadar keeps the job waiting; a begin
-    // time in the future keeps Slurm from starting it once released.
+    // Every GPU is taken by jobs Slurm runs on its own (`#HADAR off`), so hadar keeps
+    // Alice's job waiting; a begin time in the future keeps Slurm from starting it once
+    // released.
+    let fillers: Vec<u32> = ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|node| {
+            let sub = bed.sbatch(
+                &["-w", node, "--gres=gpu:4", "--job-name=filler"],
+                Some("#!/bin/sh\n#HADAR off\nsleep 600\n"),
+            );
+            assert!(sub.ok, "filler on {node}: {}", sub.stderr);
+            sub.job_id.unwrap()
+        })
+        .collect();
+    for id in &fillers {
+        bed.wait_job(*id, &["RUNNING"], Duration::from_secs(30))
+            .expect("the filler runs");
+    }
     let serve = Serve::start(bed, "release", 2);
     let j = alice
         .sbatch(
             bed,
-            &["--gpus=8", "--begin=now+3600"],
+            &["--gpus=1", "--begin=now+3600"],
             &emulate_script(100, ""),
         )
         .unwrap();
@@ -533,7 +549,7 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     let k = alice
         .sbatch(
             bed,
-            &["--gpus=8"],
+            &["--gpus=1"],
             "#!/bin/sh\n#HADAR steps=100\nsleep 300\n",
         )
         .unwrap();
