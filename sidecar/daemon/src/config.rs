@@ -50,6 +50,9 @@ pub struct SidecarConfig {
     pub throughput_scale: f64,
     /// Weight of a new progress report in the learned rate (exponential moving average).
     pub rate_learning_weight: f64,
+    /// Start a job that never ran only on the GPU type where its whole run ends first, by a
+    /// look-ahead over the queue ([`crate::commit`]); Slurm keeps a job's first types.
+    pub earliest_finish_types: bool,
 }
 
 impl Default for SidecarConfig {
@@ -67,6 +70,7 @@ impl Default for SidecarConfig {
             default_rate_per_gpu: 1.0,
             throughput_scale: 1.0,
             rate_learning_weight: 0.3,
+            earliest_finish_types: true,
         }
     }
 }

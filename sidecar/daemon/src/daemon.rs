@@ -9,6 +9,7 @@
 //! once at a time; only a requeue, which the daemon does after a checkpoint, reruns it).
 
 use crate::actions::{self, Action};
+use crate::commit;
 use crate::config::DaemonConfig;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateSource};
@@ -305,6 +306,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> =
             BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
+        let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows.values().filter(|r| r.phase != Phase::Finished) {
                 let Some(spec) = specs.get(&r.id) else {
@@ -342,6 +344,56 @@ impl<S: SlurmApi> Daemon<S> {
                 states.push(js);
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
+            if self.config.sidecar.earliest_finish_types {
+                let (nodes, busy, queue) = commit::inputs(cluster, &states, &rows, now_s);
+                commitments = commit::look_ahead(
+                    &nodes,
+                    &busy,
+                    &queue,
+                    now_s,
+                    self.config.sidecar.round_seconds,
+                );
+                // A first start fixes a job's types for good: a job that never ran may use
+                // only the type where its whole run ends first, and one that the look-ahead
+                // starts only later is left out of this round, so that jobs after it do
+                // not take the GPUs it waits for (as Slurm's backfill reserves them).
+                commitments.retain(|id, _| {
+                    rows.get(id)
+                        .is_some_and(|r| r.phase == Phase::Waiting && r.bound_types.is_none())
+                });
+                states.retain(|js| {
+                    commitments
+                        .get(&js.id().0)
+                        .is_none_or(|c| c.starts_now(now_s))
+                });
+                for js in states.iter_mut() {
+                    let id = js.id().0;
+                    let (Some(choice), Some(own)) = (commitments.get(&id), specs.get(&id)) else {
+                        continue;
+                    };
+                    let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
+                    let learned = self.store.learned_rates(id)?;
+                    let (throughput, origins) =
+                        spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
+                    origins_by_job.insert(id, origins);
+                    js.job = Arc::new(Job {
+                        throughput,
+                        ..(*js.job).clone()
+                    });
+                    // The GPUs the look-ahead starts it on are given to the plan as the job's
+                    // placement, as for a job being started: the plan holds them for it until
+                    // its turn and keeps it there unless moving gains more than a restart, so
+                    // the plan packs jobs as the look-ahead did (a job starting now on other
+                    // GPUs could leave a larger one that was counted on no room).
+                    if choice.starts_now(now_s) {
+                        let gpus: NodeGpus = vec![(
+                            choice.node.clone(),
+                            vec![(choice.gpu_type.clone(), js.job.workers)],
+                        )];
+                        js.placement = view::to_placement(cluster, &gpus);
+                    }
+                }
+            }
         }
         let hadar_config: HadarConfig = self.config.hadar.clone();
         let t0 = Instant::now();
@@ -463,6 +515,16 @@ impl<S: SlurmApi> Daemon<S> {
                 d.runs = false;
                 d.placement = None;
                 d.text = format!("waits: Hadar's best placement for it, {why}");
+            }
+        }
+        for (job, c) in commitments.iter().filter(|(_, c)| !c.starts_now(now_s)) {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job && !d.runs) {
+                let rates = origins_by_job
+                    .get(job)
+                    .map(|o| explain::rates_words(o))
+                    .unwrap_or_default();
+                d.text =
+                    explain::committed(&c.gpu_type, c.start_s - now_s, c.finish_s - now_s, &rates);
             }
         }
         self.store.write(|w| {

@@ -4,12 +4,14 @@
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
+//! * [`commit`]: which GPU type a job that never ran may start on (a first start binds it).
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
 
 pub mod actions;
+pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod explain;
