@@ -346,7 +346,7 @@ impl<S: SlurmApi> Daemon<S> {
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
             if self.config.sidecar.earliest_finish_types {
                 let (nodes, busy, queue) = commit::inputs(cluster, &states, &rows, now_s);
-                commitments = commit::look_ahead(
+                commitments = commit::best_schedule(
                     &nodes,
                     &busy,
                     &queue,
