@@ -249,6 +249,10 @@ mod tests {
         assert_eq!(c.sidecar.state, PathBuf::from("/tmp/s.db"));
         assert!(!c.hadar.stickiness);
         assert_eq!(c.partitions, vec!["gpu"]);
+        assert!(c.sidecar.earliest_finish_types, "on by default");
+        let c =
+            DaemonConfig::parse("h.toml", "[sidecar]\nearliest_finish_types = false\n").unwrap();
+        assert!(!c.sidecar.earliest_finish_types);
     }
 
     #[test]
