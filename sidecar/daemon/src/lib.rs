@@ -9,12 +9,14 @@
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
 pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod faults;
 pub mod progress;
 pub mod reconcile;
 pub mod shared;
