@@ -187,8 +187,10 @@ pub const MAKESPAN_WEIGHT: f64 = 2.0;
 /// How far into the queue [`best_schedule`] exchanges jobs: the jobs that can start soon.
 pub const SEARCH_WINDOW: usize = 32;
 
-/// The most look-aheads [`best_schedule`] evaluates in one round.
-pub const SEARCH_BUDGET: usize = 4000;
+/// The work [`best_schedule`] may do in one round, counted as jobs times GPU pools (a node's
+/// GPUs of one type) looked at: the order search stops once it is spent, so a large queue on
+/// a large cluster is searched less. At least the starting orders are always tried.
+pub const SEARCH_BUDGET: usize = 2_000_000;
 
 /// How good a look-ahead is, lower being better: the sum of the queued jobs' predicted
 /// finish times plus [`MAKESPAN_WEIGHT`] times the predicted makespan (busy GPUs' ends
@@ -208,8 +210,8 @@ pub fn schedule_score(choices: &BTreeMap<u64, Choice>, busy: &[Busy], now_s: f64
 /// served, as Slurm) leaves short jobs behind long ones and long ones on slow types. Tries
 /// arrival order, shortest and longest first (remaining time at the job's fastest type,
 /// alone and times its GPU count), then exchanges pairs of jobs among the first
-/// [`SEARCH_WINDOW`] while that lowers [`schedule_score`], within [`SEARCH_BUDGET`]
-/// look-aheads. Ties keep the earlier candidate (arrival order first). Deterministic.
+/// [`SEARCH_WINDOW`] while that lowers [`schedule_score`], within [`SEARCH_BUDGET`]. Ties
+/// keep the earlier candidate (arrival order first). Deterministic.
 pub fn best_schedule(
     nodes: &[NodeCapacity],
     busy: &[Busy],
@@ -241,6 +243,11 @@ pub fn best_schedule(
         candidates.push(shortest);
         candidates.push(longest);
     }
+    let pools: usize = nodes
+        .iter()
+        .map(|n| n.gpus.iter().filter(|(_, c)| *c > 0).count())
+        .sum();
+    let max_evaluations = SEARCH_BUDGET / (queue.len().max(1) * pools.max(1));
     let mut evaluations = 0usize;
     let evaluate = |order: &[Queued], evaluations: &mut usize| {
         *evaluations += 1;
@@ -260,11 +267,11 @@ pub fn best_schedule(
     };
     let window = order.len().min(SEARCH_WINDOW);
     let mut improved = true;
-    while improved && evaluations < SEARCH_BUDGET {
+    while improved && evaluations < max_evaluations {
         improved = false;
         for i in 0..window {
             for k in i + 1..window {
-                if evaluations >= SEARCH_BUDGET {
+                if evaluations >= max_evaluations {
                     break;
                 }
                 order.swap(i, k);
