@@ -347,54 +347,15 @@ impl<S: SlurmApi> Daemon<S> {
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
             if self.config.sidecar.earliest_finish_types {
-                let (nodes, busy, queue) = commit::inputs(cluster, &states, &rows, now_s);
-                commitments = commit::best_schedule(
-                    &nodes,
-                    &busy,
-                    &queue,
+                commitments = self.commit_first_starts(
+                    cluster,
+                    &cv.types,
+                    &mut states,
+                    &rows,
+                    &specs,
+                    &mut origins_by_job,
                     now_s,
-                    self.config.sidecar.round_seconds,
-                );
-                // A first start fixes a job's types for good: a job that never ran may use
-                // only the type where its whole run ends first, and one that the look-ahead
-                // starts only later is left out of this round, so that jobs after it do
-                // not take the GPUs it waits for (as Slurm's backfill reserves them).
-                commitments.retain(|id, _| {
-                    rows.get(id)
-                        .is_some_and(|r| r.phase == Phase::Waiting && r.bound_types.is_none())
-                });
-                states.retain(|js| {
-                    commitments
-                        .get(&js.id().0)
-                        .is_none_or(|c| c.starts_now(now_s))
-                });
-                for js in states.iter_mut() {
-                    let id = js.id().0;
-                    let (Some(choice), Some(own)) = (commitments.get(&id), specs.get(&id)) else {
-                        continue;
-                    };
-                    let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
-                    let learned = self.store.learned_rates(id)?;
-                    let (throughput, origins) =
-                        spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
-                    origins_by_job.insert(id, origins);
-                    js.job = Arc::new(Job {
-                        throughput,
-                        ..(*js.job).clone()
-                    });
-                    // The GPUs the look-ahead starts it on are given to the plan as the job's
-                    // placement, as for a job being started: the plan holds them for it until
-                    // its turn and keeps it there unless moving gains more than a restart, so
-                    // the plan packs jobs as the look-ahead did (a job starting now on other
-                    // GPUs could leave a larger one that was counted on no room).
-                    if choice.starts_now(now_s) {
-                        let gpus: NodeGpus = vec![(
-                            choice.node.clone(),
-                            vec![(choice.gpu_type.clone(), js.job.workers)],
-                        )];
-                        js.placement = view::to_placement(cluster, &gpus);
-                    }
-                }
+                )?;
             }
         }
         let hadar_config: HadarConfig = self.config.hadar.clone();
@@ -535,12 +496,77 @@ impl<S: SlurmApi> Daemon<S> {
             w.set_meta("round", &round.to_string())
         })?;
         faults::reached("round-recorded");
+        let deferred = commitments
+            .values()
+            .filter(|c| !c.starts_now(now_s))
+            .count();
         Ok(RoundReport {
             round,
-            active: states.len(),
+            active: states.len() + deferred,
             actions: done,
             decision_ms,
         })
+    }
+
+    /// Restricts each job that never ran to the GPU type the look-ahead over the queue
+    /// ([`commit`]) chooses for it, and returns the choices. A first start fixes a job's types
+    /// for good (Slurm keeps them), so it may use only the type where its whole run ends first;
+    /// one the look-ahead starts only in a later round is left out of `states`, so that jobs
+    /// after it do not take the GPUs it waits for (as Slurm's backfill reserves them).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn commit_first_starts(
+        &self,
+        cluster: &hadar_core::Cluster,
+        types: &[String],
+        states: &mut Vec<JobState>,
+        rows: &BTreeMap<u64, JobRow>,
+        specs: &BTreeMap<u64, JobSpec>,
+        origins_by_job: &mut BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>>,
+        now_s: f64,
+    ) -> Result<BTreeMap<u64, commit::Choice>, DaemonError> {
+        let (nodes, busy, queue) = commit::inputs(cluster, states, rows, now_s);
+        let mut commitments = commit::best_schedule(
+            &nodes,
+            &busy,
+            &queue,
+            now_s,
+            self.config.sidecar.round_seconds,
+        );
+        commitments.retain(|id, _| {
+            rows.get(id)
+                .is_some_and(|r| r.phase == Phase::Waiting && r.bound_types.is_none())
+        });
+        states.retain(|js| {
+            commitments
+                .get(&js.id().0)
+                .is_none_or(|c| c.starts_now(now_s))
+        });
+        for js in states.iter_mut() {
+            let id = js.id().0;
+            let (Some(choice), Some(own)) = (commitments.get(&id), specs.get(&id)) else {
+                continue;
+            };
+            let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
+            let learned = self.store.learned_rates(id)?;
+            let (throughput, origins) =
+                spec::profile(&spec, types, &learned, &self.table, &self.priors());
+            origins_by_job.insert(id, origins);
+            js.job = Arc::new(Job {
+                throughput,
+                ..(*js.job).clone()
+            });
+            // The GPUs the look-ahead starts it on are given to the plan as the job's
+            // placement, as for a job being started: the plan holds them for it until its
+            // turn and keeps it there unless moving gains more than a restart, so the plan
+            // packs jobs as the look-ahead did (a job starting now on other GPUs could leave a
+            // larger one that was counted on no room).
+            let gpus: NodeGpus = vec![(
+                choice.node.clone(),
+                vec![(choice.gpu_type.clone(), js.job.workers)],
+            )];
+            js.placement = view::to_placement(cluster, &gpus);
+        }
+        Ok(commitments)
     }
 
     fn log_events(&mut self, events: &[Event]) {
