@@ -8,7 +8,7 @@
 //!
 //! So each round, before planning, the daemon looks ahead with a list schedule: GPUs busy
 //! with running and starting jobs stay busy until their predicted ends; then the waiting
-//! jobs, in arrival order, each take the node and type where they would finish first
+//! jobs, one after the other, each take the node and type where they would finish first
 //! (earliest finish time, whole remaining work at that type's rate; a job that could only
 //! start later also waits for the round that notices the freed GPUs), the queue taken in the
 //! order that gives the best predicted schedule ([`best_schedule`]). A job that has never
