@@ -1,22 +1,23 @@
-//! Type commitment: the GPU type a job that has never run may be started on this round.
+//! Type commitment: the GPU type a waiting job not held to types may be started on this round.
 //!
-//! Slurm 22.05 keeps the GPU types of a job's first start (a job re-typed later stays pending
-//! forever, `BadConstraints`), so for the daemon a first start commits the job to those types
-//! for its whole run. Hadar's model assumes the opposite (a job started on a free slow type by
-//! work conservation moves to a fast one later), and on Slurm that assumption made jobs run
-//! many times longer on K80s than waiting for a V100 would have taken.
+//! Hadar's plan starts a job on a free slow type (work conservation) expecting to move it to a
+//! fast one later. On Slurm a move is a checkpoint, a requeue and a restart, and a job whose
+//! request names types never leaves them (Slurm 22.05 keeps every type a job was given); when
+//! the daemon held every job to its first types, that expectation made jobs run many times
+//! longer on K80s than waiting for a V100 would have taken. So a start is treated as a
+//! commitment for the job's remaining work.
 //!
 //! So each round, before planning, the daemon looks ahead with a list schedule: GPUs busy
 //! with running and starting jobs stay busy until their predicted ends; then the waiting
 //! jobs, one after the other, each take the node and type where they would finish first
 //! (earliest finish time, whole remaining work at that type's rate; a job that could only
 //! start later also waits for the round that notices the freed GPUs), the queue taken in the
-//! order that gives the best predicted schedule ([`best_schedule`]). A job that has never
-//! run may then use only its chosen type this round: a slow type when running all of its
+//! order that gives the best predicted schedule ([`best_schedule`]). A waiting job not held to
+//! types may then use only its chosen type this round: a slow type when running all of its
 //! work there ends before waiting for a faster one would, its fast type otherwise. A job that
 //! the look-ahead starts only in a later round is left out of this round's plan, so that
 //! jobs after it do not take the GPUs it waits for (as Slurm's backfill reserves them).
-//! Jobs already bound keep their types and are planned as before. Pure: no Slurm, no clock.
+//! Jobs held to types keep them and are planned as before. Pure: no Slurm, no clock.
 
 use hadar_core::{Cluster, JobState};
 use hadar_store::{JobRow, Phase};

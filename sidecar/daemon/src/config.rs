@@ -50,8 +50,8 @@ pub struct SidecarConfig {
     pub throughput_scale: f64,
     /// Weight of a new progress report in the learned rate (exponential moving average).
     pub rate_learning_weight: f64,
-    /// Start a job that never ran only on the GPU type where its whole run ends first, by a
-    /// look-ahead over the queue ([`crate::commit`]); Slurm keeps a job's first types.
+    /// Start a waiting job only on the GPU type where its remaining work ends first, by a
+    /// look-ahead over the queue ([`crate::commit`]); moving it later costs a restart.
     pub earliest_finish_types: bool,
 }
 

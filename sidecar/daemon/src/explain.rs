@@ -79,8 +79,8 @@ pub fn waits(reason: &WaitReason, rates: &str) -> String {
     format!("{why}. Throughput used: {rates}.")
 }
 
-/// Why a job that never ran waits for one GPU type ([`crate::commit`]): `start_in` and
-/// `end_in` are seconds from now in the look-ahead over the queue.
+/// Why a job waits for one GPU type ([`crate::commit`]): `start_in` and `end_in` are seconds
+/// from now in the look-ahead over the queue.
 pub fn committed(gpu_type: &str, start_in: f64, end_in: f64, rates: &str) -> String {
     let when = if start_in.is_finite() && end_in.is_finite() {
         format!(
@@ -93,7 +93,7 @@ pub fn committed(gpu_type: &str, start_in: f64, end_in: f64, rates: &str) -> Str
             .to_string()
     };
     format!(
-        "waits for {gpu_type}: its first start fixes its GPU types for good (Slurm keeps them), and looking ahead over the queue {when}, sooner than on any other type. Throughput used: {rates}."
+        "waits for {gpu_type}: looking ahead over the queue, {when}, sooner than on any other type it could start on now or later (moving it once started would cost a checkpoint and a restart). Throughput used: {rates}."
     )
 }
 

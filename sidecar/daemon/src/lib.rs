@@ -4,7 +4,7 @@
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
-//! * [`commit`]: which GPU type a job that never ran may start on (a first start binds it).
+//! * [`commit`]: which GPU type a waiting job may start on (a start is a commitment).
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
