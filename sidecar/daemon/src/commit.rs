@@ -17,7 +17,9 @@
 //! work there ends before waiting for a faster one would, its fast type otherwise. A job that
 //! the look-ahead starts only in a later round is left out of this round's plan, so that
 //! jobs after it do not take the GPUs it waits for (as Slurm's backfill reserves them).
-//! Jobs held to types keep them and are planned as before. Pure: no Slurm, no clock.
+//! Jobs held to types keep them and are planned as before, and so do started jobs while the
+//! look-ahead is on ([`kept_types`]): it counts on them staying until they end. Pure: no
+//! Slurm, no clock.
 
 use hadar_core::{Cluster, JobState};
 use hadar_store::{JobRow, Phase};
@@ -288,6 +290,25 @@ pub fn best_schedule(
         }
     }
     choices
+}
+
+/// The GPU types a started job keeps while the look-ahead is on: those of its current
+/// placement, for a running, starting or preempting job that Slurm does not already hold to
+/// types (`None` otherwise). The look-ahead counts on started jobs staying where they are
+/// until they end; a move to another type would take GPUs it keeps for a waiting job, which
+/// then waits longer, while the moved job pays a checkpoint and a restart.
+pub fn kept_types(row: &JobRow) -> Option<Vec<String>> {
+    if row.bound_types.is_some()
+        || !matches!(
+            row.phase,
+            Phase::Running | Phase::Starting | Phase::Preempting
+        )
+    {
+        return None;
+    }
+    let held = row.placement.as_ref()?;
+    let types: Vec<String> = crate::view::per_type(held).into_keys().collect();
+    (!types.is_empty()).then_some(types)
 }
 
 /// The look-ahead's inputs from the round's view: each node's GPUs per type, the GPUs of
@@ -678,6 +699,39 @@ mod tests {
                 proptest::prop_assert!(c.start_s >= 5.0 && c.finish_s >= c.start_s);
             }
         }
+    }
+
+    #[test]
+    fn started_jobs_keep_their_types_unless_slurm_already_holds_them() {
+        let mut r = JobRow::new(1, String::new(), String::new(), 3, 10.0, 0.0);
+        r.placement = Some(vec![(
+            "n4".into(),
+            vec![("v100".into(), 2), ("k80".into(), 1)],
+        )]);
+        for (phase, kept) in [
+            (Phase::Running, true),
+            (Phase::Starting, true),
+            (Phase::Preempting, true),
+            (Phase::Waiting, false),
+            (Phase::Finished, false),
+        ] {
+            r.phase = phase;
+            assert_eq!(
+                kept_types(&r),
+                kept.then(|| vec!["k80".to_string(), "v100".to_string()]),
+                "{phase:?}"
+            );
+        }
+        r.phase = Phase::Running;
+        r.bound_types = Some(vec!["v100".into()]);
+        assert_eq!(
+            kept_types(&r),
+            None,
+            "Slurm's own hold is planned as before"
+        );
+        r.bound_types = None;
+        r.placement = None;
+        assert_eq!(kept_types(&r), None);
     }
 
     #[test]

@@ -557,7 +557,7 @@ impl<S: SlurmApi> Daemon<S> {
     /// checkpoint, a requeue and a restart, so it may use only the type where its remaining
     /// work ends first; one the look-ahead starts only in a later round is left out of
     /// `states`, so that jobs after it do not take the GPUs it waits for (as Slurm's backfill
-    /// reserves them).
+    /// reserves them); a started job not held to types keeps its current types.
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn commit_first_starts(
         &self,
@@ -588,7 +588,23 @@ impl<S: SlurmApi> Daemon<S> {
         });
         for js in states.iter_mut() {
             let id = js.id().0;
-            let (Some(choice), Some(own)) = (commitments.get(&id), specs.get(&id)) else {
+            let Some(own) = specs.get(&id) else {
+                continue;
+            };
+            let Some(choice) = commitments.get(&id) else {
+                // A started job keeps its types, as the look-ahead counted on: moving it to
+                // GPUs the look-ahead keeps for a waiting job would undo both choices.
+                if let Some(kept) = rows.get(&id).and_then(commit::kept_types) {
+                    let spec = bind_types(own, Some(&kept));
+                    let learned = self.store.learned_rates(id)?;
+                    let (throughput, origins) =
+                        spec::profile(&spec, types, &learned, &self.table, &self.priors());
+                    origins_by_job.insert(id, origins);
+                    js.job = Arc::new(Job {
+                        throughput,
+                        ..(*js.job).clone()
+                    });
+                }
                 continue;
             };
             let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
