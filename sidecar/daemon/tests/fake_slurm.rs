@@ -448,6 +448,44 @@ fn a_job_that_never_ran_waits_for_its_fast_type_unless_a_slow_one_ends_first() {
     );
 }
 
+#[test]
+fn a_started_job_keeps_its_type_when_a_faster_one_frees_up() {
+    // Job 1 takes n1's four V100s, job 3 n4's two; job 2 ends sooner on two P100s now
+    // (62.5 s) than after job 1 (77 s). When job 1 ends, the V100s would make job 2 faster,
+    // and with no restart cost Hadar's plan would move it there; the look-ahead, which
+    // counted on it staying, keeps it.
+    let run = || {
+        let slurm = FakeSlurm::testbed();
+        slurm.submit(
+            1,
+            "hadar:v1 gpus=4 steps=1000 throughput=v100:10,p100:1,k80:1",
+        );
+        slurm.submit(
+            2,
+            "hadar:v1 gpus=2 steps=1000 throughput=v100:10,p100:8,k80:1",
+        );
+        slurm.submit(3, "hadar:v1 gpus=2 steps=1000 gpu-types=v100");
+        let config = DaemonConfig::parse(
+            "test.toml",
+            "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\nrestart_seconds = 0\n",
+        )
+        .unwrap();
+        let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
+        d.round(1_000_001.0).unwrap();
+        slurm.schedule();
+        d.round(1_000_002.0).unwrap();
+        let on_p100 = slurm
+            .alloc(2)
+            .first()
+            .is_some_and(|a| a.gpus[0].0 == "p100");
+        slurm.finish(1);
+        let r = d.round(1_000_027.0).unwrap();
+        let moved = r.actions.iter().any(|a| a.0 == 2 && a.1 == "preempt");
+        (on_p100, moved)
+    };
+    assert_eq!(run(), (true, false), "kept on its P100s");
+}
+
 fn dummy(id: u64) -> SlurmJob {
     let f = FakeSlurm::testbed();
     f.submit(id, "x");
