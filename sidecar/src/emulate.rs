@@ -35,6 +35,17 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
             a.time_scale
         )));
     }
+    // The checkpoint signal may come at any moment after the start (a daemon preempting a
+    // job it has just started): catch it before anything else, never die of it.
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    let signal = signal_number(&a.signal)
+        .ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
+    unsafe {
+        libc::signal(
+            signal,
+            on_checkpoint_signal as *const () as libc::sighandler_t,
+        )
+    };
     let job_id: Option<u64> = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -48,10 +59,20 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
                     "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
                 ))
             })?;
-            let job = slurm
-                .job(id)
-                .map_err(Failure::runtime)?
-                .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+            // Right after a requeued job restarts, the controller has been seen to list it
+            // without its GPU detail for a moment: ask again for a few seconds.
+            let mut tries = 0;
+            let job = loop {
+                let job = slurm
+                    .job(id)
+                    .map_err(Failure::runtime)?
+                    .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+                tries += 1;
+                if !job.gpu_parts().is_empty() || tries >= 20 {
+                    break job;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
             let mut per_type: Vec<(String, u32)> = Vec::new();
             for (_, t, c) in job.gpu_parts() {
                 match per_type.iter_mut().find(|(u, _)| *u == t) {
@@ -80,16 +101,6 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
         rate = rate.min(r);
     }
     let rate = rate * a.time_scale;
-
-    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
-    let signal = signal_number(&a.signal)
-        .ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
-    unsafe {
-        libc::signal(
-            signal,
-            on_checkpoint_signal as *const () as libc::sighandler_t,
-        )
-    };
 
     let checkpoint = match (&a.checkpoint, job_id) {
         (Some(p), _) => p.clone(),
