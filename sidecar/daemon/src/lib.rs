@@ -8,11 +8,13 @@
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 
 pub mod actions;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod fork;
 pub mod progress;
 pub mod reconcile;
 pub mod shared;

@@ -95,6 +95,9 @@ pub struct JobRow {
     pub id: u64,
     /// The owner's numeric user id, when known.
     pub user_id: Option<u32>,
+    /// The owner's numeric group id, when known.
+    #[serde(default)]
+    pub group_id: Option<u32>,
     /// The job's name.
     pub name: String,
     /// The hadar record from the job's AdminComment.
@@ -157,6 +160,7 @@ impl JobRow {
         JobRow {
             id,
             user_id: None,
+            group_id: None,
             name,
             record,
             workers,
