@@ -481,6 +481,9 @@ impl<S: SlurmApi> Daemon<S> {
             fork_actions.extend(started);
             fork_decisions = decided;
         }
+        for (job, action, outcome) in &fork_actions {
+            tracing::info!(job, action = %action, "{outcome}");
+        }
         done.extend(fork_actions);
 
         // Record the round.
