@@ -820,7 +820,9 @@ fn copy_script(
             .map(|p| format!(" --start-from {}", quote(p)))
             .unwrap_or_default();
         s.push_str(&format!(
-            "srun --het-group={k} --ntasks=1 {} --index {k} --copies {n} --round {} --checkpoint-out {} --result {}{start} --step-budget {} --deadline {} --steps-done {steps_done} -- {} &\n",
+            "srun --het-group={k} --ntasks=1 env HADAR_GPU_TYPE={} HADAR_GPUS={} {} --index {k} --copies {n} --round {} --checkpoint-out {} --result {}{start} --step-budget {} --deadline {} --steps-done {steps_done} -- {} &\n",
+            quote(&c.gpu_type),
+            c.gpus,
             quote(&runner.display().to_string()),
             round.round,
             quote(&c.checkpoint),
@@ -916,7 +918,7 @@ mod tests {
         assert!(s.contains("--nodelist=n1 --gres=gpu:v100:2 --partition=gpu"), "{s}");
         assert!(s.contains("--nodelist=n3 --gres=gpu:k80:2"), "{s}");
         assert!(s.contains("#HADAR off"));
-        assert!(s.contains("srun --het-group=1 --ntasks=1 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
+        assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
         assert!(s.contains("--step-budget 40 --deadline 1234 --steps-done 7 -- '/sp/1/job.sh' &"), "{s}");
     }
