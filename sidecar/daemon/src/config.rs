@@ -254,12 +254,14 @@ impl DaemonConfig {
             });
         }
         let f = &file.fork;
+        // The margin only matters when jobs are forked; other daemons may keep short rounds.
         range(
             "fork.deadline_margin_seconds",
             f.deadline_margin_seconds,
             f.deadline_margin_seconds.is_finite()
                 && f.deadline_margin_seconds >= 0.0
-                && f.deadline_margin_seconds < s.round_seconds,
+                && (s.policy != PolicyChoice::Hadare
+                    || f.deadline_margin_seconds < s.round_seconds),
             "give 0 or more, below sidecar.round_seconds",
         )?;
         range(
@@ -354,7 +356,7 @@ mod tests {
         assert!(e.contains("gavel"), "{e}");
         let e = DaemonConfig::parse(
             "h.toml",
-            "[sidecar]\nround_seconds = 10\n[fork]\ndeadline_margin_seconds = 10\n",
+            "[sidecar]\npolicy = \"hadare\"\nround_seconds = 10\n[fork]\ndeadline_margin_seconds = 10\n",
         )
         .unwrap_err()
         .to_string();
