@@ -490,6 +490,7 @@ fn submit_and_measure(
                 "--gid=65534",
                 &format!("--gpus={}", j.workers),
                 &format!("--output={}/out-%j.txt", dir.display()),
+                &format!("--chdir={}", dir.display()),
                 "--job-name=cmp",
             ],
             Some(&script),
