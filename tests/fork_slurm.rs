@@ -81,7 +81,7 @@ impl Serve {
             runner = runner().display(),
         );
         std::fs::write(&config, text).expect("write the daemon's config");
-        let child = spawn(bed, &config);
+        let child = spawn(bed, &config, None);
         Serve {
             child,
             config,
@@ -98,7 +98,28 @@ impl Serve {
 
     fn restart(&mut self, bed: &Testbed) {
         self.kill();
-        self.child = spawn(bed, &self.config);
+        self.child = spawn(bed, &self.config, None);
+    }
+
+    /// Restarts the daemon armed to kill itself at crash point `point`
+    /// (`HADAR_FAULT_KILL_AT`), and waits until it has.
+    fn restart_and_crash_at(&mut self, bed: &Testbed, point: &str) {
+        self.kill();
+        self.child = spawn(bed, &self.config, Some(point));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not reach {point}\nlog: {}",
+                daemon_log(bed)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            daemon_log(bed).contains(&format!("killing the daemon at {point}")),
+            "{}",
+            daemon_log(bed)
+        );
     }
 
     fn hadar(&self, args: &[&str]) -> String {
@@ -133,14 +154,17 @@ impl Drop for Serve {
     }
 }
 
-fn spawn(bed: &Testbed, config: &Path) -> Child {
+fn spawn(bed: &Testbed, config: &Path, crash_at: Option<&str>) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(bed.path("log/hadar-serve-fork.log"))
         .expect("open the daemon's log");
-    Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(["serve", "--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hadar"));
+    if let Some(point) = crash_at {
+        cmd.env("HADAR_FAULT_KILL_AT", point);
+    }
+    cmd.args(["serve", "--config"])
         .arg(config)
         .env("HADAR_LOG", "info")
         .env("SLURM_CONF", bed.path("etc/slurm.conf"))
@@ -480,8 +504,17 @@ fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {
 
 fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     let mut serve = Serve::start(bed, "crash");
+    serve.kill();
     let total = 700;
     let id = submit_forked(bed, total, 1, "");
+    // Killed after submitting round 0's copies, before recording their job: restarted, it
+    // adopts that copy job (by name) instead of submitting another.
+    serve.restart_and_crash_at(bed, "fork-copies-submitted");
+    // Killed after averaging round 0, before counting it; then right after counting it:
+    // the round is averaged again from the same files and counted once.
+    serve.restart_and_crash_at(bed, "fork-averaged");
+    serve.restart_and_crash_at(bed, "fork-counted");
+    serve.restart(bed);
     wait_until(bed, "a copy job runs", 40, || {
         copy_jobs(bed, id).iter().any(|(_, s)| s == "RUNNING")
     });
@@ -500,6 +533,14 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
     let fork = serve.status(id)["fork"].clone();
     check_tracker(&fork, total);
+    let round0 = &fork["rounds"][0];
+    assert_eq!(round0["state"], "consolidated", "round 0 was adopted: {fork:#}");
+    let all = bed.client("scontrol", &["show", "job"]).unwrap();
+    let leaders = all
+        .split("JobId=")
+        .filter(|r| r.contains(&format!("JobName=hadar-fork-{id}-r0 ")) && r.contains("HetJobOffset=0"))
+        .count();
+    assert_eq!(leaders, 1, "one copy job for round 0, adopted, not submitted again");
     assert!(
         serve.spool.join(id.to_string()).join("round-0").is_dir(),
         "the spool holds the rounds"

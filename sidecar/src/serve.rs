@@ -26,6 +26,9 @@ fn load_config(path: &Path) -> Result<DaemonConfig, Failure> {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     let config = load_config(&a.config)?;
+    if let Some(point) = hadar_daemon::faults::arm_from_env().map_err(Failure::input)? {
+        tracing::warn!("fault injection armed: the daemon will kill itself at {point}");
+    }
     let slurm = Slurm::new(SlurmConfig {
         conf: config.slurm_conf.clone(),
         bin_dir: config.sidecar.slurm_bin_dir.clone(),

@@ -59,11 +59,15 @@ pub fn plan(rows: &BTreeMap<u64, JobRow>, planned: &BTreeMap<u64, NodeGpus>) -> 
         let here = row.placement.as_ref();
         match row.phase {
             Phase::Finished => {}
-            Phase::Running | Phase::Preempting => {
+            Phase::Running => {
                 if !matches!((want, here), (Some(w), Some(h)) if same_gpus(w, h)) {
                     preempts.push(Action::Preempt { job: row.id });
                 }
             }
+            // A job that was signalled to checkpoint has stopped training and waits to be
+            // requeued (a daemon that crashed during the grace time never requeued it):
+            // finish the preemption whatever the plan says; it is placed again later.
+            Phase::Preempting => preempts.push(Action::Preempt { job: row.id }),
             Phase::Starting => match (want, here) {
                 (Some(w), Some(h)) if same_gpus(w, h) => {}
                 (Some(w), _) => {
@@ -159,5 +163,15 @@ mod tests {
         .collect();
         let planned: BTreeMap<u64, NodeGpus> = [(1, on("n1")), (2, on("n2"))].into_iter().collect();
         assert!(plan(&rows, &planned).is_empty());
+    }
+
+    #[test]
+    fn a_signalled_job_is_requeued_even_where_the_plan_keeps_it() {
+        let rows: BTreeMap<u64, JobRow> = [row(1, Phase::Preempting, Some("n1"))]
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect();
+        let planned: BTreeMap<u64, NodeGpus> = [(1, on("n1"))].into_iter().collect();
+        assert_eq!(plan(&rows, &planned), vec![Action::Preempt { job: 1 }]);
     }
 }

@@ -12,7 +12,7 @@ use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateSource};
-use crate::{explain, view};
+use crate::{explain, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
@@ -229,6 +229,7 @@ impl<S: SlurmApi> Daemon<S> {
         let now_s = now_unix - self.epoch;
         let nodes = self.slurm.nodes()?;
         let (slurm_jobs, refused_records) = self.slurm.jobs()?;
+        faults::reached("round-read");
         for (id, why) in refused_records {
             tracing::warn!(job = %id, "ignoring an untrustworthy job record: {why}");
         }
@@ -334,6 +335,7 @@ impl<S: SlurmApi> Daemon<S> {
             }
             Ok(())
         })?;
+        faults::reached("round-reconciled");
 
         // Plan.
         let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> =
@@ -437,6 +439,7 @@ impl<S: SlurmApi> Daemon<S> {
             .map(|(id, r)| (*id, r.clone()))
             .collect();
         let todo = actions::plan(&gang_rows, &planned);
+        faults::reached("round-planned");
         let mut done = self.enforce(round, &todo, &mut rows)?;
 
         // Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
@@ -570,6 +573,7 @@ impl<S: SlurmApi> Daemon<S> {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &round.to_string())
         })?;
+        faults::reached("round-recorded");
         Ok(RoundReport {
             round,
             active: states.len(),
@@ -621,6 +625,7 @@ impl<S: SlurmApi> Daemon<S> {
             let intent = self
                 .store
                 .write(|w| w.add_intent(round, id, "hold", None, t))?;
+            faults::reached("hold-intent");
             let outcome = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => {
                     self.slurm.hold(id).map(|_| "ok".to_string())
@@ -628,6 +633,7 @@ impl<S: SlurmApi> Daemon<S> {
                 Ok(_) => Ok("skipped: not a released pending job".to_string()),
                 Err(e) => Err(e),
             };
+            faults::reached("hold-done");
             let text = outcome_text(&outcome);
             if let (Ok(_), Some(r)) = (&outcome, rows.get_mut(&id)) {
                 r.phase = Phase::Waiting;
@@ -643,6 +649,7 @@ impl<S: SlurmApi> Daemon<S> {
             let intent = self
                 .store
                 .write(|w| w.add_intent(round, id, "preempt", None, t))?;
+            faults::reached("preempt-intent");
             match self.slurm.signal(id, &signal) {
                 Ok(()) => {
                     if let Some(r) = rows.get_mut(&id) {
@@ -652,6 +659,7 @@ impl<S: SlurmApi> Daemon<S> {
                     self.store
                         .write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
                     signalled.push((id, intent));
+                    faults::reached("preempt-signalled");
                 }
                 Err(e) => {
                     let text = format!("error: {e}");
@@ -673,6 +681,7 @@ impl<S: SlurmApi> Daemon<S> {
                 Ok(_) => Ok("skipped: no longer running".to_string()),
                 Err(e) => Err(e),
             };
+            faults::reached("preempt-requeued");
             let text = outcome_text(&outcome);
             if let Some(r) = rows.get_mut(&id) {
                 if matches!(outcome.as_deref(), Ok("ok")) {
@@ -697,6 +706,7 @@ impl<S: SlurmApi> Daemon<S> {
             let intent = self
                 .store
                 .write(|w| w.add_intent(round, id, "start", Some(placement), t))?;
+            faults::reached("start-intent");
             let spec = GpuSpec {
                 nodes: placement.clone(),
             };
@@ -704,6 +714,7 @@ impl<S: SlurmApi> Daemon<S> {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
                     .slurm
                     .set_placement(id, &spec)
+                    .inspect(|_| faults::reached("start-placed"))
                     .and_then(|_| self.slurm.start_now(id))
                     .and_then(|_| self.slurm.release(id))
                     .map(|_| "ok".to_string()),
@@ -714,6 +725,7 @@ impl<S: SlurmApi> Daemon<S> {
                 Ok(None) => Ok("skipped: Slurm no longer knows the job".to_string()),
                 Err(e) => Err(e),
             };
+            faults::reached("start-released");
             let text = outcome_text(&outcome);
             if matches!(outcome.as_deref(), Ok("ok"))
                 && let Some(r) = rows.get_mut(&id)

@@ -399,7 +399,9 @@ impl Forker {
         let (uid, gid) = owner(row)?;
         match self.average_as(uid, gid, &round.consolidated, &inputs) {
             Ok(()) => {
+                crate::faults::reached("fork-averaged");
                 let counted = store.write(|w| w.consolidate_round(&round))?;
+                crate::faults::reached("fork-counted");
                 let total: f64 = steps.iter().sum();
                 done.push((
                     row.id,
@@ -639,8 +641,10 @@ impl Forker {
             w.put_fork_round(&round)?;
             w.put_fork_job(&next)
         })?;
+        crate::faults::reached("fork-round-written");
         match self.api.submit_as(uid, gid, &copy_script_path, &round_dir) {
             Ok(copy) => {
+                crate::faults::reached("fork-copies-submitted");
                 round.copy_job = Some(copy);
                 round.state = RoundState::Running;
                 store.write(|w| w.put_fork_round(&round))?;

@@ -397,8 +397,7 @@ struct PolicyResult {
     utilisation: f64,
 }
 
-/// Runs the trace with `hadar serve` under `policy` and measures it. Jobs are submitted as
-/// `nobody` (forked copies run as the job's user). GPU utilisation is the mean, over
+/// Runs the trace with `hadar serve` under `policy` and measures it. GPU utilisation is the mean, over
 /// one-second samples from the first submission to the last completion, of the GPUs that
 /// Slurm shows allocated to running jobs (gang jobs or copies) over all GPUs.
 fn run_policy(
@@ -441,6 +440,10 @@ fn run_policy(
         .spawn()
         .map_err(|e| format!("starting hadar serve: {e}"))?;
     let result = submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner);
+    // Whatever happened, no job of this run may outlive it (job processes survive their
+    // slurmd on this test cluster and would report into the next run's jobs).
+    let _ = bed.cancel_all();
+    std::thread::sleep(Duration::from_secs(3));
     let _ = daemon.kill();
     let _ = daemon.wait();
     result
@@ -486,8 +489,6 @@ fn submit_and_measure(
         };
         let sub = bed.sbatch(
             &[
-                "--uid=65534",
-                "--gid=65534",
                 &format!("--gpus={}", j.workers),
                 &format!("--output={}/out-%j.txt", dir.display()),
                 &format!("--chdir={}", dir.display()),
