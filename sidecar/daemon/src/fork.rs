@@ -818,13 +818,19 @@ fn copy_script(
         round.round, round.job
     ));
     for (k, c) in round.copies.iter().enumerate() {
+        // A single copy is an ordinary job: srun refuses --het-group there.
+        let group = if n > 1 {
+            format!("--het-group={k} ")
+        } else {
+            String::new()
+        };
         let start = round
             .start_from
             .as_deref()
             .map(|p| format!(" --start-from {}", quote(p)))
             .unwrap_or_default();
         s.push_str(&format!(
-            "srun --het-group={k} --ntasks=1 env HADAR_GPU_TYPE={} HADAR_GPUS={} {} --index {k} --copies {n} --round {} --checkpoint-out {} --result {}{start} --step-budget {} --deadline {} --steps-done {steps_done} -- {} &\n",
+            "srun {group}--ntasks=1 env HADAR_GPU_TYPE={} HADAR_GPUS={} {} --index {k} --copies {n} --round {} --checkpoint-out {} --result {}{start} --step-budget {} --deadline {} --steps-done {steps_done} -- {} &\n",
             quote(&c.gpu_type),
             c.gpus,
             quote(&runner.display().to_string()),
@@ -925,6 +931,13 @@ mod tests {
         assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
         assert!(s.contains("--step-budget 40 --deadline 1234 --steps-done 7 -- '/sp/1/job.sh' &"), "{s}");
+        let single = ForkRound {
+            copies: vec![round.copies[0].clone()],
+            ..round
+        };
+        let s = copy_script(&single, Path::new("/r/run"), Path::new("/sp/1/job.sh"), 0, None, Path::new("/d"));
+        assert!(!s.contains("hetjob") && !s.contains("--het-group"), "{s}");
+        assert!(s.contains("srun --ntasks=1 env HADAR_GPU_TYPE='v100' HADAR_GPUS=2 '/r/run' --index 0 --copies 1"), "{s}");
     }
 
     proptest! {
