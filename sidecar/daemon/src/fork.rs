@@ -489,7 +489,7 @@ impl Forker {
                 continue;
             };
             let learned = store.learned_rates(id).unwrap_or_default();
-            let (throughput, _) = spec::profile(spec, &cv.types, &learned, table, priors);
+            let throughput = fork_profile(spec, &cv.types, &learned, table, priors);
             let job = Arc::new(Job {
                 id: JobId(id),
                 kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
@@ -659,6 +659,36 @@ impl Forker {
             }
         }
     }
+}
+
+/// A forked job's throughput for copies of every size up to its worker count (1, 2, 4, ...
+/// and the count itself), each from [`spec::profile`]'s sources for that size, so that
+/// HadarE may run a 4-GPU job as copies of 2 GPUs on nodes that have only 2 of a type.
+pub fn fork_profile(
+    spec: &JobSpec,
+    type_names: &[String],
+    learned: &[hadar_store::LearnedRate],
+    table: &ThroughputTable,
+    priors: &Priors,
+) -> hadar_core::ThroughputProfile {
+    let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |g| g.checked_mul(2))
+        .take_while(|g| *g < spec.workers)
+        .collect();
+    sizes.push(spec.workers);
+    let mut points: Vec<Vec<(u32, f64)>> = vec![Vec::new(); type_names.len()];
+    for g in sizes {
+        let sized = JobSpec {
+            workers: g,
+            ..spec.clone()
+        };
+        let (p, _) = spec::profile(&sized, type_names, learned, table, priors);
+        for (i, per_type) in points.iter_mut().enumerate() {
+            if let Some(r) = p.rate(hadar_core::GpuType(i as u16), g).filter(|r| *r > 0.0) {
+                per_type.push((g, r));
+            }
+        }
+    }
+    hadar_core::ThroughputProfile::new(points.into_iter().map(hadar_core::RateCurve::new).collect())
 }
 
 /// True while any component of copy job `id` has not ended.
@@ -873,6 +903,33 @@ fn write_file(path: &Path, text: &str, mode: u32, owner: (u32, u32)) -> Result<(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn forked_profiles_offer_every_copy_size_up_to_the_workers() {
+        let table = hadar_formats::embedded::throughputs().unwrap();
+        let spec = JobSpec {
+            workers: 4,
+            steps: Some(10),
+            job_type: Some("resnet18-b64".into()),
+            hints: vec![],
+            gpu_types: None,
+            fork: true,
+        };
+        let types = vec!["v100".to_string(), "k80".to_string()];
+        let priors = Priors {
+            default_rate_per_gpu: 1.0,
+            throughput_scale: 1.0,
+        };
+        let p = fork_profile(&spec, &types, &[], &table, &priors);
+        for g in [1, 2, 4] {
+            assert_eq!(
+                p.rate(hadar_core::GpuType(1), g),
+                spec::table_rate(&table, "ResNet-18 (batch size 64)", "k80", g),
+                "{g} GPUs"
+            );
+        }
+        assert_eq!(p.rate(hadar_core::GpuType(0), 3), None);
+    }
 
     #[test]
     fn budgets_follow_rates_and_add_up() {
