@@ -536,9 +536,10 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     let round0 = &fork["rounds"][0];
     assert_eq!(round0["state"], "consolidated", "round 0 was adopted: {fork:#}");
     let all = bed.client("scontrol", &["show", "job"]).unwrap();
-    let leaders = all
-        .split("JobId=")
-        .filter(|r| r.contains(&format!("JobName=hadar-fork-{id}-r0 ")) && r.contains("HetJobOffset=0"))
+    let (jobs, _) = hadar_slurm::job::parse_jobs(&all);
+    let leaders = jobs
+        .iter()
+        .filter(|j| j.name == format!("hadar-fork-{id}-r0") && j.het_job_id.is_none_or(|h| h == j.id))
         .count();
     assert_eq!(leaders, 1, "one copy job for round 0, adopted, not submitted again");
     assert!(
