@@ -454,9 +454,17 @@ fn job_mode(dir: &Path, record: &str, extra_env: &[(&str, &str)], program: &[&st
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let scontrol = bin.join("scontrol");
-    std::fs::write(&scontrol, format!("#!/bin/sh\ncat <<'EOF'\n{record}\nEOF\n")).unwrap();
+    std::fs::write(
+        &scontrol,
+        format!("#!/bin/sh\ncat <<'EOF'\n{record}\nEOF\n"),
+    )
+    .unwrap();
     std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut cmd = Command::new(root().join("wrappers/hadar-fork-run"));
     cmd.arg("--")
         .args(program)
@@ -484,7 +492,10 @@ fn job_mode_finishes_a_forked_job_by_its_comment_and_runs_nothing() {
     let out = job_mode(d.path(), done, &mark_env, &["sh", "-c", MARKING]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("900/900 steps in 4 rounds"));
-    assert!(!mark.exists(), "the program does not run again at the finish step");
+    assert!(
+        !mark.exists(),
+        "the program does not run again at the finish step"
+    );
     let failed = done.replace("state=done", "state=failed");
     let out = job_mode(d.path(), &failed, &mark_env, &["sh", "-c", MARKING]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -510,7 +521,11 @@ fn job_mode_inside_a_copy_runs_the_program_as_is() {
         ],
         &["sh", "-c", &format!("{MARKING}; exit 4")],
     );
-    assert_eq!(out.status.code(), Some(4), "the program's own status: {out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "the program's own status: {out:?}"
+    );
     assert!(mark.exists());
 }
 
@@ -518,12 +533,26 @@ fn job_mode_inside_a_copy_runs_the_program_as_is() {
 fn job_mode_without_forking_runs_one_copy_for_the_whole_job() {
     let d = tempfile::tempdir().unwrap();
     let mark = d.path().join("ran");
-    let record = "JobId=5 JobName=x\n   AdminComment=hadar:v1 gpus=2 steps=7 fork=yes \n   Comment=(null)";
-    let out = job_mode(d.path(), record, &[("MARK", s(&mark))], &["sh", "-c", MARKING]);
+    let record =
+        "JobId=5 JobName=x\n   AdminComment=hadar:v1 gpus=2 steps=7 fork=yes \n   Comment=(null)";
+    let out = job_mode(
+        d.path(),
+        record,
+        &[("MARK", s(&mark))],
+        &["sh", "-c", MARKING],
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let r = result(&d.path().join("hadar-fork-5.json"));
-    assert_eq!((r["steps"].as_u64(), r["copies"].as_u64(), r["ok"].as_bool()), (Some(7), Some(1), Some(true)));
+    assert_eq!(
+        (r["steps"].as_u64(), r["copies"].as_u64(), r["ok"].as_bool()),
+        (Some(7), Some(1), Some(true))
+    );
     assert!(d.path().join("hadar-fork-5.safetensors").exists());
-    let out = job_mode(d.path(), "JobId=5 JobName=x", &[("MARK", s(&mark))], &["true"]);
+    let out = job_mode(
+        d.path(),
+        "JobId=5 JobName=x",
+        &[("MARK", s(&mark))],
+        &["true"],
+    );
     assert_eq!(out.status.code(), Some(64), "length unknown: {out:?}");
 }

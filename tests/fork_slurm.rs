@@ -305,7 +305,9 @@ fn daemon_log(bed: &Testbed) -> String {
 fn wait_queue_empty(bed: &Testbed) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        let q = bed.client("squeue", &["-h", "-o", "%i"]).unwrap_or_default();
+        let q = bed
+            .client("squeue", &["-h", "-o", "%i"])
+            .unwrap_or_default();
         if q.trim().is_empty() {
             return;
         }
@@ -331,7 +333,10 @@ fn check_tracker(fork: &Value, total: u64) -> Vec<Value> {
     assert_eq!(fork["state"], "done", "{fork:#}");
     assert_eq!(fork["steps_done"].as_f64(), Some(total as f64), "{fork:#}");
     let rounds = fork["rounds"].as_array().cloned().unwrap_or_default();
-    let numbers: Vec<u64> = rounds.iter().map(|r| r["round"].as_u64().unwrap()).collect();
+    let numbers: Vec<u64> = rounds
+        .iter()
+        .map(|r| r["round"].as_u64().unwrap())
+        .collect();
     assert_eq!(
         numbers,
         (0..rounds.len() as u64).collect::<Vec<_>>(),
@@ -409,15 +414,27 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
     let mut nodes = std::collections::BTreeSet::new();
     for c in &components {
         assert_eq!(c.het_job_id, Some(leader), "{detail}");
-        assert_eq!(c.user_id, Some(USER.0), "copies run as the job's user: {detail}");
+        assert_eq!(
+            c.user_id,
+            Some(USER.0),
+            "copies run as the job's user: {detail}"
+        );
         let parts = c.gpu_parts();
         assert_eq!(parts.len(), 1, "one node and one type per copy: {detail}");
-        assert!(nodes.insert(parts[0].0.clone()), "one copy per node: {detail}");
+        assert!(
+            nodes.insert(parts[0].0.clone()),
+            "one copy per node: {detail}"
+        );
         types.insert(parts[0].1.clone());
     }
     assert!(types.len() >= 2, "copies on several GPU types: {types:?}");
     let logical = bed.job(id).unwrap();
-    assert_eq!(logical.field("JobState").as_deref(), Some("PENDING"), "{}", logical.0);
+    assert_eq!(
+        logical.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        logical.0
+    );
     let comment = logical.field("Comment").unwrap_or_default();
     assert!(
         comment.starts_with("hadar-fork:v1;state=active;round=") && comment.contains(";steps="),
@@ -427,7 +444,12 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
     assert!(status.contains("forked: round"), "{status}");
 
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 180);
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
     assert_eq!(info.field("ExitCode").as_deref(), Some("0:0"), "{}", info.0);
     assert!(
         output(bed, id).contains(&format!("{total}/{total} steps")),
@@ -435,14 +457,49 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
         output(bed, id)
     );
     let dep = wait_state(bed, dependent, &["COMPLETED", "FAILED", "CANCELLED"], 30);
-    assert_eq!(dep.field("JobState").as_deref(), Some("COMPLETED"), "{}", dep.0);
+    assert_eq!(
+        dep.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        dep.0
+    );
     let dep_start = hadar_slurm::job::parse_time(&dep.field("StartTime").unwrap()).unwrap();
     let end = hadar_slurm::job::parse_time(&info.field("EndTime").unwrap()).unwrap();
-    assert!(dep_start >= end, "afterok: the dependent started after the job ended");
+    assert!(
+        dep_start >= end,
+        "afterok: the dependent started after the job ended"
+    );
 
     let fork = serve.status(id)["fork"].clone();
     let counted = check_tracker(&fork, total);
     assert!(!counted.is_empty());
+    // The job's tracker file repeats each consolidation with `hadar average --weights-from`.
+    let tracker = serve.spool.join(id.to_string()).join("tracker.jsonl");
+    let again = bed.path("fork-jobs/again.safetensors");
+    let last = counted.last().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["average", "--out"])
+        .arg(&again)
+        .arg("--weights-from")
+        .arg(&tracker)
+        .args([
+            "--job",
+            &id.to_string(),
+            "--round",
+            &last["round"].to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(last["consolidated"].as_str().unwrap()).unwrap(),
+        "the tracker file gives the same average"
+    );
     assert!(copy_jobs(bed, id).is_empty(), "no copies left");
 }
 
@@ -451,7 +508,12 @@ fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testb
     let id = submit_forked(bed, 300, 1, "fail");
     let dependent = submit_dependent(bed, id);
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 120);
-    assert_eq!(info.field("JobState").as_deref(), Some("FAILED"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("FAILED"),
+        "{}",
+        info.0
+    );
     assert_eq!(info.field("ExitCode").as_deref(), Some("1:0"), "{}", info.0);
     assert!(output(bed, id).contains("failed"), "{}", output(bed, id));
     let fork = serve.status(id)["fork"].clone();
@@ -461,7 +523,12 @@ fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testb
     assert!(rounds.len() >= 2 && rounds.iter().all(|r| r["state"] != "consolidated"));
     std::thread::sleep(Duration::from_secs(4));
     let dep = bed.job(dependent).unwrap();
-    assert_eq!(dep.field("JobState").as_deref(), Some("PENDING"), "{}", dep.0);
+    assert_eq!(
+        dep.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        dep.0
+    );
     assert_eq!(
         dep.field("Reason").as_deref(),
         Some("DependencyNeverSatisfied"),
@@ -481,9 +548,12 @@ fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {
     wait_until(bed, "its copies are gone", 3 * ROUND_S as u64, || {
         copy_jobs(bed, id).is_empty()
     });
-    wait_until(bed, "the tracker says cancelled", 3 * ROUND_S as u64, || {
-        serve.status(id)["fork"]["state"] == "cancelled"
-    });
+    wait_until(
+        bed,
+        "the tracker says cancelled",
+        3 * ROUND_S as u64,
+        || serve.status(id)["fork"]["state"] == "cancelled",
+    );
     let fork = serve.status(id)["fork"].clone();
     let rounds = fork["rounds"].as_array().unwrap();
     assert_eq!(
@@ -530,18 +600,31 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
         serve.restart(bed);
     }
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 240);
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
     let fork = serve.status(id)["fork"].clone();
     check_tracker(&fork, total);
     let round0 = &fork["rounds"][0];
-    assert_eq!(round0["state"], "consolidated", "round 0 was adopted: {fork:#}");
+    assert_eq!(
+        round0["state"], "consolidated",
+        "round 0 was adopted: {fork:#}"
+    );
     let all = bed.client("scontrol", &["show", "job"]).unwrap();
     let (jobs, _) = hadar_slurm::job::parse_jobs(&all);
     let leaders = jobs
         .iter()
-        .filter(|j| j.name == format!("hadar-fork-{id}-r0") && j.het_job_id.is_none_or(|h| h == j.id))
+        .filter(|j| {
+            j.name == format!("hadar-fork-{id}-r0") && j.het_job_id.is_none_or(|h| h == j.id)
+        })
         .count();
-    assert_eq!(leaders, 1, "one copy job for round 0, adopted, not submitted again");
+    assert_eq!(
+        leaders, 1,
+        "one copy job for round 0, adopted, not submitted again"
+    );
     assert!(
         serve.spool.join(id.to_string()).join("round-0").is_dir(),
         "the spool holds the rounds"

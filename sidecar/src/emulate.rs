@@ -166,7 +166,9 @@ fn fork_copy(
         (Some(spec), _, _) => parse_gpus(spec)
             .ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
         (None, Some(t), Some(n)) => parse_gpus(&format!("{t}:{n}")).ok_or_else(|| {
-            Failure::input(anyhow!("HADAR_GPU_TYPE={t} HADAR_GPUS={n}: not a GPU type and count"))
+            Failure::input(anyhow!(
+                "HADAR_GPU_TYPE={t} HADAR_GPUS={n}: not a GPU type and count"
+            ))
         })?,
         _ => {
             return Err(Failure::input(anyhow!(
@@ -180,7 +182,9 @@ fn fork_copy(
         let r = table_rate(table, job_type, t, workers)
             .filter(|r| *r > 0.0)
             .ok_or_else(|| {
-                Failure::runtime(anyhow!("{job_type} has no measured rate on {t} with {workers} workers"))
+                Failure::runtime(anyhow!(
+                    "{job_type} has no measured rate on {t} with {workers} workers"
+                ))
             })?;
         rate = rate.min(r);
     }
@@ -196,7 +200,9 @@ fn fork_copy(
                 .ok_or_else(|| Failure::input(anyhow!("{k}={v} is not a non-negative number"))),
         }
     };
-    let budget = number("HADAR_STEP_BUDGET")?.unwrap_or(a.steps as f64).floor();
+    let budget = number("HADAR_STEP_BUDGET")?
+        .unwrap_or(a.steps as f64)
+        .floor();
     let done_before = number("HADAR_STEPS_DONE")?.unwrap_or(0.0);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -313,6 +319,9 @@ mod tests {
         let c = hadar_average::Checkpoint::open(&p).unwrap();
         assert!(c.header().tensor("progress").is_some());
         let b = std::fs::read(&p).unwrap();
-        assert_eq!(f64::from_le_bytes(b[b.len() - 8..].try_into().unwrap()), 1234.0);
+        assert_eq!(
+            f64::from_le_bytes(b[b.len() - 8..].try_into().unwrap()),
+            1234.0
+        );
     }
 }

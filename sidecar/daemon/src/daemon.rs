@@ -10,6 +10,7 @@
 
 use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
+use crate::fork::Forker;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateSource};
 use crate::{explain, faults, view};
@@ -19,7 +20,6 @@ use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
-use crate::fork::Forker;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

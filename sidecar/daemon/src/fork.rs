@@ -33,8 +33,7 @@ use hadar_core::{Job, JobId, JobState, Part, Placement, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::{JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{
-    ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, Phase, RoundState, Store,
-    StoreError,
+    ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, Phase, RoundState, Store, StoreError,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -46,8 +45,13 @@ pub const COMMENT_TAG: &str = "hadar-fork:v1";
 /// What the fork pass needs from Slurm beyond [`crate::SlurmApi`]; implemented by [`Slurm`].
 pub trait ForkSlurm {
     /// Submits a batch script as user `uid`/group `gid`; returns the job id.
-    fn submit_as(&self, uid: u32, gid: u32, script: &Path, workdir: &Path)
-    -> Result<u64, SlurmError>;
+    fn submit_as(
+        &self,
+        uid: u32,
+        gid: u32,
+        script: &Path,
+        workdir: &Path,
+    ) -> Result<u64, SlurmError>;
     /// Cancels a job.
     fn cancel(&self, id: u64) -> Result<(), SlurmError>;
     /// The batch script a job was submitted with.
@@ -121,6 +125,9 @@ struct RunnerResult {
     error: String,
 }
 
+/// What the fork pass did, as `(job, action, outcome)`.
+pub type ActionLog = Vec<(u64, String, String)>;
+
 /// What the fork pass says about one forked job, for `hadar explain`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ForkDecision {
@@ -171,7 +178,9 @@ impl Forker {
             .map(|r| r.id)
             .collect();
         for f in store.fork_jobs()? {
-            if f.state == ForkState::Active || rows.get(&f.job).is_some_and(|r| r.phase != Phase::Finished) {
+            if f.state == ForkState::Active
+                || rows.get(&f.job).is_some_and(|r| r.phase != Phase::Finished)
+            {
                 out.insert(f.job);
             }
         }
@@ -188,10 +197,12 @@ impl Forker {
         slurm_jobs: &[SlurmJob],
         now_unix: f64,
         epoch: f64,
-    ) -> Vec<(u64, String, String)> {
+    ) -> ActionLog {
         let mut done = Vec::new();
         for &id in owned {
-            if let Err(e) = self.advance_one(store, rows, id, slurm_jobs, now_unix, epoch, &mut done) {
+            if let Err(e) =
+                self.advance_one(store, rows, id, slurm_jobs, now_unix, epoch, &mut done)
+            {
                 tracing::warn!(job = id, "forked job: {e}; retried next round");
                 done.push((id, "fork".into(), format!("error: {e}")));
             }
@@ -281,7 +292,8 @@ impl Forker {
                         self.api.cancel(copy)?;
                         round.state = RoundState::Abandoned;
                         round.ended_s = Some(now_s);
-                        round.message = Some("its copy job did not start before its deadline".into());
+                        round.message =
+                            Some("its copy job did not start before its deadline".into());
                         store.write(|w| w.put_fork_round(&round))?;
                         done.push((id, "fork-redo".into(), format!("round {}", round.round)));
                     }
@@ -356,7 +368,10 @@ impl Forker {
                 None => {
                     c.ok = Some(false);
                     c.steps = Some(0.0);
-                    errors.push(format!("copy on {}: no result (killed or never started)", c.node));
+                    errors.push(format!(
+                        "copy on {}: no result (killed or never started)",
+                        c.node
+                    ));
                 }
             }
         }
@@ -384,7 +399,10 @@ impl Forker {
             done.push((row.id, "fork-round-failed".into(), errors.join("; ")));
             return Ok(());
         }
-        let steps: Vec<f64> = good.iter().map(|k| round.copies[*k].steps.unwrap_or(0.0)).collect();
+        let steps: Vec<f64> = good
+            .iter()
+            .map(|k| round.copies[*k].steps.unwrap_or(0.0))
+            .collect();
         let weights = consolidation_weights(&steps);
         for (k, w) in good.iter().zip(&weights) {
             round.copies[*k].weight = Some(*w);
@@ -402,11 +420,37 @@ impl Forker {
                 crate::faults::reached("fork-averaged");
                 let counted = store.write(|w| w.consolidate_round(&round))?;
                 crate::faults::reached("fork-counted");
+                if counted {
+                    let dir = Path::new(&round.consolidated)
+                        .parent()
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default();
+                    let (total_after, total) = store
+                        .fork_job(row.id)?
+                        .map(|f| (f.steps_done, f.total_steps))
+                        .unwrap_or((0.0, 0.0));
+                    if let Err(e) = append_tracker_line(
+                        &dir.join("tracker.jsonl"),
+                        &round,
+                        (total - total_after).max(0.0),
+                        (uid, gid),
+                    ) {
+                        tracing::warn!(
+                            job = row.id,
+                            "cannot append to the job's tracker file: {e}"
+                        );
+                    }
+                }
                 let total: f64 = steps.iter().sum();
                 done.push((
                     row.id,
                     "fork-consolidate".into(),
-                    format!("round {}: {} copies, {total} steps{}", round.round, good.len(), if counted { "" } else { " (already counted)" }),
+                    format!(
+                        "round {}: {} copies, {total} steps{}",
+                        round.round,
+                        good.len(),
+                        if counted { "" } else { " (already counted)" }
+                    ),
                 ));
             }
             Err(why) => {
@@ -465,7 +509,7 @@ impl Forker {
         priors: &Priors,
         now_unix: f64,
         epoch: f64,
-    ) -> (Vec<(u64, String, String)>, BTreeMap<u64, ForkDecision>) {
+    ) -> (ActionLog, BTreeMap<u64, ForkDecision>) {
         let now_s = now_unix - epoch;
         let mut done = Vec::new();
         let mut decisions = BTreeMap::new();
@@ -535,7 +579,17 @@ impl Forker {
                 continue;
             };
             let sj = slurm_jobs.iter().find(|j| j.id == id);
-            match self.start_round(store, row, sj, fj, js, cluster, a.placement.parts(), now_unix, epoch) {
+            match self.start_round(
+                store,
+                row,
+                sj,
+                fj,
+                js,
+                cluster,
+                a.placement.parts(),
+                now_unix,
+                epoch,
+            ) {
                 Ok(round) => {
                     let placement = copies_gpus(&round.copies);
                     done.push((
@@ -599,7 +653,8 @@ impl Forker {
             .map(|p| js.job.throughput.rate_or_zero(p.gpu_type, p.gpus).max(1e-9))
             .collect();
         let budgets = split_budget(remaining, &rates);
-        let deadline = (now_unix + self.round_s - self.config.deadline_margin_seconds).floor() as u64;
+        let deadline =
+            (now_unix + self.round_s - self.config.deadline_margin_seconds).floor() as u64;
         let mut copies = Vec::new();
         for (p, b) in parts.iter().zip(&budgets).filter(|(_, b)| **b > 0) {
             let k = copies.len();
@@ -608,8 +663,14 @@ impl Forker {
                 gpu_type: cluster.type_name(p.gpu_type).to_string(),
                 gpus: p.gpus,
                 budget: *b,
-                checkpoint: round_dir.join(format!("copy-{k}.safetensors")).display().to_string(),
-                result: round_dir.join(format!("copy-{k}.json")).display().to_string(),
+                checkpoint: round_dir
+                    .join(format!("copy-{k}.safetensors"))
+                    .display()
+                    .to_string(),
+                result: round_dir
+                    .join(format!("copy-{k}.json"))
+                    .display()
+                    .to_string(),
                 steps: None,
                 ok: None,
                 exit_code: None,
@@ -624,7 +685,10 @@ impl Forker {
             copy_job_name: format!("hadar-fork-{id}-r{r}"),
             copies,
             start_from: fj.checkpoint.clone(),
-            consolidated: job_dir.join(format!("consolidated-{r}.safetensors")).display().to_string(),
+            consolidated: job_dir
+                .join(format!("consolidated-{r}.safetensors"))
+                .display()
+                .to_string(),
             deadline_unix: deadline,
             started_s: now_unix - epoch,
             ended_s: None,
@@ -632,7 +696,14 @@ impl Forker {
             message: None,
         };
         let partition = sj.and_then(|j| j.partition.clone());
-        let text = copy_script(&round, &self.config.runner, &script, fj.steps_done as u64, partition.as_deref(), &round_dir);
+        let text = copy_script(
+            &round,
+            &self.config.runner,
+            &script,
+            fj.steps_done as u64,
+            partition.as_deref(),
+            &round_dir,
+        );
         let copy_script_path = round_dir.join("copies.sbatch");
         write_file(&copy_script_path, &text, 0o600, (uid, gid))?;
         let mut next = fj.clone();
@@ -661,6 +732,47 @@ impl Forker {
     }
 }
 
+/// Appends a consolidated round to the job's `tracker.jsonl` in the Job Tracker's JSON-lines
+/// form (as `hadar simulate --trace-out` writes it), with each successful copy's checkpoint,
+/// so that `hadar average --weights-from tracker.jsonl --job J --round R` repeats the
+/// consolidation. The store stays the authority; the file is a convenience for users.
+fn append_tracker_line(
+    path: &Path,
+    round: &ForkRound,
+    remaining: f64,
+    owner: (u32, u32),
+) -> Result<(), ForkError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let copies: Vec<serde_json::Value> = round
+        .copies
+        .iter()
+        .filter(|c| c.ok == Some(true))
+        .map(|c| {
+            serde_json::json!({
+                "node": c.node, "gpu_type": c.gpu_type, "gpus": c.gpus,
+                "steps": c.steps, "weight": c.weight, "checkpoint": c.checkpoint,
+            })
+        })
+        .collect();
+    let line = serde_json::json!({
+        "round": round.round, "job": round.job, "kind": "forked", "policy": "hadare",
+        "start_s": round.started_s, "end_s": round.ended_s,
+        "copies": copies,
+        "aggregated_steps": round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
+        "remaining_steps": remaining,
+        "consolidated": round.consolidated,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(spool_err(path))?;
+    writeln!(f, "{line}").map_err(spool_err(path))?;
+    std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1)).map_err(spool_err(path))
+}
+
 /// A forked job's throughput for copies of every size up to its worker count (1, 2, 4, ...
 /// and the count itself), each from [`spec::profile`]'s sources for that size, so that
 /// HadarE may run a 4-GPU job as copies of 2 GPUs on nodes that have only 2 of a type.
@@ -683,7 +795,10 @@ pub fn fork_profile(
         };
         let (p, _) = spec::profile(&sized, type_names, learned, table, priors);
         for (i, per_type) in points.iter_mut().enumerate() {
-            if let Some(r) = p.rate(hadar_core::GpuType(i as u16), g).filter(|r| *r > 0.0) {
+            if let Some(r) = p
+                .rate(hadar_core::GpuType(i as u16), g)
+                .filter(|r| *r > 0.0)
+            {
                 per_type.push((g, r));
             }
         }
@@ -740,7 +855,13 @@ pub fn split_budget(total: u64, rates: &[f64]) -> Vec<u64> {
     }
     let exact: Vec<f64> = rates
         .iter()
-        .map(|r| if r.is_finite() && *r > 0.0 { total as f64 * r / sum } else { 0.0 })
+        .map(|r| {
+            if r.is_finite() && *r > 0.0 {
+                total as f64 * r / sum
+            } else {
+                0.0
+            }
+        })
         .collect();
     let mut out: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
     let given: u64 = out.iter().sum();
@@ -809,7 +930,10 @@ fn describe(fj: &ForkJob, open: Option<&ForkRound>) -> ForkDecision {
             text: format!(
                 "forked (HadarE), {}; {progress}{}",
                 state.as_str(),
-                fj.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                fj.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ),
         },
     }
@@ -832,7 +956,9 @@ fn copy_script(
         if k > 0 {
             s.push_str("#SBATCH hetjob\n");
         }
-        let part = partition.map(|p| format!(" --partition={p}")).unwrap_or_default();
+        let part = partition
+            .map(|p| format!(" --partition={p}"))
+            .unwrap_or_default();
         s.push_str(&format!(
             "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{part} --export=PATH,SLURM_CONF,LANG --output={}\n",
             round.copy_job_name,
@@ -895,7 +1021,8 @@ fn write_file(path: &Path, text: &str, mode: u32, owner: (u32, u32)) -> Result<(
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).map_err(spool_err(&tmp))?;
     std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1)).map_err(spool_err(&tmp))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(spool_err(&tmp))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .map_err(spool_err(&tmp))?;
     std::fs::rename(&tmp, path).map_err(spool_err(path))
 }
 
@@ -945,7 +1072,10 @@ mod tests {
         let mut fj = ForkJob::new(9, 1000.0);
         fj.steps_done = 805.0;
         let c = comment(&fj, None);
-        assert_eq!(c, "hadar-fork:v1;state=active;round=0;copies=0;steps=805/1000;pct=80");
+        assert_eq!(
+            c,
+            "hadar-fork:v1;state=active;round=0;copies=0;steps=805/1000;pct=80"
+        );
         assert!(!c.contains(' '));
         fj.state = ForkState::Done;
         assert!(comment(&fj, None).contains("state=done"));
@@ -980,19 +1110,39 @@ mod tests {
             steps: 0.0,
             message: None,
         };
-        let s = copy_script(&round, Path::new("/r/hadar-fork-run"), Path::new("/sp/1/job.sh"), 7, Some("gpu"), Path::new("/sp/1/round-0"));
+        let s = copy_script(
+            &round,
+            Path::new("/r/hadar-fork-run"),
+            Path::new("/sp/1/job.sh"),
+            7,
+            Some("gpu"),
+            Path::new("/sp/1/round-0"),
+        );
         assert_eq!(s.matches("#SBATCH hetjob").count(), 1, "{s}");
-        assert!(s.contains("--nodelist=n1 --gres=gpu:v100:2 --partition=gpu"), "{s}");
+        assert!(
+            s.contains("--nodelist=n1 --gres=gpu:v100:2 --partition=gpu"),
+            "{s}"
+        );
         assert!(s.contains("--nodelist=n3 --gres=gpu:k80:2"), "{s}");
         assert!(s.contains("#HADAR off"));
         assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
-        assert!(s.contains("--step-budget 40 --deadline 1234 --steps-done 7 -- '/sp/1/job.sh' &"), "{s}");
+        assert!(
+            s.contains("--step-budget 40 --deadline 1234 --steps-done 7 -- '/sp/1/job.sh' &"),
+            "{s}"
+        );
         let single = ForkRound {
             copies: vec![round.copies[0].clone()],
             ..round
         };
-        let s = copy_script(&single, Path::new("/r/run"), Path::new("/sp/1/job.sh"), 0, None, Path::new("/d"));
+        let s = copy_script(
+            &single,
+            Path::new("/r/run"),
+            Path::new("/sp/1/job.sh"),
+            0,
+            None,
+            Path::new("/d"),
+        );
         assert!(!s.contains("hetjob") && !s.contains("--het-group"), "{s}");
         assert!(s.contains("srun --ntasks=1 env HADAR_GPU_TYPE='v100' HADAR_GPUS=2 '/r/run' --index 0 --copies 1"), "{s}");
     }

@@ -259,7 +259,12 @@ impl Slurm {
 
     /// The batch script a job was submitted with (`scontrol write batch_script ID -`).
     pub fn batch_script(&self, id: u64) -> Result<String, SlurmError> {
-        self.scontrol(&["write".into(), "batch_script".into(), id.to_string(), "-".into()])
+        self.scontrol(&[
+            "write".into(),
+            "batch_script".into(),
+            id.to_string(),
+            "-".into(),
+        ])
     }
 
     /// Sets a job's `Comment` (the job's own progress channel; also what a job's owner may do).

@@ -253,7 +253,12 @@ impl Store {
 }
 
 impl Writer<'_> {
-    fn json<T: Serialize>(&self, v: &T, what: &'static str, job: u64) -> Result<String, StoreError> {
+    fn json<T: Serialize>(
+        &self,
+        v: &T,
+        what: &'static str,
+        job: u64,
+    ) -> Result<String, StoreError> {
         serde_json::to_string(v).map_err(|e| StoreError::Corrupt {
             path: self.path.clone(),
             what,
@@ -278,7 +283,10 @@ impl Writer<'_> {
     /// counted; only [`Writer::consolidate_round`] may write that state).
     pub fn put_fork_round(&mut self, round: &ForkRound) -> Result<(), StoreError> {
         if round.state == RoundState::Consolidated {
-            return Err(self.refusal(round, "only consolidate_round may mark a round consolidated"));
+            return Err(self.refusal(
+                round,
+                "only consolidate_round may mark a round consolidated",
+            ));
         }
         if self.round_state(round.job, round.round)? == Some(RoundState::Consolidated) {
             return Err(self.refusal(round, "the round is consolidated and counted already"));
@@ -419,12 +427,18 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s.open_fork_round(7).unwrap().unwrap().round, 0);
-        assert!(s.write(|w| w.consolidate_round(&round(7, 0, [120.0, 80.0]))).unwrap());
+        assert!(
+            s.write(|w| w.consolidate_round(&round(7, 0, [120.0, 80.0])))
+                .unwrap()
+        );
         // A daemon that crashed after committing, restarted, and consolidates again (from a
         // stale copy of the round) adds nothing.
         drop(s);
         let mut s = Store::open(&path).unwrap();
-        assert!(!s.write(|w| w.consolidate_round(&round(7, 0, [120.0, 80.0]))).unwrap());
+        assert!(
+            !s.write(|w| w.consolidate_round(&round(7, 0, [120.0, 80.0])))
+                .unwrap()
+        );
         let e = s.write(|w| w.put_fork_round(&round(7, 0, [1.0, 1.0])));
         assert!(e.is_err(), "a counted round cannot be reopened");
         let j = s.fork_job(7).unwrap().unwrap();
@@ -467,8 +481,14 @@ mod tests {
         assert!(r.is_err());
         let j = s.fork_job(3).unwrap().unwrap();
         assert_eq!(j.steps_done, 0.0);
-        assert_eq!(s.open_fork_round(3).unwrap().unwrap().state, RoundState::Running);
-        assert!(s.write(|w| w.consolidate_round(&round(3, 0, [10.0, 20.0]))).unwrap());
+        assert_eq!(
+            s.open_fork_round(3).unwrap().unwrap().state,
+            RoundState::Running
+        );
+        assert!(
+            s.write(|w| w.consolidate_round(&round(3, 0, [10.0, 20.0])))
+                .unwrap()
+        );
         assert_eq!(s.fork_job(3).unwrap().unwrap().steps_done, 30.0);
     }
 
@@ -486,7 +506,17 @@ mod tests {
             .unwrap();
             conn.execute(
                 "INSERT INTO jobs(id, phase, data) VALUES (5, 'waiting', ?1)",
-                params![serde_json::to_string(&crate::JobRow::new(5, "j".into(), "r".into(), 1, 10.0, 0.0)).unwrap()],
+                params![
+                    serde_json::to_string(&crate::JobRow::new(
+                        5,
+                        "j".into(),
+                        "r".into(),
+                        1,
+                        10.0,
+                        0.0
+                    ))
+                    .unwrap()
+                ],
             )
             .unwrap();
         }

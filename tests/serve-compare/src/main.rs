@@ -362,7 +362,10 @@ struct TraceJob {
 /// job is submitted at once).
 fn trace_jobs(text: &str, origin: &str) -> Result<Vec<TraceJob>, String> {
     let table = hadar_formats::embedded::throughputs().map_err(|e| e.to_string())?;
-    let types: Vec<String> = ["v100", "p100", "k80"].iter().map(|t| t.to_string()).collect();
+    let types: Vec<String> = ["v100", "p100", "k80"]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
     let cluster = hadar_core::Cluster::from_type_counts(
         &types.iter().map(|t| (t.clone(), 4)).collect::<Vec<_>>(),
         4,
@@ -377,7 +380,10 @@ fn trace_jobs(text: &str, origin: &str) -> Result<Vec<TraceJob>, String> {
             .filter_map(|t| table_rate(&table, &j.kind, t, j.workers))
             .fold(0.0f64, f64::max);
         if best <= 0.0 {
-            return Err(format!("{origin}: {} cannot run on the test cluster", j.kind));
+            return Err(format!(
+                "{origin}: {} cannot run on the test cluster",
+                j.kind
+            ));
         }
         out.push(TraceJob {
             job_type: short_name(&j.kind),
@@ -415,7 +421,8 @@ fn run_policy(
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
         .map_err(|e| e.to_string())?;
     let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wrappers/hadar-fork-run");
-    let runner = std::fs::canonicalize(&runner).map_err(|e| format!("{}: {e}", runner.display()))?;
+    let runner =
+        std::fs::canonicalize(&runner).map_err(|e| format!("{}: {e}", runner.display()))?;
     let config = bed.path(&format!("etc/compare-{policy}.toml"));
     let state = dir.join("state.db");
     let text = format!(
@@ -459,7 +466,9 @@ fn submit_and_measure(
     runner: &std::path::Path,
 ) -> Result<PolicyResult, String> {
     let total_gpus: u32 = {
-        let text = bed.client("scontrol", &["show", "node"]).map_err(|e| e.to_string())?;
+        let text = bed
+            .client("scontrol", &["show", "node"])
+            .map_err(|e| e.to_string())?;
         hadar_slurm::node::parse_nodes(&text)
             .map_err(|e| e.to_string())?
             .iter()
@@ -516,9 +525,10 @@ fn submit_and_measure(
             .sum();
         let mine: Vec<&hadar_slurm::SlurmJob> =
             all.iter().filter(|j| ids.contains(&j.id)).collect();
-        if let Some(bad) = mine.iter().find(|j| {
-            j.status.is_terminal() && j.status != hadar_slurm::JobStatus::Completed
-        }) {
+        if let Some(bad) = mine
+            .iter()
+            .find(|j| j.status.is_terminal() && j.status != hadar_slurm::JobStatus::Completed)
+        {
             return Err(format!("job {} ended {}", bad.id, bad.status.as_str()));
         }
         let finished = mine.len() == ids.len() && mine.iter().all(|j| j.status.is_terminal());
@@ -530,7 +540,8 @@ fn submit_and_measure(
                 .map(|j| (j.end_time.unwrap_or(0) - j.submit_time.unwrap_or(0)) as f64)
                 .sum::<f64>()
                 / ids.len() as f64;
-            let mean_busy = samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
+            let mean_busy =
+                samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
             return Ok(PolicyResult {
                 makespan_s: last - first,
                 avg_jct_s: jct,
@@ -660,7 +671,10 @@ mod tests {
     fn the_few_jobs_trace_reads_with_its_types_workers_and_steps() {
         let text = include_str!("../../data/few-jobs.trace");
         let jobs = trace_jobs(text, "few-jobs.trace").unwrap();
-        assert_eq!(jobs.len(), text.lines().filter(|l| !l.trim().is_empty()).count());
+        assert_eq!(
+            jobs.len(),
+            text.lines().filter(|l| !l.trim().is_empty()).count()
+        );
         assert_eq!(jobs[0].job_type, "resnet50-b64");
         assert_eq!((jobs[0].workers, jobs[0].steps), (4, 68054));
         assert!(jobs.iter().all(|j| j.fastest_s > 0.0));
