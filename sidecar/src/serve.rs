@@ -43,6 +43,12 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Failure::runtime(anyhow!("creating {}: {e}", dir.display())))?;
     }
+    if !config.sidecar.state.exists() {
+        tracing::warn!(
+            "no state database at {}: starting a new one. Every managed job is rebuilt from Slurm (held, queued and running jobs all come back, each with its recorded request); what only the database held is lost: learned throughput rates, progress and service history of earlier rounds, and past decisions",
+            config.sidecar.state.display()
+        );
+    }
     let store = Store::open(&config.sidecar.state).map_err(Failure::runtime)?;
     // SAFETY: handlers only store to an atomic.
     unsafe {

@@ -1,7 +1,7 @@
 //! Enforcement planning: the difference between the round's plan and where the jobs stand,
 //! as a list of actions. Pure; the daemon carries the actions out.
 
-use crate::view::same_gpus;
+use crate::view::{same_counts, same_gpus};
 use hadar_store::{JobRow, NodeGpus, Phase};
 use std::collections::BTreeMap;
 
@@ -57,6 +57,12 @@ pub fn plan(rows: &BTreeMap<u64, JobRow>, planned: &BTreeMap<u64, NodeGpus>) -> 
     for row in rows.values() {
         let want = planned.get(&row.id);
         let here = row.placement.as_ref();
+        // A job with a typeless request (no types bound) holds the same request whatever
+        // types a node with several gave it: moving it between types of one node would
+        // only restart it on the same request.
+        let same_gpus = |w: &NodeGpus, h: &NodeGpus| {
+            same_gpus(w, h) || (row.bound_types.is_none() && same_counts(w, h))
+        };
         match row.phase {
             Phase::Finished => {}
             Phase::Running => {
@@ -90,6 +96,26 @@ pub fn plan(rows: &BTreeMap<u64, JobRow>, planned: &BTreeMap<u64, NodeGpus>) -> 
         }
     }
     holds.into_iter().chain(preempts).chain(starts).collect()
+}
+
+/// Orders the starts (they come last) so that on a node with several GPU types, jobs
+/// planned on the type listed first in the node's GRES start first. A typeless request
+/// (see `GpuSpec::update_fields`) gets the lowest free GPU indices of its node, which follow
+/// the node's GRES order, so starting in that order gives each job the type it was planned
+/// on. `rank(node, type)` is the type's position on the node.
+pub fn order_starts_by_gres(actions: &mut [Action], rank: &dyn Fn(&str, &str) -> usize) {
+    let first = actions
+        .iter()
+        .position(|a| matches!(a, Action::Start { .. }))
+        .unwrap_or(actions.len());
+    actions[first..].sort_by_key(|a| match a {
+        Action::Start { placement, .. } => placement
+            .iter()
+            .flat_map(|(node, gpus)| gpus.iter().map(move |(t, _)| rank(node, t)))
+            .min()
+            .unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    });
 }
 
 #[cfg(test)]
@@ -173,5 +199,51 @@ mod tests {
             .collect();
         let planned: BTreeMap<u64, NodeGpus> = [(1, on("n1"))].into_iter().collect();
         assert_eq!(plan(&rows, &planned), vec![Action::Preempt { job: 1 }]);
+    }
+
+    #[test]
+    fn starts_on_a_mixed_node_follow_its_gres_order() {
+        let k80 = vec![("n4".to_string(), vec![("k80".to_string(), 2)])];
+        let v100 = vec![("n4".to_string(), vec![("v100".to_string(), 2)])];
+        let mut acts = vec![
+            Action::Preempt { job: 9 },
+            Action::Start {
+                job: 1,
+                placement: k80.clone(),
+            },
+            Action::Start {
+                job: 2,
+                placement: v100.clone(),
+            },
+        ];
+        order_starts_by_gres(&mut acts, &|_, t| if t == "v100" { 0 } else { 1 });
+        assert_eq!(
+            acts,
+            vec![
+                Action::Preempt { job: 9 },
+                Action::Start {
+                    job: 2,
+                    placement: v100
+                },
+                Action::Start {
+                    job: 1,
+                    placement: k80
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_typeless_job_is_not_moved_between_types_of_one_node() {
+        let k80 = vec![("n4".to_string(), vec![("k80".to_string(), 2)])];
+        let v100 = vec![("n4".to_string(), vec![("v100".to_string(), 2)])];
+        let mut free = row(1, Phase::Running, None);
+        free.placement = Some(v100.clone());
+        let mut bound = row(2, Phase::Running, None);
+        bound.placement = Some(v100);
+        bound.bound_types = Some(vec!["v100".into()]);
+        let rows: BTreeMap<u64, JobRow> = [(1, free), (2, bound)].into_iter().collect();
+        let planned: BTreeMap<u64, NodeGpus> = [(1, k80.clone()), (2, k80)].into_iter().collect();
+        assert_eq!(plan(&rows, &planned), vec![Action::Preempt { job: 2 }]);
     }
 }

@@ -117,6 +117,8 @@ pub struct Daemon<S: SlurmApi> {
     decode: Decoder,
     epoch: f64,
     round: u64,
+    /// The number of this run's first round (its adoption report is logged).
+    first_round: u64,
     refused: HashSet<u64>,
     fork: Option<Forker>,
 }
@@ -157,6 +159,7 @@ impl<S: SlurmApi> Daemon<S> {
             decode,
             epoch,
             round,
+            first_round: round + 1,
             refused: HashSet::new(),
             fork: None,
         })
@@ -247,6 +250,26 @@ impl<S: SlurmApi> Daemon<S> {
             &*self.decode,
         );
         self.log_events(&events);
+        if round == self.first_round {
+            let adopted: Vec<&SlurmJob> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::New(id) => slurm_jobs.iter().find(|j| j.id == *id),
+                    _ => None,
+                })
+                .collect();
+            let running = adopted
+                .iter()
+                .filter(|j| j.status == JobStatus::Running)
+                .count();
+            tracing::info!(
+                known = before.len(),
+                adopted = adopted.len(),
+                running,
+                "first round: {} managed jobs taken from Slurm that the state database did not know ({running} of them running)",
+                adopted.len()
+            );
+        }
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
         let foreign: Vec<(String, String, u32)> = slurm_jobs
@@ -401,13 +424,23 @@ impl<S: SlurmApi> Daemon<S> {
             None => (None, None),
         };
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        // Jobs whose Slurm request names GPU types: those a user restricted to some types
+        // (only a typed request keeps them there) and those Slurm already holds to types.
+        // Every other job gets typeless requests (see `GpuSpec::update_fields`).
+        let typed: HashSet<u64> = rows
+            .values()
+            .filter(|r| {
+                r.bound_types.is_some() || specs.get(&r.id).is_some_and(|s| s.gpu_types.is_some())
+            })
+            .map(|r| r.id)
+            .collect();
         let mut planned: BTreeMap<u64, NodeGpus> = BTreeMap::new();
         let mut unenforceable: Vec<(u64, String)> = Vec::new();
         if let (Some(plan), Some(cluster)) = (&plan, &cv.cluster) {
             for a in &plan.assignments {
                 let gpus = view::to_node_gpus(cluster, &a.placement);
                 let bound = rows.get(&a.job.0).and_then(|r| r.bound_types.as_deref());
-                match enforceable(&gpus, bound, &nodes) {
+                match enforceable(&gpus, typed.contains(&a.job.0), bound, &nodes) {
                     Ok(()) => {
                         planned.insert(a.job.0, gpus);
                     }
@@ -438,9 +471,20 @@ impl<S: SlurmApi> Daemon<S> {
             .filter(|(id, _)| !owned.contains(id))
             .map(|(id, r)| (*id, r.clone()))
             .collect();
-        let todo = actions::plan(&gang_rows, &planned);
+        let mut todo = actions::plan(&gang_rows, &planned);
+        actions::order_starts_by_gres(&mut todo, &|node: &str, gpu_type: &str| {
+            nodes
+                .iter()
+                .find(|n| n.name == node)
+                .and_then(|n| {
+                    n.gpus
+                        .iter()
+                        .position(|(t, _)| t.eq_ignore_ascii_case(gpu_type))
+                })
+                .unwrap_or(usize::MAX)
+        });
         faults::reached("round-planned");
-        let mut done = self.enforce(round, &todo, &mut rows)?;
+        let mut done = self.enforce(round, &todo, &mut rows, &typed)?;
 
         // Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
         let mut fork_decisions = BTreeMap::new();
@@ -611,6 +655,7 @@ impl<S: SlurmApi> Daemon<S> {
         round: u64,
         todo: &[Action],
         rows: &mut BTreeMap<u64, JobRow>,
+        typed: &HashSet<u64>,
     ) -> Result<Vec<(u64, String, String)>, DaemonError> {
         let mut done = Vec::new();
         let now = |d: &Self| now_unix() - d.epoch;
@@ -709,6 +754,7 @@ impl<S: SlurmApi> Daemon<S> {
             faults::reached("start-intent");
             let spec = GpuSpec {
                 nodes: placement.clone(),
+                typed: typed.contains(&id),
             };
             let outcome = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
@@ -733,8 +779,13 @@ impl<S: SlurmApi> Daemon<S> {
                 r.phase = Phase::Starting;
                 r.placement = Some(placement.clone());
                 r.starts += 1;
-                if r.bound_types.is_none() {
-                    r.bound_types = Some(view::per_type(placement).into_keys().collect());
+                if spec.typed {
+                    // Slurm now holds the job to these types (and any it had) for good.
+                    let mut types = r.bound_types.clone().unwrap_or_default();
+                    types.extend(view::per_type(placement).into_keys());
+                    types.sort();
+                    types.dedup();
+                    r.bound_types = Some(types);
                 }
             }
             self.close(intent, &text, rows.get(&id))?;
@@ -837,15 +888,17 @@ impl<S: SlurmApi> Daemon<S> {
 /// types and leaves it pending forever on a node without them).
 fn enforceable(
     gpus: &NodeGpus,
+    typed: bool,
     bound: Option<&[String]>,
     nodes: &[NodeInfo],
 ) -> Result<(), String> {
     if !(GpuSpec {
         nodes: gpus.clone(),
+        typed,
     })
     .is_uniform()
     {
-        return Err("gives different GPUs on different nodes, which one Slurm job cannot have; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
+        return Err("gives different GPUs to different nodes, which one Slurm job cannot ask for; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
     }
     if let Some(bound) = bound.filter(|b| b.len() > 1) {
         for (node, _) in gpus {
@@ -934,27 +987,21 @@ mod tests {
             node("n4", &[("v100", 2), ("k80", 2)]),
         ];
         let mixed_n4 = on(&[("n4", &[("v100", 2), ("k80", 2)])]);
-        assert!(enforceable(&mixed_n4, None, &nodes).is_ok());
-        assert!(
-            enforceable(
-                &on(&[("n1", &[("v100", 1)]), ("n4", &[("v100", 1)])]),
-                None,
-                &nodes
-            )
-            .is_ok()
-        );
-        let e = enforceable(
-            &on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]),
-            None,
-            &nodes,
-        )
-        .unwrap_err();
-        assert!(e.contains("different GPUs on different nodes"), "{e}");
+        assert!(enforceable(&mixed_n4, false, None, &nodes).is_ok());
+        assert!(enforceable(&mixed_n4, true, None, &nodes).is_ok());
+        let even = on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]);
+        // Typeless: the same count on each node is one per-node request; typed, it is not.
+        assert!(enforceable(&even, false, None, &nodes).is_ok());
+        let e = enforceable(&even, true, None, &nodes).unwrap_err();
+        assert!(e.contains("different GPUs to different nodes"), "{e}");
+        let uneven = on(&[("n1", &[("v100", 3)]), ("n3", &[("k80", 1)])]);
+        assert!(enforceable(&uneven, false, None, &nodes).is_err());
         let bound = vec!["k80".to_string(), "v100".to_string()];
-        let e = enforceable(&on(&[("n1", &[("v100", 4)])]), Some(&bound), &nodes).unwrap_err();
+        let e =
+            enforceable(&on(&[("n1", &[("v100", 4)])]), true, Some(&bound), &nodes).unwrap_err();
         assert!(e.contains("n1, which has no k80"), "{e}");
-        assert!(enforceable(&mixed_n4, Some(&bound), &nodes).is_ok());
+        assert!(enforceable(&mixed_n4, true, Some(&bound), &nodes).is_ok());
         let single = vec!["k80".to_string()];
-        assert!(enforceable(&on(&[("n3", &[("k80", 2)])]), Some(&single), &nodes).is_ok());
+        assert!(enforceable(&on(&[("n3", &[("k80", 2)])]), true, Some(&single), &nodes).is_ok());
     }
 }

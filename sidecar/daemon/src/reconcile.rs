@@ -106,6 +106,14 @@ pub fn reconcile(
         if row.group_id.is_none() {
             row.group_id = sj.group_id;
         }
+        if row.bound_types.is_none() {
+            // A typed request the store has no record of (a crash right after Slurm took it,
+            // a rebuilt database) binds the job all the same: read it back from Slurm.
+            let types = sj.requested_gpu_types();
+            if !types.is_empty() {
+                row.bound_types = Some(types);
+            }
+        }
         let report = sj.comment.as_deref().and_then(Progress::decode);
         if let Some(p) = report
             && (p.steps != row.steps_done || row.last_rate != Some(p.rate))
@@ -344,5 +352,20 @@ mod tests {
         });
         assert_eq!(ev, vec![Event::Refused(8, "broken".into())]);
         assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn types_slurm_already_holds_a_job_to_are_read_back() {
+        let mut rows = BTreeMap::new();
+        let mut typed = sj(4, JobStatus::Pending, true);
+        typed.tres_per_node = Some("gres:gpu:v100:2,gres:gpu:k80:2".into());
+        let mut typeless = sj(5, JobStatus::Pending, true);
+        typeless.tres_per_node = Some("gres:gpu:2".into());
+        reconcile(&mut rows, &[typed, typeless], 0.0, 1000.0, 10, &decode);
+        assert_eq!(
+            rows[&4].bound_types,
+            Some(vec!["k80".to_string(), "v100".to_string()])
+        );
+        assert_eq!(rows[&5].bound_types, None);
     }
 }

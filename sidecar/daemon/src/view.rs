@@ -142,6 +142,20 @@ pub fn same_gpus(a: &NodeGpus, b: &NodeGpus) -> bool {
     norm(a) == norm(b)
 }
 
+/// Whether two placements give the same number of GPUs on each node (whatever the types):
+/// the same typeless Slurm request.
+pub fn same_counts(a: &NodeGpus, b: &NodeGpus) -> bool {
+    let norm = |x: &NodeGpus| {
+        let mut v: Vec<(String, u32)> = x
+            .iter()
+            .map(|(n, g)| (n.clone(), g.iter().map(|(_, c)| *c).sum()))
+            .collect();
+        v.sort();
+        v
+    };
+    norm(a) == norm(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

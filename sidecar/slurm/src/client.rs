@@ -36,6 +36,10 @@ impl Default for SlurmConfig {
 pub struct GpuSpec {
     /// `(node, [(type, count)])`, nodes in order, types in order.
     pub nodes: Vec<(String, Vec<(String, u32)>)>,
+    /// Whether the request names the GPU types (see [`GpuSpec::update_fields`] for when it
+    /// must, and what that costs).
+    #[serde(default)]
+    pub typed: bool,
 }
 
 impl GpuSpec {
@@ -61,16 +65,37 @@ impl GpuSpec {
         out
     }
 
-    /// True when every node gets the same GPUs, so a per-node request describes it exactly.
-    pub fn is_uniform(&self) -> bool {
-        self.nodes.windows(2).all(|w| w[0].1 == w[1].1)
+    /// GPUs per node, in node order.
+    pub fn per_node_counts(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .map(|(_, g)| g.iter().map(|(_, n)| *n).sum())
+            .collect()
     }
 
-    /// The `scontrol update` fields that give a held job exactly these GPUs: the node list,
-    /// the node count, one task per node, and the GPUs as a per-node GRES when every node
-    /// gets the same, otherwise as per-job typed totals. Slurm 22.05 refuses per-job totals of
-    /// several types ("Invalid generic resource (gres) specification"), so the daemon only
-    /// enforces uniform placements; the per-job form serves single-type totals.
+    /// True when a per-node request describes the placement exactly: every node gets the
+    /// same GPUs (typed), or the same number of GPUs (typeless).
+    pub fn is_uniform(&self) -> bool {
+        if self.typed {
+            self.nodes.windows(2).all(|w| w[0].1 == w[1].1)
+        } else {
+            self.per_node_counts().windows(2).all(|w| w[0] == w[1])
+        }
+    }
+
+    /// The `scontrol update` fields that give a held job these GPUs: the node list, the node
+    /// count, one task per node, and the GPUs as a per-node GRES when [`GpuSpec::is_uniform`],
+    /// otherwise as a per-job total.
+    ///
+    /// Slurm 22.05 keeps every GPU type a job was ever given in its request, at its last
+    /// count: an update from `gpu:k80:2` to `gpu:v100:2` leaves the job wanting both (pending
+    /// forever on a node without K80; a count of 0 does not remove a type), and a typed
+    /// request cannot become typeless. A typeless request (`gpu:2`, the node list decides
+    /// the type) can be changed freely, so a job preempted on one type can be placed again
+    /// on another. It is exact on a node with one GPU type, or when the job takes every GPU
+    /// of its node; elsewhere (part of a node with several types) Slurm would pick the GPUs,
+    /// so the request must be `typed`, and the job keeps those types for its life. Slurm
+    /// refuses per-job totals of several types, so a typed placement must be uniform.
     pub fn update_fields(&self) -> Vec<String> {
         let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
         let k = self.nodes.len();
@@ -79,16 +104,20 @@ impl GpuSpec {
             format!("NumNodes={k}-{k}"),
             format!("NumTasks={k}"),
         ];
-        let gres = |gpus: &[(String, u32)], prefix: &str| {
+        let typed = |gpus: &[(String, u32)], prefix: &str| {
             gpus.iter()
                 .map(|(t, n)| format!("{prefix}gpu:{t}:{n}"))
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        if self.is_uniform() {
-            f.push(format!("Gres={}", gres(&self.nodes[0].1, "")));
-        } else {
-            f.push(format!("TresPerJob={}", gres(&self.per_type(), "gres:")));
+        let uniform = self.is_uniform();
+        match (self.typed, self.nodes.first()) {
+            (true, Some((_, gpus))) if uniform => f.push(format!("Gres={}", typed(gpus, ""))),
+            (true, _) => f.push(format!("TresPerJob={}", typed(&self.per_type(), "gres:"))),
+            (false, Some(_)) if uniform => {
+                f.push(format!("Gres=gpu:{}", self.per_node_counts()[0]))
+            }
+            (false, _) => f.push(format!("TresPerJob=gres:gpu:{}", self.total())),
         }
         f
     }
@@ -284,6 +313,7 @@ mod tests {
 
     fn spec(nodes: &[(&str, &[(&str, u32)])]) -> GpuSpec {
         GpuSpec {
+            typed: false,
             nodes: nodes
                 .iter()
                 .map(|(n, g)| {
@@ -297,32 +327,49 @@ mod tests {
     }
 
     #[test]
-    fn uniform_placements_use_a_per_node_gres() {
-        let s = spec(&[("n1", &[("v100", 2)]), ("n4", &[("v100", 2)])]);
+    fn uniform_placements_use_a_typeless_per_node_gres() {
+        let s = spec(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]);
         assert_eq!(
             s.update_fields(),
             [
-                "ReqNodeList=n1,n4",
+                "ReqNodeList=n1,n3",
                 "NumNodes=2-2",
                 "NumTasks=2",
-                "Gres=gpu:v100:2"
+                "Gres=gpu:2"
             ]
         );
         let s = spec(&[("n4", &[("v100", 2), ("k80", 2)])]);
         assert_eq!(
             s.update_fields(),
-            [
-                "ReqNodeList=n4",
-                "NumNodes=1-1",
-                "NumTasks=1",
-                "Gres=gpu:v100:2,gpu:k80:2"
-            ]
+            ["ReqNodeList=n4", "NumNodes=1-1", "NumTasks=1", "Gres=gpu:4"]
         );
         assert_eq!(s.total(), 4);
     }
 
     #[test]
-    fn mixed_placements_use_per_job_typed_totals() {
+    fn typed_placements_name_their_types() {
+        let mut s = spec(&[("n4", &[("v100", 1)]), ("n5", &[("v100", 1)])]);
+        s.typed = true;
+        assert_eq!(
+            s.update_fields(),
+            [
+                "ReqNodeList=n4,n5",
+                "NumNodes=2-2",
+                "NumTasks=2",
+                "Gres=gpu:v100:1"
+            ]
+        );
+        let mut s = spec(&[("n1", &[("v100", 1)]), ("n4", &[("k80", 1)])]);
+        s.typed = true;
+        assert!(!s.is_uniform());
+        assert_eq!(
+            s.update_fields()[3],
+            "TresPerJob=gres:gpu:v100:1,gres:gpu:k80:1"
+        );
+    }
+
+    #[test]
+    fn uneven_placements_use_a_typeless_per_job_total() {
         let s = spec(&[("n1", &[("v100", 3)]), ("n3", &[("k80", 1)])]);
         assert!(!s.is_uniform());
         assert_eq!(
@@ -331,7 +378,7 @@ mod tests {
                 "ReqNodeList=n1,n3",
                 "NumNodes=2-2",
                 "NumTasks=2",
-                "TresPerJob=gres:gpu:v100:3,gres:gpu:k80:1"
+                "TresPerJob=gres:gpu:4"
             ]
         );
         assert_eq!(

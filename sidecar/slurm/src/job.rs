@@ -158,6 +158,30 @@ impl SlurmJob {
                     .is_some_and(|r| r.starts_with("JobHeld")))
     }
 
+    /// The GPU types the job's request names (`TresPerNode`/`TresPerJob`, e.g.
+    /// `gres:gpu:v100:2,gres:gpu:k80:2` or `gres/gpu:v100=2`), sorted and without repeats;
+    /// empty for a typeless or GPU-less request. Slurm 22.05 keeps these types for the job's
+    /// life (see `GpuSpec::update_fields`).
+    pub fn requested_gpu_types(&self) -> Vec<String> {
+        let mut types: Vec<String> = [&self.tres_per_node, &self.tres_per_job]
+            .into_iter()
+            .flatten()
+            .flat_map(|spec| spec.split(','))
+            .filter_map(|part| {
+                let part = part.trim();
+                let rest = part
+                    .strip_prefix("gres:gpu:")
+                    .or_else(|| part.strip_prefix("gres/gpu:"))?;
+                // `TYPE:N` or `TYPE=N`; a bare `N` has no type.
+                let t = rest.split([':', '=']).next()?;
+                (!t.is_empty() && !t.chars().all(|c| c.is_ascii_digit())).then(|| t.to_string())
+            })
+            .collect();
+        types.sort();
+        types.dedup();
+        types
+    }
+
     /// GPUs held by the job, by node and type, as `(node, type, count)`.
     pub fn gpu_parts(&self) -> Vec<(String, String, u32)> {
         let mut out = Vec::new();
@@ -340,5 +364,23 @@ mod tests {
         let (jobs, refused) = parse_jobs(text);
         assert!(jobs.is_empty());
         assert_eq!(refused.len(), 1);
+    }
+
+    #[test]
+    fn requested_gpu_types_in_both_spellings() {
+        let (jobs, _) = parse_jobs(
+            "JobId=7 JobName=a\n   JobState=PENDING Reason=None\n   TresPerNode=gres:gpu:v100:2,gres:gpu:k80:2\n\
+             JobId=8 JobName=b\n   JobState=PENDING Reason=None\n   TresPerJob=gres/gpu:p100=3\n\
+             JobId=9 JobName=c\n   JobState=PENDING Reason=None\n   TresPerNode=gres:gpu:2\n",
+        );
+        let types: Vec<Vec<String>> = jobs.iter().map(SlurmJob::requested_gpu_types).collect();
+        assert_eq!(
+            types,
+            vec![
+                vec!["k80".to_string(), "v100".to_string()],
+                vec!["p100".to_string()],
+                vec![]
+            ]
+        );
     }
 }

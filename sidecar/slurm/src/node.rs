@@ -164,6 +164,9 @@ pub fn parse_gres(text: &str) -> Option<Vec<(String, u32)>> {
             None => out.push((gpu_type.to_string(), count)),
         }
     }
+    // A job that runs on one type of a node with several lists the others at zero
+    // (`gpu:v100:1(IDX:0),gpu:k80:0(IDX:)`): it holds none of them.
+    out.retain(|(_, c)| *c > 0);
     Some(out)
 }
 
@@ -214,6 +217,10 @@ mod tests {
         assert_eq!(
             parse_gres("gpu:v100:2(IDX:0-1),gpu:k80:1(IDX:2)").unwrap(),
             vec![("v100".into(), 2), ("k80".into(), 1)]
+        );
+        assert_eq!(
+            parse_gres("gpu:v100:1(IDX:0),gpu:k80:0(IDX:)").unwrap(),
+            vec![("v100".to_string(), 1)]
         );
         assert_eq!(
             parse_gres("gpu:v100:4(S:0-1),mps:100").unwrap(),

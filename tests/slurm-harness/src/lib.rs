@@ -268,6 +268,7 @@ SchedulerParameters=sched_interval=2,bf_interval=1
 GresTypes=gpu
 SlurmdParameters=config_overrides
 ReturnToService=2
+SlurmdTimeout=20
 MinJobAge=600
 MaxJobCount=100000
 PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
@@ -485,6 +486,85 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
     /// slurmctld's log so far.
     pub fn controller_log(&self) -> String {
         std::fs::read_to_string(self.path("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    /// Restarts slurmctld as an admin would (`systemctl restart slurmctld`): SIGTERM, wait for
+    /// it to exit, start it again on the same state (no `-c`), wait until it answers.
+    pub fn restart_controller(&mut self) -> Result<(), TestbedError> {
+        let pid_file = self.path("run/slurmctld.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .ok_or_else(|| TestbedError::Command(format!("no pid in {}", pid_file.display())))?;
+        if is_our_daemon(pid) {
+            // SAFETY: kill(2) on the pid of our slurmctld.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        wait_for(Duration::from_secs(30), "slurmctld to stop", || {
+            !is_our_daemon(pid)
+        })?;
+        let conf = self.path("etc/slurm.conf");
+        self.checked(Command::new("slurmctld").arg("-f").arg(&conf))?;
+        wait_for(Duration::from_secs(30), "slurmctld to answer", || {
+            self.run(Command::new("scontrol").arg("ping"))
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"))
+        })?;
+        self.last_reconfigure = Instant::now();
+        Ok(())
+    }
+
+    /// Kills node `node` as a crash would: SIGKILL to its slurmd, to the slurmstepd of every
+    /// job running there and to those jobs' processes. slurmctld notices only when the node
+    /// stops answering (`SlurmdTimeout`), marks it down and requeues its batch jobs.
+    pub fn kill_node(&self, node: &str) -> Result<(), TestbedError> {
+        let jobs = self.client("squeue", &["-h", "-w", node, "-o", "%A"])?;
+        let ids: Vec<String> = jobs.split_whitespace().map(str::to_string).collect();
+        let pid_file = self.path(&format!("run/slurmd-{node}.pid"));
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|&p| is_our_daemon(p))
+        {
+            // SAFETY: kill(2) on the pid of this node's slurmd.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let env_mark = format!("SLURMD_NODENAME={node}");
+        for entry in io("listing /proc", std::fs::read_dir("/proc"))?.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let stepd_of_ours = cmdline.starts_with("slurmstepd:")
+                && ids.iter().any(|id| cmdline.contains(&format!("[{id}.")));
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let job_of_ours = environ
+                .split(|b| *b == 0)
+                .any(|kv| kv == env_mark.as_bytes());
+            if stepd_of_ours || job_of_ours {
+                // SAFETY: kill(2) on a slurmstepd or job process of the node being killed.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts node `node`'s slurmd again (after [`Testbed::kill_node`]); with
+    /// `ReturnToService=2` the node returns to service once it registers.
+    pub fn start_node(&self, node: &str) -> Result<(), TestbedError> {
+        let conf = self.path("etc/slurm.conf");
+        self.checked(
+            Command::new("slurmd")
+                .arg("-N")
+                .arg(node)
+                .arg("-f")
+                .arg(&conf),
+        )
+        .map(|_| ())
     }
 
     /// Cancels every job (`scancel --user=root`; only the tests submit here).

@@ -1,0 +1,234 @@
+//! What the real-cluster tests of `hadar serve` share: a daemon started with its own config
+//! and state database (the real `hadar` binary), batch scripts running `hadar emulate`,
+//! submission and waiting helpers. Included by each test binary with `#[path]`; each uses
+//! only some of it.
+#![allow(dead_code)]
+
+use hadar_slurm_testbed::{JobInfo, Testbed};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Emulated jobs run this many times faster than Gavel measured.
+pub const TIME_SCALE: f64 = 50.0;
+
+/// A running `hadar serve`, killed when dropped.
+pub struct Serve {
+    child: Child,
+    /// The daemon's config file.
+    pub config: PathBuf,
+    /// Its state database.
+    pub state: PathBuf,
+}
+
+impl Serve {
+    /// Writes a daemon configuration for scenario `name` and starts the daemon.
+    pub fn start(bed: &Testbed, name: &str) -> Serve {
+        let config = bed.path(&format!("etc/serve-{name}.toml"));
+        let state = bed.path(&format!("state-{name}.db"));
+        let _ = std::fs::remove_file(&state);
+        let text = format!(
+            "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
+             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
+             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n",
+            conf = bed.path("etc/slurm.conf").display(),
+            sock = bed.path("run/hadar.sock").display(),
+            state = state.display(),
+        );
+        std::fs::write(&config, text).expect("write the daemon's config");
+        Serve::spawn(bed, config, state)
+    }
+
+    pub fn spawn(bed: &Testbed, config: PathBuf, state: PathBuf) -> Serve {
+        Serve::spawn_with(bed, config, state, &[])
+    }
+
+    /// Starts the daemon with extra environment variables (e.g. a crash point).
+    pub fn spawn_with(
+        bed: &Testbed,
+        config: PathBuf,
+        state: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Serve {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(bed.path("log/hadar-serve.log"))
+            .expect("open the daemon's log");
+        let child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("HADAR_LOG", "info")
+            .envs(env.iter().copied())
+            .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start hadar serve");
+        Serve {
+            child,
+            config,
+            state,
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits up to `secs` for the daemon to exit on its own; whether it did.
+    pub fn wait_exit(&mut self, secs: u64) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn restart(&mut self, bed: &Testbed) {
+        self.kill();
+        *self = Serve::spawn(bed, self.config.clone(), self.state.clone());
+    }
+
+    /// Runs `hadar ARGS --state <db>` and returns its standard output.
+    pub fn hadar(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(args)
+            .arg("--state")
+            .arg(&self.state)
+            .output()
+            .expect("run hadar");
+        assert!(
+            out.status.success(),
+            "hadar {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ----- helpers -----
+
+/// A batch script running `hadar emulate`.
+pub fn script(job_type: &str, steps: u64, extra_directives: &str) -> String {
+    format!(
+        "#!/bin/sh\n#HADAR type={job_type} steps={steps} {extra_directives}\nexec {hadar} emulate --job-type {job_type} --steps {steps} --time-scale {TIME_SCALE} --report-every 1\n",
+        hadar = env!("CARGO_BIN_EXE_hadar")
+    )
+}
+
+pub fn submit(bed: &Testbed, args: &[&str], text: &str) -> u32 {
+    let sub = bed.sbatch(args, Some(text));
+    assert!(sub.ok, "sbatch {args:?} failed: {}", sub.stderr);
+    sub.job_id
+        .unwrap_or_else(|| panic!("no job id: {}", sub.stdout))
+}
+
+pub fn output_args(bed: &Testbed) -> String {
+    format!("--output={}/out-%j.txt", bed.path("jobs").display())
+}
+
+pub fn output(bed: &Testbed, id: u32) -> String {
+    std::fs::read_to_string(bed.path(&format!("jobs/out-{id}.txt"))).unwrap_or_default()
+}
+
+pub fn detail(bed: &Testbed, id: u32) -> String {
+    bed.client("scontrol", &["-d", "show", "job", &id.to_string()])
+        .unwrap_or_default()
+}
+
+/// The GPUs a running job holds, from `scontrol -d show job`: sorted (node, type, count).
+pub fn allocation(bed: &Testbed, id: u32) -> Vec<(String, String, u32)> {
+    let (jobs, _) = hadar_slurm::job::parse_jobs(&detail(bed, id));
+    let mut parts = jobs
+        .into_iter()
+        .find(|j| j.id == u64::from(id))
+        .map(|j| j.gpu_parts())
+        .unwrap_or_default();
+    parts.sort();
+    parts
+}
+
+pub fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo {
+    bed.wait_job(id, states, Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
+}
+
+pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+pub fn daemon_log(bed: &Testbed) -> String {
+    let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap_or_default();
+    log.lines()
+        .rev()
+        .take(30)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub fn wait_queue_empty(bed: &Testbed) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let q = bed
+            .client("squeue", &["-h", "-o", "%i %T"])
+            .unwrap_or_default();
+        if q.trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+pub fn gavel_rate(job_type: &str, gpu_type: &str, workers: u32) -> f64 {
+    let table = hadar_formats::embedded::throughputs().unwrap();
+    let name = hadar_daemon::spec::resolve_job_type(&table, job_type).unwrap();
+    hadar_daemon::spec::table_rate(&table, &name, gpu_type, workers).unwrap()
+}
+
+/// The rate `hadar emulate` printed for its run.
+pub fn printed_rates(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| l.split(" rate ").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// Holds GPUs with jobs Slurm runs on its own (`#HADAR off`), one per `(node, gres)`.
+pub fn occupy(bed: &Testbed, what: &[(&str, &str)]) -> Vec<u32> {
+    let ids: Vec<u32> = what
+        .iter()
+        .map(|(node, gres)| {
+            submit(
+                bed,
+                &["-w", node, &format!("--gres={gres}"), "--job-name=filler"],
+                "#!/bin/sh\n#HADAR off\nsleep 600\n",
+            )
+        })
+        .collect();
+    for id in &ids {
+        wait_state(bed, *id, &["RUNNING"], 30);
+    }
+    ids
+}
