@@ -56,10 +56,20 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
                     "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
                 ))
             })?;
-            let job = slurm
-                .job(id)
-                .map_err(Failure::runtime)?
-                .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+            // Right after a requeued job restarts, the controller has been seen to list it
+            // without its GPU detail for a moment: ask again for a few seconds.
+            let mut tries = 0;
+            let job = loop {
+                let job = slurm
+                    .job(id)
+                    .map_err(Failure::runtime)?
+                    .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+                tries += 1;
+                if !job.gpu_parts().is_empty() || tries >= 20 {
+                    break job;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
             let mut per_type: Vec<(String, u32)> = Vec::new();
             for (_, t, c) in job.gpu_parts() {
                 match per_type.iter_mut().find(|(u, _)| *u == t) {

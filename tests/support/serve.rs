@@ -123,10 +123,11 @@ impl Drop for Serve {
 
 // ----- helpers -----
 
-/// A batch script running `hadar emulate`.
+/// A batch script running `hadar emulate`; its output is appended, so a requeued job's earlier
+/// runs stay in it.
 pub fn script(job_type: &str, steps: u64, extra_directives: &str) -> String {
     format!(
-        "#!/bin/sh\n#HADAR type={job_type} steps={steps} {extra_directives}\nexec {hadar} emulate --job-type {job_type} --steps {steps} --time-scale {TIME_SCALE} --report-every 1\n",
+        "#!/bin/sh\n#SBATCH --open-mode=append\n#HADAR type={job_type} steps={steps} {extra_directives}\nexec {hadar} emulate --job-type {job_type} --steps {steps} --time-scale {TIME_SCALE} --report-every 1\n",
         hadar = env!("CARGO_BIN_EXE_hadar")
     )
 }
