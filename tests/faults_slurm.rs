@@ -344,12 +344,12 @@ fn slurmctld_restarted_mid_run_every_job_finishes_once(bed: &mut Testbed) {
     let jobs = submit_workload(
         bed,
         &[
-            ("resnet18-b64", 4, 40.0, ""),
-            ("a3c", 1, 40.0, ""),
-            ("transformer-b64", 4, 40.0, ""),
-            ("resnet50-b64", 4, 40.0, ""),
-            ("lm-b20", 2, 40.0, ""),
-            ("cyclegan", 4, 40.0, ""),
+            ("resnet18-b64", 4, 20.0, ""),
+            ("a3c", 1, 20.0, ""),
+            ("transformer-b64", 4, 20.0, ""),
+            ("resnet50-b64", 4, 20.0, ""),
+            ("lm-b20", 2, 20.0, ""),
+            ("cyclegan", 4, 20.0, ""),
         ],
     );
     wait_until("two jobs run", 60, || {
@@ -430,12 +430,12 @@ fn deleted_state_database_is_rebuilt_from_slurm(bed: &mut Testbed) {
     let jobs = submit_workload(
         bed,
         &[
-            ("resnet18-b64", 4, 40.0, ""),
-            ("transformer-b64", 4, 40.0, ""),
-            ("resnet50-b64", 4, 40.0, ""),
-            ("lm-b20", 4, 40.0, ""),
-            ("cyclegan", 4, 40.0, ""),
-            ("a3c", 2, 40.0, ""),
+            ("resnet18-b64", 4, 20.0, ""),
+            ("transformer-b64", 4, 20.0, ""),
+            ("resnet50-b64", 4, 20.0, ""),
+            ("lm-b20", 4, 20.0, ""),
+            ("cyclegan", 4, 20.0, ""),
+            ("a3c", 2, 20.0, ""),
         ],
     );
     wait_until("some jobs run while others wait", 60, || {

@@ -40,6 +40,17 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
             a.time_scale
         )));
     }
+    // The checkpoint signal may come at any moment after the start (a daemon preempting a
+    // job it has just started): catch it before anything else, never die of it.
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    let signal = signal_number(&a.signal)
+        .ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
+    unsafe {
+        libc::signal(
+            signal,
+            on_checkpoint_signal as *const () as libc::sighandler_t,
+        )
+    };
     if let Some(out) = std::env::var_os("HADAR_CHECKPOINT_OUT") {
         return fork_copy(&a, &table, &job_type, Path::new(&out));
     }
@@ -98,16 +109,6 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
         rate = rate.min(r);
     }
     let rate = rate * a.time_scale;
-
-    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
-    let signal = signal_number(&a.signal)
-        .ok_or_else(|| Failure::input(anyhow!("--signal {}: unknown signal name", a.signal)))?;
-    unsafe {
-        libc::signal(
-            signal,
-            on_checkpoint_signal as *const () as libc::sighandler_t,
-        )
-    };
 
     let checkpoint = match (&a.checkpoint, job_id) {
         (Some(p), _) => p.clone(),

@@ -472,6 +472,22 @@ impl<S: SlurmApi> Daemon<S> {
             .map(|(id, r)| (*id, r.clone()))
             .collect();
         let mut todo = actions::plan(&gang_rows, &planned);
+        // A job on a node that is down or not responding can neither checkpoint nor be
+        // requeued by us (a requeue sent then was seen to leave the job started elsewhere
+        // without its GPUs); Slurm requeues it itself when it declares the node dead, and it
+        // is placed again then.
+        let down: HashSet<&str> = nodes
+            .iter()
+            .filter(|n| n.state == hadar_slurm::NodeState::Down)
+            .map(|n| n.name.as_str())
+            .collect();
+        todo.retain(|a| match a {
+            Action::Preempt { job } => !rows
+                .get(job)
+                .and_then(|r| r.placement.as_ref())
+                .is_some_and(|p| p.iter().any(|(n, _)| down.contains(n.as_str()))),
+            _ => true,
+        });
         actions::order_starts_by_gres(&mut todo, &|node: &str, gpu_type: &str| {
             nodes
                 .iter()

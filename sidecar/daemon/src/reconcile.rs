@@ -152,7 +152,13 @@ pub fn reconcile(
                     row.accounted_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
                     row.rounds_run += 1;
                 }
-                row.placement = Some(alloc);
+                // Just after a job restarts (seen after a node failure's requeue) Slurm can
+                // list it running without its GPUs for a moment; the placement it was started
+                // with stands until Slurm shows one, rather than look like a move.
+                let shows_gpus = alloc.iter().any(|(_, g)| g.iter().any(|(_, c)| *c > 0));
+                if shows_gpus || row.placement.is_none() {
+                    row.placement = Some(alloc);
+                }
                 account(row, now_s, None);
             }
             JobStatus::Pending => {
@@ -367,5 +373,37 @@ mod tests {
             Some(vec!["k80".to_string(), "v100".to_string()])
         );
         assert_eq!(rows[&5].bound_types, None);
+    }
+
+    #[test]
+    fn a_restarted_job_listed_without_gpus_keeps_its_placement() {
+        let mut rows = BTreeMap::new();
+        let mut j = sj(6, JobStatus::Pending, true);
+        reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            20.0,
+            1000.0,
+            50,
+            &decode,
+        );
+        let started = vec![("n4".to_string(), vec![("v100".to_string(), 2)])];
+        rows.get_mut(&6).unwrap().placement = Some(started.clone());
+        rows.get_mut(&6).unwrap().phase = Phase::Starting;
+        j.status = JobStatus::Running;
+        j.alloc = vec![NodeAlloc {
+            node: "n4".into(),
+            gpus: vec![],
+        }];
+        reconcile(
+            &mut rows,
+            std::slice::from_ref(&j),
+            30.0,
+            1000.0,
+            50,
+            &decode,
+        );
+        assert_eq!(rows[&6].phase, Phase::Running);
+        assert_eq!(rows[&6].placement, Some(started));
     }
 }
