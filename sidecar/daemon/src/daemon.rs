@@ -11,6 +11,7 @@
 use crate::actions::{self, Action};
 use crate::commit;
 use crate::config::DaemonConfig;
+use crate::fork::Forker;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateSource};
 use crate::{explain, faults, view};
@@ -20,7 +21,7 @@ use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -120,6 +121,7 @@ pub struct Daemon<S: SlurmApi> {
     /// The number of this run's first round (its adoption report is logged).
     first_round: u64,
     refused: HashSet<u64>,
+    fork: Option<Forker>,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -160,7 +162,15 @@ impl<S: SlurmApi> Daemon<S> {
             round,
             first_round: round + 1,
             refused: HashSet::new(),
+            fork: None,
         })
+    }
+
+    /// Runs `fork=yes` jobs as forked copies with this fork pass (`policy = "hadare"`);
+    /// without it they are scheduled like every other job.
+    pub fn with_forking(mut self, forker: Forker) -> Self {
+        self.fork = Some(forker);
+        self
     }
 
     /// The store (for reports and tests).
@@ -283,6 +293,30 @@ impl<S: SlurmApi> Daemon<S> {
                 specs.insert(r.id, s);
             }
         }
+        // Forked jobs are the fork pass's: their open rounds move on before planning.
+        let owned: BTreeSet<u64> = match &self.fork {
+            Some(f) => f.owned(&self.store, &rows, &specs)?,
+            None => BTreeSet::new(),
+        };
+        let mut fork_actions = Vec::new();
+        if let Some(f) = self.fork.as_mut() {
+            fork_actions = f.advance(
+                &mut self.store,
+                &mut rows,
+                &owned,
+                &slurm_jobs,
+                now_unix,
+                self.epoch,
+            );
+            self.store.write(|w| {
+                for id in &owned {
+                    if let Some(r) = rows.get(id) {
+                        w.put_job(r)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
         let alpha = self.config.sidecar.rate_learning_weight;
         let learn: Vec<(u64, String, u32, f64)> = events
             .iter()
@@ -333,7 +367,10 @@ impl<S: SlurmApi> Daemon<S> {
         let mut states: Vec<JobState> = Vec::new();
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
-            for r in rows.values().filter(|r| r.phase != Phase::Finished) {
+            for r in rows
+                .values()
+                .filter(|r| r.phase != Phase::Finished && !owned.contains(&r.id))
+            {
                 let Some(spec) = specs.get(&r.id) else {
                     continue;
                 };
@@ -442,7 +479,12 @@ impl<S: SlurmApi> Daemon<S> {
         }
 
         // Enforce.
-        let mut todo = actions::plan(&rows, &planned);
+        let gang_rows: BTreeMap<u64, JobRow> = rows
+            .iter()
+            .filter(|(id, _)| !owned.contains(id))
+            .map(|(id, r)| (*id, r.clone()))
+            .collect();
+        let mut todo = actions::plan(&gang_rows, &planned);
         // A job on a node that is down or not responding can neither checkpoint nor be
         // requeued by us (a requeue sent then was seen to leave the job started elsewhere
         // without its GPUs); Slurm requeues it itself when it declares the node dead, and it
@@ -471,14 +513,65 @@ impl<S: SlurmApi> Daemon<S> {
                 .unwrap_or(usize::MAX)
         });
         faults::reached("round-planned");
-        let done = self.enforce(round, &todo, &mut rows, &typed)?;
+        let mut done = self.enforce(round, &todo, &mut rows, &typed)?;
+
+        // Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
+        let mut fork_decisions = BTreeMap::new();
+        if let Some(f) = self.fork.as_mut() {
+            let mut occupied: Vec<(String, String, u32)> = slurm_jobs
+                .iter()
+                .filter(|j| {
+                    matches!(
+                        j.status,
+                        JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                    )
+                })
+                .flat_map(|j| j.gpu_parts())
+                .collect();
+            for (id, gpus) in &planned {
+                if rows.get(id).is_some_and(|r| r.phase != Phase::Running) {
+                    for (node, per_type) in gpus {
+                        for (t, c) in per_type {
+                            occupied.push((node.clone(), t.clone(), *c));
+                        }
+                    }
+                }
+            }
+            let priors = Priors {
+                default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
+                throughput_scale: self.config.sidecar.throughput_scale,
+            };
+            let (started, decided) = f.start_rounds(
+                &mut self.store,
+                &rows,
+                &specs,
+                &owned,
+                &nodes,
+                &slurm_jobs,
+                &occupied,
+                &self.table,
+                &priors,
+                now_unix,
+                self.epoch,
+            );
+            fork_actions.extend(started);
+            fork_decisions = decided;
+        }
+        for (job, action, outcome) in &fork_actions {
+            tracing::info!(job, action = %action, "{outcome}");
+        }
+        done.extend(fork_actions);
 
         // Record the round.
         let mut summary = RoundRow {
             round,
             started_s: now_s,
             decision_ms,
-            policy: "hadar".into(),
+            policy: if self.fork.is_some() {
+                "hadar+hadare".into()
+            } else {
+                "hadar".into()
+            },
             ..Default::default()
         };
         summary.unusable_nodes = cv.unusable.clone();
@@ -534,6 +627,14 @@ impl<S: SlurmApi> Daemon<S> {
             &cv.unusable,
             &before,
         );
+        for (job, f) in &fork_decisions {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+                d.runs = f.placement.is_some();
+                d.placement = f.placement.clone();
+                d.wait_reason = None;
+                d.text = f.text.clone();
+            }
+        }
         for (job, why) in &unenforceable {
             if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
                 d.runs = false;

@@ -9,6 +9,7 @@
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
@@ -17,6 +18,7 @@ pub mod config;
 pub mod daemon;
 pub mod explain;
 pub mod faults;
+pub mod fork;
 pub mod progress;
 pub mod reconcile;
 pub mod shared;

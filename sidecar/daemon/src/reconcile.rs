@@ -86,6 +86,7 @@ pub fn reconcile(
                 let mut row =
                     JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
+                row.group_id = sj.group_id;
                 rows.insert(sj.id, row);
                 events.push(Event::New(sj.id));
             }
@@ -102,6 +103,9 @@ pub fn reconcile(
             continue;
         };
         row.restarts = sj.restarts;
+        if row.group_id.is_none() {
+            row.group_id = sj.group_id;
+        }
         if row.bound_types.is_none() {
             // A typed request the store has no record of (a crash right after Slurm took it,
             // a rebuilt database) binds the job all the same: read it back from Slurm.
@@ -209,6 +213,7 @@ mod tests {
             id,
             name: format!("j{id}"),
             user_id: Some(0),
+            group_id: None,
             status,
             reason: Some(if held {
                 "JobHeldUser".into()
@@ -240,6 +245,7 @@ mod tests {
             job_type: None,
             hints: vec![],
             gpu_types: None,
+            fork: false,
         })
     }
 

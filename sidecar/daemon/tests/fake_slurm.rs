@@ -49,6 +49,7 @@ impl FakeSlurm {
             id,
             name: format!("job{id}"),
             user_id: Some(1000),
+            group_id: None,
             status: JobStatus::Pending,
             reason: Some("JobHeldUser".into()),
             priority: Some(0),
