@@ -446,3 +446,113 @@ fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
     assert_eq!(v["test_samples"], 540);
     assert!(acc > 0.5, "held-out accuracy {acc}");
 }
+
+/// Runs the fork runner in job mode (`hadar-fork-run -- PROGRAM`) inside a pretend Slurm job
+/// whose `scontrol show job` prints `record`; returns the runner's output.
+fn job_mode(dir: &Path, record: &str, extra_env: &[(&str, &str)], program: &[&str]) -> Output {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let scontrol = bin.join("scontrol");
+    std::fs::write(
+        &scontrol,
+        format!("#!/bin/sh\ncat <<'EOF'\n{record}\nEOF\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new(root().join("wrappers/hadar-fork-run"));
+    cmd.arg("--")
+        .args(program)
+        .env("PATH", path)
+        .env("SLURM_JOB_ID", "5")
+        .env("SLURM_SUBMIT_DIR", dir)
+        .env_remove("HADAR_FORK_INDEX")
+        .env_remove("HADAR_CHECKPOINT_OUT")
+        .env_remove("HADAR_STEP_BUDGET");
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run hadar-fork-run")
+}
+
+/// A program that leaves a mark, writes a checkpoint and reports 7 steps.
+const MARKING: &str = "touch \"$MARK\"; [ -z \"${HADAR_CHECKPOINT_OUT:-}\" ] || { echo x > \"$HADAR_CHECKPOINT_OUT\"; echo 7 > \"$HADAR_STEPS_FILE\"; }";
+
+#[test]
+fn job_mode_finishes_a_forked_job_by_its_comment_and_runs_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let mark = d.path().join("ran");
+    let mark_env = [("MARK", s(&mark))];
+    let done = "JobId=5 JobName=x\n   Comment=hadar-fork:v1;state=done;round=4;copies=0;steps=900/900;pct=100 ";
+    let out = job_mode(d.path(), done, &mark_env, &["sh", "-c", MARKING]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("900/900 steps in 4 rounds"));
+    assert!(
+        !mark.exists(),
+        "the program does not run again at the finish step"
+    );
+    let failed = done.replace("state=done", "state=failed");
+    let out = job_mode(d.path(), &failed, &mark_env, &["sh", "-c", MARKING]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failed"));
+    let active = done.replace("state=done", "state=active");
+    let out = job_mode(d.path(), &active, &mark_env, &["sh", "-c", MARKING]);
+    assert_eq!(out.status.code(), Some(1), "released too early: {out:?}");
+    assert!(!mark.exists());
+}
+
+#[test]
+fn job_mode_inside_a_copy_runs_the_program_as_is() {
+    let d = tempfile::tempdir().unwrap();
+    let mark = d.path().join("ran");
+    let out = job_mode(
+        d.path(),
+        "JobId=5 JobName=x",
+        &[
+            ("MARK", s(&mark)),
+            ("HADAR_FORK_INDEX", "1"),
+            ("HADAR_CHECKPOINT_OUT", s(&d.path().join("c"))),
+            ("HADAR_STEPS_FILE", s(&d.path().join("steps"))),
+        ],
+        &["sh", "-c", &format!("{MARKING}; exit 4")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "the program's own status: {out:?}"
+    );
+    assert!(mark.exists());
+}
+
+#[test]
+fn job_mode_without_forking_runs_one_copy_for_the_whole_job() {
+    let d = tempfile::tempdir().unwrap();
+    let mark = d.path().join("ran");
+    let record =
+        "JobId=5 JobName=x\n   AdminComment=hadar:v1 gpus=2 steps=7 fork=yes \n   Comment=(null)";
+    let out = job_mode(
+        d.path(),
+        record,
+        &[("MARK", s(&mark))],
+        &["sh", "-c", MARKING],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let r = result(&d.path().join("hadar-fork-5.json"));
+    assert_eq!(
+        (r["steps"].as_u64(), r["copies"].as_u64(), r["ok"].as_bool()),
+        (Some(7), Some(1), Some(true))
+    );
+    assert!(d.path().join("hadar-fork-5.safetensors").exists());
+    let out = job_mode(
+        d.path(),
+        "JobId=5 JobName=x",
+        &[("MARK", s(&mark))],
+        &["true"],
+    );
+    assert_eq!(out.status.code(), Some(64), "length unknown: {out:?}");
+}

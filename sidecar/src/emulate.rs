@@ -6,6 +6,11 @@
 //! through its own Slurm comment, saves a checkpoint when it receives the checkpoint signal
 //! and then waits to be requeued, and on a restart resumes from the checkpoint. It completes
 //! exactly its total steps and exits 0.
+//!
+//! Run by the fork runner (`HADAR_CHECKPOINT_OUT` set), it is one copy of a forked job
+//! instead: it trains at the rate of its copy's GPUs (`HADAR_GPU_TYPE`, `HADAR_GPUS`, set by
+//! `hadar serve`), within its step budget and deadline, writes a safetensors checkpoint and
+//! its step count, and exits 0 (see `wrappers/README.md`).
 
 use crate::Failure;
 use crate::cli::EmulateArgs;
@@ -46,6 +51,9 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
             on_checkpoint_signal as *const () as libc::sighandler_t,
         )
     };
+    if let Some(out) = std::env::var_os("HADAR_CHECKPOINT_OUT") {
+        return fork_copy(&a, &table, &job_type, Path::new(&out));
+    }
     let job_id: Option<u64> = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -157,6 +165,98 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// One copy of a forked job, under the fork-runner contract.
+fn fork_copy(
+    a: &EmulateArgs,
+    table: &hadar_formats::ThroughputTable,
+    job_type: &str,
+    out: &Path,
+) -> Result<(), Failure> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let gpus: Vec<(String, u32)> = match (&a.gpus, env("HADAR_GPU_TYPE"), env("HADAR_GPUS")) {
+        (Some(spec), _, _) => parse_gpus(spec)
+            .ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
+        (None, Some(t), Some(n)) => parse_gpus(&format!("{t}:{n}")).ok_or_else(|| {
+            Failure::input(anyhow!(
+                "HADAR_GPU_TYPE={t} HADAR_GPUS={n}: not a GPU type and count"
+            ))
+        })?,
+        _ => {
+            return Err(Failure::input(anyhow!(
+                "a forked copy needs --gpus or HADAR_GPU_TYPE and HADAR_GPUS (hadar serve sets them)"
+            )));
+        }
+    };
+    let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
+    let mut rate = f64::INFINITY;
+    for (t, _) in &gpus {
+        let r = table_rate(table, job_type, t, workers)
+            .filter(|r| *r > 0.0)
+            .ok_or_else(|| {
+                Failure::runtime(anyhow!(
+                    "{job_type} has no measured rate on {t} with {workers} workers"
+                ))
+            })?;
+        rate = rate.min(r);
+    }
+    let rate = rate * a.time_scale;
+    let number = |k: &str| -> Result<Option<f64>, Failure> {
+        match env(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(Some)
+                .ok_or_else(|| Failure::input(anyhow!("{k}={v} is not a non-negative number"))),
+        }
+    };
+    let budget = number("HADAR_STEP_BUDGET")?
+        .unwrap_or(a.steps as f64)
+        .floor();
+    let done_before = number("HADAR_STEPS_DONE")?.unwrap_or(0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let within_deadline = match number("HADAR_DEADLINE")? {
+        // Half a second is kept for writing the checkpoint.
+        Some(d) => (rate * (d - now - 0.5).max(0.0)).floor(),
+        None => f64::INFINITY,
+    };
+    let steps = budget.min(within_deadline).max(0.0);
+    std::thread::sleep(Duration::from_secs_f64(steps / rate));
+    write_safetensors(out, done_before + steps).map_err(Failure::runtime)?;
+    let steps_file = env("HADAR_STEPS_FILE")
+        .ok_or_else(|| Failure::input(anyhow!("HADAR_STEPS_FILE is not set")))?;
+    std::fs::write(&steps_file, format!("{steps}\n"))
+        .with_context(|| format!("writing {steps_file}"))
+        .map_err(Failure::runtime)?;
+    let gpu_words: Vec<String> = gpus.iter().map(|(t, c)| format!("{t}:{c}")).collect();
+    println!(
+        "hadar-emulate: copy {} of round {}: {steps} steps on {} at {rate:.4} steps/s",
+        env("HADAR_FORK_INDEX").unwrap_or_default(),
+        env("HADAR_ROUND").unwrap_or_default(),
+        gpu_words.join(",")
+    );
+    Ok(())
+}
+
+/// Writes a one-tensor safetensors file (`progress`, F64, shape [1]) atomically.
+fn write_safetensors(path: &Path, value: f64) -> anyhow::Result<()> {
+    let mut header = r#"{"progress":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}"#.to_string();
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&value.to_le_bytes());
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
 fn parse_gpus(spec: &str) -> Option<Vec<(String, u32)>> {
     spec.split(',')
         .map(|item| {
@@ -220,5 +320,19 @@ mod tests {
             Some(vec![("v100".into(), 2), ("k80".into(), 2)])
         );
         assert_eq!(parse_gpus("v100"), None);
+    }
+
+    #[test]
+    fn copy_checkpoints_are_valid_safetensors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.safetensors");
+        write_safetensors(&p, 1234.0).unwrap();
+        let c = hadar_average::Checkpoint::open(&p).unwrap();
+        assert!(c.header().tensor("progress").is_some());
+        let b = std::fs::read(&p).unwrap();
+        assert_eq!(
+            f64::from_le_bytes(b[b.len() - 8..].try_into().unwrap()),
+            1234.0
+        );
     }
 }

@@ -59,6 +59,10 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         config.slurm_conf.as_deref(),
         wake_tx,
     );
+    let forker = (config.sidecar.policy == hadar_daemon::config::PolicyChoice::Hadare).then(|| {
+        let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));
+        hadar_daemon::fork::Forker::new(Box::new(slurm.clone()), &config, me)
+    });
     let mut daemon = Daemon::new(
         slurm,
         store,
@@ -67,6 +71,9 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         now_unix(),
     )
     .map_err(Failure::runtime)?;
+    if let Some(f) = forker {
+        daemon = daemon.with_forking(f);
+    }
     tracing::info!("hadar serve: started");
     daemon.run(&STOP, &wake_rx, &now_unix);
     tracing::info!("hadar serve: stopped");
@@ -134,6 +141,38 @@ fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store
     Store::open_read_only(&path).map_err(Failure::runtime)
 }
 
+/// A forked job's tracker and rounds, for `status` and `explain`.
+fn fork_json(store: &Store, id: u64) -> Result<serde_json::Value, Failure> {
+    let Some(f) = store.fork_job(id).map_err(Failure::runtime)? else {
+        return Ok(serde_json::Value::Null);
+    };
+    let rounds = store.fork_rounds(id).map_err(Failure::runtime)?;
+    let open = rounds.iter().rev().find(|r| r.state.is_open());
+    Ok(serde_json::json!({
+        "state": f.state, "steps_done": f.steps_done, "total_steps": f.total_steps,
+        "percent": f.percent(), "next_round": f.next_round, "checkpoint": f.checkpoint,
+        "message": f.message,
+        "round": open.map(|r| r.round), "copies": open.map(|r| r.copies.len()).unwrap_or(0),
+        "comment": hadar_daemon::fork::comment(&f, open),
+        "rounds": rounds,
+    }))
+}
+
+fn fork_text(store: &Store, id: u64) -> Option<String> {
+    let f = store.fork_job(id).ok()??;
+    let open = store.open_fork_round(id).ok()?;
+    Some(match open {
+        Some(r) => format!(
+            "forked: round {}, {} copies on {}, {:.0}%",
+            r.round,
+            r.copies.len(),
+            hadar_daemon::explain::placement_words(&hadar_daemon::fork::copies_gpus(&r.copies)),
+            f.percent().floor()
+        ),
+        None => format!("forked: {}, {:.0}%", f.state.as_str(), f.percent().floor()),
+    })
+}
+
 fn job_json(r: &JobRow) -> serde_json::Value {
     serde_json::json!({
         "id": r.id, "name": r.name, "phase": r.phase, "workers": r.workers,
@@ -161,7 +200,16 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
         .filter(|j| j.phase != Phase::Finished || a.all)
         .collect();
     if a.format == Format::Json {
-        let v = serde_json::json!({ "round": round, "jobs": active.iter().map(|j| job_json(j)).collect::<Vec<_>>() });
+        let mut rows = Vec::new();
+        for j in &active {
+            let mut v = job_json(j);
+            let fork = fork_json(&store, j.id)?;
+            if !fork.is_null() {
+                v["fork"] = fork;
+            }
+            rows.push(v);
+        }
+        let v = serde_json::json!({ "round": round, "jobs": rows });
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
@@ -225,7 +273,7 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
             j.workers,
             steps,
             rate,
-            placement_text(j)
+            fork_text(&store, j.id).unwrap_or_else(|| placement_text(j))
         );
     }
     Ok(())
@@ -242,7 +290,11 @@ pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
     })?;
     let decision = store.decision(a.job).map_err(Failure::runtime)?;
     if a.format == Format::Json {
-        let v = serde_json::json!({ "job": job_json(&job), "decision": decision });
+        let mut v = serde_json::json!({ "job": job_json(&job), "decision": decision });
+        let fork = fork_json(&store, job.id)?;
+        if !fork.is_null() {
+            v["fork"] = fork;
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)?

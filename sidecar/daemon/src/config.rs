@@ -5,6 +5,7 @@
 //! `etc/hadar.toml`.
 
 use hadar_core::policies::hadar::HadarConfig;
+use hadar_core::policies::hadare::HadarEConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,10 +17,58 @@ pub struct DaemonConfig {
     pub sidecar: SidecarConfig,
     /// `[hadar]`: the Hadar policy's settings (as in `hadar simulate`).
     pub hadar: HadarConfig,
+    /// `[hadare]`: the HadarE policy's settings, used for `fork=yes` jobs under
+    /// `policy = "hadare"`.
+    pub hadare: HadarEConfig,
+    /// `[fork]`: how forked jobs run on Slurm.
+    pub fork: ForkConfig,
     /// `[slurm].managed_partitions`: the partitions whose nodes hadar schedules (empty: all).
     pub partitions: Vec<String>,
     /// `[slurm].slurm_conf`: the slurm.conf the client commands use (`SLURM_CONF`).
     pub slurm_conf: Option<PathBuf>,
+}
+
+/// Which policy schedules the jobs that opted into forking (`#HADAR fork=yes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyChoice {
+    /// Every job, `fork=yes` or not, is one gang-scheduled Slurm job placed by Hadar.
+    #[default]
+    Hadar,
+    /// Jobs without `fork=yes` are placed by Hadar as before; `fork=yes` jobs are forked by
+    /// HadarE into copies over the GPUs Hadar's plan leaves free.
+    Hadare,
+}
+
+/// `[fork]`: how forked (HadarE) jobs run on Slurm.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForkConfig {
+    /// The folder where each forked job gets its own folder (owned by the job's user) for
+    /// its script, copies' checkpoints and results and consolidated checkpoints. Must be on
+    /// a file system every node sees at the same path.
+    pub spool: PathBuf,
+    /// The fork runner (`wrappers/hadar-fork-run`) as installed on every node.
+    pub runner: PathBuf,
+    /// The `hadar` binary run (as the job's user) to average copies; unset: the daemon's own.
+    pub hadar_bin: Option<PathBuf>,
+    /// Seconds before the next round at which copies must have written their checkpoints
+    /// and exited (their deadline is round start + round_seconds - this).
+    pub deadline_margin_seconds: f64,
+    /// Rounds in a row with no successful copy after which the forked job fails.
+    pub max_failed_rounds: u32,
+}
+
+impl Default for ForkConfig {
+    fn default() -> Self {
+        ForkConfig {
+            spool: PathBuf::from("/var/spool/hadar/fork"),
+            runner: PathBuf::from("/usr/libexec/hadar/hadar-fork-run"),
+            hadar_bin: None,
+            deadline_margin_seconds: 30.0,
+            max_failed_rounds: 2,
+        }
+    }
 }
 
 /// `[sidecar]`: the daemon's own settings.
@@ -50,6 +99,11 @@ pub struct SidecarConfig {
     pub throughput_scale: f64,
     /// Weight of a new progress report in the learned rate (exponential moving average).
     pub rate_learning_weight: f64,
+    /// Start a waiting job only on the GPU type where its remaining work ends first, by a
+    /// look-ahead over the queue ([`crate::commit`]); moving it later costs a restart.
+    pub earliest_finish_types: bool,
+    /// The policy for `fork=yes` jobs: `hadar` (no forking) or `hadare`.
+    pub policy: PolicyChoice,
 }
 
 impl Default for SidecarConfig {
@@ -67,6 +121,8 @@ impl Default for SidecarConfig {
             default_rate_per_gpu: 1.0,
             throughput_scale: 1.0,
             rate_learning_weight: 0.3,
+            earliest_finish_types: true,
+            policy: PolicyChoice::Hadar,
         }
     }
 }
@@ -108,6 +164,10 @@ struct File {
     sidecar: SidecarConfig,
     #[serde(default)]
     hadar: HadarConfig,
+    #[serde(default)]
+    hadare: HadarEConfig,
+    #[serde(default)]
+    fork: ForkConfig,
 }
 
 impl DaemonConfig {
@@ -192,6 +252,23 @@ impl DaemonConfig {
                 expected: "give a signal name such as USR1",
             });
         }
+        let f = &file.fork;
+        // The margin only matters when jobs are forked; other daemons may keep short rounds.
+        range(
+            "fork.deadline_margin_seconds",
+            f.deadline_margin_seconds,
+            f.deadline_margin_seconds.is_finite()
+                && f.deadline_margin_seconds >= 0.0
+                && (s.policy != PolicyChoice::Hadare
+                    || f.deadline_margin_seconds < s.round_seconds),
+            "give 0 or more, below sidecar.round_seconds",
+        )?;
+        range(
+            "fork.max_failed_rounds",
+            f.max_failed_rounds as f64,
+            f.max_failed_rounds >= 1,
+            "give at least 1",
+        )?;
         let mut hadar = file.hadar;
         if !text_sets_max_nodes(text) {
             hadar.max_nodes_per_job = Some(1);
@@ -199,6 +276,8 @@ impl DaemonConfig {
         Ok(DaemonConfig {
             sidecar: file.sidecar,
             hadar,
+            hadare: file.hadare,
+            fork: file.fork,
             partitions: shared.managed_partitions,
             slurm_conf: shared.slurm_conf,
         })
@@ -240,6 +319,10 @@ mod tests {
         assert_eq!(c.sidecar.state, PathBuf::from("/tmp/s.db"));
         assert!(!c.hadar.stickiness);
         assert_eq!(c.partitions, vec!["gpu"]);
+        assert!(c.sidecar.earliest_finish_types, "on by default");
+        let c =
+            DaemonConfig::parse("h.toml", "[sidecar]\nearliest_finish_types = false\n").unwrap();
+        assert!(!c.sidecar.earliest_finish_types);
     }
 
     #[test]
@@ -255,6 +338,36 @@ mod tests {
             }
         );
         assert_eq!(c.partitions, vec!["gpu"]);
+        assert_eq!(c.hadare, HadarEConfig::default());
+        assert_eq!(c.fork, ForkConfig::default());
+    }
+
+    #[test]
+    fn the_policy_and_fork_settings_are_read_and_checked() {
+        let c = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\npolicy = \"hadare\"\nround_seconds = 10\n[fork]\nspool = \"/s\"\ndeadline_margin_seconds = 3\n[hadare]\nmax_copies = 2\n",
+        )
+        .unwrap();
+        assert_eq!(c.sidecar.policy, PolicyChoice::Hadare);
+        assert_eq!(c.fork.spool, PathBuf::from("/s"));
+        assert_eq!(c.fork.deadline_margin_seconds, 3.0);
+        assert_eq!(c.hadare.max_copies, 2);
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"gavel\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gavel"), "{e}");
+        let e = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\npolicy = \"hadare\"\nround_seconds = 10\n[fork]\ndeadline_margin_seconds = 10\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("fork.deadline_margin_seconds"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[fork]\nspoool = \"/s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spoool"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! once at a time; only a requeue, which the daemon does after a checkpoint, reruns it).
 
 use crate::actions::{self, Action};
+use crate::commit;
 use crate::config::DaemonConfig;
+use crate::fork::Forker;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateSource};
 use crate::{explain, faults, view};
@@ -19,7 +21,7 @@ use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -128,6 +130,7 @@ pub struct Daemon<S: SlurmApi> {
     /// The number of this run's first round (its adoption report is logged).
     first_round: u64,
     refused: HashSet<u64>,
+    fork: Option<Forker>,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -168,7 +171,15 @@ impl<S: SlurmApi> Daemon<S> {
             round,
             first_round: round + 1,
             refused: HashSet::new(),
+            fork: None,
         })
+    }
+
+    /// Runs `fork=yes` jobs as forked copies with this fork pass (`policy = "hadare"`);
+    /// without it they are scheduled like every other job.
+    pub fn with_forking(mut self, forker: Forker) -> Self {
+        self.fork = Some(forker);
+        self
     }
 
     /// The store (for reports and tests).
@@ -306,6 +317,30 @@ impl<S: SlurmApi> Daemon<S> {
                 specs.insert(r.id, s);
             }
         }
+        // Forked jobs are the fork pass's: their open rounds move on before planning.
+        let owned: BTreeSet<u64> = match &self.fork {
+            Some(f) => f.owned(&self.store, &rows, &specs)?,
+            None => BTreeSet::new(),
+        };
+        let mut fork_actions = Vec::new();
+        if let Some(f) = self.fork.as_mut() {
+            fork_actions = f.advance(
+                &mut self.store,
+                &mut rows,
+                &owned,
+                &slurm_jobs,
+                now_unix,
+                self.epoch,
+            );
+            self.store.write(|w| {
+                for id in &owned {
+                    if let Some(r) = rows.get(id) {
+                        w.put_job(r)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
         let alpha = self.config.sidecar.rate_learning_weight;
         let learn: Vec<(u64, String, u32, f64)> = events
             .iter()
@@ -354,8 +389,12 @@ impl<S: SlurmApi> Daemon<S> {
         let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> =
             BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
+        let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
-            for r in rows.values().filter(|r| r.phase != Phase::Finished) {
+            for r in rows
+                .values()
+                .filter(|r| r.phase != Phase::Finished && !owned.contains(&r.id))
+            {
                 let Some(spec) = specs.get(&r.id) else {
                     continue;
                 };
@@ -391,6 +430,17 @@ impl<S: SlurmApi> Daemon<S> {
                 states.push(js);
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
+            if self.config.sidecar.earliest_finish_types {
+                commitments = self.commit_first_starts(
+                    cluster,
+                    &cv.types,
+                    &mut states,
+                    &rows,
+                    &specs,
+                    &mut origins_by_job,
+                    now_s,
+                )?;
+            }
         }
         let hadar_config: HadarConfig = self.config.hadar.clone();
         let t0 = Instant::now();
@@ -453,7 +503,12 @@ impl<S: SlurmApi> Daemon<S> {
         }
 
         // Enforce.
-        let mut todo = actions::plan(&rows, &planned);
+        let gang_rows: BTreeMap<u64, JobRow> = rows
+            .iter()
+            .filter(|(id, _)| !owned.contains(id))
+            .map(|(id, r)| (*id, r.clone()))
+            .collect();
+        let mut todo = actions::plan(&gang_rows, &planned);
         // A job on a node that is down or not responding can neither checkpoint nor be
         // requeued by us (a requeue sent then was seen to leave the job started elsewhere
         // without its GPUs); Slurm requeues it itself when it declares the node dead, and it
@@ -483,15 +538,66 @@ impl<S: SlurmApi> Daemon<S> {
         });
         faults::reached("round-planned");
         let enforce_started = Instant::now();
-        let done = self.enforce(round, &todo, &mut rows, &typed)?;
+        let mut done = self.enforce(round, &todo, &mut rows, &typed)?;
         let enforce_ms = enforce_started.elapsed().as_secs_f64() * 1000.0;
+
+        // Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
+        let mut fork_decisions = BTreeMap::new();
+        if let Some(f) = self.fork.as_mut() {
+            let mut occupied: Vec<(String, String, u32)> = slurm_jobs
+                .iter()
+                .filter(|j| {
+                    matches!(
+                        j.status,
+                        JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                    )
+                })
+                .flat_map(|j| j.gpu_parts())
+                .collect();
+            for (id, gpus) in &planned {
+                if rows.get(id).is_some_and(|r| r.phase != Phase::Running) {
+                    for (node, per_type) in gpus {
+                        for (t, c) in per_type {
+                            occupied.push((node.clone(), t.clone(), *c));
+                        }
+                    }
+                }
+            }
+            let priors = Priors {
+                default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
+                throughput_scale: self.config.sidecar.throughput_scale,
+            };
+            let (started, decided) = f.start_rounds(
+                &mut self.store,
+                &rows,
+                &specs,
+                &owned,
+                &nodes,
+                &slurm_jobs,
+                &occupied,
+                &self.table,
+                &priors,
+                now_unix,
+                self.epoch,
+            );
+            fork_actions.extend(started);
+            fork_decisions = decided;
+        }
+        for (job, action, outcome) in &fork_actions {
+            tracing::info!(job, action = %action, "{outcome}");
+        }
+        done.extend(fork_actions);
 
         // Record the round.
         let mut summary = RoundRow {
             round,
             started_s: now_s,
             decision_ms,
-            policy: "hadar".into(),
+            policy: if self.fork.is_some() {
+                "hadar+hadare".into()
+            } else {
+                "hadar".into()
+            },
             ..Default::default()
         };
         summary.unusable_nodes = cv.unusable.clone();
@@ -547,6 +653,14 @@ impl<S: SlurmApi> Daemon<S> {
             &cv.unusable,
             &before,
         );
+        for (job, f) in &fork_decisions {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+                d.runs = f.placement.is_some();
+                d.placement = f.placement.clone();
+                d.wait_reason = None;
+                d.text = f.text.clone();
+            }
+        }
         for (job, why) in &unenforceable {
             if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
                 d.runs = false;
@@ -554,14 +668,28 @@ impl<S: SlurmApi> Daemon<S> {
                 d.text = format!("waits: Hadar's best placement for it, {why}");
             }
         }
+        for (job, c) in commitments.iter().filter(|(_, c)| !c.starts_now(now_s)) {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == *job && !d.runs) {
+                let rates = origins_by_job
+                    .get(job)
+                    .map(|o| explain::rates_words(o))
+                    .unwrap_or_default();
+                d.text =
+                    explain::committed(&c.gpu_type, c.start_s - now_s, c.finish_s - now_s, &rates);
+            }
+        }
         self.store.write(|w| {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &round.to_string())
         })?;
         faults::reached("round-recorded");
+        let deferred = commitments
+            .values()
+            .filter(|c| !c.starts_now(now_s))
+            .count();
         Ok(RoundReport {
             round,
-            active: states.len(),
+            active: states.len() + deferred,
             actions: done,
             decision_ms,
             read_ms,
@@ -625,6 +753,84 @@ impl<S: SlurmApi> Daemon<S> {
             self.close(action, &text, rows.get(&job))?;
         }
         Ok(())
+    }
+
+    /// Restricts each waiting job not held to types to the GPU type the look-ahead over the
+    /// queue ([`commit`]) chooses for it, and returns the choices. Moving a job later costs a
+    /// checkpoint, a requeue and a restart, so it may use only the type where its remaining
+    /// work ends first; one the look-ahead starts only in a later round is left out of
+    /// `states`, so that jobs after it do not take the GPUs it waits for (as Slurm's backfill
+    /// reserves them); a started job not held to types keeps its current types.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn commit_first_starts(
+        &self,
+        cluster: &hadar_core::Cluster,
+        types: &[String],
+        states: &mut Vec<JobState>,
+        rows: &BTreeMap<u64, JobRow>,
+        specs: &BTreeMap<u64, JobSpec>,
+        origins_by_job: &mut BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>>,
+        now_s: f64,
+    ) -> Result<BTreeMap<u64, commit::Choice>, DaemonError> {
+        let (nodes, busy, queue) = commit::inputs(cluster, states, rows, now_s);
+        let mut commitments = commit::best_schedule(
+            &nodes,
+            &busy,
+            &queue,
+            now_s,
+            self.config.sidecar.round_seconds,
+        );
+        commitments.retain(|id, _| {
+            rows.get(id)
+                .is_some_and(|r| r.phase == Phase::Waiting && r.bound_types.is_none())
+        });
+        states.retain(|js| {
+            commitments
+                .get(&js.id().0)
+                .is_none_or(|c| c.starts_now(now_s))
+        });
+        for js in states.iter_mut() {
+            let id = js.id().0;
+            let Some(own) = specs.get(&id) else {
+                continue;
+            };
+            let Some(choice) = commitments.get(&id) else {
+                // A started job keeps its types, as the look-ahead counted on: moving it to
+                // GPUs the look-ahead keeps for a waiting job would undo both choices.
+                if let Some(kept) = rows.get(&id).and_then(commit::kept_types) {
+                    let spec = bind_types(own, Some(&kept));
+                    let learned = self.store.learned_rates(id)?;
+                    let (throughput, origins) =
+                        spec::profile(&spec, types, &learned, &self.table, &self.priors());
+                    origins_by_job.insert(id, origins);
+                    js.job = Arc::new(Job {
+                        throughput,
+                        ..(*js.job).clone()
+                    });
+                }
+                continue;
+            };
+            let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
+            let learned = self.store.learned_rates(id)?;
+            let (throughput, origins) =
+                spec::profile(&spec, types, &learned, &self.table, &self.priors());
+            origins_by_job.insert(id, origins);
+            js.job = Arc::new(Job {
+                throughput,
+                ..(*js.job).clone()
+            });
+            // The GPUs the look-ahead starts it on are given to the plan as the job's
+            // placement, as for a job being started: the plan holds them for it until its
+            // turn and keeps it there unless moving gains more than a restart, so the plan
+            // packs jobs as the look-ahead did (a job starting now on other GPUs could leave a
+            // larger one that was counted on no room).
+            let gpus: NodeGpus = vec![(
+                choice.node.clone(),
+                vec![(choice.gpu_type.clone(), js.job.workers)],
+            )];
+            js.placement = view::to_placement(cluster, &gpus);
+        }
+        Ok(commitments)
     }
 
     fn log_events(&mut self, events: &[Event]) {

@@ -79,6 +79,24 @@ pub fn waits(reason: &WaitReason, rates: &str) -> String {
     format!("{why}. Throughput used: {rates}.")
 }
 
+/// Why a job waits for one GPU type ([`crate::commit`]): `start_in` and `end_in` are seconds
+/// from now in the look-ahead over the queue.
+pub fn committed(gpu_type: &str, start_in: f64, end_in: f64, rates: &str) -> String {
+    let when = if start_in.is_finite() && end_in.is_finite() {
+        format!(
+            "it would start there in about {:.0} s and end in about {:.0} s",
+            start_in.max(0.0),
+            end_in.max(0.0)
+        )
+    } else {
+        "the jobs holding those GPUs report no rate yet, and every other type would still end later"
+            .to_string()
+    };
+    format!(
+        "waits for {gpu_type}: looking ahead over the queue, {when}, sooner than on any other type it could start on now or later (moving it once started would cost a checkpoint and a restart). Throughput used: {rates}."
+    )
+}
+
 /// Why every job waits when no GPU is usable.
 pub fn no_cluster(unusable: &[(String, String)]) -> String {
     let nodes: Vec<String> = unusable.iter().map(|(n, s)| format!("{n} {s}")).collect();
@@ -125,5 +143,14 @@ mod tests {
             w.contains("costs 2.000, more than its utility 1.000"),
             "{w}"
         );
+        let c = committed("v100", 12.4, 40.0, &r);
+        assert!(
+            c.starts_with("waits for v100: ")
+                && c.contains("start there in about 12 s and end in about 40 s")
+                && c.ends_with("(cannot or may not run there)."),
+            "{c}"
+        );
+        let c = committed("v100", f64::INFINITY, f64::INFINITY, &r);
+        assert!(c.contains("report no rate yet"), "{c}");
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! `HADAR_FAULT_KILL_AT=POINT[:N]` in the daemon's environment kills it (SIGKILL, as the
 //! kernel's OOM killer or a power cut would: no destructor, no flush beyond what is already
-//! written) the Nth time (default: the first) it reaches POINT, one of [`POINTS`]. Unset, the
+//! written) the Nth time (default: the first) it reaches POINT, one of [`POINTS`] or [`FORK_POINTS`]. Unset, the
 //! check is one relaxed atomic load per point. An admin never sets it; an unknown point name
 //! is refused when the daemon starts rather than silently never firing.
 
@@ -39,6 +39,19 @@ pub const POINTS: &[&str] = &[
     "round-recorded",
 ];
 
+/// The crash points of the fork pass (`policy = "hadare"`), reached only by rounds that fork
+/// jobs; kept apart from [`POINTS`], which every round reaches.
+pub const FORK_POINTS: &[&str] = &[
+    // A forked job's round: after it is written (submitting), before its copy job is submitted.
+    "fork-round-written",
+    // A forked job's round: after its copy job is submitted, before its id is recorded.
+    "fork-copies-submitted",
+    // A forked job's round: after its copies are averaged, before the round is counted.
+    "fork-averaged",
+    // A forked job's round: after the round is counted.
+    "fork-counted",
+];
+
 /// The variable that arms a crash point.
 pub const ENV: &str = "HADAR_FAULT_KILL_AT";
 
@@ -52,7 +65,7 @@ static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
 
 /// Why `HADAR_FAULT_KILL_AT` was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("{ENV}={value}: {why}; points: {points}", points = POINTS.join(", "))]
+#[error("{ENV}={value}: {why}; points: {points}", points = [POINTS, FORK_POINTS].concat().join(", "))]
 pub struct FaultSpecError {
     value: String,
     why: &'static str,
@@ -77,6 +90,7 @@ fn parse(value: &str) -> Result<Armed, FaultSpecError> {
     }
     let point = POINTS
         .iter()
+        .chain(FORK_POINTS)
         .find(|p| **p == name.trim())
         .ok_or_else(|| err("not a crash point"))?;
     Ok(Armed {
@@ -98,7 +112,10 @@ pub fn arm_from_env() -> Result<Option<&'static str>, FaultSpecError> {
 
 /// Marks that the daemon reached `point`; kills the process if this is the armed visit.
 pub fn reached(point: &'static str) {
-    debug_assert!(POINTS.contains(&point), "unknown crash point {point}");
+    debug_assert!(
+        POINTS.contains(&point) || FORK_POINTS.contains(&point),
+        "unknown crash point {point}"
+    );
     let Some(Some(armed)) = ARMED.get() else {
         return;
     };
@@ -129,6 +146,7 @@ mod tests {
             "{e}"
         );
         assert!(parse("round-read:0").is_err());
+        assert_eq!(parse("fork-averaged").unwrap().point, "fork-averaged");
         assert!(parse("round-read:x").is_err());
     }
 }

@@ -4,18 +4,22 @@
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
+//! * [`commit`]: which GPU type a waiting job may start on (a start is a commitment).
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
+pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod explain;
 pub mod faults;
+pub mod fork;
 pub mod notices;
 pub mod progress;
 pub mod reconcile;

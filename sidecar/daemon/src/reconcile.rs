@@ -114,6 +114,7 @@ pub fn reconcile(
                 let mut row =
                     JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
+                row.group_id = sj.group_id;
                 rows.insert(sj.id, row);
                 fresh.insert(sj.id);
                 events.push(Event::New(sj.id));
@@ -145,6 +146,9 @@ pub fn reconcile(
             continue;
         }
         row.restarts = sj.restarts;
+        if row.group_id.is_none() {
+            row.group_id = sj.group_id;
+        }
         if row.bound_types.is_none() {
             // A typed request the store has no record of (a crash right after Slurm took it,
             // a rebuilt database) binds the job all the same: read it back from Slurm.
@@ -251,6 +255,7 @@ mod tests {
             id,
             name: format!("j{id}"),
             user_id: Some(0),
+            group_id: None,
             status,
             reason: Some(if held {
                 "JobHeldUser".into()
@@ -282,6 +287,7 @@ mod tests {
             job_type: None,
             hints: vec![],
             gpu_types: None,
+            fork: false,
         })
     }
 

@@ -28,6 +28,9 @@ pub struct JobSpec {
     pub hints: Vec<(String, f64)>,
     /// The only GPU types it may use, when it restricted them.
     pub gpu_types: Option<Vec<String>>,
+    /// True when it opted into forking (`fork=yes`): under `policy = "hadare"` it runs as
+    /// copies, otherwise as one job.
+    pub fork: bool,
 }
 
 impl JobSpec {
@@ -62,6 +65,7 @@ impl JobSpec {
                 .map(|h| (h.gpu_type, h.rate))
                 .collect(),
             gpu_types: d.gpu_types,
+            fork: d.may_fork.unwrap_or(false),
         })
     }
 }
@@ -315,6 +319,7 @@ mod tests {
             job_type: Some("resnet18-b64".into()),
             hints: vec![],
             gpu_types: None,
+            fork: false,
         };
         let (p, origins) = profile(
             &spec,
@@ -348,6 +353,7 @@ mod tests {
             job_type: Some("resnet18-b64".into()),
             hints: vec![],
             gpu_types: None,
+            fork: false,
         };
         let (p, _) = profile(&spec, &types(), &[], &t, &PRIORS);
         let two = t.rate("ResNet-18 (batch size 64)", "v100", 2).unwrap();
@@ -363,6 +369,7 @@ mod tests {
             job_type: Some("a3c".into()),
             hints: vec![("p100".into(), 7.0)],
             gpu_types: None,
+            fork: false,
         };
         let learned = vec![LearnedRate {
             job: 1,
@@ -382,6 +389,7 @@ mod tests {
             job_type: None,
             hints: vec![],
             gpu_types: None,
+            fork: false,
         };
         let (p, origins) = profile(&blank, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(1), 4), Some(4.0));

@@ -49,6 +49,7 @@ impl FakeSlurm {
             id,
             name: format!("job{id}"),
             user_id: Some(1000),
+            group_id: None,
             status: JobStatus::Pending,
             reason: Some("JobHeldUser".into()),
             priority: Some(0),
@@ -189,10 +190,14 @@ fn config() -> DaemonConfig {
 }
 
 fn daemon(slurm: &FakeSlurm, store: Store) -> Daemon<FakeSlurm> {
+    daemon_with(slurm, store, config())
+}
+
+fn daemon_with(slurm: &FakeSlurm, store: Store, config: DaemonConfig) -> Daemon<FakeSlurm> {
     Daemon::new(
         slurm.clone(),
         store,
-        config(),
+        config,
         Box::new(JobSpec::from_record),
         1_000_000.0,
     )
@@ -368,6 +373,118 @@ fn unmanaged_jobs_keep_their_gpus_out_of_the_plan() {
     );
     let dec = d.store().decision(1).unwrap().unwrap();
     assert!(!dec.runs && dec.text.starts_with("waits"), "{}", dec.text);
+}
+
+fn started(r: &hadar_daemon::RoundReport) -> Vec<u64> {
+    r.actions
+        .iter()
+        .filter(|a| a.1 == "start" && a.2 == "ok")
+        .map(|a| a.0)
+        .collect()
+}
+
+#[test]
+fn a_job_that_never_ran_waits_for_its_fast_type_unless_a_slow_one_ends_first() {
+    // Three 4-GPU jobs of 1000 steps: 25 s on n1's four V100s. Job 2 would take 250 s on
+    // P100 or K80, so it waits for job 1's V100s (free in 25 s, taken at the next round, so
+    // it ends in 51 s); job 3 runs at 8 steps/s per P100 (31 s), which ends before it could
+    // get the V100s after job 2 (in 77 s).
+    let submit = |slurm: &FakeSlurm| {
+        slurm.submit(
+            1,
+            "hadar:v1 gpus=4 steps=1000 throughput=v100:10,p100:1,k80:1",
+        );
+        slurm.submit(
+            2,
+            "hadar:v1 gpus=4 steps=1000 throughput=v100:10,p100:1,k80:1",
+        );
+        slurm.submit(
+            3,
+            "hadar:v1 gpus=4 steps=1000 throughput=v100:10,p100:8,k80:1",
+        );
+    };
+    let slurm = FakeSlurm::testbed();
+    submit(&slurm);
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert_eq!(started(&r), vec![1, 3], "{r:?}");
+    slurm.schedule();
+    assert_eq!(slurm.alloc(1)[0].gpus, vec![("v100".to_string(), 4)]);
+    assert_eq!(slurm.alloc(3)[0].gpus, vec![("p100".to_string(), 4)]);
+    let dec = d.store().decision(2).unwrap().unwrap();
+    assert!(
+        !dec.runs
+            && dec.text.starts_with("waits for v100: ")
+            && dec
+                .text
+                .contains("start there in about 26 s and end in about 51 s"),
+        "{}",
+        dec.text
+    );
+    assert_eq!(d.store().job(2).unwrap().unwrap().bound_types, None);
+    // Once job 1 ends, job 2 gets the V100s.
+    slurm.finish(1);
+    let r = d.round(1_000_026.0).unwrap();
+    assert_eq!(started(&r), vec![2], "{r:?}");
+    slurm.schedule();
+    assert_eq!(slurm.alloc(2)[0].node, "n1");
+
+    // Without the look-ahead, Hadar's work conservation starts job 2 at once with slow GPUs
+    // (at their pace), whose types Slurm keeps for its whole run.
+    let slurm = FakeSlurm::testbed();
+    submit(&slurm);
+    let off = DaemonConfig::parse(
+        "test.toml",
+        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\nearliest_finish_types = false\n",
+    )
+    .unwrap();
+    let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), off);
+    let r = d.round(1_000_001.0).unwrap();
+    assert!(started(&r).contains(&2), "{r:?}");
+    slurm.schedule();
+    assert!(
+        slurm.alloc(2)[0].gpus.iter().any(|(t, _)| t != "v100"),
+        "{:?}",
+        slurm.alloc(2)
+    );
+}
+
+#[test]
+fn a_started_job_keeps_its_type_when_a_faster_one_frees_up() {
+    // Job 1 takes n1's four V100s, job 3 n4's two; job 2 ends sooner on two P100s now
+    // (62.5 s) than after job 1 (77 s). When job 1 ends, the V100s would make job 2 faster,
+    // and with no restart cost Hadar's plan would move it there; the look-ahead, which
+    // counted on it staying, keeps it.
+    let run = || {
+        let slurm = FakeSlurm::testbed();
+        slurm.submit(
+            1,
+            "hadar:v1 gpus=4 steps=1000 throughput=v100:10,p100:1,k80:1",
+        );
+        slurm.submit(
+            2,
+            "hadar:v1 gpus=2 steps=1000 throughput=v100:10,p100:8,k80:1",
+        );
+        slurm.submit(3, "hadar:v1 gpus=2 steps=1000 gpu-types=v100");
+        let config = DaemonConfig::parse(
+            "test.toml",
+            "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\nrestart_seconds = 0\n",
+        )
+        .unwrap();
+        let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
+        d.round(1_000_001.0).unwrap();
+        slurm.schedule();
+        d.round(1_000_002.0).unwrap();
+        let on_p100 = slurm
+            .alloc(2)
+            .first()
+            .is_some_and(|a| a.gpus[0].0 == "p100");
+        slurm.finish(1);
+        let r = d.round(1_000_027.0).unwrap();
+        let moved = r.actions.iter().any(|a| a.0 == 2 && a.1 == "preempt");
+        (on_p100, moved)
+    };
+    assert_eq!(run(), (true, false), "kept on its P100s");
 }
 
 fn dummy(id: u64) -> SlurmJob {

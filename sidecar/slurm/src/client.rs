@@ -324,6 +324,48 @@ impl Slurm {
             .map(|_| ())
     }
 
+    /// Submits the batch script at `script` on behalf of user `uid` and group `gid` (root
+    /// only: `sbatch --uid --gid`), from working directory `workdir`; returns the new job's
+    /// id. The job runs as that user, never as root.
+    pub fn submit_as(
+        &self,
+        uid: u32,
+        gid: u32,
+        script: &std::path::Path,
+        workdir: &std::path::Path,
+    ) -> Result<u64, SlurmError> {
+        let out = self.run(
+            "sbatch",
+            &[
+                "--parsable".into(),
+                format!("--uid={uid}"),
+                format!("--gid={gid}"),
+                format!("--chdir={}", workdir.display()),
+                script.display().to_string(),
+            ],
+        )?;
+        let first = out.trim().split(';').next().unwrap_or("").trim();
+        first.parse().map_err(|_| SlurmError::Parse {
+            what: "sbatch --parsable",
+            detail: format!("expected a job id, got {:?}", out.trim()),
+        })
+    }
+
+    /// Cancels a job (every component of a heterogeneous job).
+    pub fn cancel(&self, id: u64) -> Result<(), SlurmError> {
+        Ok(self.run("scancel", &[id.to_string()]).map(|_| ())?)
+    }
+
+    /// The batch script a job was submitted with (`scontrol write batch_script ID -`).
+    pub fn batch_script(&self, id: u64) -> Result<String, SlurmError> {
+        self.scontrol(&[
+            "write".into(),
+            "batch_script".into(),
+            id.to_string(),
+            "-".into(),
+        ])
+    }
+
     /// Sets a job's `Comment` (the job's own progress channel; also what a job's owner may do).
     pub fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
         self.scontrol(&[

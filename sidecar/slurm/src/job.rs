@@ -109,6 +109,8 @@ pub struct SlurmJob {
     pub name: String,
     /// The numeric user id (from `UserId=name(uid)`).
     pub user_id: Option<u32>,
+    /// The numeric group id (from `GroupId=name(gid)`).
+    pub group_id: Option<u32>,
     /// `JobState`.
     pub status: JobStatus,
     /// `Reason` (`JobHeldUser`, `Resources`, `None`, ...).
@@ -251,6 +253,10 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         .value("UserId")
         .and_then(|u| u.rsplit_once('('))
         .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
+    let group_id = r
+        .value("GroupId")
+        .and_then(|u| u.rsplit_once('('))
+        .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
     let nodes = match r.value("NodeList") {
         Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
         None => Vec::new(),
@@ -279,6 +285,7 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         id,
         name: r.get("JobName").unwrap_or("").to_string(),
         user_id,
+        group_id,
         status,
         reason: r.value("Reason").map(str::to_string),
         priority: r.value("Priority").and_then(|p| p.parse().ok()),

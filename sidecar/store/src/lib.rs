@@ -4,9 +4,11 @@
 //! what Slurm does not: each managed job's progress and service so far, the rates learned
 //! from its progress reports, the intent of every action before it is carried out (so a
 //! restarted daemon knows what it may have left half done), and each round's plan with its
-//! reasons (which `hadar status` and `hadar explain` read). The schema carries a version;
-//! every write is one transaction.
+//! reasons (which `hadar status` and `hadar explain` read), and the Job Tracker of forked
+//! (HadarE) jobs ([`fork`]). The schema carries a version and older databases are migrated
+//! in place; every write is one transaction.
 
+pub mod fork;
 mod schema;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, RoundState};
 pub use schema::SCHEMA_VERSION;
 
 /// What went wrong with the state database.
@@ -92,6 +95,9 @@ pub struct JobRow {
     pub id: u64,
     /// The owner's numeric user id, when known.
     pub user_id: Option<u32>,
+    /// The owner's numeric group id, when known.
+    #[serde(default)]
+    pub group_id: Option<u32>,
     /// The job's name.
     pub name: String,
     /// The hadar record from the job's AdminComment.
@@ -154,6 +160,7 @@ impl JobRow {
         JobRow {
             id,
             user_id: None,
+            group_id: None,
             name,
             record,
             workers,
@@ -335,10 +342,31 @@ impl Store {
         if !has_meta {
             tx.execute_batch(schema::CREATE).map_err(err)?;
             tx.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?1)",
-                params![SCHEMA_VERSION.to_string()],
+                "INSERT INTO meta(key, value) VALUES ('schema_version', '1')",
+                [],
             )
             .map_err(err)?;
+        }
+        let mut version: i64 = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(err)?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1);
+        for (from, sql) in schema::MIGRATIONS {
+            if version == *from {
+                tx.execute_batch(sql).map_err(err)?;
+                version = from + 1;
+                tx.execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                    params![version.to_string()],
+                )
+                .map_err(err)?;
+            }
         }
         tx.commit().map_err(err)?;
         store.check_version()?;

@@ -1,10 +1,12 @@
-//! The database schema. Bump [`SCHEMA_VERSION`] on any change; an older or newer database is
-//! refused rather than misread.
+//! The database schema. Bump [`SCHEMA_VERSION`] on any change and add the step from the
+//! previous version to [`MIGRATIONS`]: an older database is migrated in place, in one
+//! transaction, when the daemon opens it; a newer one is refused rather than misread.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
-/// Creates every table (run once, in the transaction that creates the database).
+/// Creates every table of version 1 (run once, in the transaction that creates the
+/// database; the migrations then bring it to [`SCHEMA_VERSION`]).
 pub const CREATE: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE jobs (id INTEGER PRIMARY KEY, phase TEXT NOT NULL, data TEXT NOT NULL);
@@ -19,3 +21,17 @@ CREATE TABLE intents (
 CREATE TABLE rounds (round INTEGER PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE decisions (job INTEGER PRIMARY KEY, data TEXT NOT NULL);
 ";
+
+/// `(from version, SQL that brings it to from + 1)`, in order.
+pub const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    // Version 2: the persisted Job Tracker of forked (HadarE) jobs: one row per logical job
+    // (its aggregated steps and latest consolidated checkpoint) and one per (job, round)
+    // (copies, nodes, types, steps, checkpoints, consolidation weights).
+    "
+CREATE TABLE fork_jobs (job INTEGER PRIMARY KEY, state TEXT NOT NULL, data TEXT NOT NULL);
+CREATE TABLE fork_rounds (
+    job INTEGER NOT NULL, round INTEGER NOT NULL, state TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job, round));
+",
+)];

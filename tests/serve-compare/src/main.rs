@@ -11,6 +11,12 @@
 //! Usage: `hadar-serve-compare --hadar PATH [--jobs N] [--time-scale X] [--seed N]
 //! [--format table|json]`; run it as root on a machine with Slurm installed
 //! (`tests/install-deps`), from the repository root.
+//!
+//! With `--policies hadar,hadare --trace FILE` it instead runs the jobs of a Gavel trace
+//! (e.g. `tests/data/few-jobs.trace`) twice by `hadar serve`: with `policy = "hadar"` (each
+//! job one gang-scheduled Slurm job) and with `policy = "hadare"` (each job `fork=yes`, run
+//! as rounds of copies through the fork runner and averaged), and prints makespan, average
+//! JCT and GPU utilisation of each (see [`trace_mode`]).
 
 use hadar_daemon::spec::{short_name, table_rate};
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
@@ -37,6 +43,10 @@ struct RunResult {
 
 struct Args {
     hadar: PathBuf,
+    trace: Option<PathBuf>,
+    policies: bool,
+    longest_s: f64,
+    round_s: f64,
     jobs: usize,
     time_scale: f64,
     seed: u64,
@@ -46,6 +56,10 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         hadar: PathBuf::from("target/debug/hadar"),
+        trace: None,
+        policies: false,
+        longest_s: 120.0,
+        round_s: 10.0,
         jobs: 16,
         time_scale: 10.0,
         seed: 1,
@@ -72,8 +86,33 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| "--seed: give a whole number".to_string())?
             }
             "--format" => a.json = v()? == "json",
+            "--trace" => a.trace = Some(PathBuf::from(v()?)),
+            "--policies" => {
+                let p = v()?;
+                if p != "hadar,hadare" {
+                    return Err(format!("--policies {p}: only hadar,hadare is supported"));
+                }
+                a.policies = true;
+            }
+            "--longest" => {
+                a.longest_s = v()?
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite() && *x > 0.0)
+                    .ok_or("--longest: give a positive number of seconds")?
+            }
+            "--round" => {
+                a.round_s = v()?
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite() && *x >= 4.0)
+                    .ok_or("--round: give at least 4 seconds")?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.policies != a.trace.is_some() {
+        return Err("--policies hadar,hadare and --trace FILE go together".into());
     }
     if a.jobs < 1 || a.time_scale.is_nan() || a.time_scale <= 0.0 {
         return Err("--jobs must be at least 1 and --time-scale positive".into());
@@ -228,6 +267,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.policies {
+        return trace_mode(&a);
+    }
     let work = workload(a.jobs, a.seed, a.time_scale);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let options = Options {
@@ -304,9 +346,310 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// ----- Hadar vs HadarE on a trace -----
+
+/// One job of a trace.
+#[derive(Clone, Debug, PartialEq)]
+struct TraceJob {
+    job_type: String,
+    workers: u32,
+    steps: u64,
+    /// Seconds alone on its fastest type, unscaled.
+    fastest_s: f64,
+}
+
+/// The jobs of a Gavel trace on the test cluster's types (arrival times are ignored: every
+/// job is submitted at once).
+fn trace_jobs(text: &str, origin: &str) -> Result<Vec<TraceJob>, String> {
+    let table = hadar_formats::embedded::throughputs().map_err(|e| e.to_string())?;
+    let types: Vec<String> = ["v100", "p100", "k80"]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let cluster = hadar_core::Cluster::from_type_counts(
+        &types.iter().map(|t| (t.clone(), 4)).collect::<Vec<_>>(),
+        4,
+    )
+    .map_err(|e| e.to_string())?;
+    let jobs = hadar_formats::trace::parse_trace(text, origin, &table, &cluster)
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for j in jobs {
+        let best = types
+            .iter()
+            .filter_map(|t| table_rate(&table, &j.kind, t, j.workers))
+            .fold(0.0f64, f64::max);
+        if best <= 0.0 {
+            return Err(format!(
+                "{origin}: {} cannot run on the test cluster",
+                j.kind
+            ));
+        }
+        out.push(TraceJob {
+            job_type: short_name(&j.kind),
+            workers: j.workers,
+            steps: j.total_steps.round() as u64,
+            fastest_s: j.total_steps / best,
+        });
+    }
+    Ok(out)
+}
+
+/// Makespan, average JCT and GPU utilisation of one run.
+#[derive(Clone, Debug)]
+struct PolicyResult {
+    makespan_s: f64,
+    avg_jct_s: f64,
+    utilisation: f64,
+}
+
+/// Runs the trace with `hadar serve` under `policy` and measures it. GPU utilisation is the mean, over
+/// one-second samples from the first submission to the last completion, of the GPUs that
+/// Slurm shows allocated to running jobs (gang jobs or copies) over all GPUs.
+fn run_policy(
+    bed: &Testbed,
+    a: &Args,
+    jobs: &[TraceJob],
+    scale: f64,
+    forked: bool,
+) -> Result<PolicyResult, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let policy = if forked { "hadare" } else { "hadar" };
+    let dir = bed.path(&format!("cmp-{policy}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| e.to_string())?;
+    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wrappers/hadar-fork-run");
+    let runner =
+        std::fs::canonicalize(&runner).map_err(|e| format!("{}: {e}", runner.display()))?;
+    let config = bed.path(&format!("etc/compare-{policy}.toml"));
+    let state = dir.join("state.db");
+    let text = format!(
+        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = {}\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {scale}\npolicy = \"{policy}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
+        bed.path("etc/slurm.conf").display(),
+        bed.path("run/hadar.sock").display(),
+        state.display(),
+        a.round_s,
+        dir.join("spool").display(),
+        runner.display(),
+    );
+    std::fs::write(&config, text).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
+    let mut daemon = Command::new(&a.hadar)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("HADAR_LOG", "info")
+        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("starting hadar serve: {e}"))?;
+    let result = submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner);
+    // Whatever happened, no job of this run may outlive it (job processes survive their
+    // slurmd on this test cluster and would report into the next run's jobs).
+    let _ = bed.cancel_all();
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    result
+}
+
+fn submit_and_measure(
+    bed: &Testbed,
+    a: &Args,
+    jobs: &[TraceJob],
+    scale: f64,
+    forked: bool,
+    dir: &std::path::Path,
+    runner: &std::path::Path,
+) -> Result<PolicyResult, String> {
+    let total_gpus: u32 = {
+        let text = bed
+            .client("scontrol", &["show", "node"])
+            .map_err(|e| e.to_string())?;
+        hadar_slurm::node::parse_nodes(&text)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .flat_map(|n| n.gpus.iter().map(|(_, c)| *c))
+            .sum()
+    };
+    let mut ids = Vec::new();
+    for j in jobs {
+        let emulate = format!(
+            "{} emulate --job-type {} --steps {} --time-scale {scale}",
+            a.hadar.display(),
+            j.job_type,
+            j.steps
+        );
+        let script = if forked {
+            format!(
+                "#!/bin/sh\n#HADAR type={} steps={} fork=yes\nexec {} -- {emulate}\n",
+                j.job_type,
+                j.steps,
+                runner.display()
+            )
+        } else {
+            format!(
+                "#!/bin/sh\n#HADAR type={} steps={}\nexec {emulate} --report-every 2\n",
+                j.job_type, j.steps
+            )
+        };
+        let sub = bed.sbatch(
+            &[
+                &format!("--gpus={}", j.workers),
+                &format!("--output={}/out-%j.txt", dir.display()),
+                &format!("--chdir={}", dir.display()),
+                "--job-name=cmp",
+            ],
+            Some(&script),
+        );
+        if !sub.ok {
+            return Err(format!("sbatch failed: {}", sub.stderr));
+        }
+        ids.push(u64::from(sub.job_id.ok_or("sbatch printed no job id")?));
+    }
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut samples: Vec<u32> = Vec::new();
+    loop {
+        let text = bed
+            .client("scontrol", &["-d", "show", "job"])
+            .map_err(|e| e.to_string())?;
+        let (all, _) = hadar_slurm::job::parse_jobs(&text);
+        let busy: u32 = all
+            .iter()
+            .filter(|j| j.status == hadar_slurm::JobStatus::Running)
+            .flat_map(|j| j.gpu_parts())
+            .map(|(_, _, c)| c)
+            .sum();
+        let mine: Vec<&hadar_slurm::SlurmJob> =
+            all.iter().filter(|j| ids.contains(&j.id)).collect();
+        if let Some(bad) = mine
+            .iter()
+            .find(|j| j.status.is_terminal() && j.status != hadar_slurm::JobStatus::Completed)
+        {
+            return Err(format!("job {} ended {}", bad.id, bad.status.as_str()));
+        }
+        let finished = mine.len() == ids.len() && mine.iter().all(|j| j.status.is_terminal());
+        if finished {
+            let first = mine.iter().filter_map(|j| j.submit_time).min().unwrap_or(0) as f64;
+            let last = mine.iter().filter_map(|j| j.end_time).max().unwrap_or(0) as f64;
+            let jct: f64 = mine
+                .iter()
+                .map(|j| (j.end_time.unwrap_or(0) - j.submit_time.unwrap_or(0)) as f64)
+                .sum::<f64>()
+                / ids.len() as f64;
+            let mean_busy =
+                samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
+            return Ok(PolicyResult {
+                makespan_s: last - first,
+                avg_jct_s: jct,
+                utilisation: mean_busy / total_gpus.max(1) as f64,
+            });
+        }
+        samples.push(busy);
+        if Instant::now() >= deadline {
+            return Err("the workload did not finish within an hour".into());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `--policies hadar,hadare --trace FILE`: the trace's jobs (Gavel's job types, worker
+/// counts and steps), time-scaled so that the longest job takes `--longest` seconds alone on
+/// its fastest type, run by `hadar serve` with Hadar and then with HadarE.
+fn trace_mode(a: &Args) -> ExitCode {
+    let Some(path) = &a.trace else {
+        return ExitCode::from(2);
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("hadar-serve-compare: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let jobs = match trace_jobs(&text, &path.display().to_string()) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("hadar-serve-compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let longest = jobs.iter().map(|j| j.fastest_s).fold(0.0, f64::max);
+    let scale = longest / a.longest_s;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let options = Options {
+        scratch: std::env::temp_dir().join(format!(
+            "hadar-serve-compare-{}",
+            hadar_slurm_testbed::controller_port()
+        )),
+        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
+        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+    };
+    let bed = match Testbed::start(options) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("{} jobs, time scale {scale:.1}", jobs.len());
+    let mut results = Vec::new();
+    for forked in [false, true] {
+        match run_policy(&bed, a, &jobs, scale, forked) {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                eprintln!(
+                    "hadar-serve-compare: {} run: {e}",
+                    if forked { "HadarE" } else { "Hadar" }
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let (h, e) = (&results[0], &results[1]);
+    if a.json {
+        let v = serde_json::json!({
+            "trace": path.display().to_string(), "jobs": jobs.len(), "time_scale": scale,
+            "round_s": a.round_s,
+            "hadar": {"makespan_s": h.makespan_s, "avg_jct_s": h.avg_jct_s, "gpu_utilisation": h.utilisation},
+            "hadare": {"makespan_s": e.makespan_s, "avg_jct_s": e.avg_jct_s, "gpu_utilisation": e.utilisation},
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "{}: {} jobs ({}), time scale {scale:.1} (longest job {:.0} s alone on its fastest type), rounds of {} s",
+            path.display(),
+            jobs.len(),
+            jobs.iter()
+                .map(|j| format!("{} x{}", j.job_type, j.workers))
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.longest_s,
+            a.round_s
+        );
+        println!(
+            "{:<22} {:>12} {:>14} {:>16}",
+            "hadar serve policy", "makespan (s)", "avg JCT (s)", "GPU utilisation"
+        );
+        for (name, r) in [("hadar", h), ("hadare (fork=yes)", e)] {
+            println!(
+                "{name:<22} {:>12.0} {:>14.1} {:>15.0}%",
+                r.makespan_s,
+                r.avg_jct_s,
+                100.0 * r.utilisation
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hadar_daemon::spec::resolve_job_type;
 
     #[test]
     fn workloads_are_seeded_heterogeneous_and_runnable_everywhere() {
@@ -322,5 +665,19 @@ mod tests {
         }
         let again = workload(16, 1, 10.0);
         assert_eq!(format!("{w:?}"), format!("{again:?}"));
+    }
+
+    #[test]
+    fn the_few_jobs_trace_reads_with_its_types_workers_and_steps() {
+        let text = include_str!("../../data/few-jobs.trace");
+        let jobs = trace_jobs(text, "few-jobs.trace").unwrap();
+        assert_eq!(
+            jobs.len(),
+            text.lines().filter(|l| !l.trim().is_empty()).count()
+        );
+        assert_eq!(jobs[0].job_type, "resnet50-b64");
+        assert_eq!((jobs[0].workers, jobs[0].steps), (4, 68054));
+        assert!(jobs.iter().all(|j| j.fastest_s > 0.0));
+        assert!(trace_jobs("nonsense", "x").is_err());
     }
 }

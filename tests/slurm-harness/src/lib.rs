@@ -528,7 +528,11 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
             // SAFETY: kill(2) on the pid of this node's slurmd.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        let env_mark = format!("SLURMD_NODENAME={node}");
+        // Other checkouts' testbeds use the same node names and job ids: only processes that
+        // carry this testbed's SLURM_CONF (slurmd is started with it, and passes it to its
+        // slurmstepd and to the jobs) are ours.
+        let node_mark = format!("SLURMD_NODENAME={node}");
+        let conf_mark = format!("SLURM_CONF={}", self.path("etc/slurm.conf").display());
         for entry in io("listing /proc", std::fs::read_dir("/proc"))?.flatten() {
             let Some(pid) = entry
                 .file_name()
@@ -542,9 +546,11 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
             let stepd_of_ours = cmdline.starts_with("slurmstepd:")
                 && ids.iter().any(|id| cmdline.contains(&format!("[{id}.")));
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let job_of_ours = environ
-                .split(|b| *b == 0)
-                .any(|kv| kv == env_mark.as_bytes());
+            let has = |mark: &str| environ.split(|b| *b == 0).any(|kv| kv == mark.as_bytes());
+            if !has(&conf_mark) {
+                continue;
+            }
+            let job_of_ours = has(&node_mark);
             if stepd_of_ours || job_of_ours {
                 // SAFETY: kill(2) on a slurmstepd or job process of the node being killed.
                 unsafe { libc::kill(pid, libc::SIGKILL) };

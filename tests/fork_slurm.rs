@@ -1,0 +1,632 @@
+//! Forked (HadarE) jobs under `hadar serve` against a real Slurm: one test cluster for this
+//! whole file (the shared harness: munge, slurmctld with the job_submit/hadar plugin, four
+//! slurmd with fake V100/P100/K80 GPUs); each scenario starts its own daemon (the real
+//! `hadar` binary, `policy = "hadare"`) with its own state database and spool, submits
+//! `fork=yes` jobs as an ordinary user (`nobody`), and checks what Slurm and the daemon's
+//! Job Tracker show. The training program is a small Perl script that follows the
+//! fork-runner contract: it starts from the consolidated checkpoint, does one step per
+//! 50 ms within its budget and deadline, and writes a safetensors checkpoint whose tensor
+//! `w` is `[start + copy index + 1, start + steps]`, so the averaging can be checked.
+//! `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
+
+use hadar_slurm_testbed::{
+    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios,
+};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+const SCENARIOS: &[Scenario] = &[
+    (
+        "forked_job_runs_copies_on_several_types_and_completes_exactly",
+        forked_job_runs_copies_on_several_types_and_completes_exactly,
+    ),
+    (
+        "failing_forked_job_fails_and_its_afterok_dependent_never_runs",
+        failing_forked_job_fails_and_its_afterok_dependent_never_runs,
+    ),
+    (
+        "scancel_of_a_forked_job_stops_its_copies",
+        scancel_of_a_forked_job_stops_its_copies,
+    ),
+    (
+        "daemon_killed_mid_round_counts_every_round_once",
+        daemon_killed_mid_round_counts_every_round_once,
+    ),
+];
+
+/// The user the forked jobs belong to (never root).
+const USER: (u32, u32) = (65534, 65534);
+
+/// Seconds per daemon round.
+const ROUND_S: u32 = 8;
+
+fn main() -> ExitCode {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let options = Options {
+        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fork-testbed"),
+        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
+        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+    };
+    run_scenarios(SCENARIOS, options, wait_queue_empty)
+}
+
+// ----- the daemon -----
+
+/// A running `hadar serve` with `policy = "hadare"`, killed when dropped.
+struct Serve {
+    child: Child,
+    config: PathBuf,
+    state: PathBuf,
+    spool: PathBuf,
+}
+
+impl Serve {
+    fn start(bed: &Testbed, name: &str) -> Serve {
+        let config = bed.path(&format!("etc/fork-{name}.toml"));
+        let state = bed.path(&format!("state-fork-{name}.db"));
+        let spool = bed.path(&format!("spool-{name}"));
+        let _ = std::fs::remove_file(&state);
+        let _ = std::fs::remove_dir_all(&spool);
+        let text = format!(
+            "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
+             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {ROUND_S}\npreempt_grace_seconds = 1\n\
+             restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\n\
+             [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = 2\n",
+            conf = bed.path("etc/slurm.conf").display(),
+            sock = bed.path("run/hadar.sock").display(),
+            state = state.display(),
+            spool = spool.display(),
+            runner = runner().display(),
+        );
+        std::fs::write(&config, text).expect("write the daemon's config");
+        let child = spawn(bed, &config, None);
+        Serve {
+            child,
+            config,
+            state,
+            spool,
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self, bed: &Testbed) {
+        self.kill();
+        self.child = spawn(bed, &self.config, None);
+    }
+
+    /// Restarts the daemon armed to kill itself at crash point `point`
+    /// (`HADAR_FAULT_KILL_AT`), and waits until it has.
+    fn restart_and_crash_at(&mut self, bed: &Testbed, point: &str) {
+        self.kill();
+        self.child = spawn(bed, &self.config, Some(point));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not reach {point}\nlog: {}",
+                daemon_log(bed)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            daemon_log(bed).contains(&format!("killing the daemon at {point}")),
+            "{}",
+            daemon_log(bed)
+        );
+    }
+
+    fn hadar(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+            .args(args)
+            .arg("--state")
+            .arg(&self.state)
+            .output()
+            .expect("run hadar");
+        assert!(
+            out.status.success(),
+            "hadar {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The job's entry of `hadar status --all --format json`.
+    fn status(&self, id: u32) -> Value {
+        let v: Value =
+            serde_json::from_str(&self.hadar(&["status", "--all", "--format", "json"])).unwrap();
+        v["jobs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|j| j["id"] == id).cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(bed: &Testbed, config: &Path, crash_at: Option<&str>) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(bed.path("log/hadar-serve-fork.log"))
+        .expect("open the daemon's log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hadar"));
+    if let Some(point) = crash_at {
+        cmd.env("HADAR_FAULT_KILL_AT", point);
+    }
+    cmd.args(["serve", "--config"])
+        .arg(config)
+        .env("HADAR_LOG", "info")
+        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start hadar serve")
+}
+
+// ----- helpers -----
+
+fn runner() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")
+}
+
+/// The training program: `perl train.pl [fail]`.
+const TRAIN: &str = r#"
+use strict; use warnings; use Time::HiRes qw(time sleep);
+exit 3 if @ARGV && $ARGV[0] eq 'fail';
+my @w = (0.0, 0.0);
+if (my $f = $ENV{HADAR_START_CHECKPOINT}) {
+    open(my $in, '<:raw', $f) or die "open $f: $!";
+    local $/; my $b = <$in>;
+    my $n = unpack('Q<', substr($b, 0, 8));
+    @w = unpack('d<2', substr($b, 8 + $n, 16));
+}
+my $budget = $ENV{HADAR_STEP_BUDGET} // -1;
+my $deadline = $ENV{HADAR_DEADLINE} // -1;
+my $steps = 0;
+while (($budget < 0 || $steps < $budget) && ($deadline < 0 || time() < $deadline - 0.3)) {
+    sleep(0.05);
+    $steps++;
+}
+my @out = ($w[0] + $ENV{HADAR_FORK_INDEX} + 1, $w[1] + $steps);
+my $h = '{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}';
+$h .= ' ' x ((8 - length($h) % 8) % 8);
+my $path = $ENV{HADAR_CHECKPOINT_OUT};
+open(my $o, '>:raw', "$path.tmp") or die "write $path.tmp: $!";
+print $o pack('Q<', length($h)), $h, pack('d<2', @out);
+close($o) or die;
+rename("$path.tmp", $path) or die;
+open(my $s, '>', $ENV{HADAR_STEPS_FILE}) or die; print $s "$steps\n"; close($s);
+"#;
+
+/// A folder the job's user may write its output into, and the program.
+fn prepare(bed: &Testbed) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = bed.path("fork-jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("train.pl");
+    std::fs::write(&prog, TRAIN).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Submits a `fork=yes` job as the test user.
+fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, program_args: &str) -> u32 {
+    let dir = prepare(bed);
+    let script = format!(
+        "#!/bin/sh\n#HADAR fork=yes steps={steps}\nexec {runner} -- /usr/bin/perl {prog} {program_args}\n",
+        runner = runner().display(),
+        prog = dir.join("train.pl").display(),
+    );
+    let sub = bed.sbatch(
+        &[
+            &format!("--uid={}", USER.0),
+            &format!("--gid={}", USER.1),
+            &format!("--gpus={gpus}"),
+            &format!("--output={}/out-%j.txt", dir.display()),
+            "--job-name=forked",
+        ],
+        Some(&script),
+    );
+    assert!(sub.ok, "sbatch failed: {}", sub.stderr);
+    sub.job_id.expect("a job id")
+}
+
+/// Submits an unmanaged job that depends on `on` with `afterok`.
+fn submit_dependent(bed: &Testbed, on: u32) -> u32 {
+    let dir = prepare(bed);
+    let sub = bed.sbatch(
+        &[
+            &format!("--dependency=afterok:{on}"),
+            &format!("--output={}/dep-%j.txt", dir.display()),
+            "--job-name=dependent",
+        ],
+        Some("#!/bin/sh\n#HADAR off\necho dependent ran\n"),
+    );
+    assert!(sub.ok, "sbatch failed: {}", sub.stderr);
+    sub.job_id.expect("a job id")
+}
+
+fn output(bed: &Testbed, id: u32) -> String {
+    std::fs::read_to_string(bed.path(&format!("fork-jobs/out-{id}.txt"))).unwrap_or_default()
+}
+
+/// Copy jobs of a logical job in Slurm's queue: `(het leader id, state)` of each component.
+fn copy_jobs(bed: &Testbed, id: u32) -> Vec<(u64, String)> {
+    let q = bed
+        .client("squeue", &["-h", "-o", "%A %j %T"])
+        .unwrap_or_default();
+    let prefix = format!("hadar-fork-{id}-r");
+    q.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (jid, name, state) = (w.next()?, w.next()?, w.next()?);
+            name.starts_with(&prefix)
+                .then(|| Some((jid.parse().ok()?, state.to_string())))?
+        })
+        .collect()
+}
+
+fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo {
+    bed.wait_job(id, states, Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
+}
+
+fn wait_until(bed: &Testbed, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {secs} s\nlog: {}",
+            daemon_log(bed)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn daemon_log(bed: &Testbed) -> String {
+    let log = std::fs::read_to_string(bed.path("log/hadar-serve-fork.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+fn wait_queue_empty(bed: &Testbed) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let q = bed
+            .client("squeue", &["-h", "-o", "%i"])
+            .unwrap_or_default();
+        if q.trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The `w` tensor of a checkpoint the training program (or `hadar average`) wrote.
+fn weights(path: &str) -> [f64; 2] {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let d = &b[8 + n..8 + n + 16];
+    [
+        f64::from_le_bytes(d[..8].try_into().unwrap()),
+        f64::from_le_bytes(d[8..].try_into().unwrap()),
+    ]
+}
+
+/// Checks the tracker of a completed forked job: rounds numbered from 0, only consolidated
+/// rounds counted, their steps adding up to exactly the total, every consolidated
+/// checkpoint the steps-weighted average of its copies. Returns the consolidated rounds.
+fn check_tracker(fork: &Value, total: u64) -> Vec<Value> {
+    assert_eq!(fork["state"], "done", "{fork:#}");
+    assert_eq!(fork["steps_done"].as_f64(), Some(total as f64), "{fork:#}");
+    let rounds = fork["rounds"].as_array().cloned().unwrap_or_default();
+    let numbers: Vec<u64> = rounds
+        .iter()
+        .map(|r| r["round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (0..rounds.len() as u64).collect::<Vec<_>>(),
+        "{fork:#}"
+    );
+    let counted: Vec<Value> = rounds
+        .iter()
+        .filter(|r| r["state"] == "consolidated")
+        .cloned()
+        .collect();
+    let sum: f64 = counted.iter().map(|r| r["steps"].as_f64().unwrap()).sum();
+    assert_eq!(sum, total as f64, "exactly the total, once: {fork:#}");
+    let mut before = [0.0, 0.0];
+    for r in &counted {
+        let copies = r["copies"].as_array().unwrap();
+        let ok: Vec<&Value> = copies.iter().filter(|c| c["ok"] == true).collect();
+        let steps: f64 = ok.iter().map(|c| c["steps"].as_f64().unwrap()).sum();
+        assert_eq!(steps, r["steps"].as_f64().unwrap(), "{r:#}");
+        let mut expect = [0.0, 0.0];
+        let mut wsum = 0.0;
+        for (k, c) in copies.iter().enumerate() {
+            if c["ok"] != true {
+                continue;
+            }
+            let w = c["weight"].as_f64().expect("a weight");
+            wsum += w;
+            let own = weights(c["checkpoint"].as_str().unwrap());
+            assert_eq!(own[0], before[0] + k as f64 + 1.0, "{r:#}");
+            expect[0] += w * own[0];
+            expect[1] += w * own[1];
+            if steps > 0.0 {
+                let want = c["steps"].as_f64().unwrap() / steps;
+                assert!((w - want).abs() < 1e-9, "weight {w} is steps/total {want}");
+            }
+        }
+        assert!((wsum - 1.0).abs() < 1e-9, "{r:#}");
+        let merged = weights(r["consolidated"].as_str().unwrap());
+        for i in 0..2 {
+            assert!(
+                (merged[i] - expect[i]).abs() < 1e-9,
+                "round {}: averaged {merged:?}, expected {expect:?}",
+                r["round"]
+            );
+        }
+        before = merged;
+    }
+    counted
+}
+
+// ----- scenarios -----
+
+fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "complete");
+    let total = 500;
+    let id = submit_forked(bed, total, 1, "");
+    let dependent = submit_dependent(bed, id);
+    // Its copies run as one heterogeneous job, one component per node, as the job's user,
+    // while the logical job stays pending (held) with its progress in its comment.
+    let mut leader = 0;
+    wait_until(bed, "a copy job runs", 40, || {
+        let running: Vec<u64> = copy_jobs(bed, id)
+            .into_iter()
+            .filter(|(_, s)| s == "RUNNING")
+            .map(|(j, _)| j)
+            .collect();
+        leader = running.first().copied().unwrap_or(0);
+        leader != 0
+    });
+    let detail = bed
+        .client("scontrol", &["-d", "show", "job", &leader.to_string()])
+        .unwrap();
+    let (components, _) = hadar_slurm::job::parse_jobs(&detail);
+    assert!(components.len() >= 2, "several copies: {detail}");
+    let mut types = std::collections::BTreeSet::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    for c in &components {
+        assert_eq!(c.het_job_id, Some(leader), "{detail}");
+        assert_eq!(
+            c.user_id,
+            Some(USER.0),
+            "copies run as the job's user: {detail}"
+        );
+        let parts = c.gpu_parts();
+        assert_eq!(parts.len(), 1, "one node and one type per copy: {detail}");
+        assert!(
+            nodes.insert(parts[0].0.clone()),
+            "one copy per node: {detail}"
+        );
+        types.insert(parts[0].1.clone());
+    }
+    assert!(types.len() >= 2, "copies on several GPU types: {types:?}");
+    let logical = bed.job(id).unwrap();
+    assert_eq!(
+        logical.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        logical.0
+    );
+    let comment = logical.field("Comment").unwrap_or_default();
+    assert!(
+        comment.starts_with("hadar-fork:v1;state=active;round=") && comment.contains(";steps="),
+        "{comment}"
+    );
+    let status = serve.hadar(&["status"]);
+    assert!(status.contains("forked: round"), "{status}");
+
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 180);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    assert_eq!(info.field("ExitCode").as_deref(), Some("0:0"), "{}", info.0);
+    assert!(
+        output(bed, id).contains(&format!("{total}/{total} steps")),
+        "the finish step saw the job done: {}",
+        output(bed, id)
+    );
+    let dep = wait_state(bed, dependent, &["COMPLETED", "FAILED", "CANCELLED"], 30);
+    assert_eq!(
+        dep.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        dep.0
+    );
+    let dep_start = hadar_slurm::job::parse_time(&dep.field("StartTime").unwrap()).unwrap();
+    let end = hadar_slurm::job::parse_time(&info.field("EndTime").unwrap()).unwrap();
+    assert!(
+        dep_start >= end,
+        "afterok: the dependent started after the job ended"
+    );
+
+    let fork = serve.status(id)["fork"].clone();
+    let counted = check_tracker(&fork, total);
+    assert!(!counted.is_empty());
+    // The job's tracker file repeats each consolidation with `hadar average --weights-from`.
+    let tracker = serve.spool.join(id.to_string()).join("tracker.jsonl");
+    let again = bed.path("fork-jobs/again.safetensors");
+    let last = counted.last().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["average", "--out"])
+        .arg(&again)
+        .arg("--weights-from")
+        .arg(&tracker)
+        .args([
+            "--job",
+            &id.to_string(),
+            "--round",
+            &last["round"].to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(last["consolidated"].as_str().unwrap()).unwrap(),
+        "the tracker file gives the same average"
+    );
+    assert!(copy_jobs(bed, id).is_empty(), "no copies left");
+}
+
+fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "fail");
+    let id = submit_forked(bed, 300, 1, "fail");
+    let dependent = submit_dependent(bed, id);
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 120);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("FAILED"),
+        "{}",
+        info.0
+    );
+    assert_eq!(info.field("ExitCode").as_deref(), Some("1:0"), "{}", info.0);
+    assert!(output(bed, id).contains("failed"), "{}", output(bed, id));
+    let fork = serve.status(id)["fork"].clone();
+    assert_eq!(fork["state"], "failed", "{fork:#}");
+    assert_eq!(fork["steps_done"].as_f64(), Some(0.0), "{fork:#}");
+    let rounds = fork["rounds"].as_array().unwrap();
+    assert!(rounds.len() >= 2 && rounds.iter().all(|r| r["state"] != "consolidated"));
+    std::thread::sleep(Duration::from_secs(4));
+    let dep = bed.job(dependent).unwrap();
+    assert_eq!(
+        dep.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        dep.0
+    );
+    assert_eq!(
+        dep.field("Reason").as_deref(),
+        Some("DependencyNeverSatisfied"),
+        "{}",
+        dep.0
+    );
+    bed.client("scancel", &[&dependent.to_string()]).unwrap();
+}
+
+fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "cancel");
+    let id = submit_forked(bed, 1_000_000, 1, "");
+    wait_until(bed, "a copy job runs", 40, || {
+        copy_jobs(bed, id).iter().any(|(_, s)| s == "RUNNING")
+    });
+    bed.client("scancel", &[&id.to_string()]).unwrap();
+    wait_until(bed, "its copies are gone", 3 * ROUND_S as u64, || {
+        copy_jobs(bed, id).is_empty()
+    });
+    wait_until(
+        bed,
+        "the tracker says cancelled",
+        3 * ROUND_S as u64,
+        || serve.status(id)["fork"]["state"] == "cancelled",
+    );
+    let fork = serve.status(id)["fork"].clone();
+    let rounds = fork["rounds"].as_array().unwrap();
+    assert_eq!(
+        rounds.last().unwrap()["state"],
+        "abandoned",
+        "the cancelled round counts nothing: {fork:#}"
+    );
+    let counted: f64 = rounds
+        .iter()
+        .filter(|r| r["state"] == "consolidated")
+        .map(|r| r["steps"].as_f64().unwrap())
+        .sum();
+    assert_eq!(fork["steps_done"].as_f64(), Some(counted), "{fork:#}");
+    // No new copies start for it afterwards.
+    std::thread::sleep(Duration::from_secs(ROUND_S as u64 + 2));
+    assert!(copy_jobs(bed, id).is_empty());
+}
+
+fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
+    let mut serve = Serve::start(bed, "crash");
+    serve.kill();
+    let total = 700;
+    let id = submit_forked(bed, total, 1, "");
+    // Killed after submitting round 0's copies, before recording their job: restarted, it
+    // adopts that copy job (by name) instead of submitting another.
+    serve.restart_and_crash_at(bed, "fork-copies-submitted");
+    // Killed after averaging round 0, before counting it; then right after counting it:
+    // the round is averaged again from the same files and counted once.
+    serve.restart_and_crash_at(bed, "fork-averaged");
+    serve.restart_and_crash_at(bed, "fork-counted");
+    serve.restart(bed);
+    wait_until(bed, "a copy job runs", 40, || {
+        copy_jobs(bed, id).iter().any(|(_, s)| s == "RUNNING")
+    });
+    // Killed while the copies run: they finish without it; restarted, it completes the
+    // round from their results.
+    serve.kill();
+    wait_until(bed, "the copies end", 30, || copy_jobs(bed, id).is_empty());
+    std::thread::sleep(Duration::from_secs(1));
+    serve.restart(bed);
+    // Killed again right after a round starts or ends, twice.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_secs(ROUND_S as u64 / 2 + 1));
+        serve.restart(bed);
+    }
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 240);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    let fork = serve.status(id)["fork"].clone();
+    check_tracker(&fork, total);
+    let round0 = &fork["rounds"][0];
+    assert_eq!(
+        round0["state"], "consolidated",
+        "round 0 was adopted: {fork:#}"
+    );
+    let all = bed.client("scontrol", &["show", "job"]).unwrap();
+    let (jobs, _) = hadar_slurm::job::parse_jobs(&all);
+    let leaders = jobs
+        .iter()
+        .filter(|j| {
+            j.name == format!("hadar-fork-{id}-r0") && j.het_job_id.is_none_or(|h| h == j.id)
+        })
+        .count();
+    assert_eq!(
+        leaders, 1,
+        "one copy job for round 0, adopted, not submitted again"
+    );
+    assert!(
+        serve.spool.join(id.to_string()).join("round-0").is_dir(),
+        "the spool holds the rounds"
+    );
+}
