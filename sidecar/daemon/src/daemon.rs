@@ -30,6 +30,9 @@ use std::time::{Duration, Instant};
 /// The shortest time from one round's start to the next when a notice wakes the daemon.
 pub const MIN_WOKEN_GAP: Duration = Duration::from_secs(2);
 
+/// Seconds between a job's requeue and its next start (see the start action).
+const REQUEUE_SETTLE_SECONDS: f64 = 2.5;
+
 /// What the daemon needs from Slurm; implemented by [`Slurm`] and by test doubles.
 pub trait SlurmApi {
     /// All nodes.
@@ -954,6 +957,20 @@ impl<S: SlurmApi> Daemon<S> {
                 continue;
             };
             let id = *id;
+            // slurmd refuses to launch a job whose credential is from the same second as the
+            // revocation of its last run ("Job credential revoked"; the job then fails): a
+            // job requeued moments ago (by this round, or by a run that crashed right after
+            // its requeue) is started only once the requeue has settled.
+            if let Some(prev) = self
+                .store
+                .last_intent(id)?
+                .filter(|i| i.action == "preempt" || i.action == "requeue-hold")
+            {
+                let since = now(self) - prev.done_s.unwrap_or(prev.created_s);
+                if since < REQUEUE_SETTLE_SECONDS {
+                    std::thread::sleep(Duration::from_secs_f64(REQUEUE_SETTLE_SECONDS - since));
+                }
+            }
             let t = now(self);
             let intent = self
                 .store
