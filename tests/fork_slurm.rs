@@ -9,6 +9,9 @@
 //! `w` is `[start + copy index + 1, start + steps]`, so the averaging can be checked.
 //! `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
+#[path = "support/serve.rs"]
+mod serve;
+
 use hadar_slurm_testbed::{
     DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios,
 };
@@ -49,7 +52,7 @@ fn main() -> ExitCode {
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
     };
-    run_scenarios(SCENARIOS, options, wait_queue_empty)
+    run_scenarios(SCENARIOS, options, serve::wait_queue_empty)
 }
 
 // ----- the daemon -----
@@ -123,18 +126,7 @@ impl Serve {
     }
 
     fn hadar(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
-            .args(args)
-            .arg("--state")
-            .arg(&self.state)
-            .output()
-            .expect("run hadar");
-        assert!(
-            out.status.success(),
-            "hadar {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        serve::run_hadar(&self.state, args)
     }
 
     /// The job's entry of `hadar status --all --format json`.
@@ -300,19 +292,6 @@ fn daemon_log(bed: &Testbed) -> String {
     let log = std::fs::read_to_string(bed.path("log/hadar-serve-fork.log")).unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-fn wait_queue_empty(bed: &Testbed) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let q = bed
-            .client("squeue", &["-h", "-o", "%i"])
-            .unwrap_or_default();
-        if q.trim().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// The `w` tensor of a checkpoint the training program (or `hadar average`) wrote.

@@ -5,6 +5,9 @@
 //! with `setpriv`. Each scenario tries one attack of docs/threat-model.md and checks that it
 //! fails. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
+#[path = "support/serve.rs"]
+mod serve;
+
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
@@ -199,18 +202,7 @@ impl Serve {
     }
 
     fn hadar(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
-            .args(args)
-            .arg("--state")
-            .arg(&self.state)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "hadar {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        serve::run_hadar(&self.state, args)
     }
 
     fn explain(&self, id: u32) -> serde_json::Value {

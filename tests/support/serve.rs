@@ -100,18 +100,7 @@ impl Serve {
 
     /// Runs `hadar ARGS --state <db>` and returns its standard output.
     pub fn hadar(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
-            .args(args)
-            .arg("--state")
-            .arg(&self.state)
-            .output()
-            .expect("run hadar");
-        assert!(
-            out.status.success(),
-            "hadar {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        run_hadar(&self.state, args)
     }
 }
 
@@ -232,4 +221,21 @@ pub fn occupy(bed: &Testbed, what: &[(&str, &str)]) -> Vec<u32> {
         wait_state(bed, *id, &["RUNNING"], 30);
     }
     ids
+}
+
+/// Runs `hadar ARGS --state STATE` (status, explain) and returns its standard output; fails
+/// the test if it fails.
+pub fn run_hadar(state: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(args)
+        .arg("--state")
+        .arg(state)
+        .output()
+        .expect("run hadar");
+    assert!(
+        out.status.success(),
+        "hadar {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
