@@ -298,6 +298,7 @@ impl<S: SlurmApi> Daemon<S> {
             );
         }
         self.put_back_on_hold(round, &events, &mut rows)?;
+        self.make_released_jobs_eligible(now_unix, &slurm_jobs, &rows);
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
         let foreign: Vec<(String, String, u32)> = slurm_jobs
@@ -756,6 +757,46 @@ impl<S: SlurmApi> Daemon<S> {
             self.close(action, &text, rows.get(&job))?;
         }
         Ok(())
+    }
+
+    /// Makes eligible now every job being started that Slurm keeps waiting for a begin time
+    /// (`Reason=BeginTime`). A start sets the placement, then the begin time, then releases;
+    /// a daemon killed between the first two leaves the job held with whatever begin time it
+    /// had (a requeue's, or one its owner set), and a release by anyone after that (the
+    /// owner, or the next run taking the interrupted start as done) would leave it waiting
+    /// for that time while its GPUs stay planned for it. A job requeued moments ago is left
+    /// for a later round (see [`REQUEUE_SETTLE_SECONDS`]). Failures are logged and retried
+    /// next round: the job is not lost, only late.
+    fn make_released_jobs_eligible(
+        &self,
+        now_unix: f64,
+        slurm_jobs: &[SlurmJob],
+        rows: &BTreeMap<u64, JobRow>,
+    ) {
+        for sj in slurm_jobs.iter().filter(|j| {
+            j.status == JobStatus::Pending
+                && !j.is_held()
+                && j.reason.as_deref() == Some("BeginTime")
+                && rows.get(&j.id).is_some_and(|r| r.phase == Phase::Starting)
+        }) {
+            // Slurm sets SubmitTime to the time of the last requeue.
+            let since = sj
+                .submit_time
+                .map_or(f64::INFINITY, |t| now_unix - t as f64);
+            if since < REQUEUE_SETTLE_SECONDS {
+                continue;
+            }
+            match self.slurm.start_now(sj.id) {
+                Ok(()) => tracing::info!(
+                    job = sj.id,
+                    "a started job was waiting for a later begin time; made it eligible now"
+                ),
+                Err(e) => tracing::warn!(
+                    job = sj.id,
+                    "could not make a started job eligible now (retried next round): {e}"
+                ),
+            }
+        }
     }
 
     /// Restricts each waiting job not held to types to the GPU type the look-ahead over the

@@ -17,6 +17,8 @@ struct State {
     nodes: Vec<NodeInfo>,
     jobs: BTreeMap<u64, SlurmJob>,
     placements: BTreeMap<u64, GpuSpec>,
+    /// Jobs whose begin time is still ahead (`scontrol update StartTime=...`).
+    begin_later: std::collections::BTreeSet<u64>,
     log: Vec<String>,
 }
 
@@ -79,6 +81,7 @@ impl FakeSlurm {
             .values()
             .filter(|j| j.status == JobStatus::Pending && !j.is_held())
             .map(|j| j.id)
+            .filter(|id| !s.begin_later.contains(id))
             .collect();
         for id in ids {
             let spec = s
@@ -97,6 +100,17 @@ impl FakeSlurm {
                     gpus: g.clone(),
                 })
                 .collect();
+        }
+    }
+
+    /// What `scontrol update JobId=ID StartTime=now+1day` does: the job, once released,
+    /// waits with `Reason=BeginTime`.
+    fn begin_tomorrow(&self, id: u64) {
+        let mut s = self.0.borrow_mut();
+        s.begin_later.insert(id);
+        let j = s.jobs.get_mut(&id).unwrap();
+        if !j.is_held() {
+            j.reason = Some("BeginTime".into());
         }
     }
 
@@ -142,15 +156,23 @@ impl SlurmApi for FakeSlurm {
         s.placements.insert(id, spec.clone());
         Ok(())
     }
-    fn start_now(&self, _id: u64) -> Result<(), SlurmError> {
+    fn start_now(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("start-now {id}"));
+        s.begin_later.remove(&id);
+        let j = s.jobs.get_mut(&id).unwrap();
+        if j.reason.as_deref() == Some("BeginTime") {
+            j.reason = Some("None".into());
+        }
         Ok(())
     }
     fn release(&self, id: u64) -> Result<(), SlurmError> {
         let mut s = self.0.borrow_mut();
         s.log.push(format!("release {id}"));
+        let later = s.begin_later.contains(&id);
         let j = s.jobs.get_mut(&id).unwrap();
         j.priority = Some(1);
-        j.reason = Some("None".into());
+        j.reason = Some(if later { "BeginTime" } else { "None" }.into());
         Ok(())
     }
     fn hold(&self, id: u64) -> Result<(), SlurmError> {
@@ -293,6 +315,49 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
         "{:?}",
         slurm.log()
     );
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+}
+
+/// The crash test's case: a daemon killed between giving a job its placement and making it
+/// eligible, then the job released by its owner with a begin time a day ahead. The next run
+/// takes the interrupted start as done; the job must not wait a day for its planned GPUs.
+#[test]
+fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    {
+        let mut d = daemon(&slurm, Store::open(&path).unwrap());
+        d.round(1_000_001.0).unwrap();
+    }
+    // Undo what the start did after its placement and leave the start intent open.
+    {
+        let mut s = slurm.0.borrow_mut();
+        let j = s.jobs.get_mut(&1).unwrap();
+        j.priority = Some(0);
+        j.reason = Some("JobHeldUser".into());
+    }
+    {
+        let mut s = Store::open(&path).unwrap();
+        let i = s.last_intent(1).unwrap().unwrap();
+        s.write(|w| w.add_intent(1, 1, "start", i.placement.as_ref(), 5.0))
+            .unwrap();
+    }
+    slurm.begin_tomorrow(1);
+    slurm.release(1).unwrap();
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let log_before = slurm.log().len();
+    d.round(1_000_005.0).unwrap();
+    assert_eq!(
+        slurm.log()[log_before..],
+        ["start-now 1".to_string()],
+        "made eligible, not placed or released again"
+    );
+    slurm.schedule();
+    assert_eq!(slurm.status(1), JobStatus::Running);
+    assert_eq!(gpus_of(&slurm.alloc(1)), 2);
+    d.round(1_000_006.0).unwrap();
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
 }
 
