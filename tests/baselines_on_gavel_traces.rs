@@ -1,6 +1,6 @@
 //! The baselines (`yarn-cs`, `tiresias`, `slurm`) played by the real simulator on every Gavel
-//! trace in `../shared/data/gavel/traces/`, on the cluster of Gavel's reference results (4 V100
-//! + 4 P100 + 4 K80, one GPU per node, 360 s rounds): every job completes, and each policy's
+//! trace in `../shared/data/gavel/traces/`, on the cluster of Gavel's reference results (4 V100,
+//! 4 P100 and 4 K80, one GPU per node, 360 s rounds): every job completes, and each policy's
 //! defining behaviour shows in what actually ran.
 
 use hadar_core::policies::slurm_backfill::requested_type;

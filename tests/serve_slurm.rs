@@ -204,7 +204,7 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
         .lines()
         .filter_map(|l| l.split("resuming at ").nth(1))
         .filter_map(|r| r.split_whitespace().next()?.parse().ok())
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no resume line: {out}"));
     assert!(
         resumed > 0.0 && resumed < steps as f64,

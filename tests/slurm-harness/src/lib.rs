@@ -814,40 +814,6 @@ fn wait_for(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_fields_with_and_without_spaces() {
-        let info = JobInfo(
-            "JobId=7 JobName=wrap\n   Priority=0 Nice=0\n   JobState=PENDING Reason=JobHeldUser Dependency=(null)\n   AdminComment=hadar:v1 gpus-per-node=2 \n   Comment=hello world \n".into(),
-        );
-        assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
-        assert_eq!(info.field("Priority").as_deref(), Some("0"));
-        assert_eq!(info.field("Comment").as_deref(), Some("hello world"));
-        assert_eq!(
-            info.field("AdminComment").as_deref(),
-            Some("hadar:v1 gpus-per-node=2")
-        );
-        assert_eq!(info.field("Name"), None, "JobName= must not match Name=");
-        assert_eq!(info.field("TresPerNode"), None);
-    }
-
-    #[test]
-    fn only_keeps_the_asked_component() {
-        let text =
-            "JobId=15 HetJobId=15\n   TresPerNode=a\n\nJobId=16 HetJobId=15\n   TresPerNode=b\n";
-        assert_eq!(
-            JobInfo::only(text, 16).field("TresPerNode").as_deref(),
-            Some("b")
-        );
-        assert_eq!(
-            JobInfo::only(text, 15).field("TresPerNode").as_deref(),
-            Some("a")
-        );
-    }
-}
 
 /// A named scenario that runs against the test cluster.
 pub type Scenario = (&'static str, fn(&mut Testbed));
@@ -942,5 +908,40 @@ pub fn run_scenarios(
     } else {
         println!("\ntest result: FAILED. failures: {}", failed.join(", "));
         std::process::ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_fields_with_and_without_spaces() {
+        let info = JobInfo(
+            "JobId=7 JobName=wrap\n   Priority=0 Nice=0\n   JobState=PENDING Reason=JobHeldUser Dependency=(null)\n   AdminComment=hadar:v1 gpus-per-node=2 \n   Comment=hello world \n".into(),
+        );
+        assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
+        assert_eq!(info.field("Priority").as_deref(), Some("0"));
+        assert_eq!(info.field("Comment").as_deref(), Some("hello world"));
+        assert_eq!(
+            info.field("AdminComment").as_deref(),
+            Some("hadar:v1 gpus-per-node=2")
+        );
+        assert_eq!(info.field("Name"), None, "JobName= must not match Name=");
+        assert_eq!(info.field("TresPerNode"), None);
+    }
+
+    #[test]
+    fn only_keeps_the_asked_component() {
+        let text =
+            "JobId=15 HetJobId=15\n   TresPerNode=a\n\nJobId=16 HetJobId=15\n   TresPerNode=b\n";
+        assert_eq!(
+            JobInfo::only(text, 16).field("TresPerNode").as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            JobInfo::only(text, 15).field("TresPerNode").as_deref(),
+            Some("a")
+        );
     }
 }
