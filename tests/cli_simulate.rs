@@ -202,3 +202,57 @@ fn estimated_throughputs_need_known_job_traits() {
         "{err}"
     );
 }
+
+/// Tiresias' thresholds and promotion knob reach the policy (a single queue without
+/// promotion is plain FIFO and runs this workload differently from the defaults), and
+/// unusable values are refused with the flag named.
+#[test]
+fn tiresias_settings_reach_the_policy_and_bad_ones_are_refused() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["simulate", "--policy", "tiresias", "--format", "json"];
+        args.extend_from_slice(extra);
+        let (out, err, code) = hadar(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["results"][0]["avg_jct_s"].as_f64().unwrap()
+    };
+    let defaults = run(&[]);
+    assert_eq!(
+        defaults,
+        run(&[
+            "--tiresias-thresholds",
+            "3250,7200",
+            "--tiresias-promote-knob",
+            "8"
+        ]),
+        "the defaults are 3250,7200 and 8"
+    );
+    let fifo = run(&[
+        "--tiresias-thresholds",
+        "none",
+        "--tiresias-promote-knob",
+        "off",
+    ]);
+    assert_ne!(defaults, fifo);
+    for (flag, value, says) in [
+        (
+            "--tiresias-thresholds",
+            "7200,3250",
+            "above the previous one",
+        ),
+        ("--tiresias-thresholds", "10,abc", "`abc` is not a number"),
+        ("--tiresias-promote-knob", "-1", "positive finite"),
+        (
+            "--tiresias-promote-knob",
+            "never",
+            "neither a number nor `off`",
+        ),
+    ] {
+        let (_, err, code) = hadar(&["simulate", "--policy", "tiresias", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(says),
+            "{flag} {value}: {err}"
+        );
+    }
+}

@@ -154,6 +154,35 @@ fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
     assert!(seen["env"].get("HADAR_DEADLINE").is_none(), "{seen}");
 }
 
+/// The result carries the program's wall-clock time, from which the daemon learns the
+/// copy's steps per second.
+#[test]
+fn the_result_carries_the_seconds_the_program_ran() {
+    let d = tempfile::tempdir().unwrap();
+    let (out, res) = (d.path().join("copy.ckpt"), d.path().join("r.json"));
+    let o = runner(&[
+        "--index",
+        "0",
+        "--copies",
+        "1",
+        "--round",
+        "0",
+        "--checkpoint-out",
+        s(&out),
+        "--result",
+        s(&res),
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.4; echo 8 > \"$HADAR_STEPS_FILE\"; : > \"$HADAR_CHECKPOINT_OUT\"",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = result(&res);
+    let secs = r["seconds"].as_f64().expect("seconds is a number");
+    assert!((0.4..60.0).contains(&secs), "{r}");
+    assert_eq!(r["steps"].as_u64(), Some(8));
+}
+
 #[test]
 fn failures_and_contract_violations_give_the_documented_statuses() {
     let d = tempfile::tempdir().unwrap();

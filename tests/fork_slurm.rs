@@ -480,6 +480,14 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
         "the tracker file gives the same average"
     );
     assert!(copy_jobs(bed, id).is_empty(), "no copies left");
+    // Each counted round taught the daemon the copies' measured rates.
+    let log = daemon_log(bed);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("learned from the copies' rates")
+                && l.contains(&format!("job={id}"))),
+        "{log}"
+    );
 }
 
 fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testbed) {

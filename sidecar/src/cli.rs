@@ -196,6 +196,61 @@ pub struct HadarArgs {
     /// its own default, 1.)
     #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_TYPE_PRESSURE, help_heading = "Hadar")]
     pub type_pressure: f64,
+    /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
+    /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
+    #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
+    pub tiresias_thresholds: Thresholds,
+    /// Tiresias' PROMOTEKNOB: a job in a lower queue returns to the top once it has waited K
+    /// times as long as it ran since its last promotion; `off` never promotes.
+    #[arg(long, value_name = "K", default_value = "8", value_parser = parse_knob, allow_negative_numbers = true, help_heading = "Tiresias")]
+    pub tiresias_promote_knob: Knob,
+}
+
+/// Tiresias' queue thresholds as given on the command line (checked ascending and positive).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Thresholds(pub Vec<f64>);
+
+/// Tiresias' promotion knob as given on the command line (`None`: off).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Knob(pub Option<f64>);
+
+fn parse_thresholds(s: &str) -> Result<Thresholds, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Thresholds(Vec::new()));
+    }
+    let values = s
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("`{}` is not a number of GPU-seconds", v.trim()))
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    hadar_core::policies::tiresias::TiresiasConfig {
+        queue_thresholds_gpu_s: values.clone(),
+        promote_knob: None,
+    }
+    .validate()
+    .map_err(|e| e.to_string())?;
+    Ok(Thresholds(values))
+}
+
+fn parse_knob(s: &str) -> Result<Knob, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Knob(None));
+    }
+    let k: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is neither a number nor `off`"))?;
+    hadar_core::policies::tiresias::TiresiasConfig {
+        queue_thresholds_gpu_s: Vec::new(),
+        promote_knob: Some(k),
+    }
+    .validate()
+    .map_err(|e| e.to_string())?;
+    Ok(Knob(Some(k)))
 }
 
 impl HadarArgs {
@@ -205,6 +260,14 @@ impl HadarArgs {
         hadar_core::policies::hadare::HadarEConfig {
             criticality: self.config().criticality,
             ..Default::default()
+        }
+    }
+
+    /// Tiresias' settings for these arguments (already checked by the parsers).
+    pub fn tiresias_config(&self) -> hadar_core::policies::tiresias::TiresiasConfig {
+        hadar_core::policies::tiresias::TiresiasConfig {
+            queue_thresholds_gpu_s: self.tiresias_thresholds.0.clone(),
+            promote_knob: self.tiresias_promote_knob.0,
         }
     }
 

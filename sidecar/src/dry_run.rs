@@ -101,6 +101,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             seed: 0,
             hadar: hadar_config.clone(),
             hadare: a.hadar.hadare_config(),
+            tiresias: a.hadar.tiresias_config(),
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!(

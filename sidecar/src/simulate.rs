@@ -109,6 +109,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         seed: args.seed,
         hadar: args.hadar.config(),
         hadare: args.hadar.hadare_config(),
+        tiresias: args.hadar.tiresias_config(),
     };
 
     let mut outcomes = Vec::new();

@@ -22,7 +22,7 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
         .map(|(t, rate, src)| {
             let from = match src {
                 RateSource::Learned { samples } => {
-                    format!("learned from {samples} progress report(s)")
+                    format!("learned from {samples} measurement(s) of this job")
                 }
                 RateSource::Hint => "from the job's throughput= hint".into(),
                 RateSource::Table { job_type } => format!("Gavel's measurement for {job_type}"),
@@ -124,7 +124,7 @@ mod tests {
         let r = rates_words(&origins);
         assert_eq!(
             r,
-            "v100 10.000 steps/s (learned from 2 progress report(s)); k80: no (cannot or may not run there)"
+            "v100 10.000 steps/s (learned from 2 measurement(s) of this job); k80: no (cannot or may not run there)"
         );
         let s = runs(&p, 3.5, Some(0.25), false, true, &r);
         assert!(

@@ -119,6 +119,9 @@ fn spool_err(path: &Path) -> impl Fn(std::io::Error) -> ForkError + '_ {
 #[derive(Clone, Debug, serde::Deserialize)]
 struct RunnerResult {
     steps: f64,
+    /// Absent from results of runners older than this field.
+    #[serde(default)]
+    seconds: Option<f64>,
     exit_code: i32,
     ok: bool,
     #[serde(default)]
@@ -144,6 +147,8 @@ pub struct Forker {
     hadare: HadarEConfig,
     round_s: f64,
     restart_s: f64,
+    /// `[sidecar] rate_learning_weight`: how much a new measurement moves a learned rate.
+    learn_weight: f64,
     partitions: Vec<String>,
     hadar_bin: PathBuf,
 }
@@ -159,6 +164,7 @@ impl Forker {
             hadare: config.hadare.clone(),
             round_s: config.sidecar.round_seconds,
             restart_s: config.sidecar.restart_seconds,
+            learn_weight: config.sidecar.rate_learning_weight,
             partitions: config.partitions.clone(),
         }
     }
@@ -357,6 +363,7 @@ impl Forker {
                 Some(r) if r.ok && Path::new(&c.checkpoint).is_file() => {
                     c.ok = Some(true);
                     c.steps = Some(r.steps.max(0.0));
+                    c.seconds = r.seconds.filter(|t| t.is_finite() && *t > 0.0);
                     c.exit_code = Some(r.exit_code);
                 }
                 Some(r) => {
@@ -418,7 +425,31 @@ impl Forker {
         match self.average_as(uid, gid, &round.consolidated, &inputs) {
             Ok(()) => {
                 crate::faults::reached("fork-averaged");
-                let counted = store.write(|w| w.consolidate_round(&round))?;
+                // The copies' measured rates are learned in the transaction that counts the
+                // round, so a round redone after a crash is learned from once, like its steps.
+                let observed = observed_rates(&round);
+                let alpha = self.learn_weight;
+                let counted = store.write(|w| {
+                    let counted = w.consolidate_round(&round)?;
+                    if counted {
+                        for (gpu_type, gpus, rate) in &observed {
+                            w.learn_rate(row.id, gpu_type, *gpus, *rate, alpha)?;
+                        }
+                    }
+                    Ok(counted)
+                })?;
+                if counted && !observed.is_empty() {
+                    tracing::info!(
+                        job = row.id,
+                        round = round.round,
+                        "learned from the copies' rates: {}",
+                        observed
+                            .iter()
+                            .map(|(t, g, r)| format!("{g}x{t} {r:.2} steps/s"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 crate::faults::reached("fork-counted");
                 if counted {
                     let dir = Path::new(&round.consolidated)
@@ -675,6 +706,7 @@ impl Forker {
                 ok: None,
                 exit_code: None,
                 weight: None,
+                seconds: None,
             });
         }
         let mut round = ForkRound {
@@ -804,6 +836,27 @@ pub fn fork_profile(
         }
     }
     hadar_core::ThroughputProfile::new(points.into_iter().map(hadar_core::RateCurve::new).collect())
+}
+
+/// The steps per second each successful copy of `round` did, as `(type, GPUs, rate)`: its
+/// steps over the seconds its program ran. Copies that did no steps or have no timing teach
+/// nothing; copies of one type and size are averaged, each weighted by its time.
+fn observed_rates(round: &ForkRound) -> Vec<(String, u32, f64)> {
+    let mut by_kind: BTreeMap<(String, u32), (f64, f64)> = BTreeMap::new();
+    for c in round.copies.iter().filter(|c| c.ok == Some(true)) {
+        let (Some(steps), Some(secs)) = (c.steps, c.seconds) else {
+            continue;
+        };
+        if steps > 0.0 && secs > 0.0 {
+            let e = by_kind.entry((c.gpu_type.clone(), c.gpus)).or_default();
+            e.0 += steps;
+            e.1 += secs;
+        }
+    }
+    by_kind
+        .into_iter()
+        .map(|((t, g), (steps, secs))| (t, g, steps / secs))
+        .collect()
 }
 
 /// True while any component of copy job `id` has not ended.
@@ -1094,6 +1147,7 @@ mod tests {
             ok: None,
             exit_code: None,
             weight: None,
+            seconds: None,
         };
         let round = ForkRound {
             job: 1,

@@ -140,6 +140,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         ok: None,
         exit_code: None,
         weight: None,
+        seconds: None,
     };
     ForkRound {
         job: JOB,
@@ -224,11 +225,11 @@ fn finished_copies_are_consolidated_once_and_a_done_job_is_released() {
     let mut b = bench();
     let r = round(&b, RoundState::Running, Some(900));
     b.store.write(|w| w.put_fork_round(&r)).unwrap();
-    for (k, steps) in [(0, 60), (1, 40)] {
+    for (k, steps, secs) in [(0, 60, 12.0), (1, 40, 10.0)] {
         std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
         std::fs::write(
             &r.copies[k].result,
-            format!("{{\"fork_index\":{k},\"copies\":2,\"round\":0,\"steps\":{steps},\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n"),
+            format!("{{\"fork_index\":{k},\"copies\":2,\"round\":0,\"steps\":{steps},\"seconds\":{secs},\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n"),
         )
         .unwrap();
     }
@@ -248,9 +249,40 @@ fn finished_copies_are_consolidated_once_and_a_done_job_is_released() {
         "{log:?}"
     );
     assert!(log.contains(&format!("release {JOB}")), "{log:?}");
-    // Another round over the same state adds nothing and releases nothing more.
+    // Both copies ran 1 V100: 100 steps in 22 s of their programs' time.
+    let learned = b.store.learned_rates(JOB).unwrap();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!(
+        (learned[0].gpu_type.as_str(), learned[0].workers),
+        ("v100", 1)
+    );
+    assert!((learned[0].rate - 100.0 / 22.0).abs() < 1e-9, "{learned:?}");
+    // Another round over the same state adds nothing, learns nothing and releases nothing more.
     advance(&mut b, &[logical, done]);
     assert_eq!(b.store.fork_job(JOB).unwrap().unwrap().steps_done, 100.0);
+    assert_eq!(b.store.learned_rates(JOB).unwrap()[0].samples, 1);
+}
+
+/// Results written by a runner from before the `seconds` field still consolidate; they
+/// only teach no rate.
+#[test]
+fn results_without_timing_count_steps_and_learn_nothing() {
+    let mut b = bench();
+    let r = round(&b, RoundState::Running, Some(900));
+    b.store.write(|w| w.put_fork_round(&r)).unwrap();
+    for (k, steps) in [(0, 30), (1, 20)] {
+        std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
+        std::fs::write(
+            &r.copies[k].result,
+            format!("{{\"fork_index\":{k},\"copies\":2,\"round\":0,\"steps\":{steps},\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n"),
+        )
+        .unwrap();
+    }
+    let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
+    let done = slurm_job(900, "hadar-fork-7-r0", JobStatus::Completed, false, b.owner);
+    advance(&mut b, &[logical, done]);
+    assert_eq!(b.store.fork_job(JOB).unwrap().unwrap().steps_done, 50.0);
+    assert!(b.store.learned_rates(JOB).unwrap().is_empty());
 }
 
 #[test]

@@ -147,6 +147,10 @@ pub struct ForkCopy {
     pub exit_code: Option<i32>,
     /// Its consolidation weight, `steps / aggregated steps` (set at consolidation).
     pub weight: Option<f64>,
+    /// Wall-clock seconds its program ran, as the fork runner measured them (set at
+    /// consolidation; absent in rounds recorded before runners reported it).
+    #[serde(default)]
+    pub seconds: Option<f64>,
 }
 
 /// One round of one forked job.
@@ -392,6 +396,7 @@ mod tests {
             ok: steps.map(|_| true),
             exit_code: steps.map(|_| 0),
             weight: None,
+            seconds: None,
         }
     }
 

@@ -814,7 +814,6 @@ fn wait_for(
     Ok(())
 }
 
-
 /// A named scenario that runs against the test cluster.
 pub type Scenario = (&'static str, fn(&mut Testbed));
 

@@ -132,13 +132,19 @@ pub struct PolicyOptions {
     pub hadar: hadar::HadarConfig,
     /// HadarE's settings.
     pub hadare: hadare::HadarEConfig,
+    /// Tiresias' queue thresholds and promotion knob (checked with
+    /// [`tiresias::TiresiasConfig::validate`] by whoever reads them from a user).
+    pub tiresias: tiresias::TiresiasConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
 pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
     match name {
         PolicyName::YarnCs => Some(Box::new(yarn_cs::YarnCs::new(opts.seed))),
-        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::new(opts.seed))),
+        PolicyName::Tiresias => Some(Box::new(tiresias::Tiresias::with_config_unchecked(
+            opts.tiresias.clone(),
+            opts.seed,
+        ))),
         PolicyName::Gavel => Some(Box::new(gavel::GavelPolicy::max_min_fairness())),
         PolicyName::GavelMakespan => Some(Box::new(gavel::GavelPolicy::min_total_duration())),
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),

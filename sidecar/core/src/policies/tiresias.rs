@@ -143,10 +143,17 @@ impl Tiresias {
     /// Tiresias with `config`, refused if the thresholds or knob are unusable.
     pub fn with_config(config: TiresiasConfig, seed: u64) -> Result<Self, TiresiasConfigError> {
         config.validate()?;
-        Ok(Tiresias {
+        Ok(Self::with_config_unchecked(config, seed))
+    }
+
+    /// Tiresias with `config` as given. An invalid one never panics: unsorted thresholds
+    /// only make the queues odd, a non-positive knob promotes every waiting job. Use
+    /// [`Tiresias::with_config`] for settings a user typed.
+    pub fn with_config_unchecked(config: TiresiasConfig, seed: u64) -> Self {
+        Tiresias {
             config,
             ..Tiresias::new(seed)
-        })
+        }
     }
 
     /// The queue (0 = top) `job` is in given what the policy remembers from its last plan
