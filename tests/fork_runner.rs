@@ -31,6 +31,22 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The runner's arguments for the only copy of round 0, writing `out` and `res`.
+fn one_copy<'a>(out: &'a Path, res: &'a Path) -> Vec<&'a str> {
+    vec![
+        "--index",
+        "0",
+        "--copies",
+        "1",
+        "--round",
+        "0",
+        "--checkpoint-out",
+        s(out),
+        "--result",
+        s(res),
+    ]
+}
+
 /// A program that records its arguments and HADAR_* environment in its "checkpoint" and
 /// reports the steps given in its first argument.
 const RECORDER: &str = r#"
@@ -127,20 +143,8 @@ fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
 
     // Round 0: no start checkpoint, and none leaks in from the caller's environment.
     let o = Command::new(root().join("wrappers/hadar-fork-run"))
-        .args([
-            "--index",
-            "0",
-            "--copies",
-            "1",
-            "--round",
-            "0",
-            "--checkpoint-out",
-            s(&out),
-            "--result",
-            s(&res),
-            "--step-budget",
-            "5",
-        ])
+        .args(one_copy(&out, &res))
+        .args(["--step-budget", "5"])
         .args(["--", "python3", "-c", RECORDER, "5", "0"])
         .env("HADAR_START_CHECKPOINT", "/stale")
         .output()
@@ -160,22 +164,14 @@ fn the_program_gets_the_contract_environment_and_its_arguments_verbatim() {
 fn the_result_carries_the_seconds_the_program_ran() {
     let d = tempfile::tempdir().unwrap();
     let (out, res) = (d.path().join("copy.ckpt"), d.path().join("r.json"));
-    let o = runner(&[
-        "--index",
-        "0",
-        "--copies",
-        "1",
-        "--round",
-        "0",
-        "--checkpoint-out",
-        s(&out),
-        "--result",
-        s(&res),
+    let mut args = one_copy(&out, &res);
+    args.extend([
         "--",
         "sh",
         "-c",
         "sleep 0.4; echo 8 > \"$HADAR_STEPS_FILE\"; : > \"$HADAR_CHECKPOINT_OUT\"",
     ]);
+    let o = runner(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = result(&res);
     let secs = r["seconds"].as_f64().expect("seconds is a number");
@@ -339,20 +335,8 @@ while True:
     time.sleep(0.05)
 "#;
     let mut child = Command::new(root().join("wrappers/hadar-fork-run"))
-        .args([
-            "--index",
-            "0",
-            "--copies",
-            "1",
-            "--round",
-            "0",
-            "--checkpoint-out",
-            s(&out),
-            "--result",
-            s(&res),
-            "--step-budget",
-            "1",
-        ])
+        .args(one_copy(&out, &res))
+        .args(["--step-budget", "1"])
         .args(["--", "python3", "-c", program, s(&ready), s(&term)])
         .spawn()
         .unwrap();

@@ -273,16 +273,21 @@ fn held_jobs_are_placed_started_and_then_left_alone() {
     );
 }
 
-#[test]
-fn a_restarted_daemon_never_starts_a_job_twice() {
+/// A 2-GPU job 1 that a daemon (its store in `state.db` of the returned folder) started in
+/// one round before it stopped.
+fn one_job_started_by_a_daemon_that_then_stops() -> (tempfile::TempDir, FakeSlurm) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
     let slurm = FakeSlurm::testbed();
     slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
-    {
-        let mut d = daemon(&slurm, Store::open(&path).unwrap());
-        d.round(1_000_001.0).unwrap();
-    }
+    let mut d = daemon(&slurm, Store::open(&dir.path().join("state.db")).unwrap());
+    d.round(1_000_001.0).unwrap();
+    (dir, slurm)
+}
+
+#[test]
+fn a_restarted_daemon_never_starts_a_job_twice() {
+    let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
+    let path = dir.path().join("state.db");
     // A crash left a start intent open, for a job that Slurm shows released already.
     {
         let mut s = Store::open(&path).unwrap();
@@ -323,14 +328,8 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
 /// takes the interrupted start as done; the job must not wait a day for its planned GPUs.
 #[test]
 fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
     let path = dir.path().join("state.db");
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
-    {
-        let mut d = daemon(&slurm, Store::open(&path).unwrap());
-        d.round(1_000_001.0).unwrap();
-    }
     // Undo what the start did after its placement and leave the start intent open.
     {
         let mut s = slurm.0.borrow_mut();

@@ -164,6 +164,22 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
     }
 }
 
+/// Writes what the fork runner leaves for copies that succeeded: a checkpoint and a result
+/// with `(steps, seconds)` (no `seconds` field when `None`, as older runners wrote).
+fn copies_succeeded(r: &ForkRound, results: &[(u64, Option<f64>)]) {
+    for (k, (steps, secs)) in results.iter().enumerate() {
+        std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
+        let secs = secs
+            .map(|t| format!("\"seconds\":{t},"))
+            .unwrap_or_default();
+        std::fs::write(
+            &r.copies[k].result,
+            format!("{{\"fork_index\":{k},\"copies\":{},\"round\":0,\"steps\":{steps},{secs}\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n", results.len()),
+        )
+        .unwrap();
+    }
+}
+
 fn advance(b: &mut Bench, slurm: &[SlurmJob]) {
     let owned: BTreeSet<u64> = [JOB].into_iter().collect();
     b.forker
@@ -225,14 +241,7 @@ fn finished_copies_are_consolidated_once_and_a_done_job_is_released() {
     let mut b = bench();
     let r = round(&b, RoundState::Running, Some(900));
     b.store.write(|w| w.put_fork_round(&r)).unwrap();
-    for (k, steps, secs) in [(0, 60, 12.0), (1, 40, 10.0)] {
-        std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
-        std::fs::write(
-            &r.copies[k].result,
-            format!("{{\"fork_index\":{k},\"copies\":2,\"round\":0,\"steps\":{steps},\"seconds\":{secs},\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n"),
-        )
-        .unwrap();
-    }
+    copies_succeeded(&r, &[(60, Some(12.0)), (40, Some(10.0))]);
     let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
     let done = slurm_job(900, "hadar-fork-7-r0", JobStatus::Completed, false, b.owner);
     advance(&mut b, &[logical.clone(), done.clone()]);
@@ -270,14 +279,7 @@ fn results_without_timing_count_steps_and_learn_nothing() {
     let mut b = bench();
     let r = round(&b, RoundState::Running, Some(900));
     b.store.write(|w| w.put_fork_round(&r)).unwrap();
-    for (k, steps) in [(0, 30), (1, 20)] {
-        std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
-        std::fs::write(
-            &r.copies[k].result,
-            format!("{{\"fork_index\":{k},\"copies\":2,\"round\":0,\"steps\":{steps},\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n"),
-        )
-        .unwrap();
-    }
+    copies_succeeded(&r, &[(30, None), (20, None)]);
     let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
     let done = slurm_job(900, "hadar-fork-7-r0", JobStatus::Completed, false, b.owner);
     advance(&mut b, &[logical, done]);
