@@ -26,6 +26,9 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
                 }
                 RateSource::Hint => "from the job's throughput= hint".into(),
                 RateSource::Table { job_type } => format!("Gavel's measurement for {job_type}"),
+                RateSource::Estimated { job_type } => format!(
+                    "estimated for {job_type} from its traits and this GPU's datasheet, calibrated on Gavel's measured types"
+                ),
                 RateSource::Default => "the default rate: nothing is known yet".into(),
                 RateSource::Excluded => "cannot or may not run there".into(),
             };

@@ -4,7 +4,10 @@
 //! Throughput comes, per GPU type and in this order, from: the rate learned from the job's own
 //! progress reports on that type; the job's `throughput=` hint (steps/s on one GPU of the
 //! type, scaled linearly with the worker count); Gavel's measured table for the job's
-//! `type=` (see [`resolve_job_type`]); and last a default rate per GPU, the same on every
+//! `type=` (see [`resolve_job_type`]), or, on a GPU type the table has no column for (an A100,
+//! an H100), the estimator's rate for that job type from its traits and the GPU's datasheet,
+//! calibrated on the types the table measured (see [`estimated_table_rate`]); and last a
+//! default rate per GPU, the same on every
 //! type (so an unknown job is scheduled heterogeneity-blind until it reports). Prior rates
 //! (hints, table, default) are multiplied by the configured `throughput_scale`, which lets
 //! time-scaled emulated jobs be scheduled with rates in their own time.
@@ -83,6 +86,12 @@ pub enum RateSource {
     Hint,
     /// Gavel's table, for this job type.
     Table {
+        /// The table's job type.
+        job_type: String,
+    },
+    /// The estimator's rate for the table's job type on a GPU type the table did not
+    /// measure (its traits and the GPU's datasheet, calibrated on the measured types).
+    Estimated {
         /// The table's job type.
         job_type: String,
     },
@@ -175,6 +184,40 @@ pub fn table_rate(
     })
 }
 
+/// Steps/s of the table's `job_type` with `workers` workers on `gpu_type`, a GPU the table
+/// has no column for: the estimator's rate ([`hadar_core::estimate`]: the job type's traits
+/// and the GPU's datasheet), times the geometric mean of measured / estimated over the types
+/// the table did measure for this job, so the estimator's error on this job carries over
+/// rather than adds. `None` when the estimator does not know the job type or the GPU, or
+/// says the job does not fit in its memory.
+pub fn estimated_table_rate(
+    table: &ThroughputTable,
+    job_type: &str,
+    gpu_type: &str,
+    workers: u32,
+) -> Option<f64> {
+    use hadar_core::estimate::{ModelConstants, estimate_rate, gavel_job, gpu_spec};
+    let traits = gavel_job(job_type)?;
+    let k = ModelConstants::default();
+    let estimate =
+        |g: &str| gpu_spec(g).and_then(|spec| estimate_rate(&traits, &spec, workers, &k));
+    let target = estimate(gpu_type)?;
+    let logs: Vec<f64> = table
+        .gpu_types()
+        .iter()
+        .filter_map(|m| {
+            let measured = table_rate(table, job_type, m, workers).filter(|r| *r > 0.0)?;
+            Some((measured / estimate(m)?).ln())
+        })
+        .collect();
+    let calibration = if logs.is_empty() {
+        1.0
+    } else {
+        (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+    };
+    Some(target * calibration).filter(|r| r.is_finite() && *r > 0.0)
+}
+
 /// The job's throughput profile on the cluster's types (`type_names`, in the cluster's
 /// order), with where each rate came from.
 pub fn profile(
@@ -209,14 +252,29 @@ pub fn profile(
                 RateSource::Hint,
             )
         } else if let Some(jt) = &table_type {
-            match table_rate(table, jt, t, n).filter(|r| *r > 0.0) {
-                Some(r) => (
-                    Some(r * priors.throughput_scale),
-                    RateSource::Table {
-                        job_type: jt.clone(),
-                    },
-                ),
-                None => (None, RateSource::Excluded),
+            let measured_type = table.gpu_types().iter().any(|m| m.eq_ignore_ascii_case(t));
+            if measured_type {
+                // The table's zero or missing rate on a type it measured means the job
+                // cannot run there (it does not fit).
+                match table_rate(table, jt, t, n).filter(|r| *r > 0.0) {
+                    Some(r) => (
+                        Some(r * priors.throughput_scale),
+                        RateSource::Table {
+                            job_type: jt.clone(),
+                        },
+                    ),
+                    None => (None, RateSource::Excluded),
+                }
+            } else {
+                match estimated_table_rate(table, jt, t, n) {
+                    Some(r) => (
+                        Some(r * priors.throughput_scale),
+                        RateSource::Estimated {
+                            job_type: jt.clone(),
+                        },
+                    ),
+                    None => (None, RateSource::Excluded),
+                }
             }
         } else {
             (
@@ -342,6 +400,43 @@ mod tests {
         assert_eq!(p.rate(GpuType(0), 2), None);
         assert_eq!(origins[0].2, RateSource::Excluded);
         assert!(p.rate(GpuType(2), 2).is_some());
+    }
+
+    /// A cluster of newer GPUs than Gavel measured: a job of a table type gets the
+    /// estimator's calibrated rate there (faster on an H100 than on a V100), not an
+    /// exclusion; a GPU neither the table nor the datasheets know stays excluded.
+    #[test]
+    fn unmeasured_gpu_types_get_calibrated_estimates() {
+        let t = table();
+        let spec = JobSpec {
+            workers: 1,
+            steps: None,
+            job_type: Some("resnet50-b64".into()),
+            hints: vec![],
+            gpu_types: None,
+            fork: false,
+        };
+        let names: Vec<String> = ["v100", "a100", "h100", "rtx-9090"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (p, origins) = profile(&spec, &names, &[], &t, &PRIORS);
+        let v100 = p.rate(GpuType(0), 1).unwrap();
+        let a100 = p.rate(GpuType(1), 1).unwrap();
+        let h100 = p.rate(GpuType(2), 1).unwrap();
+        assert!(v100 < a100 && a100 < h100, "{v100} {a100} {h100}");
+        assert!(matches!(origins[0].2, RateSource::Table { .. }));
+        assert!(matches!(origins[1].2, RateSource::Estimated { .. }));
+        assert_eq!(origins[3].2, RateSource::Excluded);
+        assert_eq!(p.rate(GpuType(3), 1), None);
+        // Calibration: the estimate on a measured type reproduces the table there.
+        let jt = "ResNet-50 (batch size 64)";
+        let on_v100 = estimated_table_rate(&t, jt, "v100", 1).unwrap();
+        let measured = t.rate(jt, "v100", 1).unwrap();
+        assert!(
+            (on_v100 / measured - 1.0).abs() < 0.5,
+            "{on_v100} vs measured {measured}"
+        );
     }
 
     #[test]
