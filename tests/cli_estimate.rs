@@ -84,6 +84,28 @@ fn evaluation_against_gavel_has_the_promised_structure_and_converges() {
     assert_eq!(r["cross_type"].as_array().unwrap().len(), 3);
 }
 
+/// The rate of a GPU type the table lacks (what the daemon uses on an A100): each of Gavel's
+/// types held out in turn and predicted from the others. Calibrating on the job's measured
+/// types must not be worse than the estimator alone, and must help on most types.
+#[test]
+fn held_out_gpu_types_are_predicted_better_with_calibration() {
+    let v = evaluate_json(&[]);
+    let held = v["held_out_gpu_types"].as_array().unwrap();
+    let types: Vec<&str> = held.iter().map(|h| h["gpu_type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["k80", "p100", "v100"]);
+    let mut better = 0;
+    for h in held {
+        assert!(h["points"].as_u64().unwrap() >= 26, "{h}");
+        let (c, u) = (
+            h["calibrated_mape_pct"].as_f64().unwrap(),
+            h["uncalibrated_mape_pct"].as_f64().unwrap(),
+        );
+        assert!(c <= u + 0.5, "{h}");
+        better += usize::from(c < u - 5.0);
+    }
+    assert!(better >= 2, "{held:?}");
+}
+
 #[test]
 fn evaluation_is_reproducible_for_a_seed() {
     let a = evaluate_json(&["--seed", "7"]);

@@ -256,3 +256,48 @@ fn tiresias_settings_reach_the_policy_and_bad_ones_are_refused() {
         );
     }
 }
+
+/// A what-if on GPUs Gavel did not measure: the run completes every job, the A100s are used,
+/// and the output says which types were estimated and which no job can use.
+#[test]
+fn gpus_gavel_did_not_measure_are_estimated_and_said_so() {
+    let (out, err, code) = hadar(&[
+        "simulate",
+        "--cluster",
+        "a100:4,k80:4,x100:2",
+        "--policy",
+        "hadar",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["workload"]["estimated_gpu_types"],
+        serde_json::json!(["a100"])
+    );
+    assert_eq!(
+        v["workload"]["unusable_gpu_types"],
+        serde_json::json!(["x100"])
+    );
+    let r = &v["results"][0];
+    assert_eq!(r["jobs_completed"], r["jobs"]);
+    assert!(
+        r["utilisation_by_type"]["a100"].as_f64().unwrap() > 0.5,
+        "{r}"
+    );
+    assert_eq!(r["utilisation_by_type"]["x100"].as_f64(), Some(0.0), "{r}");
+    let (text, err, code) = hadar(&[
+        "simulate",
+        "--cluster",
+        "a100:4,k80:4,x100:2",
+        "--policy",
+        "hadar",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("note:    a100 not in the throughput table"),
+        "{text}"
+    );
+    assert!(text.contains("note:    x100 in neither"), "{text}");
+}

@@ -120,6 +120,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         cluster_origin,
         jobs_origin,
         queue: &queue,
+        unmeasured: table.unmeasured_types(&cluster),
         plan: &plan,
         hadar: stats.map(|s| (hadar_config, s)),
     };
@@ -148,6 +149,8 @@ struct Report<'a> {
     cluster_origin: String,
     jobs_origin: String,
     queue: &'a JobsFile,
+    /// The cluster's GPU types the throughput table lacks: estimated, unusable.
+    unmeasured: (Vec<String>, Vec<String>),
     plan: &'a RoundPlan,
     hadar: Option<(HadarConfig, RoundStats)>,
 }
@@ -214,6 +217,7 @@ impl<'a> Report<'a> {
             "cluster: {} ({})\n",
             self.cluster, self.cluster_origin
         ));
+        out.push_str(&crate::simulate::unmeasured_notes(&self.unmeasured));
         out.push_str(&format!(
             "jobs:    {} ({}); round at {} s, {} s long, restart {} s\n",
             self.queue.jobs.len(),

@@ -69,11 +69,28 @@ fn run_evaluate(path: &Path, replay: &ReplaySettings, format: Format) -> Result<
         replay,
     )
     .map_err(|e| Failure::input(anyhow::anyhow!("{}: {e}", path.display())))?;
+    let held_out = held_out_types(&table);
     match format {
-        Format::Table => print!("{}", render_report(path, &report)),
+        Format::Table => print!(
+            "{}{}",
+            render_report(path, &report),
+            render_held_out(&held_out)
+        ),
         Format::Json => {
             let mut v = serde_json::to_value(&report).map_err(Failure::runtime)?;
             v["file"] = json!(path.display().to_string());
+            v["held_out_gpu_types"] = json!(
+                held_out
+                    .iter()
+                    .map(|h| json!({
+                        "gpu_type": h.gpu_type,
+                        "points": h.points,
+                        "calibrated_mape_pct": h.calibrated_mape_pct,
+                        "calibrated_median_ape_pct": h.calibrated_median_ape_pct,
+                        "uncalibrated_mape_pct": h.uncalibrated_mape_pct,
+                    }))
+                    .collect::<Vec<_>>()
+            );
             println!(
                 "{}",
                 serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
@@ -81,6 +98,91 @@ fn run_evaluate(path: &Path, replay: &ReplaySettings, format: Format) -> Result<
         }
     }
     Ok(())
+}
+
+/// How well a GPU type the table lacks is estimated: each of the table's types held out in
+/// turn, every measured (job type, workers) point on it predicted by
+/// `ThroughputTable::estimated_rate` from the table without it.
+struct HeldOut {
+    gpu_type: String,
+    points: usize,
+    calibrated_mape_pct: f64,
+    calibrated_median_ape_pct: f64,
+    /// The estimator alone, without the calibration on the job's other types.
+    uncalibrated_mape_pct: f64,
+}
+
+fn held_out_types(table: &ThroughputTable) -> Vec<HeldOut> {
+    let k = ModelConstants::default();
+    let catalog = GpuCatalog::builtin();
+    let mut out = Vec::new();
+    for g in table.gpu_types() {
+        let Some(spec) = catalog.lookup(g) else {
+            continue;
+        };
+        let without = table.without_gpu_type(g);
+        let (mut calibrated, mut plain) = (Vec::new(), Vec::new());
+        for job in table.job_types() {
+            let Some(traits) = gavel_job(job) else {
+                continue;
+            };
+            for &(workers, measured) in table.points(job, g) {
+                if measured <= 0.0 {
+                    continue;
+                }
+                let (Some(c), Some(p)) = (
+                    without.estimated_rate(job, g, workers),
+                    estimate_rate(&traits, spec, workers, &k),
+                ) else {
+                    continue;
+                };
+                calibrated.push(100.0 * (c - measured).abs() / measured);
+                plain.push(100.0 * (p - measured).abs() / measured);
+            }
+        }
+        if calibrated.is_empty() {
+            continue;
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let mut sorted = calibrated.clone();
+        sorted.sort_by(f64::total_cmp);
+        out.push(HeldOut {
+            gpu_type: g.clone(),
+            points: calibrated.len(),
+            calibrated_mape_pct: mean(&calibrated),
+            calibrated_median_ape_pct: sorted[sorted.len() / 2],
+            uncalibrated_mape_pct: mean(&plain),
+        });
+    }
+    out
+}
+
+fn render_held_out(held: &[HeldOut]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\na GPU type the table lacks (how the daemon, dry-run and simulate rate jobs on an A100 or H100), each measured type held out in turn:\n\
+         estimated from the job's traits and the GPU's datasheet, calibrated on the job's measured rates on the other types\n",
+    );
+    let mut t = Table::new(&[
+        "held-out type",
+        "points",
+        "calibrated MAPE %",
+        "median APE %",
+        "uncalibrated MAPE %",
+    ]);
+    for h in held {
+        t.row(vec![
+            h.gpu_type.clone(),
+            h.points.to_string(),
+            pct(h.calibrated_mape_pct),
+            pct(h.calibrated_median_ape_pct),
+            pct(h.uncalibrated_mape_pct),
+        ]);
+    }
+    out.push_str(&t.render());
+    out
 }
 
 fn pct(x: f64) -> String {

@@ -18,6 +18,10 @@ pub struct Inputs {
     pub cluster_origin: String,
     pub trace_origin: String,
     pub throughput_source: &'static str,
+    /// The cluster's GPU types the throughput table has no column for, whose rates are
+    /// estimated (see `ThroughputTable::estimated_rate`), and those the estimator does not
+    /// know either (no job can use them).
+    pub unmeasured_types: (Vec<String>, Vec<String>),
 }
 
 /// Reads cluster, throughputs and trace (or their embedded defaults).
@@ -52,6 +56,7 @@ pub fn load_inputs(
         ),
     };
     Ok(Inputs {
+        unmeasured_types: table.unmeasured_types(&cluster),
         cluster,
         jobs,
         cluster_origin,
@@ -215,6 +220,25 @@ fn lower_bound_ttd(outcomes: &[Outcome]) -> Option<f64> {
     })
 }
 
+/// Header lines about the cluster's GPU types the throughput table lacks (see
+/// `ThroughputTable::unmeasured_types`), one per kind; empty when it measured them all.
+pub fn unmeasured_notes((estimated, unknown): &(Vec<String>, Vec<String>)) -> String {
+    let mut notes = String::new();
+    if !estimated.is_empty() {
+        notes += &format!(
+            "note:    {} not in the throughput table: rates there are estimated from job traits and GPU datasheets, calibrated on the measured types\n",
+            estimated.join(", ")
+        );
+    }
+    if !unknown.is_empty() {
+        notes += &format!(
+            "note:    {} in neither the throughput table nor the GPU datasheets: no job of the table can use it\n",
+            unknown.join(", ")
+        );
+    }
+    notes
+}
+
 fn hours(s: f64) -> String {
     format!("{:.2}", s / 3600.0)
 }
@@ -231,6 +255,7 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
         cfg.seed,
         inputs.throughput_source
     );
+    out.insert_str(out.len() - 1, &unmeasured_notes(&inputs.unmeasured_types));
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
         "policy",
@@ -341,6 +366,8 @@ fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value 
             "restart_s": cfg.restart_s,
             "seed": cfg.seed,
             "throughput_source": inputs.throughput_source,
+            "estimated_gpu_types": inputs.unmeasured_types.0,
+            "unusable_gpu_types": inputs.unmeasured_types.1,
         },
         "results": results,
     })

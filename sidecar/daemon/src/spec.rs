@@ -6,7 +6,8 @@
 //! type, scaled linearly with the worker count); Gavel's measured table for the job's
 //! `type=` (see [`resolve_job_type`]), or, on a GPU type the table has no column for (an A100,
 //! an H100), the estimator's rate for that job type from its traits and the GPU's datasheet,
-//! calibrated on the types the table measured (see [`estimated_table_rate`]); and last a
+//! calibrated on the types the table measured (see
+//! [`ThroughputTable::estimated_rate`]); and last a
 //! default rate per GPU, the same on every
 //! type (so an unknown job is scheduled heterogeneity-blind until it reports). Prior rates
 //! (hints, table, default) are multiplied by the configured `throughput_scale`, which lets
@@ -167,55 +168,15 @@ fn split_batch(t: &str) -> (&str, Option<u64>) {
 }
 
 /// The rate of a table job type with `workers` workers of `gpu_type`: the measured value, or
-/// for an unmeasured worker count the nearest smaller measured count scaled linearly.
+/// for an unmeasured worker count the nearest smaller measured count scaled linearly (see
+/// [`ThroughputTable::rate_or_scaled`]).
 pub fn table_rate(
     table: &ThroughputTable,
     job_type: &str,
     gpu_type: &str,
     workers: u32,
 ) -> Option<f64> {
-    if let Some(r) = table.rate(job_type, gpu_type, workers) {
-        return Some(r);
-    }
-    (1..workers).rev().find_map(|m| {
-        table
-            .rate(job_type, gpu_type, m)
-            .map(|r| r * workers as f64 / m as f64)
-    })
-}
-
-/// Steps/s of the table's `job_type` with `workers` workers on `gpu_type`, a GPU the table
-/// has no column for: the estimator's rate ([`hadar_core::estimate`]: the job type's traits
-/// and the GPU's datasheet), times the geometric mean of measured / estimated over the types
-/// the table did measure for this job, so the estimator's error on this job carries over
-/// rather than adds. `None` when the estimator does not know the job type or the GPU, or
-/// says the job does not fit in its memory.
-pub fn estimated_table_rate(
-    table: &ThroughputTable,
-    job_type: &str,
-    gpu_type: &str,
-    workers: u32,
-) -> Option<f64> {
-    use hadar_core::estimate::{ModelConstants, estimate_rate, gavel_job, gpu_spec};
-    let traits = gavel_job(job_type)?;
-    let k = ModelConstants::default();
-    let estimate =
-        |g: &str| gpu_spec(g).and_then(|spec| estimate_rate(&traits, &spec, workers, &k));
-    let target = estimate(gpu_type)?;
-    let logs: Vec<f64> = table
-        .gpu_types()
-        .iter()
-        .filter_map(|m| {
-            let measured = table_rate(table, job_type, m, workers).filter(|r| *r > 0.0)?;
-            Some((measured / estimate(m)?).ln())
-        })
-        .collect();
-    let calibration = if logs.is_empty() {
-        1.0
-    } else {
-        (logs.iter().sum::<f64>() / logs.len() as f64).exp()
-    };
-    Some(target * calibration).filter(|r| r.is_finite() && *r > 0.0)
+    table.rate_or_scaled(job_type, gpu_type, workers)
 }
 
 /// The job's throughput profile on the cluster's types (`type_names`, in the cluster's
@@ -266,7 +227,7 @@ pub fn profile(
                     None => (None, RateSource::Excluded),
                 }
             } else {
-                match estimated_table_rate(table, jt, t, n) {
+                match table.estimated_rate(jt, t, n) {
                     Some(r) => (
                         Some(r * priors.throughput_scale),
                         RateSource::Estimated {
@@ -431,7 +392,7 @@ mod tests {
         assert_eq!(p.rate(GpuType(3), 1), None);
         // Calibration: the estimate on a measured type reproduces the table there.
         let jt = "ResNet-50 (batch size 64)";
-        let on_v100 = estimated_table_rate(&t, jt, "v100", 1).unwrap();
+        let on_v100 = t.estimated_rate(jt, "v100", 1).unwrap();
         let measured = t.rate(jt, "v100", 1).unwrap();
         assert!(
             (on_v100 / measured - 1.0).abs() < 0.5,

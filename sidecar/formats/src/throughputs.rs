@@ -139,18 +139,114 @@ impl ThroughputTable {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// The job type's profile on a cluster's GPU types (types the table lacks give an empty
-    /// curve: the job cannot use them). `None` when the job type is unknown.
+    /// This table without its column for `gpu_type`: what a site that never measured that
+    /// type would have, for judging [`Self::estimated_rate`] against the held-out column.
+    pub fn without_gpu_type(&self, gpu_type: &str) -> Self {
+        let drop = gpu_type.to_ascii_lowercase();
+        ThroughputTable {
+            rates: self
+                .rates
+                .iter()
+                .map(|(job, by_type)| {
+                    let mut by_type = by_type.clone();
+                    by_type.remove(&drop);
+                    (job.clone(), by_type)
+                })
+                .collect(),
+            gpu_types: self
+                .gpu_types
+                .iter()
+                .filter(|g| **g != drop)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// True when the table has a column for `gpu_type` (names compared case-insensitively).
+    pub fn measures(&self, gpu_type: &str) -> bool {
+        self.gpu_types
+            .iter()
+            .any(|g| g.eq_ignore_ascii_case(gpu_type))
+    }
+
+    /// The rate of `job_type` with `workers` workers of `gpu_type`: the listed one, else the
+    /// largest listed smaller worker count's scaled linearly (an optimistic guess the job's
+    /// own reports correct). `None` when neither is listed.
+    pub fn rate_or_scaled(&self, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
+        if let Some(r) = self.rate(job_type, gpu_type, workers) {
+            return Some(r);
+        }
+        (1..workers).rev().find_map(|m| {
+            self.rate(job_type, gpu_type, m)
+                .map(|r| r * workers as f64 / m as f64)
+        })
+    }
+
+    /// Steps/s of `job_type` with `workers` workers on `gpu_type`, a GPU type the table has
+    /// no column for (an A100, an H100): the estimator's rate
+    /// ([`hadar_core::estimate`]: the job type's traits and the GPU's datasheet), times the
+    /// geometric mean of measured / estimated over the types the table did measure for this
+    /// job and worker count, so that the estimator's error on this job carries over instead
+    /// of adding up. `None` when the estimator does not know the job type (only Gavel's job
+    /// types have traits) or the GPU, or the job does not fit in the GPU's memory.
+    pub fn estimated_rate(&self, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
+        use hadar_core::estimate::{ModelConstants, estimate_rate, gavel_job, gpu_spec};
+        let traits = gavel_job(job_type)?;
+        let k = ModelConstants::default();
+        let estimate =
+            |g: &str| gpu_spec(g).and_then(|spec| estimate_rate(&traits, &spec, workers, &k));
+        let target = estimate(gpu_type)?;
+        let logs: Vec<f64> = self
+            .gpu_types
+            .iter()
+            .filter_map(|m| {
+                let measured = self
+                    .rate_or_scaled(job_type, m, workers)
+                    .filter(|r| *r > 0.0)?;
+                Some((measured / estimate(m)?).ln())
+            })
+            .collect();
+        let calibration = if logs.is_empty() {
+            1.0
+        } else {
+            (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+        };
+        Some(target * calibration).filter(|r| r.is_finite() && *r > 0.0)
+    }
+
+    /// The GPU types of `cluster` this table has no column for, split into those the
+    /// estimator's datasheet table knows (rates there are estimated, see
+    /// [`Self::estimated_rate`]) and those it does not (no job of the table can use them).
+    pub fn unmeasured_types(&self, cluster: &Cluster) -> (Vec<String>, Vec<String>) {
+        cluster
+            .type_names()
+            .iter()
+            .filter(|t| !self.measures(t))
+            .cloned()
+            .partition(|t| hadar_core::estimate::gpu_spec(t).is_some())
+    }
+
+    /// The job type's profile on a cluster's GPU types. On a type the table measured, its
+    /// points (a zero rate: the job cannot run so); on a type it has no column for, the
+    /// estimated rate ([`Self::estimated_rate`]) at each worker count the table lists for
+    /// the job, or an empty curve (the job cannot use it) when there is no estimate. `None`
+    /// when the job type is unknown.
     pub fn profile(&self, job_type: &str, cluster: &Cluster) -> Option<ThroughputProfile> {
         let by_type = self.rates.get(job_type)?;
+        let mut counts: Vec<u32> = by_type.values().flatten().map(|(w, _)| *w).collect();
+        counts.sort_unstable();
+        counts.dedup();
         let curves = cluster
             .type_names()
             .iter()
-            .map(|t| {
-                by_type
-                    .get(&t.to_ascii_lowercase())
-                    .map(|pts| RateCurve::new(pts.iter().copied()))
-                    .unwrap_or_default()
+            .map(|t| match by_type.get(&t.to_ascii_lowercase()) {
+                Some(pts) => RateCurve::new(pts.iter().copied()),
+                None if self.measures(t) => RateCurve::default(),
+                None => RateCurve::new(
+                    counts
+                        .iter()
+                        .filter_map(|&w| Some((w, self.estimated_rate(job_type, t, w)?))),
+                ),
             })
             .collect();
         Some(ThroughputProfile::new(curves))
@@ -206,8 +302,45 @@ mod tests {
         assert_eq!(p.rate(hadar_core::GpuType(1), 2), Some(3.5));
         assert!(
             p.curve(hadar_core::GpuType(2)).is_empty(),
-            "a100 not in table"
+            "a100 not in the table, and job type A has no traits to estimate from"
         );
+    }
+
+    /// Gavel's job types on GPUs Gavel did not measure: estimated at every worker count the
+    /// table lists, faster on an A100 than the measured V100; a GPU no datasheet describes
+    /// stays unusable.
+    #[test]
+    fn unmeasured_gpu_types_are_estimated_for_gavel_job_types() {
+        let t = crate::embedded::throughputs().unwrap();
+        let c = Cluster::from_type_counts(
+            &[("v100".into(), 8), ("a100".into(), 8), ("x100".into(), 8)],
+            8,
+        )
+        .unwrap();
+        assert_eq!(
+            t.unmeasured_types(&c),
+            (vec!["a100".to_string()], vec!["x100".to_string()])
+        );
+        let job = "ResNet-50 (batch size 64)";
+        let p = t.profile(job, &c).unwrap();
+        let (v100, a100) = (
+            p.curve(hadar_core::GpuType(0)),
+            p.curve(hadar_core::GpuType(1)),
+        );
+        assert!(!v100.is_empty());
+        assert_eq!(
+            a100.points().iter().map(|(w, _)| *w).collect::<Vec<_>>(),
+            v100.points().iter().map(|(w, _)| *w).collect::<Vec<_>>()
+        );
+        for ((w, on_a100), (_, on_v100)) in a100.points().iter().zip(v100.points()) {
+            assert!(
+                on_a100 > on_v100,
+                "{w} workers: a100 {on_a100} v100 {on_v100}"
+            );
+        }
+        assert!(p.curve(hadar_core::GpuType(2)).is_empty());
+        // A job type without traits gets no estimate.
+        assert_eq!(t.estimated_rate("no such job", "a100", 1), None);
     }
 
     #[test]
