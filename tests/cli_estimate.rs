@@ -91,7 +91,10 @@ fn evaluation_against_gavel_has_the_promised_structure_and_converges() {
 fn held_out_gpu_types_are_predicted_better_with_calibration() {
     let v = evaluate_json(&[]);
     let held = v["held_out_gpu_types"].as_array().unwrap();
-    let types: Vec<&str> = held.iter().map(|h| h["gpu_type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = held
+        .iter()
+        .map(|h| h["gpu_type"].as_str().unwrap())
+        .collect();
     assert_eq!(types, ["k80", "p100", "v100"]);
     let mut better = 0;
     for h in held {

@@ -293,6 +293,26 @@ fn directives_and_typed_gpus_are_recorded(bed: &mut Testbed) {
         Some(vec!["v100".to_string(), "k80".to_string()])
     );
 
+    // A model description for estimates before the job has run, from the comment.
+    let id = submit_ok(
+        bed,
+        &[
+            "--comment=hadar: model=params:25.6M,gflops:4.1,batch:64,amp:yes",
+            "--gpus=1",
+            "--wrap",
+            "true",
+        ],
+        None,
+    );
+    let model = held_record(bed, id)
+        .directives
+        .model
+        .expect("model= recorded");
+    assert_eq!(
+        (model.params, model.batch_size, model.mixed_precision),
+        (25.6e6, 64, true)
+    );
+
     // Two nodes have two V100s each (n1, n4), so this is satisfiable.
     let id = submit_ok(
         bed,
@@ -393,12 +413,17 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
         (
             vec!["--gres=gpu:1"],
             Some(directive("#HADAR stepz=100")),
-            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=",
+            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=",
         ),
         (
             vec!["--gres=gpu:1"],
             Some(directive("#HADAR steps=12k")),
             "sbatch: error: hadar: malformed value `12k` for `steps` in #HADAR line 2 of the batch script; expected a whole number between 1 and 2^53",
+        ),
+        (
+            vec!["--gres=gpu:1"],
+            Some(directive("#HADAR model=params:25M,gflops:4")),
+            "sbatch: error: hadar: malformed value `params:25M,gflops:4` for `model` in #HADAR line 2 of the batch script; expected params:N,gflops:X,batch:N[,input:BYTES][,layers:N][,amp:yes|no], e.g. params:25.6M,gflops:4.1,batch:64 (N may end in K, M or G)",
         ),
         (
             vec![

@@ -29,6 +29,9 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
                 RateSource::Estimated { job_type } => format!(
                     "estimated for {job_type} from its traits and this GPU's datasheet, calibrated on Gavel's measured types"
                 ),
+                RateSource::Model => {
+                    "estimated from the job's model= traits and this GPU's datasheet".into()
+                }
                 RateSource::Default => "the default rate: nothing is known yet".into(),
                 RateSource::Excluded => "cannot or may not run there".into(),
             };

@@ -1094,6 +1094,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: true,
+            model: None,
         };
         let types = vec!["v100".to_string(), "k80".to_string()];
         let priors = Priors {

@@ -288,6 +288,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: false,
+            model: None,
         })
     }
 

@@ -7,12 +7,14 @@
 //! `type=` (see [`resolve_job_type`]), or, on a GPU type the table has no column for (an A100,
 //! an H100), the estimator's rate for that job type from its traits and the GPU's datasheet,
 //! calibrated on the types the table measured (see
-//! [`ThroughputTable::estimated_rate`]); and last a
-//! default rate per GPU, the same on every
+//! [`ThroughputTable::estimated_rate`]); then, for a job that describes its model
+//! (`model=params:...,gflops:...,batch:...`), the estimator's rate from those traits and the
+//! GPU's datasheet; and last a default rate per GPU, the same on every
 //! type (so an unknown job is scheduled heterogeneity-blind until it reports). Prior rates
 //! (hints, table, default) are multiplied by the configured `throughput_scale`, which lets
 //! time-scaled emulated jobs be scheduled with rates in their own time.
 
+use hadar_core::estimate::JobTraits;
 use hadar_core::{RateCurve, ThroughputProfile};
 use hadar_formats::ThroughputTable;
 use hadar_request::{Record, Scope};
@@ -35,6 +37,9 @@ pub struct JobSpec {
     /// True when it opted into forking (`fork=yes`): under `policy = "hadare"` it runs as
     /// copies, otherwise as one job.
     pub fork: bool,
+    /// Its model's traits (`model=`), from which its rate on a GPU type is estimated before
+    /// it has run there.
+    pub model: Option<JobTraits>,
 }
 
 impl JobSpec {
@@ -59,6 +64,22 @@ impl JobSpec {
             .filter(|w| *w > 0)
             .ok_or_else(|| format!("asks for {workers} GPUs"))?;
         let d = rec.directives;
+        let model = match d.model {
+            Some(m) => {
+                let traits = JobTraits {
+                    name: d.job_type.clone().unwrap_or_else(|| "model=".into()),
+                    params: m.params,
+                    forward_gflops_per_sample: m.forward_gflops_per_sample,
+                    batch_size: m.batch_size,
+                    input_bytes_per_sample: m.input_bytes_per_sample,
+                    layers_per_step: m.layers_per_step,
+                    mixed_precision: m.mixed_precision,
+                };
+                traits.validate().map_err(|e| e.to_string())?;
+                Some(traits)
+            }
+            None => None,
+        };
         Ok(JobSpec {
             workers,
             steps: d.steps.or(d.epochs),
@@ -70,6 +91,7 @@ impl JobSpec {
                 .collect(),
             gpu_types: d.gpu_types,
             fork: d.may_fork.unwrap_or(false),
+            model,
         })
     }
 }
@@ -96,6 +118,8 @@ pub enum RateSource {
         /// The table's job type.
         job_type: String,
     },
+    /// The estimator's rate from the job's own `model=` traits and the GPU's datasheet.
+    Model,
     /// The configured default rate.
     Default,
     /// The job may not use this type (`gpu-types=`), or the table says it cannot run there.
@@ -179,6 +203,15 @@ pub fn table_rate(
     table.rate_or_scaled(job_type, gpu_type, workers)
 }
 
+/// The estimator's steps/s for a job of these traits with `workers` workers of `gpu_type`
+/// (default constants); `None` for a GPU the datasheet table does not know, or one whose
+/// memory the model does not fit.
+fn model_rate(traits: &JobTraits, gpu_type: &str, workers: u32) -> Option<f64> {
+    use hadar_core::estimate::{ModelConstants, estimate_rate, gpu_spec};
+    let spec = gpu_spec(gpu_type)?;
+    estimate_rate(traits, &spec, workers, &ModelConstants::default())
+}
+
 /// The job's throughput profile on the cluster's types (`type_names`, in the cluster's
 /// order), with where each rate came from.
 pub fn profile(
@@ -237,6 +270,8 @@ pub fn profile(
                     None => (None, RateSource::Excluded),
                 }
             }
+        } else if let Some(r) = spec.model.as_ref().and_then(|m| model_rate(m, t, n)) {
+            (Some(r * priors.throughput_scale), RateSource::Model)
         } else {
             (
                 Some(priors.default_rate_per_gpu * n as f64 * priors.throughput_scale),
@@ -339,6 +374,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: false,
+            model: None,
         };
         let (p, origins) = profile(
             &spec,
@@ -376,6 +412,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: false,
+            model: None,
         };
         let names: Vec<String> = ["v100", "a100", "h100", "rtx-9090"]
             .iter()
@@ -400,6 +437,43 @@ mod tests {
         );
     }
 
+    /// A job Gavel never measured that describes its model: estimated per type from the
+    /// traits (faster on newer GPUs), the default rate only where no datasheet is known.
+    #[test]
+    fn model_traits_give_per_type_estimates_before_any_report() {
+        let spec = JobSpec::from_record(
+            "hadar:v1 gpus=2 steps=1000 model=params:25.6M,gflops:4.1,batch:64,input:150K,layers:160",
+        )
+        .unwrap();
+        let names: Vec<String> = ["k80", "v100", "a100", "x100"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (p, origins) = profile(&spec, &names, &[], &table(), &PRIORS);
+        let rate = |i: u16| p.rate(GpuType(i), 2).unwrap();
+        assert!(rate(0) < rate(1) && rate(1) < rate(2), "{origins:?}");
+        assert_eq!(
+            origins.iter().map(|o| o.2.clone()).collect::<Vec<_>>(),
+            [
+                RateSource::Model,
+                RateSource::Model,
+                RateSource::Model,
+                RateSource::Default
+            ]
+        );
+        assert_eq!(rate(3), 2.0 * PRIORS.default_rate_per_gpu);
+        // A learned rate still wins.
+        let learned = vec![LearnedRate {
+            job: 1,
+            gpu_type: "k80".into(),
+            workers: 2,
+            rate: 99.0,
+            samples: 1,
+        }];
+        let (p, _) = profile(&spec, &names, &learned, &table(), &PRIORS);
+        assert_eq!(p.rate(GpuType(0), 2), Some(99.0));
+    }
+
     #[test]
     fn unmeasured_worker_counts_scale_from_below() {
         let t = table();
@@ -410,6 +484,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: false,
+            model: None,
         };
         let (p, _) = profile(&spec, &types(), &[], &t, &PRIORS);
         let two = t.rate("ResNet-18 (batch size 64)", "v100", 2).unwrap();
@@ -426,6 +501,7 @@ mod tests {
             hints: vec![("p100".into(), 7.0)],
             gpu_types: None,
             fork: false,
+            model: None,
         };
         let learned = vec![LearnedRate {
             job: 1,
@@ -446,6 +522,7 @@ mod tests {
             hints: vec![],
             gpu_types: None,
             fork: false,
+            model: None,
         };
         let (p, origins) = profile(&blank, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(1), 4), Some(4.0));

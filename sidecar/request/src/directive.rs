@@ -3,13 +3,21 @@
 //!
 //! Syntax (one or more whitespace-separated words per `#HADAR` line, or after `hadar:` in the
 //! comment): `on`, `off`, and `key=value` with the keys `type`, `throughput`, `steps`,
-//! `epochs`, `fork` and `gpu-types`. The same `key=value` words make up the directive part of
-//! the stored record (see [`crate::record`]), so one parser serves both.
+//! `epochs`, `fork`, `gpu-types` and `model`. The same `key=value` words make up the directive
+//! part of the stored record (see [`crate::record`]), so one parser serves both.
 
 use std::fmt;
 
 /// The keys a directive may set, in the order the record writes them.
-pub const KEYS: [&str; 6] = ["type", "throughput", "steps", "epochs", "fork", "gpu-types"];
+pub const KEYS: [&str; 7] = [
+    "type",
+    "throughput",
+    "steps",
+    "epochs",
+    "fork",
+    "gpu-types",
+    "model",
+];
 
 /// Whether a job opted in to or out of Hadar explicitly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +37,117 @@ pub struct ThroughputHint {
     pub rate: f64,
 }
 
+/// What a job says about its model (`model=`), from which the daemon estimates its
+/// throughput on each GPU type before it has run there (the estimator's job traits).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelTraits {
+    /// Trainable parameters (`params:25.6M`).
+    pub params: f64,
+    /// Forward-pass GFLOPs per sample (`gflops:4.1`).
+    pub forward_gflops_per_sample: f64,
+    /// Samples per step and worker (`batch:64`).
+    pub batch_size: u32,
+    /// Bytes copied from host to GPU per sample (`input:150K`; default 0).
+    pub input_bytes_per_sample: f64,
+    /// Layer invocations per forward pass (`layers:160`; default [`DEFAULT_LAYERS`]).
+    pub layers_per_step: u32,
+    /// Trains in mixed precision (`amp:yes`; default no).
+    pub mixed_precision: bool,
+}
+
+/// Layers assumed when `model=` does not say (about a ResNet-50's count).
+pub const DEFAULT_LAYERS: u32 = 50;
+
+const MODEL_EXPECTED: &str = "params:N,gflops:X,batch:N[,input:BYTES][,layers:N][,amp:yes|no], e.g. params:25.6M,gflops:4.1,batch:64 (N may end in K, M or G)";
+
+impl ModelTraits {
+    /// Parses `params:25.6M,gflops:4.1,batch:64[,input:150K][,layers:160][,amp:yes]`.
+    pub fn parse(value: &str) -> Option<ModelTraits> {
+        let (mut params, mut gflops, mut batch) = (None, None, None);
+        let (mut input, mut layers, mut amp) = (None, None, None);
+        for item in value.split(',') {
+            let (k, v) = item.split_once(':')?;
+            let slot_taken = match k.to_ascii_lowercase().as_str() {
+                "params" => params.replace(parse_scaled(v)?).is_some(),
+                "gflops" => gflops
+                    .replace(
+                        v.parse::<f64>()
+                            .ok()
+                            .filter(|x| x.is_finite() && *x > 0.0)?,
+                    )
+                    .is_some(),
+                "batch" => batch
+                    .replace(
+                        v.parse::<u32>()
+                            .ok()
+                            .filter(|b| (1..=1 << 20).contains(b))?,
+                    )
+                    .is_some(),
+                "input" => input
+                    .replace(if v == "0" { 0.0 } else { parse_scaled(v)? })
+                    .is_some(),
+                "layers" => layers
+                    .replace(
+                        v.parse::<u32>()
+                            .ok()
+                            .filter(|l| (1..=1 << 20).contains(l))?,
+                    )
+                    .is_some(),
+                "amp" => amp
+                    .replace(match v.to_ascii_lowercase().as_str() {
+                        "yes" | "true" | "1" => true,
+                        "no" | "false" | "0" => false,
+                        _ => return None,
+                    })
+                    .is_some(),
+                _ => return None,
+            };
+            if slot_taken {
+                return None;
+            }
+        }
+        Some(ModelTraits {
+            params: params?,
+            forward_gflops_per_sample: gflops?,
+            batch_size: batch?,
+            input_bytes_per_sample: input.unwrap_or(0.0),
+            layers_per_step: layers.unwrap_or(DEFAULT_LAYERS),
+            mixed_precision: amp.unwrap_or(false),
+        })
+    }
+}
+
+impl fmt::Display for ModelTraits {
+    /// The canonical form the record stores (every field, plain numbers).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "params:{},gflops:{},batch:{},input:{},layers:{},amp:{}",
+            self.params,
+            self.forward_gflops_per_sample,
+            self.batch_size,
+            self.input_bytes_per_sample,
+            self.layers_per_step,
+            if self.mixed_precision { "yes" } else { "no" }
+        )
+    }
+}
+
+/// A positive count with an optional `K`, `M` or `G` suffix (powers of 1000), below 10^15.
+fn parse_scaled(v: &str) -> Option<f64> {
+    let (digits, scale) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1e3),
+        'm' | 'M' => (&v[..v.len() - 1], 1e6),
+        'g' | 'G' | 'b' | 'B' => (&v[..v.len() - 1], 1e9),
+        _ => (v, 1.0),
+    };
+    if digits.len() > 24 {
+        return None;
+    }
+    let x = digits.parse::<f64>().ok()? * scale;
+    (x.is_finite() && x > 0.0 && x < 1e15).then_some(x)
+}
+
 /// Everything a job's Hadar directives say, apart from the opt-in/opt-out.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobDirectives {
@@ -44,6 +163,8 @@ pub struct JobDirectives {
     pub may_fork: Option<bool>,
     /// The GPU types the job may run on; `None` means any type.
     pub gpu_types: Option<Vec<String>>,
+    /// The job's model, for estimating its throughput before it has run (`model=`).
+    pub model: Option<ModelTraits>,
 }
 
 /// Where a directive was written, for error messages.
@@ -72,7 +193,7 @@ impl fmt::Display for Origin {
 pub enum DirectiveError {
     /// A word that is not a known directive.
     #[error(
-        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types="
+        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model="
     )]
     Unknown {
         /// Where.
@@ -245,6 +366,10 @@ impl Directives {
                 }
                 self.job.gpu_types = Some(types);
             }
+            "model" => {
+                self.job.model =
+                    Some(ModelTraits::parse(value).ok_or_else(|| malformed(MODEL_EXPECTED))?);
+            }
             _ => unreachable!("KEYS and this match list the same keys"),
         }
         self.origins.push((key, origin.clone()));
@@ -379,7 +504,7 @@ mod tests {
         let e = script("#!/bin/sh\n#SBATCH -N1\n#HADAR stepz=4\n").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types="
+            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model="
         );
         let e = script("#!/bin/sh\n#HADAR steps=12k\n").unwrap_err();
         assert_eq!(
@@ -418,6 +543,47 @@ mod tests {
             script("#HADAR type=x\n#HADAR off").unwrap_err(),
             DirectiveError::OffWithOthers { .. }
         ));
+    }
+
+    #[test]
+    fn model_traits_parse_with_suffixes_and_defaults() {
+        let d = script("#HADAR model=params:25.6M,gflops:4.1,batch:64,input:150K").unwrap();
+        assert_eq!(
+            d.job.model,
+            Some(ModelTraits {
+                params: 25.6e6,
+                forward_gflops_per_sample: 4.1,
+                batch_size: 64,
+                input_bytes_per_sample: 150e3,
+                layers_per_step: DEFAULT_LAYERS,
+                mixed_precision: false,
+            })
+        );
+        let m = ModelTraits::parse("batch:8,gflops:0.5,params:1.2G,layers:300,amp:yes").unwrap();
+        assert_eq!(
+            (m.params, m.layers_per_step, m.mixed_precision),
+            (1.2e9, 300, true)
+        );
+        for bad in [
+            "params:25M,gflops:4",                  // no batch
+            "params:25M,gflops:4,batch:64,batch:8", // twice
+            "params:25M,gflops:4,batch:64,color:red",
+            "params:-1,gflops:4,batch:64",
+            "params:25X,gflops:4,batch:64",
+            "params:25M,gflops:inf,batch:64",
+            "params:25M,gflops:4,batch:0",
+            "params:25M,gflops:4,batch:64,amp:maybe",
+        ] {
+            let e = script(&format!("#HADAR model={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("malformed value")
+                    && e.contains("for `model` in #HADAR line 1")
+                    && e.contains("params:N,gflops:X,batch:N"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
@@ -484,7 +650,7 @@ mod tests {
         }
 
         #[test]
-        fn word_parser_never_panics(words in proptest::collection::vec("(type|throughput|steps|epochs|fork|gpu-types|on|off|x)(=[a-z0-9:.,\\-]{0,12})?", 0..6)) {
+        fn word_parser_never_panics(words in proptest::collection::vec("(type|throughput|steps|epochs|fork|gpu-types|model|on|off|x)(=[a-z0-9:.,\\-]{0,12})?", 0..6)) {
             let mut d = Directives::default();
             let _ = d.add_words(&words.join(" "), Origin::Comment);
         }

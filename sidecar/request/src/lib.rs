@@ -22,7 +22,9 @@ pub mod record;
 
 pub use config::{Config, ConfigError};
 pub use decide::{Decision, Managed, RequestError, Submission, Unmanaged, decide};
-pub use directive::{DirectiveError, Directives, JobDirectives, OptChoice, ThroughputHint};
+pub use directive::{
+    DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, ThroughputHint,
+};
 pub use gpu::{GpuCount, GpuRequest, GpuRequestError, Scope, TresFields};
 pub use inventory::{Inventory, InventoryError, NodeGpus};
 pub use notify::{Notice, NoticeError};

@@ -4,7 +4,7 @@
 //! Format, one line: `hadar:v1` followed by space-separated `key=value` words:
 //! `gpus=SPEC` (per job) or `gpus-per-node=SPEC`, then optionally `nodes=N`, `het=OFFSET`
 //! and the directive words of [`crate::directive`] (`type=`, `throughput=`, `steps=`,
-//! `epochs=`, `fork=`, `gpu-types=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
+//! `epochs=`, `fork=`, `gpu-types=`, `model=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
 //! `hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 fork=yes`.
 
 use crate::directive::{Directives, JobDirectives, Origin};
@@ -81,6 +81,9 @@ impl Record {
         }
         if let Some(types) = &d.gpu_types {
             out.push_str(&format!(" gpu-types={}", types.join(",")));
+        }
+        if let Some(m) = &d.model {
+            out.push_str(&format!(" model={m}"));
         }
         out
     }
@@ -195,12 +198,13 @@ mod tests {
                 epochs: None,
                 may_fork: Some(true),
                 gpu_types: Some(vec!["v100".into(), "k80".into()]),
+                model: crate::ModelTraits::parse("params:25.6M,gflops:4.1,batch:64,amp:yes"),
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -258,8 +262,16 @@ mod tests {
                 vec!["v100", "p100", "k80"],
                 1..=3,
             )),
+            proptest::option::of((
+                1.0f64..1e12,
+                1e-3f64..1e4,
+                1u32..4096,
+                prop_oneof![Just(0.0), 1.0f64..1e9],
+                1u32..2000,
+                any::<bool>(),
+            )),
         )
-            .prop_map(|(job_type, hints, steps, may_fork, gpu_types)| {
+            .prop_map(|(job_type, hints, steps, may_fork, gpu_types, model)| {
                 let mut throughput: Vec<ThroughputHint> = Vec::new();
                 for (t, rate) in hints {
                     if !throughput.iter().any(|h| h.gpu_type == t) {
@@ -276,6 +288,16 @@ mod tests {
                     epochs: None,
                     may_fork,
                     gpu_types: gpu_types.map(|v| v.into_iter().map(String::from).collect()),
+                    model: model.map(|(params, gflops, batch, input, layers, amp)| {
+                        crate::ModelTraits {
+                            params,
+                            forward_gflops_per_sample: gflops,
+                            batch_size: batch,
+                            input_bytes_per_sample: input,
+                            layers_per_step: layers,
+                            mixed_precision: amp,
+                        }
+                    }),
                 }
             });
         (
