@@ -120,11 +120,22 @@ impl ThroughputTable {
         self.rates.contains_key(job_type)
     }
 
+    /// The table's column for a cluster's GPU type name: the same name in any case, else the
+    /// canonical name the estimator's datasheet table gives it when the table has that column
+    /// (a gres.conf written by `AutoDetect=nvml` says `tesla_v100-sxm2-16gb` for Gavel's
+    /// `v100`; see `GpuCatalog::lookup`).
+    pub fn column(&self, gpu_type: &str) -> Option<String> {
+        let lower = gpu_type.trim().to_ascii_lowercase();
+        if self.gpu_types.contains(&lower) {
+            return Some(lower);
+        }
+        let canonical = hadar_core::estimate::gpu_spec(gpu_type)?.name;
+        self.gpu_types.contains(&canonical).then_some(canonical)
+    }
+
     /// The isolated rate of `job_type` with `workers` workers of `gpu_type`, if listed.
     pub fn rate(&self, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
-        self.rates
-            .get(job_type)?
-            .get(&gpu_type.to_ascii_lowercase())?
+        self.points(job_type, gpu_type)
             .iter()
             .find(|(w, _)| *w == workers)
             .map(|(_, r)| *r)
@@ -133,9 +144,11 @@ impl ThroughputTable {
     /// Every listed `(workers, steps/s)` point of a job type on a GPU type (zero rates
     /// included: they mean the job cannot run so), in file order.
     pub fn points(&self, job_type: &str, gpu_type: &str) -> &[(u32, f64)] {
-        self.rates
-            .get(job_type)
-            .and_then(|by_type| by_type.get(&gpu_type.to_ascii_lowercase()))
+        let Some(by_type) = self.rates.get(job_type) else {
+            return &[];
+        };
+        self.column(gpu_type)
+            .and_then(|c| by_type.get(&c))
             .map_or(&[], Vec::as_slice)
     }
 
@@ -162,11 +175,9 @@ impl ThroughputTable {
         }
     }
 
-    /// True when the table has a column for `gpu_type` (names compared case-insensitively).
+    /// True when the table has a column for `gpu_type` (see [`Self::column`]).
     pub fn measures(&self, gpu_type: &str) -> bool {
-        self.gpu_types
-            .iter()
-            .any(|g| g.eq_ignore_ascii_case(gpu_type))
+        self.column(gpu_type).is_some()
     }
 
     /// The rate of `job_type` with `workers` workers of `gpu_type`: the listed one, else the
@@ -239,7 +250,7 @@ impl ThroughputTable {
         let curves = cluster
             .type_names()
             .iter()
-            .map(|t| match by_type.get(&t.to_ascii_lowercase()) {
+            .map(|t| match self.column(t).and_then(|c| by_type.get(&c)) {
                 Some(pts) => RateCurve::new(pts.iter().copied()),
                 None if self.measures(t) => RateCurve::default(),
                 None => RateCurve::new(
@@ -341,6 +352,23 @@ mod tests {
         assert!(p.curve(hadar_core::GpuType(2)).is_empty());
         // A job type without traits gets no estimate.
         assert_eq!(t.estimated_rate("no such job", "a100", 1), None);
+    }
+
+    /// GPU names as `AutoDetect=nvml` writes them into gres.conf read Gavel's columns.
+    #[test]
+    fn nvml_gpu_names_find_the_measured_column() {
+        let t = crate::embedded::throughputs().unwrap();
+        let job = "ResNet-50 (batch size 64)";
+        assert_eq!(t.column("tesla_v100-sxm2-16gb").as_deref(), Some("v100"));
+        assert_eq!(t.column("Tesla_K80").as_deref(), Some("k80"));
+        assert_eq!(t.column("nvidia_a100-sxm4-80gb"), None, "no A100 column");
+        assert_eq!(
+            t.rate(job, "tesla_v100-sxm2-16gb", 1),
+            t.rate(job, "v100", 1)
+        );
+        assert!(t.measures("tesla_p100-pcie-16gb"));
+        // A V100-32GB is a different part from Gavel's 16 GB V100: estimated, not measured.
+        assert!(!t.measures("tesla_v100-sxm2-32gb"));
     }
 
     #[test]

@@ -276,9 +276,30 @@ impl GpuCatalog {
         self.specs.push(spec);
     }
 
-    /// The spec answering to `name` (canonical name or alias, any case).
+    /// The spec answering to `name` (canonical name or alias, any case). A name Slurm's
+    /// `AutoDetect=nvml` writes into gres.conf (`nvidia_a100-sxm4-80gb`,
+    /// `tesla_v100-sxm2-16gb`, `nvidia_h100_80gb_hbm3`) is also found: `_` reads as `-`, a
+    /// leading `nvidia-`, `tesla-` or `geforce-` is dropped, and then trailing `-parts` are
+    /// dropped one at a time until a name or alias matches (`a100-80gb-pcie` -> `a100-80gb`).
     pub fn lookup(&self, name: &str) -> Option<&GpuSpec> {
-        self.specs.iter().find(|s| s.answers_to(name))
+        let exact = |n: &str| self.specs.iter().find(|s| s.answers_to(n));
+        if let Some(s) = exact(name) {
+            return Some(s);
+        }
+        let mut n = name.trim().to_ascii_lowercase().replace('_', "-");
+        while let Some(rest) = ["nvidia-", "tesla-", "geforce-"]
+            .iter()
+            .find_map(|p| n.strip_prefix(p))
+        {
+            n = rest.to_string();
+        }
+        let mut candidate = n.as_str();
+        loop {
+            if let Some(s) = exact(candidate) {
+                return Some(s);
+            }
+            candidate = &candidate[..candidate.rfind('-')?];
+        }
     }
 
     /// All specs, in table order.
@@ -289,7 +310,12 @@ impl GpuCatalog {
 
 /// Looks a GPU up in the built-in table.
 pub fn gpu_spec(name: &str) -> Option<GpuSpec> {
-    GpuCatalog::builtin().lookup(name).cloned()
+    // Built once: the daemon looks GPUs up for every job and type each round.
+    static BUILTIN: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
+    BUILTIN
+        .get_or_init(GpuCatalog::builtin)
+        .lookup(name)
+        .cloned()
 }
 
 #[cfg(test)]
@@ -305,6 +331,29 @@ mod tests {
         );
         assert_eq!(gpu_spec(" h100 ").map(|s| s.name), Some("h100".to_string()));
         assert!(gpu_spec("rtx-9090").is_none());
+    }
+
+    #[test]
+    fn names_from_nvml_autodetect_are_found() {
+        for (gres, spec) in [
+            ("nvidia_a100-sxm4-80gb", "a100-80gb"),
+            ("nvidia_a100_80gb_pcie", "a100-80gb"),
+            ("nvidia_a100-pcie-40gb", "a100"),
+            ("tesla_v100-sxm2-16gb", "v100"),
+            ("Tesla_V100-SXM2-32GB", "v100-32gb"),
+            ("nvidia_h100_80gb_hbm3", "h100"),
+            ("nvidia_l40s", "l40s"),
+            ("tesla_t4", "t4"),
+        ] {
+            assert_eq!(
+                gpu_spec(gres).map(|s| s.name),
+                Some(spec.to_string()),
+                "{gres}"
+            );
+        }
+        for unknown in ["nvidia_geforce_rtx_3090", "nvidia", "", "-", "a10g"] {
+            assert!(gpu_spec(unknown).is_none(), "{unknown}");
+        }
     }
 
     #[test]
