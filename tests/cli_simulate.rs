@@ -17,6 +17,16 @@ fn hadar(args: &[&str]) -> (String, String, i32) {
     )
 }
 
+/// `hadar simulate ARGS --format json`, which must succeed, parsed.
+fn simulate_json(args: &[&str]) -> Value {
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    all.extend(["--format", "json"]);
+    let (out, err, code) = hadar(&all);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
 #[test]
 fn no_arguments_runs_the_embedded_default() {
     let (out, err, code) = hadar(&["simulate", "--policy", "yarn-cs,hadar,hadare"]);
@@ -145,17 +155,12 @@ fn the_job_tracker_accounts_for_every_step_exactly_once() {
 
 #[test]
 fn estimated_throughputs_still_complete_every_job() {
-    let (out, err, code) = hadar(&[
-        "simulate",
+    let v = simulate_json(&[
         "--throughput-source",
         "estimated",
         "--policy",
         "gavel,hadar,hadare,slurm",
-        "--format",
-        "json",
     ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["workload"]["throughput_source"], "estimated");
     for r in v["results"].as_array().unwrap() {
         assert_eq!(r["jobs"], r["jobs_completed"], "{r}");
@@ -209,12 +214,11 @@ fn estimated_throughputs_need_known_job_traits() {
 #[test]
 fn tiresias_settings_reach_the_policy_and_bad_ones_are_refused() {
     let run = |extra: &[&str]| {
-        let mut args = vec!["simulate", "--policy", "tiresias", "--format", "json"];
+        let mut args = vec!["--policy", "tiresias"];
         args.extend_from_slice(extra);
-        let (out, err, code) = hadar(&args);
-        assert_eq!(code, 0, "{err}");
-        let v: Value = serde_json::from_str(&out).unwrap();
-        v["results"][0]["avg_jct_s"].as_f64().unwrap()
+        simulate_json(&args)["results"][0]["avg_jct_s"]
+            .as_f64()
+            .unwrap()
     };
     let defaults = run(&[]);
     assert_eq!(
@@ -261,17 +265,7 @@ fn tiresias_settings_reach_the_policy_and_bad_ones_are_refused() {
 /// and the output says which types were estimated and which no job can use.
 #[test]
 fn gpus_gavel_did_not_measure_are_estimated_and_said_so() {
-    let (out, err, code) = hadar(&[
-        "simulate",
-        "--cluster",
-        "a100:4,k80:4,x100:2",
-        "--policy",
-        "hadar",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = simulate_json(&["--cluster", "a100:4,k80:4,x100:2", "--policy", "hadar"]);
     assert_eq!(
         v["workload"]["estimated_gpu_types"],
         serde_json::json!(["a100"])

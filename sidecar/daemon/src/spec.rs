@@ -303,6 +303,19 @@ mod tests {
             .collect()
     }
 
+    /// A job of a table type, nothing else said.
+    fn typed_job(workers: u32, job_type: &str) -> JobSpec {
+        JobSpec {
+            workers,
+            steps: None,
+            job_type: Some(job_type.into()),
+            hints: vec![],
+            gpu_types: None,
+            fork: false,
+            model: None,
+        }
+    }
+
     const PRIORS: Priors = Priors {
         default_rate_per_gpu: 1.0,
         throughput_scale: 1.0,
@@ -368,13 +381,8 @@ mod tests {
     fn table_rates_scale_and_respect_type_limits() {
         let t = table();
         let spec = JobSpec {
-            workers: 2,
             steps: Some(10),
-            job_type: Some("resnet18-b64".into()),
-            hints: vec![],
-            gpu_types: None,
-            fork: false,
-            model: None,
+            ..typed_job(2, "resnet18-b64")
         };
         let (p, origins) = profile(
             &spec,
@@ -405,15 +413,7 @@ mod tests {
     #[test]
     fn unmeasured_gpu_types_get_calibrated_estimates() {
         let t = table();
-        let spec = JobSpec {
-            workers: 1,
-            steps: None,
-            job_type: Some("resnet50-b64".into()),
-            hints: vec![],
-            gpu_types: None,
-            fork: false,
-            model: None,
-        };
+        let spec = typed_job(1, "resnet50-b64");
         let names: Vec<String> = ["v100", "a100", "h100", "rtx-9090"]
             .iter()
             .map(|s| s.to_string())
@@ -477,15 +477,7 @@ mod tests {
     #[test]
     fn unmeasured_worker_counts_scale_from_below() {
         let t = table();
-        let spec = JobSpec {
-            workers: 3,
-            steps: None,
-            job_type: Some("resnet18-b64".into()),
-            hints: vec![],
-            gpu_types: None,
-            fork: false,
-            model: None,
-        };
+        let spec = typed_job(3, "resnet18-b64");
         let (p, _) = profile(&spec, &types(), &[], &t, &PRIORS);
         let two = t.rate("ResNet-18 (batch size 64)", "v100", 2).unwrap();
         assert!((p.rate(GpuType(0), 3).unwrap() - two * 1.5).abs() < 1e-9);
