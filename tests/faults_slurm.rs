@@ -9,7 +9,7 @@
 #[path = "support/serve.rs"]
 mod serve;
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
+use hadar_slurm_testbed::{Options, Scenario, Testbed, run_scenarios};
 use serve::*;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -40,12 +40,8 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn main() -> ExitCode {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let options = Options {
-        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults-testbed"),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
+    let options =
+        Options::installed(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("faults-testbed"));
     run_scenarios(SCENARIOS, options, wait_queue_empty)
 }
 

@@ -12,9 +12,7 @@
 #[path = "support/serve.rs"]
 mod serve;
 
-use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios,
-};
+use hadar_slurm_testbed::{JobInfo, Options, Scenario, Testbed, run_scenarios};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -46,12 +44,8 @@ const USER: (u32, u32) = (65534, 65534);
 const ROUND_S: u32 = 8;
 
 fn main() -> ExitCode {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let options = Options {
-        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fork-testbed"),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
+    let options =
+        Options::installed(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fork-testbed"));
     run_scenarios(SCENARIOS, options, serve::wait_queue_empty)
 }
 

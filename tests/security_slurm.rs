@@ -8,7 +8,7 @@
 #[path = "support/serve.rs"]
 mod serve;
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
+use hadar_slurm_testbed::{Options, Scenario, Testbed, run_scenarios};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Output, Stdio};
@@ -44,12 +44,8 @@ const BOB: &str = "hadar-bob";
 const TIME_SCALE: f64 = 50.0;
 
 fn main() -> ExitCode {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let options = Options {
-        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("security-testbed"),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
+    let options =
+        Options::installed(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("security-testbed"));
     run_scenarios(SCENARIOS, options, clean_up)
 }
 
@@ -149,16 +145,7 @@ fn clean_up(bed: &Testbed) {
     for u in [ALICE, BOB] {
         let _ = bed.client("scancel", &[&format!("--user={u}")]);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let q = bed
-            .client("squeue", &["-h", "-o", "%i"])
-            .unwrap_or_default();
-        if q.trim().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    serve::wait_queue_empty(bed);
 }
 
 // ----- the daemon -----

@@ -8,8 +8,7 @@
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
 use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Plugin, Scenario, StuckSidecar, Submitted, Testbed,
-    run_scenarios,
+    DEFAULT_HADAR_TOML, JobInfo, Options, Scenario, StuckSidecar, Submitted, Testbed, run_scenarios,
 };
 use std::io::Read;
 use std::os::unix::net::UnixListener;
@@ -86,12 +85,8 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn main() -> ExitCode {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let options = Options {
-        scratch: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("slurm-testbed"),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
+    let options =
+        Options::installed(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("slurm-testbed"));
     run_scenarios(SCENARIOS, options, |_| {})
 }
 

@@ -97,18 +97,7 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
             "the job has no GPU in its allocation"
         )));
     }
-    let mut rate = f64::INFINITY;
-    for (t, _) in &gpus {
-        let r = table_rate(&table, &job_type, t, workers)
-            .filter(|r| *r > 0.0)
-            .ok_or_else(|| {
-                Failure::runtime(anyhow!(
-                    "{job_type} has no measured rate on {t} with {workers} workers"
-                ))
-            })?;
-        rate = rate.min(r);
-    }
-    let rate = rate * a.time_scale;
+    let rate = gang_rate(&table, &job_type, &gpus)? * a.time_scale;
 
     let checkpoint = match (&a.checkpoint, job_id) {
         (Some(p), _) => p.clone(),
@@ -165,6 +154,28 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Steps/s of a job of `job_type` on `gpus` (type and count per part): a gang over several
+/// types runs at its slowest type's measured rate for the whole worker count.
+fn gang_rate(
+    table: &hadar_formats::ThroughputTable,
+    job_type: &str,
+    gpus: &[(String, u32)],
+) -> Result<f64, Failure> {
+    let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
+    let mut rate = f64::INFINITY;
+    for (t, _) in gpus {
+        let r = table_rate(table, job_type, t, workers)
+            .filter(|r| *r > 0.0)
+            .ok_or_else(|| {
+                Failure::runtime(anyhow!(
+                    "{job_type} has no measured rate on {t} with {workers} workers"
+                ))
+            })?;
+        rate = rate.min(r);
+    }
+    Ok(rate)
+}
+
 /// One copy of a forked job, under the fork-runner contract.
 fn fork_copy(
     a: &EmulateArgs,
@@ -187,19 +198,7 @@ fn fork_copy(
             )));
         }
     };
-    let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
-    let mut rate = f64::INFINITY;
-    for (t, _) in &gpus {
-        let r = table_rate(table, job_type, t, workers)
-            .filter(|r| *r > 0.0)
-            .ok_or_else(|| {
-                Failure::runtime(anyhow!(
-                    "{job_type} has no measured rate on {t} with {workers} workers"
-                ))
-            })?;
-        rate = rate.min(r);
-    }
-    let rate = rate * a.time_scale;
+    let rate = gang_rate(table, job_type, &gpus)? * a.time_scale;
     let number = |k: &str| -> Result<Option<f64>, Failure> {
         match env(k) {
             None => Ok(None),

@@ -13,7 +13,7 @@ use crate::commit;
 use crate::config::DaemonConfig;
 use crate::fork::Forker;
 use crate::reconcile::{self, Event};
-use crate::spec::{self, JobSpec, Priors, RateSource};
+use crate::spec::{self, JobSpec, Priors, RateOrigins};
 use crate::{explain, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
@@ -195,6 +195,43 @@ impl<S: SlurmApi> Daemon<S> {
         &self.slurm
     }
 
+    /// Job `id`'s throughput on `types` under `spec`, with where each rate came from (its
+    /// learned rates first; see [`spec::profile`]).
+    fn profile(
+        &self,
+        id: u64,
+        spec: &JobSpec,
+        types: &[String],
+    ) -> Result<(hadar_core::ThroughputProfile, RateOrigins), DaemonError> {
+        let learned = self.store.learned_rates(id)?;
+        Ok(spec::profile(
+            spec,
+            types,
+            &learned,
+            &self.table,
+            &self.priors(),
+        ))
+    }
+
+    /// Replaces a planned job's throughput with its profile under `spec` (a narrower set of
+    /// types), and its rates' origins with the new ones.
+    fn reprofile(
+        &self,
+        js: &mut JobState,
+        spec: &JobSpec,
+        types: &[String],
+        origins_by_job: &mut BTreeMap<u64, RateOrigins>,
+    ) -> Result<(), DaemonError> {
+        let id = js.id().0;
+        let (throughput, origins) = self.profile(id, spec, types)?;
+        origins_by_job.insert(id, origins);
+        js.job = Arc::new(Job {
+            throughput,
+            ..(*js.job).clone()
+        });
+        Ok(())
+    }
+
     fn priors(&self) -> Priors {
         Priors {
             default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
@@ -361,10 +398,8 @@ impl<S: SlurmApi> Daemon<S> {
                     } else {
                         // A gang over several types runs at its slowest type's pace: credit
                         // the report to the type currently believed slowest.
-                        let learned = self.store.learned_rates(*job).ok()?;
                         let names: Vec<String> = types.keys().cloned().collect();
-                        let (_, origins) =
-                            spec::profile(spec, &names, &learned, &self.table, &self.priors());
+                        let (_, origins) = self.profile(*job, spec, &names).ok()?;
                         origins
                             .iter()
                             .filter_map(|(t, r, _)| r.map(|r| (t.clone(), r)))
@@ -390,8 +425,7 @@ impl<S: SlurmApi> Daemon<S> {
         faults::reached("round-reconciled");
 
         // Plan.
-        let mut origins_by_job: BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>> =
-            BTreeMap::new();
+        let mut origins_by_job: BTreeMap<u64, RateOrigins> = BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
@@ -402,10 +436,8 @@ impl<S: SlurmApi> Daemon<S> {
                 let Some(spec) = specs.get(&r.id) else {
                     continue;
                 };
-                let learned = self.store.learned_rates(r.id)?;
                 let spec = bind_types(spec, r.bound_types.as_deref());
-                let (throughput, origins) =
-                    spec::profile(&spec, &cv.types, &learned, &self.table, &self.priors());
+                let (throughput, origins) = self.profile(r.id, &spec, &cv.types)?;
                 origins_by_job.insert(r.id, origins);
                 let job = Arc::new(Job {
                     id: JobId(r.id),
@@ -813,7 +845,7 @@ impl<S: SlurmApi> Daemon<S> {
         states: &mut Vec<JobState>,
         rows: &BTreeMap<u64, JobRow>,
         specs: &BTreeMap<u64, JobSpec>,
-        origins_by_job: &mut BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>>,
+        origins_by_job: &mut BTreeMap<u64, RateOrigins>,
         now_s: f64,
     ) -> Result<BTreeMap<u64, commit::Choice>, DaemonError> {
         let (nodes, busy, queue) = commit::inputs(cluster, states, rows, now_s);
@@ -843,26 +875,12 @@ impl<S: SlurmApi> Daemon<S> {
                 // GPUs the look-ahead keeps for a waiting job would undo both choices.
                 if let Some(kept) = rows.get(&id).and_then(commit::kept_types) {
                     let spec = bind_types(own, Some(&kept));
-                    let learned = self.store.learned_rates(id)?;
-                    let (throughput, origins) =
-                        spec::profile(&spec, types, &learned, &self.table, &self.priors());
-                    origins_by_job.insert(id, origins);
-                    js.job = Arc::new(Job {
-                        throughput,
-                        ..(*js.job).clone()
-                    });
+                    self.reprofile(js, &spec, types, origins_by_job)?;
                 }
                 continue;
             };
             let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
-            let learned = self.store.learned_rates(id)?;
-            let (throughput, origins) =
-                spec::profile(&spec, types, &learned, &self.table, &self.priors());
-            origins_by_job.insert(id, origins);
-            js.job = Arc::new(Job {
-                throughput,
-                ..(*js.job).clone()
-            });
+            self.reprofile(js, &spec, types, origins_by_job)?;
             // The GPUs the look-ahead starts it on are given to the plan as the job's
             // placement, as for a job being started: the plan holds them for it until its
             // turn and keeps it there unless moving gains more than a restart, so the plan
@@ -1077,7 +1095,7 @@ impl<S: SlurmApi> Daemon<S> {
         rows: &BTreeMap<u64, JobRow>,
         plan: &Option<hadar_core::RoundPlan>,
         planned: &BTreeMap<u64, NodeGpus>,
-        origins: &BTreeMap<u64, Vec<(String, Option<f64>, RateSource)>>,
+        origins: &BTreeMap<u64, RateOrigins>,
         unusable: &[(String, String)],
         before: &BTreeMap<u64, JobRow>,
     ) -> Vec<Decision> {

@@ -292,19 +292,17 @@ mod tests {
         })
     }
 
+    /// One reconciliation of `rows` with `jobs` at `now_s` (epoch 1000, 50 default steps,
+    /// every record decoded by [`decode`], none untrusted).
+    fn at(rows: &mut BTreeMap<u64, JobRow>, jobs: &[SlurmJob], now_s: f64) -> Vec<Event> {
+        reconcile(rows, jobs, now_s, 1000.0, 50, &decode, &BTreeSet::new())
+    }
+
     #[test]
     fn a_job_goes_through_its_life() {
         let mut rows = BTreeMap::new();
         let mut j = sj(5, JobStatus::Pending, true);
-        let ev = reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            20.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, std::slice::from_ref(&j), 20.0);
         assert_eq!(ev, vec![Event::New(5)]);
         assert_eq!(rows[&5].arrival_s, 10.0);
         assert_eq!(rows[&5].phase, Phase::Waiting);
@@ -318,15 +316,7 @@ mod tests {
             gpus: vec![("v100".into(), 2)],
         }];
         j.comment = Some("hadar-progress:v1 steps=10 rate=2".into());
-        let ev = reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            30.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, std::slice::from_ref(&j), 30.0);
         assert!(ev.contains(&Event::Started(5)));
         assert!(
             ev.iter().any(|e| matches!(
@@ -349,15 +339,7 @@ mod tests {
 
         j.status = JobStatus::Completed;
         j.end_time = Some(1040);
-        let ev = reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            45.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, std::slice::from_ref(&j), 45.0);
         assert_eq!(ev, vec![Event::Finished(5, "completed".into())]);
         let r = &rows[&5];
         assert_eq!(
@@ -370,26 +352,10 @@ mod tests {
     fn a_job_released_by_someone_else_is_reported_and_left_waiting() {
         let mut rows = BTreeMap::new();
         let j = sj(7, JobStatus::Pending, true);
-        reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            1.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        at(&mut rows, std::slice::from_ref(&j), 1.0);
         // Its owner runs `scontrol release`: pending, not held, and without GPUs.
         let released = sj(7, JobStatus::Pending, false);
-        let ev = reconcile(
-            &mut rows,
-            &[released],
-            2.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, &[released], 2.0);
         assert_eq!(
             ev,
             vec![Event::LeftHold {
@@ -402,15 +368,7 @@ mod tests {
         // accounted as a run of hadar's.
         let mut running = sj(7, JobStatus::Running, false);
         running.tres_per_node = Some("gres:gpu:v100:4".into());
-        let ev = reconcile(
-            &mut rows,
-            &[running.clone()],
-            3.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, &[running.clone()], 3.0);
         assert_eq!(
             ev,
             vec![Event::LeftHold {
@@ -425,15 +383,7 @@ mod tests {
         // Seen for the first time released and without GPUs (released before any round):
         // also reported. Seen first running with GPUs (the store was lost): trusted.
         let mut fresh = BTreeMap::new();
-        let ev = reconcile(
-            &mut fresh,
-            &[sj(8, JobStatus::Pending, false)],
-            1.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut fresh, &[sj(8, JobStatus::Pending, false)], 1.0);
         assert_eq!(
             ev,
             vec![
@@ -449,15 +399,7 @@ mod tests {
             node: "n1".into(),
             gpus: vec![("v100".into(), 4)],
         }];
-        let ev = reconcile(
-            &mut fresh,
-            &[running],
-            4.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut fresh, &[running], 4.0);
         assert_eq!(ev, vec![Event::New(7), Event::Started(7)]);
     }
 
@@ -465,7 +407,7 @@ mod tests {
     fn a_job_whose_record_is_untrusted_is_not_taken_as_vanished() {
         let mut rows = BTreeMap::new();
         let j = sj(9, JobStatus::Pending, true);
-        reconcile(&mut rows, &[j], 1.0, 1000.0, 50, &decode, &BTreeSet::new());
+        at(&mut rows, &[j], 1.0);
         // Another user's comment forged a second record with id 9: Slurm's listing of job 9
         // was refused, so the job is missing from the trusted list.
         let ev = reconcile(
@@ -479,7 +421,7 @@ mod tests {
         );
         assert!(ev.is_empty(), "{ev:?}");
         assert_eq!(rows[&9].phase, Phase::Waiting);
-        let ev = reconcile(&mut rows, &[], 3.0, 1000.0, 50, &decode, &BTreeSet::new());
+        let ev = at(&mut rows, &[], 3.0);
         assert_eq!(ev, vec![Event::Finished(9, "vanished".into())]);
     }
 
@@ -491,33 +433,17 @@ mod tests {
             node: "n4".into(),
             gpus: vec![("v100".into(), 1), ("k80".into(), 1)],
         }];
-        reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            5.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        at(&mut rows, std::slice::from_ref(&j), 5.0);
         assert_eq!(rows[&6].phase, Phase::Running);
         let mut held = sj(6, JobStatus::Pending, true);
         held.restarts = 1;
-        let ev = reconcile(
-            &mut rows,
-            &[held],
-            9.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        let ev = at(&mut rows, &[held], 9.0);
         assert_eq!(ev, vec![Event::Requeued(6)]);
         assert_eq!(
             (rows[&6].phase, rows[&6].placement.clone(), rows[&6].run_s),
             (Phase::Waiting, None, 4.0)
         );
-        let ev = reconcile(&mut rows, &[], 12.0, 1000.0, 50, &decode, &BTreeSet::new());
+        let ev = at(&mut rows, &[], 12.0);
         assert_eq!(ev, vec![Event::Finished(6, "vanished".into())]);
     }
 
@@ -567,15 +493,7 @@ mod tests {
     fn a_restarted_job_listed_without_gpus_keeps_its_placement() {
         let mut rows = BTreeMap::new();
         let mut j = sj(6, JobStatus::Pending, true);
-        reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            20.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        at(&mut rows, std::slice::from_ref(&j), 20.0);
         let started = vec![("n4".to_string(), vec![("v100".to_string(), 2)])];
         rows.get_mut(&6).unwrap().placement = Some(started.clone());
         rows.get_mut(&6).unwrap().phase = Phase::Starting;
@@ -584,15 +502,7 @@ mod tests {
             node: "n4".into(),
             gpus: vec![],
         }];
-        reconcile(
-            &mut rows,
-            std::slice::from_ref(&j),
-            30.0,
-            1000.0,
-            50,
-            &decode,
-            &BTreeSet::new(),
-        );
+        at(&mut rows, std::slice::from_ref(&j), 30.0);
         assert_eq!(rows[&6].phase, Phase::Running);
         assert_eq!(rows[&6].placement, Some(started));
     }

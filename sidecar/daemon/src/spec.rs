@@ -96,6 +96,10 @@ impl JobSpec {
     }
 }
 
+/// Per GPU type of a profile, in its order: the type, its rate (`None`: cannot run there) and
+/// where the rate came from.
+pub type RateOrigins = Vec<(String, Option<f64>, RateSource)>;
+
 /// Where a rate came from, for `hadar explain`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "source")]
@@ -220,7 +224,7 @@ pub fn profile(
     learned: &[LearnedRate],
     table: &ThroughputTable,
     priors: &Priors,
-) -> (ThroughputProfile, Vec<(String, Option<f64>, RateSource)>) {
+) -> (ThroughputProfile, RateOrigins) {
     let n = spec.workers;
     let table_type = spec
         .job_type

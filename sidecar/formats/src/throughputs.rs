@@ -124,13 +124,14 @@ impl ThroughputTable {
     /// canonical name the estimator's datasheet table gives it when the table has that column
     /// (a gres.conf written by `AutoDetect=nvml` says `tesla_v100-sxm2-16gb` for Gavel's
     /// `v100`; see `GpuCatalog::lookup`).
-    pub fn column(&self, gpu_type: &str) -> Option<String> {
-        let lower = gpu_type.trim().to_ascii_lowercase();
-        if self.gpu_types.contains(&lower) {
-            return Some(lower);
-        }
-        let canonical = hadar_core::estimate::gpu_spec(gpu_type)?.name;
-        self.gpu_types.contains(&canonical).then_some(canonical)
+    pub fn column(&self, gpu_type: &str) -> Option<&str> {
+        let find = |name: &str| {
+            self.gpu_types
+                .iter()
+                .find(|g| g.eq_ignore_ascii_case(name))
+                .map(String::as_str)
+        };
+        find(gpu_type.trim()).or_else(|| find(&hadar_core::estimate::gpu_spec(gpu_type)?.name))
     }
 
     /// The isolated rate of `job_type` with `workers` workers of `gpu_type`, if listed.
@@ -148,7 +149,7 @@ impl ThroughputTable {
             return &[];
         };
         self.column(gpu_type)
-            .and_then(|c| by_type.get(&c))
+            .and_then(|c| by_type.get(c))
             .map_or(&[], Vec::as_slice)
     }
 
@@ -250,7 +251,7 @@ impl ThroughputTable {
         let curves = cluster
             .type_names()
             .iter()
-            .map(|t| match self.column(t).and_then(|c| by_type.get(&c)) {
+            .map(|t| match self.column(t).and_then(|c| by_type.get(c)) {
                 Some(pts) => RateCurve::new(pts.iter().copied()),
                 None if self.measures(t) => RateCurve::default(),
                 None => RateCurve::new(
@@ -359,8 +360,8 @@ mod tests {
     fn nvml_gpu_names_find_the_measured_column() {
         let t = crate::embedded::throughputs().unwrap();
         let job = "ResNet-50 (batch size 64)";
-        assert_eq!(t.column("tesla_v100-sxm2-16gb").as_deref(), Some("v100"));
-        assert_eq!(t.column("Tesla_K80").as_deref(), Some("k80"));
+        assert_eq!(t.column("tesla_v100-sxm2-16gb"), Some("v100"));
+        assert_eq!(t.column("Tesla_K80"), Some("k80"));
         assert_eq!(t.column("nvidia_a100-sxm4-80gb"), None, "no A100 column");
         assert_eq!(
             t.rate(job, "tesla_v100-sxm2-16gb", 1),

@@ -19,7 +19,7 @@
 //! JCT and GPU utilisation of each (see [`trace_mode`]).
 
 use hadar_daemon::spec::{short_name, table_rate};
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
+use hadar_slurm_testbed::{Options, Testbed};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -259,6 +259,18 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
         .map_err(|e| format!("starting hadar serve: {e}"))
 }
 
+/// The test cluster, with the plugin installed by its install script; `None` (said on
+/// stderr) when it cannot start.
+fn start_testbed() -> Option<Testbed> {
+    let options = Options::installed(std::env::temp_dir().join(format!(
+        "hadar-serve-compare-{}",
+        hadar_slurm_testbed::controller_port()
+    )));
+    Testbed::start(options)
+        .inspect_err(|e| eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}"))
+        .ok()
+}
+
 fn main() -> ExitCode {
     let a = match parse_args() {
         Ok(a) => a,
@@ -271,21 +283,8 @@ fn main() -> ExitCode {
         return trace_mode(&a);
     }
     let work = workload(a.jobs, a.seed, a.time_scale);
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let options = Options {
-        scratch: std::env::temp_dir().join(format!(
-            "hadar-serve-compare-{}",
-            hadar_slurm_testbed::controller_port()
-        )),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
-    let bed = match Testbed::start(options) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(bed) = start_testbed() else {
+        return ExitCode::FAILURE;
     };
     eprintln!("workload: {} jobs, time scale {}", work.len(), a.time_scale);
     let slurm = match run(&bed, &a, &work, false) {
@@ -579,21 +578,8 @@ fn trace_mode(a: &Args) -> ExitCode {
     };
     let longest = jobs.iter().map(|j| j.fastest_s).fold(0.0, f64::max);
     let scale = longest / a.longest_s;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let options = Options {
-        scratch: std::env::temp_dir().join(format!(
-            "hadar-serve-compare-{}",
-            hadar_slurm_testbed::controller_port()
-        )),
-        plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
-        hadar_toml: DEFAULT_HADAR_TOML.to_string(),
-    };
-    let bed = match Testbed::start(options) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(bed) = start_testbed() else {
+        return ExitCode::FAILURE;
     };
     eprintln!("{} jobs, time scale {scale:.1}", jobs.len());
     let mut results = Vec::new();

@@ -94,6 +94,19 @@ pub struct Options {
     pub hadar_toml: String,
 }
 
+impl Options {
+    /// A cluster in `scratch` with this repository's plugin installed by its own install
+    /// script (`slurm-plugin/install.sh`, as an admin would) and [`DEFAULT_HADAR_TOML`].
+    pub fn installed(scratch: PathBuf) -> Options {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        Options {
+            scratch,
+            plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
+            hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+        }
+    }
+}
+
 /// The Hadar configuration the tests use: partitions `gpu` (the default, all nodes) and `old`
 /// (n3, n4: the K80 nodes) are managed, `cpu` (all nodes) is not; the sidecar socket lives in
 /// the scratch folder.

@@ -204,9 +204,13 @@ pub fn gavel_job_traits() -> Vec<JobTraits> {
 
 /// The traits of one Gavel job type by exact name (`ResNet-18 (batch size 32)`), if known.
 pub fn gavel_job(name: &str) -> Option<JobTraits> {
-    gavel_job_traits()
-        .into_iter()
+    // Built once: the daemon estimates rates for every job on every round.
+    static GAVEL: std::sync::OnceLock<Vec<JobTraits>> = std::sync::OnceLock::new();
+    GAVEL
+        .get_or_init(gavel_job_traits)
+        .iter()
         .find(|j| j.name == name.trim())
+        .cloned()
 }
 
 #[cfg(test)]
