@@ -333,6 +333,13 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
     }
 }
 
+/// How many of `jobs` Slurm shows running.
+fn running(bed: &Testbed, jobs: &[Submitted]) -> usize {
+    jobs.iter()
+        .filter(|j| detail(bed, j.id).contains("JobState=RUNNING"))
+        .count()
+}
+
 /// slurmctld restarted (SIGTERM and start on the same state) while managed jobs run and
 /// wait: the daemon's rounds fail while the controller is away, then carry on.
 fn slurmctld_restarted_mid_run_every_job_finishes_once(bed: &mut Testbed) {
@@ -348,12 +355,7 @@ fn slurmctld_restarted_mid_run_every_job_finishes_once(bed: &mut Testbed) {
             ("cyclegan", 4, 20.0, ""),
         ],
     );
-    wait_until("two jobs run", 60, || {
-        jobs.iter()
-            .filter(|j| detail(bed, j.id).contains("JobState=RUNNING"))
-            .count()
-            >= 2
-    });
+    wait_until("two jobs run", 60, || running(bed, &jobs) >= 2);
     bed.restart_controller().unwrap();
     assert_each_completed_once(bed, &jobs, 300);
     assert_daemon_agrees(&serve, &jobs);
@@ -435,10 +437,7 @@ fn deleted_state_database_is_rebuilt_from_slurm(bed: &mut Testbed) {
         ],
     );
     wait_until("some jobs run while others wait", 60, || {
-        jobs.iter()
-            .filter(|j| detail(bed, j.id).contains("JobState=RUNNING"))
-            .count()
-            >= 2
+        running(bed, &jobs) >= 2
     });
     serve.kill();
     for suffix in ["", "-wal", "-shm"] {

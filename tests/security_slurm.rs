@@ -11,7 +11,7 @@ mod serve;
 use hadar_slurm_testbed::{Options, Scenario, Testbed, run_scenarios};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Output, Stdio};
+use std::process::{Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const SCENARIOS: &[Scenario] = &[
@@ -41,7 +41,6 @@ const ALICE: &str = "hadar-alice";
 /// A job id no test reaches, for a record forged in a comment.
 const PHANTOM: u32 = 987_654;
 const BOB: &str = "hadar-bob";
-const TIME_SCALE: f64 = 50.0;
 
 fn main() -> ExitCode {
     let options =
@@ -150,59 +149,11 @@ fn clean_up(bed: &Testbed) {
 
 // ----- the daemon -----
 
-/// A running `hadar serve`, killed when dropped.
-struct Serve {
-    child: Child,
-    state: PathBuf,
-}
+use serve::{Serve, TIME_SCALE};
 
-impl Serve {
-    fn start(bed: &Testbed, name: &str, round_seconds: u32) -> Serve {
-        let config = bed.path(&format!("etc/serve-{name}.toml"));
-        let state = bed.path(&format!("state-{name}.db"));
-        let _ = std::fs::remove_file(&state);
-        let text = format!(
-            "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
-             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_seconds}\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n",
-            conf = bed.path("etc/slurm.conf").display(),
-            sock = bed.path("run/hadar.sock").display(),
-            state = state.display(),
-        );
-        std::fs::write(&config, text).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(bed.path("log/hadar-serve.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hadar"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("HADAR_LOG", "info")
-            .env("SLURM_CONF", bed.path("etc/slurm.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start hadar serve");
-        Serve { child, state }
-    }
-
-    fn hadar(&self, args: &[&str]) -> String {
-        serve::run_hadar(&self.state, args)
-    }
-
-    fn explain(&self, id: u32) -> serde_json::Value {
-        serde_json::from_str(&self.hadar(&["explain", &id.to_string(), "--format", "json"]))
-            .unwrap()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `hadar explain ID --format json` against the daemon's state.
+fn explain(serve: &Serve, id: u32) -> serde_json::Value {
+    serde_json::from_str(&serve.hadar(&["explain", &id.to_string(), "--format", "json"])).unwrap()
 }
 
 // ----- helpers -----
@@ -256,7 +207,7 @@ fn tail(text: &str) -> String {
 /// another uid dropped by the SO_PEERCRED check when the mode is loosened.)
 fn notice_socket_is_private_to_slurmctlds_user(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
-    let _serve = Serve::start(bed, "socket", 2);
+    let _serve = Serve::start(bed, "socket");
     let sock = bed.path("run/hadar.sock");
     wait_until("the daemon's socket", 20, || sock.exists());
     let meta = std::fs::metadata(&sock).unwrap();
@@ -282,7 +233,7 @@ fn notice_socket_is_private_to_slurmctlds_user(bed: &mut Testbed) {
 /// commands, `hadar status`/`explain` print the name, and no injected command ever runs.
 fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
-    let serve = Serve::start(bed, "shell", 2);
+    let serve = Serve::start(bed, "shell");
     // A folder anyone may write to: an injected `touch` by any user would leave a file.
     let marker = bed.path("pwned");
     std::fs::create_dir_all(&marker).unwrap();
@@ -338,7 +289,7 @@ fn shell_metacharacters_in_user_strings_run_nothing(bed: &mut Testbed) {
             "a terminal escape from the job name was printed: {out:?}"
         );
     }
-    let explained = serve.explain(id);
+    let explained = explain(&serve, id);
     assert_eq!(explained["job"]["name"].as_str(), Some(name.as_str()));
     let left: Vec<_> = std::fs::read_dir(&marker)
         .unwrap()
@@ -431,15 +382,15 @@ fn a_user_cannot_act_on_another_users_job(bed: &mut Testbed) {
         shown.contains(&format!("\nJobId={bs} JobName=bobs")),
         "Slurm did not keep the line breaks: {shown}"
     );
-    let serve = Serve::start(bed, "cross", 2);
+    let serve = Serve::start(bed, "cross");
     assert_eq!(wait_done(bed, b, 180), "COMPLETED", "{}", bob.output(b));
     assert_eq!(wait_done(bed, a, 180), "COMPLETED", "{}", alice.output(a));
     let out = bob.output(b);
     assert!(out.contains(&format!("completed {steps} steps")), "{out}");
     wait_until("the daemon notes that bob's job left the queue", 30, || {
-        serve.explain(b)["job"]["phase"].as_str() == Some("finished")
+        explain(&serve, b)["job"]["phase"].as_str() == Some("finished")
     });
-    let job = &serve.explain(b)["job"];
+    let job = &explain(&serve, b)["job"];
     assert_eq!(job["name"].as_str(), Some("bobs"));
     // Scheduled and not dropped, though Alice's comment forged a second record of it.
     assert_eq!(job["final_state"].as_str(), Some("completed"), "{job}");
@@ -487,7 +438,7 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
         bed.wait_job(*id, &["RUNNING"], Duration::from_secs(30))
             .expect("the filler runs");
     }
-    let serve = Serve::start(bed, "release", 2);
+    let serve = Serve::start(bed, "release");
     let j = alice
         .sbatch(
             bed,
@@ -537,7 +488,7 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
     if out.status.success() {
         bed.wait_job(k, &["RUNNING"], Duration::from_secs(30))
             .expect("Slurm starts the released job");
-        let _serve = Serve::start(bed, "release-running", 2);
+        let _serve = Serve::start(bed, "release-running");
         let deadline = Instant::now() + Duration::from_secs(40);
         // Held again: pending at priority 0 (Slurm says `job_requeued_in_held_state`).
         while !(field(bed, k, "JobState") == "PENDING" && field(bed, k, "Priority") == "0") {
@@ -562,7 +513,7 @@ fn a_job_released_by_its_owner_is_held_again(bed: &mut Testbed) {
 fn averaging_and_user_paths_run_as_the_jobs_owner(bed: &mut Testbed) {
     let alice = user(bed, ALICE);
     let bob = user(bed, BOB);
-    let _serve = Serve::start(bed, "paths", 2);
+    let _serve = Serve::start(bed, "paths");
     // Bob's checkpoint: a valid one-tensor safetensors file, readable only by Bob.
     let json = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
     let mut ckpt = (json.len() as u64).to_le_bytes().to_vec();
