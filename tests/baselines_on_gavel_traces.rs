@@ -1,5 +1,5 @@
 //! The baselines (`yarn-cs`, `tiresias`, `slurm`) played by the real simulator on every Gavel
-//! trace in `../shared/data/gavel/traces/`, on the cluster of Gavel's reference results (4 V100,
+//! trace in `data/gavel/traces/`, on the cluster of Gavel's reference results (4 V100,
 //! 4 P100 and 4 K80, one GPU per node, 360 s rounds): every job completes, and each policy's
 //! defining behaviour shows in what actually ran.
 
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 fn gavel_data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gavel")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel")
 }
 
 fn workloads() -> Vec<(String, Workload)> {

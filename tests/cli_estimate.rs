@@ -14,7 +14,7 @@ fn hadar(args: &[&str]) -> Output {
 }
 
 fn gavel_table() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gavel/simulation_throughputs.json")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel/simulation_throughputs.json")
 }
 
 fn evaluate_json(extra: &[&str]) -> Value {

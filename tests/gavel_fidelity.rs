@@ -1,6 +1,6 @@
 //! Fidelity of our Gavel baseline against Gavel's own simulator.
 //!
-//! For every trace in `../shared/data/gavel/traces/`, on Gavel's reference cluster (4 V100 +
+//! For every trace in `data/gavel/traces/`, on Gavel's reference cluster (4 V100 +
 //! 4 P100 + 4 K80, one GPU per node, 360 s rounds), `gavel` must land within 5% of the
 //! makespan and within 10% of the average JCT that Gavel's `max_min_fairness_perf` reached
 //! (`reference-results.json`), `gavel-makespan` likewise against `min_total_duration_perf`,
@@ -15,7 +15,7 @@ const MAKESPAN_TOLERANCE: f64 = 0.05;
 const JCT_TOLERANCE: f64 = 0.10;
 
 fn gavel_data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gavel")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel")
 }
 
 /// One reference result.

@@ -8,12 +8,12 @@ use hadar_sim::{SimConfig, Workload, simulate};
 use std::path::{Path, PathBuf};
 
 fn gavel_data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/gavel")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel")
 }
 
 fn traces() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(gavel_data().join("traces"))
-        .expect("../shared/data/gavel/traces")
+        .expect("data/gavel/traces")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "trace"))
         .collect();

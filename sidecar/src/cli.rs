@@ -618,7 +618,7 @@ pub struct SimulateArgs {
 #[command(group(ArgGroup::new("what").required(true).args(["evaluate", "job_type"])))]
 pub struct EstimateArgs {
     /// A measured throughput table in Gavel's simulation_throughputs.json format to judge
-    /// the estimator against (e.g. ../shared/data/gavel/simulation_throughputs.json).
+    /// the estimator against (e.g. data/gavel/simulation_throughputs.json).
     #[arg(long, value_name = "FILE")]
     pub evaluate: Option<PathBuf>,
 
