@@ -359,8 +359,8 @@ fn comment_opts_in_and_hadar_off_opts_out(bed: &mut Testbed) {
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
     assert_eq!(
-        info.field("TresPerNode").as_deref(),
-        Some("gres:gpu:p100:1")
+        info.gres_field("TresPerNode").as_deref(),
+        Some("gres/gpu:p100:1")
     );
     assert_eq!(
         info.field("NodeList").as_deref(),
@@ -389,7 +389,10 @@ fn unmanaged_job_runs_as_slurm_would(bed: &mut Testbed) {
     );
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
-    assert_eq!(info.field("TresPerNode").as_deref(), Some("gres:gpu:k80:2"));
+    assert_eq!(
+        info.gres_field("TresPerNode").as_deref(),
+        Some("gres/gpu:k80:2")
+    );
     assert_ne!(info.field("Priority").as_deref(), Some("0"));
     assert_eq!(out.trim(), "CVD=0,1");
     // A job without GPUs outside the managed partition is equally untouched.
@@ -574,12 +577,17 @@ fn interactive_allocations_are_left_to_slurm(bed: &mut Testbed) {
 }
 
 fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
-    // Headers claiming Slurm 22.05.7 while the running slurmctld is 22.05.8.
+    // Headers claiming the previous maintenance release of the running slurmctld's
+    // (22.05.7 beside 22.05.8; 26.05.2 beside 26.05.3).
+    let running = hadar_slurm_testbed::slurm_release().expect("slurmctld -V");
+    let parts: Vec<u32> = running.split('.').map(|p| p.parse().unwrap()).collect();
+    let running_number = (parts[0] << 16) + (parts[1] << 8) + parts[2];
+    let older = running_number - 1;
     let include = bed.path("fake-include");
     std::fs::create_dir_all(include.join("slurm")).unwrap();
     std::fs::write(
         include.join("slurm/slurm_version.h"),
-        "#define SLURM_VERSION_NUMBER 0x160507\n",
+        format!("#define SLURM_VERSION_NUMBER 0x{older:06x}\n"),
     )
     .unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slurm-plugin/install.sh");
@@ -593,7 +601,9 @@ fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("are Slurm 0x160507 but the running slurmctld is 22.05.8 (0x160508)"),
+        stderr.contains(&format!(
+            "are Slurm 0x{older:06x} but the running slurmctld is {running} (0x{running_number:06x})"
+        )),
         "{stderr}"
     );
     assert!(!bed.path("plugins-mismatch/job_submit_hadar.so").exists());
@@ -640,8 +650,8 @@ fn het_job_components_are_handled_per_component(bed: &mut Testbed) {
     let other = job(bed, leader + 1);
     assert_eq!(other.field("AdminComment"), None, "{}", other.0);
     assert_eq!(
-        other.field("TresPerNode").as_deref(),
-        Some("gres:gpu:v100:1"),
+        other.gres_field("TresPerNode").as_deref(),
+        Some("gres/gpu:v100:1"),
         "{}",
         other.0
     );
@@ -692,7 +702,14 @@ fn reconfigure_rereads_the_config(bed: &mut Testbed) {
     bed.reconfigure().unwrap();
     let id = submit_ok(bed, &["-p", "cpu", "--gres=gpu:1", "--wrap", "true"], None);
     assert_eq!(held_record(bed, id).gpus.counts, untyped(1));
-    assert!(bed.controller_log().contains("hadar: reconfigure: loaded"));
+    // 22.05 re-reads slurm.conf in place (the plugin notices and reloads); from 23.11 on,
+    // `scontrol reconfigure` restarts slurmctld, which loads the plugin afresh (init).
+    assert!(
+        bed.controller_log()
+            .contains("loaded") && bed.controller_log().contains("managed partitions: [gpu, old, cpu]"),
+        "{}",
+        bed.controller_log()
+    );
     bed.write_hadar_toml(DEFAULT_HADAR_TOML).unwrap();
     bed.reconfigure().unwrap();
     let id = submit_ok(
@@ -725,15 +742,13 @@ fn broken_config_passes_jobs_through(bed: &mut Testbed) {
     let (info, out) = completed_output(bed, id);
     assert_eq!(info.field("AdminComment"), None, "{}", info.0);
     assert_eq!(
-        info.field("TresPerNode").as_deref(),
-        Some("gres:gpu:v100:1")
+        info.gres_field("TresPerNode").as_deref(),
+        Some("gres/gpu:v100:1")
     );
     assert_eq!(out.trim(), "CVD=0");
     let log = bed.controller_log();
     assert!(
-        log.contains(
-            "hadar: reconfigure: configuration unusable, every job passes through untouched"
-        ),
+        log.contains(": configuration unusable, every job passes through untouched"),
         "{log}"
     );
     bed.write_hadar_toml(DEFAULT_HADAR_TOML).unwrap();

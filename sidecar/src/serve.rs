@@ -59,6 +59,16 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         config.slurm_conf.as_deref(),
         wake_tx,
     );
+    match slurm.slurm_release() {
+        Ok(r) => tracing::info!(
+            "talking to Slurm {r} (reading its {})",
+            match r.read_form() {
+                hadar_slurm::ReadForm::Json => "JSON",
+                hadar_slurm::ReadForm::Text => "scontrol text",
+            }
+        ),
+        Err(e) => tracing::warn!("cannot tell the Slurm release yet ({e}); asking again each round"),
+    }
     let forker = (config.sidecar.policy == hadar_daemon::config::PolicyChoice::Hadare).then(|| {
         let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));
         hadar_daemon::fork::Forker::new(Box::new(slurm.clone()), &config, me)
@@ -220,8 +230,12 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
         None => println!("no round has run yet"),
         Some(r) => {
             println!(
-                "round {} at {:.1} s; policy {} decided in {:.2} ms",
-                r.round, r.started_s, r.policy, r.decision_ms
+                "round {} at {:.1} s; policy {} decided in {:.2} ms; Slurm {}",
+                r.round,
+                r.started_s,
+                r.policy,
+                r.decision_ms,
+                r.slurm_release.as_deref().unwrap_or("release unknown")
             );
             println!(
                 "{:<8} {:>8} {:>8} {:>8} {:>12}",

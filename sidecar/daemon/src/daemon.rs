@@ -53,6 +53,10 @@ pub trait SlurmApi {
     fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
     /// Requeues a job held.
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// The Slurm release answering, when known (for the log and `hadar status`).
+    fn slurm_release(&self) -> Option<String> {
+        None
+    }
 }
 
 impl SlurmApi for Slurm {
@@ -82,6 +86,9 @@ impl SlurmApi for Slurm {
     }
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::requeue_hold(self, id)
+    }
+    fn slurm_release(&self) -> Option<String> {
+        Slurm::slurm_release(self).ok().map(|r| r.to_string())
     }
 }
 
@@ -634,6 +641,7 @@ impl<S: SlurmApi> Daemon<S> {
             } else {
                 "hadar".into()
             },
+            slurm_release: self.slurm.slurm_release(),
             ..Default::default()
         };
         summary.unusable_nodes = cv.unusable.clone();

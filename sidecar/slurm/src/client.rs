@@ -6,8 +6,11 @@ use crate::SlurmError;
 use crate::command::{self, CommandError};
 use crate::job::{self, SlurmJob};
 use crate::node::{self, NodeInfo};
+use crate::release::{ReadForm, SlurmRelease};
+use crate::json;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Where Slurm's commands are and how long they may take.
@@ -127,12 +130,35 @@ impl GpuSpec {
 #[derive(Clone, Debug)]
 pub struct Slurm {
     config: SlurmConfig,
+    /// The release the commands belong to, asked once (`scontrol --version`); clones share it.
+    release: Arc<OnceLock<SlurmRelease>>,
 }
 
 impl Slurm {
     /// A handle using these settings.
     pub fn new(config: SlurmConfig) -> Self {
-        Slurm { config }
+        Slurm {
+            config,
+            release: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The release of Slurm's commands (`scontrol --version`), asked the first time and kept:
+    /// a Slurm upgrade restarts the daemon with it, as it reinstalls the plugin.
+    pub fn slurm_release(&self) -> Result<SlurmRelease, SlurmError> {
+        if let Some(r) = self.release.get() {
+            return Ok(r.clone());
+        }
+        let text = self.run("scontrol", &["--version".into()])?;
+        let release = SlurmRelease::parse(&text).ok_or_else(|| SlurmError::Parse {
+            what: "scontrol --version",
+            detail: format!("expected \"slurm X.Y.Z\", got {:?}", text.trim()),
+        })?;
+        Ok(self.release.get_or_init(|| release).clone())
+    }
+
+    fn read_form(&self) -> Result<ReadForm, SlurmError> {
+        Ok(self.slurm_release()?.read_form())
     }
 
     /// Its settings.
@@ -148,12 +174,19 @@ impl Slurm {
     }
 
     fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
-        let env: Vec<(String, String)> = self
-            .config
-            .conf
-            .iter()
-            .map(|c| ("SLURM_CONF".to_string(), c.display().to_string()))
-            .collect();
+        // Slurm's commands print times in their own local time zone and in a format
+        // SLURM_TIME_FORMAT may change; hadar reads them as standard UTC times, so every
+        // command is told to print exactly that, whatever zone the daemon runs in.
+        let mut env: Vec<(String, String)> = vec![
+            ("TZ".to_string(), "UTC".to_string()),
+            ("SLURM_TIME_FORMAT".to_string(), "standard".to_string()),
+        ];
+        env.extend(
+            self.config
+                .conf
+                .iter()
+                .map(|c| ("SLURM_CONF".to_string(), c.display().to_string())),
+        );
         Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
     }
 
@@ -161,15 +194,30 @@ impl Slurm {
         Ok(self.run("scontrol", args)?)
     }
 
-    /// All nodes (`scontrol show node`).
+    /// All nodes (`scontrol show node`, as JSON where the release has it).
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
-        node::parse_nodes(&self.scontrol(&["show".into(), "node".into()])?)
+        match self.read_form()? {
+            ReadForm::Json => json::parse_nodes(&self.scontrol(&[
+                "show".into(),
+                "node".into(),
+                "--json".into(),
+            ])?),
+            ReadForm::Text => node::parse_nodes(&self.scontrol(&["show".into(), "node".into()])?),
+        }
     }
 
     /// All jobs Slurm still knows (`scontrol -d show job`), and the records refused as
-    /// untrustworthy (see [`job::parse_jobs`]).
+    /// untrustworthy (see [`job::parse_jobs`]; none are from JSON, where no job's text can
+    /// imitate another record).
     pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
-        let text = self.scontrol(&["-d".into(), "show".into(), "job".into()])?;
+        match self.read_form()? {
+            ReadForm::Json => Ok((json::parse_jobs(&self.scontrol(&job_args(None, true))?)?, Vec::new())),
+            ReadForm::Text => self.jobs_from_text(),
+        }
+    }
+
+    fn jobs_from_text(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
+        let text = self.scontrol(&job_args(None, false))?;
         if text.trim() == "No jobs in the system" {
             return Ok((Vec::new(), Vec::new()));
         }
@@ -231,7 +279,7 @@ impl Slurm {
     /// Job `id` read on its own, if its record is exactly one well-formed, unambiguous
     /// record of that id.
     fn job_alone(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
-        match self.scontrol(&["-d".into(), "show".into(), "job".into(), id.to_string()]) {
+        match self.scontrol(&job_args(Some(id), false)) {
             Ok(text) => {
                 let (mut jobs, refused) = job::parse_jobs(&text);
                 let sound = refused.is_empty() && jobs.len() == 1 && jobs[0].id == id;
@@ -248,7 +296,11 @@ impl Slurm {
 
     /// One job, `None` when Slurm no longer knows it.
     pub fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
-        match self.scontrol(&["-d".into(), "show".into(), "job".into(), id.to_string()]) {
+        let form = self.read_form()?;
+        match self.scontrol(&job_args(Some(id), form == ReadForm::Json)) {
+            Ok(text) if form == ReadForm::Json => {
+                Ok(json::parse_jobs(&text)?.into_iter().find(|j| j.id == id))
+            }
             Ok(text) => Ok(job::parse_jobs(&text).0.into_iter().find(|j| j.id == id)),
             Err(SlurmError::Command(CommandError::Failed { stderr, .. }))
                 if stderr.contains("Invalid job id") =>
@@ -375,6 +427,16 @@ impl Slurm {
         ])
         .map(|_| ())
     }
+}
+
+/// `scontrol -d show job [ID] [--json]`: the detail (`-d`) gives each node's GPUs.
+fn job_args(id: Option<u64>, json: bool) -> Vec<String> {
+    let mut args: Vec<String> = vec!["-d".into(), "show".into(), "job".into()];
+    args.extend(id.map(|i| i.to_string()));
+    if json {
+        args.push("--json".into());
+    }
+    args
 }
 
 #[cfg(test)]

@@ -137,7 +137,8 @@ pub struct SlurmJob {
     pub restarts: u32,
     /// `HetJobId`, for components of heterogeneous jobs.
     pub het_job_id: Option<u64>,
-    /// `SubmitTime` as seconds since 1970 (Slurm prints local time; read as UTC).
+    /// `SubmitTime` as seconds since 1970 (epoch seconds in JSON; in text, printed in UTC
+    /// because the adapter runs every command with `TZ=UTC`).
     pub submit_time: Option<i64>,
     /// `StartTime`, when known.
     pub start_time: Option<i64>,
@@ -309,7 +310,9 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
     })
 }
 
-/// Parses Slurm's `YYYY-MM-DDTHH:MM:SS` into seconds since 1970, reading it as UTC.
+/// Parses Slurm's `YYYY-MM-DDTHH:MM:SS` into seconds since 1970, reading it as UTC: Slurm's
+/// commands print times in their own time zone, so a caller runs them with `TZ=UTC` (as
+/// [`crate::Slurm`] does for every command) before reading their times with this.
 pub fn parse_time(text: &str) -> Option<i64> {
     let (date, time) = text.split_once('T')?;
     let d: Vec<i64> = date

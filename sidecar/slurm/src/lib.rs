@@ -2,27 +2,34 @@
 //!
 //! Every command runs as a child process with an argument vector (never through a shell)
 //! and a hard timeout; user-controlled text only ever travels as one separate argument.
-//! Output of `scontrol show node` / `scontrol -d show job` (Slurm 22.05, multi-line form) is
-//! parsed into typed records here, so the daemon sees nodes, jobs and allocations, not text.
+//! Nodes and jobs are read from Slurm's own JSON where the release has it (24.11 and later)
+//! and from `scontrol`'s multi-line text on older ones (22.05), into the same typed records,
+//! so the daemon sees nodes, jobs and allocations, not text. Every command runs with `TZ=UTC`
+//! so that times in text answers are read exactly, whatever zone the daemon runs in.
 //!
 //! * [`command`]: running a program with a timeout.
 //! * [`hostlist`]: Slurm's compressed host lists (`n[1-3,7]`).
 //! * [`record`]: splitting `scontrol show` output into records of `Key=value` fields.
 //! * [`node`]: nodes, their GPUs per type and their state.
 //! * [`job`]: jobs, their state, comments and per-node GPU allocations.
+//! * [`json`]: nodes and jobs from Slurm's JSON (data_parser v0.0.40 to v0.0.45).
+//! * [`release`]: which release answers, and so which form is read.
 //! * [`client`]: the [`Slurm`] handle with the reads and the enforcement actions.
 
 pub mod client;
 pub mod command;
 pub mod hostlist;
 pub mod job;
+pub mod json;
 pub mod node;
 pub mod record;
+pub mod release;
 
 pub use client::{GpuSpec, Slurm, SlurmConfig};
 pub use command::CommandError;
 pub use job::{JobStatus, NodeAlloc, SlurmJob};
 pub use node::{NodeInfo, NodeState};
+pub use release::{ReadForm, SlurmRelease};
 
 /// Everything that can go wrong talking to Slurm.
 #[derive(Debug, thiserror::Error)]

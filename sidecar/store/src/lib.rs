@@ -234,6 +234,9 @@ pub struct RoundRow {
     pub decision_ms: f64,
     /// The policy that decided.
     pub policy: String,
+    /// The Slurm release the round talked to (`26.05.3`), when known.
+    #[serde(default)]
+    pub slurm_release: Option<String>,
     /// Usable GPUs per type.
     pub capacity: BTreeMap<String, u32>,
     /// GPUs per type given to managed jobs by the plan.

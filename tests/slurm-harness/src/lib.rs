@@ -92,6 +92,9 @@ pub struct Options {
     /// The content of `hadar.toml` (placed next to slurm.conf); `{scratch}` is replaced by the
     /// scratch folder.
     pub hadar_toml: String,
+    /// The time zone (`TZ`) slurmctld and the slurmd run in, as a cluster outside UTC does;
+    /// `None`: the test process's own.
+    pub time_zone: Option<String>,
 }
 
 impl Options {
@@ -103,8 +106,43 @@ impl Options {
             scratch,
             plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
             hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+            time_zone: None,
         }
     }
+}
+
+/// The Slurm installation the testbed runs: Debian's package, or a release built from source
+/// by `tests/build-slurm` and selected by `tests/slurm-env`, which puts its programs first on
+/// `PATH` and names its prefix in `HADAR_SLURM_PREFIX`.
+pub fn slurm_prefix() -> Option<PathBuf> {
+    std::env::var_os("HADAR_SLURM_PREFIX")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The folder holding Slurm's own plugins for the selected installation.
+pub fn slurm_plugin_dir() -> PathBuf {
+    match slurm_prefix() {
+        Some(prefix) => prefix.join("lib/slurm"),
+        None => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
+    }
+}
+
+/// The release of the Slurm the testbed runs (`26.05.3`), from `slurmctld -V`.
+pub fn slurm_release() -> Option<String> {
+    let out = Command::new("slurmctld").arg("-V").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).map(str::to_string)
+}
+
+/// The (major, minor) of [`slurm_release`], e.g. (26, 5); (0, 0) when unknown.
+pub fn slurm_series() -> (u32, u32) {
+    slurm_release()
+        .and_then(|r| {
+            let mut parts = r.split('.');
+            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .unwrap_or((0, 0))
 }
 
 /// The Hadar configuration the tests use: partitions `gpu` (the default, all nodes) and `old`
@@ -125,6 +163,7 @@ socket = "{scratch}/run/hadar.sock"
 /// A running test cluster. Dropping it stops every daemon.
 pub struct Testbed {
     scratch: PathBuf,
+    time_zone: Option<String>,
     /// Output of the install command, if the plugin was installed.
     pub install_output: String,
     last_reconfigure: Instant,
@@ -179,6 +218,7 @@ impl Testbed {
         }
         let mut testbed = Testbed {
             scratch,
+            time_zone: options.time_zone.clone(),
             install_output: String::new(),
             last_reconfigure: Instant::now(),
             _lock: lock,
@@ -205,15 +245,9 @@ impl Testbed {
         }
         testbed.start_munge()?;
         let conf = testbed.path("etc/slurm.conf");
-        testbed.checked(Command::new("slurmctld").arg("-c").arg("-f").arg(&conf))?;
+        testbed.checked(testbed.daemon("slurmctld").arg("-c").arg("-f").arg(&conf))?;
         for (node, _) in NODES {
-            testbed.checked(
-                Command::new("slurmd")
-                    .arg("-N")
-                    .arg(node)
-                    .arg("-f")
-                    .arg(&conf),
-            )?;
+            testbed.start_node(node)?;
         }
         testbed.wait_nodes_idle(Duration::from_secs(60))?;
         testbed.last_reconfigure = Instant::now();
@@ -251,6 +285,7 @@ impl Testbed {
     pub fn write_slurm_conf(&self, plugins: Option<&str>) -> Result<(), TestbedError> {
         let c = self.scratch.display();
         let port = controller_port();
+        let slurm_plugins = slurm_plugin_dir().display().to_string();
         let mut conf = format!(
             "ClusterName=hadartest
 SlurmctldHost=localhost
@@ -284,7 +319,7 @@ ReturnToService=2
 SlurmdTimeout=20
 MinJobAge=600
 MaxJobCount=100000
-PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
+PluginDir={slurm_plugins}:{c}/plugins
 "
         );
         if let Some(p) = plugins {
@@ -517,7 +552,7 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
             !is_our_daemon(pid)
         })?;
         let conf = self.path("etc/slurm.conf");
-        self.checked(Command::new("slurmctld").arg("-f").arg(&conf))?;
+        self.checked(self.daemon("slurmctld").arg("-f").arg(&conf))?;
         wait_for(Duration::from_secs(30), "slurmctld to answer", || {
             self.run(Command::new("scontrol").arg("ping"))
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"))
@@ -576,14 +611,22 @@ PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{c}/plugins
     /// `ReturnToService=2` the node returns to service once it registers.
     pub fn start_node(&self, node: &str) -> Result<(), TestbedError> {
         let conf = self.path("etc/slurm.conf");
-        self.checked(
-            Command::new("slurmd")
-                .arg("-N")
-                .arg(node)
-                .arg("-f")
-                .arg(&conf),
-        )
-        .map(|_| ())
+        self.checked(self.daemon("slurmd").arg("-N").arg(node).arg("-f").arg(&conf))
+            .map(|_| ())
+    }
+
+    /// A Slurm daemon (slurmctld, slurmd) to start, in the testbed's time zone.
+    fn daemon(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        if let Some(tz) = &self.time_zone {
+            c.env("TZ", tz);
+        }
+        c
+    }
+
+    /// The time zone the testbed's Slurm daemons run in, if not the test process's.
+    pub fn time_zone(&self) -> Option<&str> {
+        self.time_zone.as_deref()
     }
 
     /// Cancels every job (`scancel --user=root`; only the tests submit here).
@@ -619,6 +662,12 @@ impl JobInfo {
         }
         let found = records.into_iter().find(|r| r.starts_with(&head));
         JobInfo(found.unwrap_or_else(|| text.to_string()))
+    }
+
+    /// A TRES field (`TresPerNode`, `TresPerJob`) in one spelling: 22.05 writes
+    /// `gres:gpu:v100:1`, later releases `gres/gpu:v100:1`; this gives the latter.
+    pub fn gres_field(&self, key: &str) -> Option<String> {
+        self.field(key).map(|v| v.replace("gres:", "gres/"))
     }
 
     /// The value of `Key=` (for `Comment`, `AdminComment` and `Command` the rest of the line,

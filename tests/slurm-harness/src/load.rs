@@ -191,6 +191,7 @@ fn run(a: &Args) -> Result<(), Error> {
         scratch: root.join("target/tmp/load-testbed"),
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+        time_zone: None,
     })?;
     let gres = ["--gres=gpu:1"];
 

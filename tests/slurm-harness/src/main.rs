@@ -102,6 +102,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         scratch,
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
+        time_zone: None,
     })?;
     let socket = bed.path("run/hadar.sock");
     let decoy = bed.path("run/not-the-sidecar.sock");
