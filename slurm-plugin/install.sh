@@ -3,11 +3,12 @@
 # matches the running Slurm exactly, installs it into Slurm's PluginDir and prints the
 # slurm.conf line to add. With --uninstall, removes it again. See slurm-plugin/README.md.
 #
-#   slurm-plugin/install.sh [--plugin-dir DIR] [--no-build] [--force]
+#   slurm-plugin/install.sh [--plugin-dir DIR] [--no-build] [--from FILE] [--force]
 #   slurm-plugin/install.sh --uninstall [--plugin-dir DIR] [--force]
 #
 # --plugin-dir DIR  install into DIR instead of the first folder of Slurm's PluginDir
 # --no-build        install the already built target/release/libjob_submit_hadar.so
+# --from FILE       install FILE, a library built earlier (implies --no-build)
 # --force           uninstall even though slurmctld still lists the plugin
 #
 # Environment: SLURM_CONF (the slurm.conf Slurm's commands read), SLURM_INCLUDE_DIR (where
@@ -20,6 +21,7 @@ plugin_dir=""
 build=1
 uninstall=0
 force=0
+from=""
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 
@@ -27,9 +29,10 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --plugin-dir) [ $# -ge 2 ] || die "--plugin-dir needs a folder"; plugin_dir="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
+    --from) [ $# -ge 2 ] || die "--from needs a file"; from="$2"; build=0; shift 2 ;;
     --uninstall) uninstall=1; shift ;;
     --force) force=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
@@ -89,8 +92,16 @@ if [ "$build" = 1 ]; then
   (cd "$repo" && SLURM_INCLUDE_DIR="$include_dir" "${CARGO:-cargo}" build --release --locked -p hadar-slurm-plugin) \
     || die "build failed"
 fi
-built="$repo/target/release/libjob_submit_hadar.so"
+built="${from:-$repo/target/release/libjob_submit_hadar.so}"
 [ -f "$built" ] || die "$built not found (build it first, or drop --no-build)"
+# The release the library was built for (a marker string build.rs puts in it): Slurm refuses
+# to load a plugin of another release, and then every submission fails.
+built_for="$(grep -aoE 'hadar-built-for-slurm=0x[0-9a-fA-F]+' "$built" | head -n 1 | cut -d= -f2 || true)"
+[ -n "$built_for" ] || die "$built carries no Slurm release marker: rebuild it with this repository (drop --no-build)"
+if [ "$((built_for))" != "$running_number" ]; then
+  die "$(printf '%s was built for Slurm %d.%02d.%d (0x%06x) but %s is %s (0x%06x): rebuild it against this release'"'"'s headers (drop --no-build, set SLURM_INCLUDE_DIR)' \
+    "$built" $((built_for >> 16)) $(((built_for >> 8) & 255)) $((built_for & 255)) "$((built_for))" "$source_of_version" "$running_version" "$running_number")"
+fi
 
 # `install` writes a new file and renames it into place: a running slurmctld keeps its
 # mapping of the old file, whereas cp would overwrite the mapped pages under it.

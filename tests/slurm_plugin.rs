@@ -607,6 +607,38 @@ fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
         "{stderr}"
     );
     assert!(!bed.path("plugins-mismatch/job_submit_hadar.so").exists());
+
+    // A library built earlier for another release (its marker says so) is refused too, in one
+    // line, before slurmctld would refuse to load it.
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libjob_submit_hadar.so");
+    let mut bytes = std::fs::read(&built).expect("install.sh built the plugin");
+    let marker = format!("hadar-built-for-slurm=0x{running_number:06x}");
+    let other = format!("hadar-built-for-slurm=0x{older:06x}");
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .expect("the built plugin carries its release marker");
+    bytes[at..at + other.len()].copy_from_slice(other.as_bytes());
+    let stale = bed.path("stale-plugin.so");
+    std::fs::write(&stale, &bytes).unwrap();
+    let out = bed
+        .command(script.to_str().unwrap())
+        .args(["--from"])
+        .arg(&stale)
+        .arg("--plugin-dir")
+        .arg(bed.path("plugins-mismatch"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("was built for Slurm")
+            && stderr.contains(&format!("0x{older:06x}"))
+            && stderr.contains(&running),
+        "{stderr}"
+    );
+    assert!(!bed.path("plugins-mismatch/job_submit_hadar.so").exists());
 }
 
 fn het_job_components_are_handled_per_component(bed: &mut Testbed) {

@@ -26,3 +26,4 @@ unsafe extern "C" {
     /// slurmctld's configuration, as read from slurm.conf.
     pub static slurm_conf: slurm_conf_t;
 }
+include!(concat!(env!("OUT_DIR"), "/built_for.rs"));

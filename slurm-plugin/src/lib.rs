@@ -105,6 +105,7 @@ pub extern "C" fn job_modify(
     _job_desc: *mut job_desc_msg_t,
     _job_ptr: *mut std::ffi::c_void,
     _submit_uid: u32,
+    _err_msg: *mut *mut c_char,
 ) -> c_int {
     // Nothing here can panic today; the guard keeps the rule "no exported function unwinds
     // into C" true if this ever grows.

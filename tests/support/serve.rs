@@ -24,6 +24,11 @@ pub struct Serve {
 impl Serve {
     /// Writes a daemon configuration for scenario `name` and starts the daemon.
     pub fn start(bed: &Testbed, name: &str) -> Serve {
+        Serve::start_with(bed, name, &[])
+    }
+
+    /// [`Serve::start`] with extra environment variables for the daemon (e.g. its `TZ`).
+    pub fn start_with(bed: &Testbed, name: &str, env: &[(&str, &str)]) -> Serve {
         let config = bed.path(&format!("etc/serve-{name}.toml"));
         let state = bed.path(&format!("state-{name}.db"));
         let _ = std::fs::remove_file(&state);
@@ -36,7 +41,7 @@ impl Serve {
             state = state.display(),
         );
         std::fs::write(&config, text).expect("write the daemon's config");
-        Serve::spawn(bed, config, state)
+        Serve::spawn_with(bed, config, state, env)
     }
 
     pub fn spawn(bed: &Testbed, config: PathBuf, state: PathBuf) -> Serve {

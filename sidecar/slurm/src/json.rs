@@ -329,27 +329,29 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
     };
     let nodes = expand("nodes", j.nodes.get())?;
     let req_nodes = expand("required_nodes", j.required_nodes.get())?;
-    // gres_detail lists one entry per allocated node, in the order of job_resources' nodes.
+    // One allocation per node of job_resources (as the text form's detail lines), with the
+    // GPUs of gres_detail, which lists them in the same node order (and is empty once the
+    // job has ended).
     let alloc_nodes: Vec<String> = match &j.job_resources {
-        Some(JobResources { nodes: Some(r) }) if !r.allocation.is_empty() => {
-            r.allocation.iter().map(|a| a.name.clone()).collect()
-        }
-        _ => nodes.clone(),
+        Some(JobResources { nodes: Some(r) }) => r.allocation.iter().map(|a| a.name.clone()).collect(),
+        _ => Vec::new(),
     };
+    if j.gres_detail.len() > alloc_nodes.len() {
+        return Err(format!(
+            "job {id}: gres_detail has {} entries for {} allocated nodes",
+            j.gres_detail.len(),
+            alloc_nodes.len()
+        ));
+    }
     let mut alloc = Vec::new();
-    for (i, detail) in j.gres_detail.iter().enumerate() {
-        let node = alloc_nodes
-            .get(i)
-            .ok_or_else(|| format!("job {id}: gres_detail has more entries than nodes"))?;
-        let gpus = if detail.is_empty() || detail == "(null)" {
-            Vec::new()
-        } else {
-            parse_gres(detail).ok_or_else(|| format!("job {id}: gres_detail {detail:?}"))?
+    for (i, node) in alloc_nodes.into_iter().enumerate() {
+        let gpus = match j.gres_detail.get(i).map(String::as_str) {
+            None | Some("") | Some("(null)") => Vec::new(),
+            Some(detail) => {
+                parse_gres(detail).ok_or_else(|| format!("job {id}: gres_detail {detail:?}"))?
+            }
         };
-        alloc.push(NodeAlloc {
-            node: node.clone(),
-            gpus,
-        });
+        alloc.push(NodeAlloc { node, gpus });
     }
     let status = JobStatus::parse(&job_state_text(&j.job_state));
     let exit_code = j.exit_code.map(|e| {
@@ -365,7 +367,8 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         user_id: j.user_id.0.and_then(|u| u32::try_from(u).ok()),
         group_id: j.group_id.0.and_then(|g| u32::try_from(g).ok()),
         status,
-        reason: j.state_reason.get(),
+        // The text form's placeholder for no reason is "None"; JSON spells it the same way.
+        reason: j.state_reason.get().filter(|r| r != "None"),
         priority: j.priority.0.and_then(|p| u64::try_from(p).ok()),
         admin_comment: j.admin_comment.get(),
         comment: j.comment.get(),

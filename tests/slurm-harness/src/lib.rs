@@ -414,10 +414,12 @@ PluginDir={slurm_plugins}:{c}/plugins
         )))
     }
 
-    /// A Slurm client command with `SLURM_CONF` pointing at the testbed.
+    /// A Slurm client command with `SLURM_CONF` pointing at the testbed, printing times in
+    /// UTC (`TZ=UTC`), as the tests read them, whatever zone the cluster runs in.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
         c.env("SLURM_CONF", self.path("etc/slurm.conf"))
+            .env("TZ", "UTC")
             .current_dir(self.path("jobs"));
         c
     }
