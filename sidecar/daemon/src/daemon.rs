@@ -57,6 +57,11 @@ pub trait SlurmApi {
     fn slurm_release(&self) -> Option<String> {
         None
     }
+    /// Whether updating a pending job's GPU types replaces them (24.11 and later) rather than
+    /// adding to them for the job's life (22.05, and the default).
+    fn retypes_pending_jobs(&self) -> bool {
+        false
+    }
 }
 
 impl SlurmApi for Slurm {
@@ -89,6 +94,9 @@ impl SlurmApi for Slurm {
     }
     fn slurm_release(&self) -> Option<String> {
         Slurm::slurm_release(self).ok().map(|r| r.to_string())
+    }
+    fn retypes_pending_jobs(&self) -> bool {
+        Slurm::slurm_release(self).is_ok_and(|r| r.retypes_pending_jobs())
     }
 }
 
@@ -320,6 +328,13 @@ impl<S: SlurmApi> Daemon<S> {
             &*self.decode,
             &untrusted,
         );
+        if self.slurm.retypes_pending_jobs() {
+            // This release replaces a pending job's GPU types when they are updated: a typed
+            // request binds no job to types, and a preempted job may come back on any.
+            for r in rows.values_mut() {
+                r.bound_types = None;
+            }
+        }
         self.log_events(&events);
         if round == self.first_round {
             let adopted: Vec<&SlurmJob> = events
@@ -1070,7 +1085,7 @@ impl<S: SlurmApi> Daemon<S> {
                 r.phase = Phase::Starting;
                 r.placement = Some(placement.clone());
                 r.starts += 1;
-                if spec.typed {
+                if spec.typed && !self.slurm.retypes_pending_jobs() {
                     // Slurm now holds the job to these types (and any it had) for good.
                     let mut types = r.bound_types.clone().unwrap_or_default();
                     types.extend(view::per_type(placement).into_keys());

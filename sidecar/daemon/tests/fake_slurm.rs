@@ -19,6 +19,11 @@ struct State {
     placements: BTreeMap<u64, GpuSpec>,
     /// Jobs whose begin time is still ahead (`scontrol update StartTime=...`).
     begin_later: std::collections::BTreeSet<u64>,
+    /// Answers the next job listings give instead of the jobs, as Slurm's JSON text.
+    bad_answers: Vec<String>,
+    /// Whether an update of a pending job's GPU types replaces them (24.11 on) rather than
+    /// adding to them for good (22.05).
+    retypes: bool,
     log: Vec<String>,
 }
 
@@ -145,6 +150,9 @@ impl SlurmApi for FakeSlurm {
         Ok(self.0.borrow().nodes.clone())
     }
     fn jobs(&self) -> Result<(Vec<SlurmJob>, hadar_slurm::job::Refused), SlurmError> {
+        if let Some(text) = self.0.borrow_mut().bad_answers.pop() {
+            return Ok((hadar_slurm::json::parse_jobs(&text)?, vec![]));
+        }
         Ok((self.0.borrow().jobs.values().cloned().collect(), vec![]))
     }
     fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
@@ -189,6 +197,9 @@ impl SlurmApi for FakeSlurm {
             .log
             .push(format!("signal {id} {signal}"));
         Ok(())
+    }
+    fn retypes_pending_jobs(&self) -> bool {
+        self.0.borrow().retypes
     }
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         let mut s = self.0.borrow_mut();
@@ -555,4 +566,63 @@ fn dummy(id: u64) -> SlurmJob {
     let f = FakeSlurm::testbed();
     f.submit(id, "x");
     f.0.borrow().jobs[&id].clone()
+}
+
+#[test]
+fn an_unreadable_answer_skips_the_round_and_loses_or_repeats_nothing() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 type=resnet50-b64 steps=1000");
+    slurm.submit(2, "hadar:v1 gpus=1 steps=1000");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let unknown = r#"{"jobs": [], "meta": {"plugin": {"data_parser": "data_parser/v0.0.99"}}}"#;
+    let truncated = r#"{"jobs": [{"job_id": 1, "job_state": ["PEND"#;
+    let not_json = "slurm_load_jobs error: Socket timed out on send/recv operation";
+    // Popped from the end: the non-JSON answer first, then the truncated, then the unknown.
+    slurm.0.borrow_mut().bad_answers = vec![unknown.into(), truncated.into(), not_json.into()];
+    for (t, says) in [
+        (1_000_001.0, "not JSON"),
+        (1_000_002.0, "truncated"),
+        (1_000_003.0, "data_parser v0.0.99 is not one hadar reads"),
+    ] {
+        let e = d.round(t).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    assert!(
+        slurm.0.borrow().log.is_empty(),
+        "nothing is done in a round that could not read Slurm: {:?}",
+        slurm.0.borrow().log
+    );
+    let r = d.round(1_000_004.0).unwrap();
+    assert_eq!(started(&r), vec![1, 2], "{r:?}");
+    slurm.schedule();
+    let r = d.round(1_000_005.0).unwrap();
+    assert!(r.actions.is_empty(), "{r:?}");
+    let log = slurm.0.borrow().log.clone();
+    assert_eq!(log.iter().filter(|l| l.starts_with("release")).count(), 2, "{log:?}");
+}
+
+#[test]
+fn a_typed_start_binds_the_job_to_its_types_only_where_slurm_keeps_them() {
+    for retypes in [false, true] {
+        let slurm = FakeSlurm::default();
+        slurm.0.borrow_mut().nodes = vec![node("n4", &[("v100", 2), ("k80", 2)])];
+        slurm.0.borrow_mut().retypes = retypes;
+        // A user who allows two of the types gets a typed request.
+        slurm.submit(
+            1,
+            "hadar:v1 gpus=1 type=resnet50-b64 steps=1000 gpu-types=v100,k80",
+        );
+        let mut d = daemon(&slurm, Store::in_memory().unwrap());
+        let r = d.round(1_000_001.0).unwrap();
+        assert_eq!(started(&r), vec![1], "{r:?}");
+        let placed = slurm.0.borrow().placements[&1].clone();
+        assert!(placed.typed, "{placed:?}");
+        let row = d.store().job(1).unwrap().unwrap();
+        if retypes {
+            assert_eq!(row.bound_types, None, "24.11+ replaces types on update");
+        } else {
+            assert_eq!(row.bound_types, Some(vec!["v100".to_string()]));
+        }
+    }
 }
