@@ -610,7 +610,8 @@ fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
 
     // A library built earlier for another release (its marker says so) is refused too, in one
     // line, before slurmctld would refuse to load it.
-    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libjob_submit_hadar.so");
+    let built =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libjob_submit_hadar.so");
     let mut bytes = std::fs::read(&built).expect("install.sh built the plugin");
     let marker = format!("hadar-built-for-slurm=0x{running_number:06x}");
     let other = format!("hadar-built-for-slurm=0x{older:06x}");
@@ -737,8 +738,10 @@ fn reconfigure_rereads_the_config(bed: &mut Testbed) {
     // 22.05 re-reads slurm.conf in place (the plugin notices and reloads); from 23.11 on,
     // `scontrol reconfigure` restarts slurmctld, which loads the plugin afresh (init).
     assert!(
-        bed.controller_log()
-            .contains("loaded") && bed.controller_log().contains("managed partitions: [gpu, old, cpu]"),
+        bed.controller_log().contains("loaded")
+            && bed
+                .controller_log()
+                .contains("managed partitions: [gpu, old, cpu]"),
         "{}",
         bed.controller_log()
     );

@@ -101,7 +101,14 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
     let done = plain(bed, &["--gres=gpu:1", "--wrap", "true"]);
     wait_state(bed, running, &["RUNNING"], 30);
     wait_state(bed, done, &["COMPLETED"], 30);
-    scontrol(bed, &["update", &format!("JobId={held}"), "Comment=line one\nJobId=999 JobState=RUNNING"]);
+    scontrol(
+        bed,
+        &[
+            "update",
+            &format!("JobId={held}"),
+            "Comment=line one\nJobId=999 JobState=RUNNING",
+        ],
+    );
 
     let text = scontrol(bed, &["-d", "show", "job"]);
     let (from_text, refused) = job::parse_jobs(&text);
@@ -116,21 +123,40 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
         .collect();
     let nodes_text = scontrol(bed, &["show", "node"]);
     if r.read_form() == ReadForm::Text {
-        println!("release {r}: no JSON form read; the text form gave {} jobs", from_text.len());
+        println!(
+            "release {r}: no JSON form read; the text form gave {} jobs",
+            from_text.len()
+        );
         return;
     }
     let json_text = scontrol(bed, &["-d", "show", "job", "--json"]);
     let from_json = json::parse_jobs(&json_text).unwrap_or_else(|e| panic!("{e}"));
     // JSON keeps the job whose comment imitates a record; the text form had to refuse it.
-    let held_json = from_json.iter().find(|j| j.id == u64::from(held)).expect("held job");
-    assert_eq!(held_json.comment.as_deref(), Some("line one\nJobId=999 JobState=RUNNING"));
+    let held_json = from_json
+        .iter()
+        .find(|j| j.id == u64::from(held))
+        .expect("held job");
+    assert_eq!(
+        held_json.comment.as_deref(),
+        Some("line one\nJobId=999 JobState=RUNNING")
+    );
     assert!(from_json.iter().all(|j| j.id != 999));
     for t in &from_text {
-        let j = from_json.iter().find(|j| j.id == t.id).expect("the same jobs");
+        let j = from_json
+            .iter()
+            .find(|j| j.id == t.id)
+            .expect("the same jobs");
         assert_eq!(j, t, "job {} differs between JSON and text", t.id);
     }
-    let run = from_json.iter().find(|j| j.id == u64::from(running)).unwrap();
-    assert_eq!(run.gpu_parts().iter().map(|p| p.2).sum::<u32>(), 2, "{run:?}");
+    let run = from_json
+        .iter()
+        .find(|j| j.id == u64::from(running))
+        .unwrap();
+    assert_eq!(
+        run.gpu_parts().iter().map(|p| p.2).sum::<u32>(),
+        2,
+        "{run:?}"
+    );
     let nodes_json = scontrol(bed, &["show", "node", "--json"]);
     assert_eq!(
         json::parse_nodes(&nodes_json).unwrap(),
@@ -162,7 +188,13 @@ fn a_held_jobs_nodes_and_gpu_count_can_be_updated(bed: &mut Testbed) {
     let id = plain(bed, &["-H", "--gres=gpu:1", "--wrap", "sleep 2"]);
     scontrol(
         bed,
-        &["update", &format!("JobId={id}"), "ReqNodeList=n2", "NumNodes=1-1", "Gres=gpu:2"],
+        &[
+            "update",
+            &format!("JobId={id}"),
+            "ReqNodeList=n2",
+            "NumNodes=1-1",
+            "Gres=gpu:2",
+        ],
     );
     scontrol(bed, &["release", &id.to_string()]);
     wait_state(bed, id, &["RUNNING", "COMPLETED"], 30);
@@ -172,7 +204,10 @@ fn a_held_jobs_nodes_and_gpu_count_can_be_updated(bed: &mut Testbed) {
     if !alloc.is_empty() {
         assert_eq!(alloc, vec![("n2".to_string(), "p100".to_string(), 2)]);
     }
-    println!("release {}: held job moved to n2 with 2 GPUs, released, ran: {alloc:?}", release());
+    println!(
+        "release {}: held job moved to n2 with 2 GPUs, released, ran: {alloc:?}",
+        release()
+    );
 }
 
 fn a_held_jobs_gpu_types_change_as_the_release_allows(bed: &mut Testbed) {
@@ -180,9 +215,18 @@ fn a_held_jobs_gpu_types_change_as_the_release_allows(bed: &mut Testbed) {
     let id = plain(bed, &["-H", "--gres=gpu:k80:2", "--wrap", "sleep 1"]);
     scontrol(
         bed,
-        &["update", &format!("JobId={id}"), "ReqNodeList=n1", "Gres=gpu:v100:2"],
+        &[
+            "update",
+            &format!("JobId={id}"),
+            "ReqNodeList=n1",
+            "Gres=gpu:v100:2",
+        ],
     );
-    let tres = bed.job(id).unwrap().gres_field("TresPerNode").unwrap_or_default();
+    let tres = bed
+        .job(id)
+        .unwrap()
+        .gres_field("TresPerNode")
+        .unwrap_or_default();
     println!("release {r}: k80:2 updated to v100:2 leaves TresPerNode={tres}");
     if r.retypes_pending_jobs() {
         assert_eq!(tres, "gres/gpu:v100:2");
@@ -192,7 +236,11 @@ fn a_held_jobs_gpu_types_change_as_the_release_allows(bed: &mut Testbed) {
     } else {
         assert!(tres.contains("k80") && tres.contains("v100"), "{tres}");
         scontrol(bed, &["update", &format!("JobId={id}"), "Gres=gpu:k80:0"]);
-        let after = bed.job(id).unwrap().gres_field("TresPerNode").unwrap_or_default();
+        let after = bed
+            .job(id)
+            .unwrap()
+            .gres_field("TresPerNode")
+            .unwrap_or_default();
         println!("release {r}: then k80:0 leaves TresPerNode={after}");
         assert!(after.contains("k80"), "{after}");
     }
@@ -205,21 +253,42 @@ fn a_held_jobs_gpu_types_change_as_the_release_allows(bed: &mut Testbed) {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    let tres = bed.job(id).unwrap().gres_field("TresPerNode").unwrap_or_default();
+    let tres = bed
+        .job(id)
+        .unwrap()
+        .gres_field("TresPerNode")
+        .unwrap_or_default();
     println!(
         "release {r}: typeless gpu:1 updated to p100:1: {} (TresPerNode={tres}) {said}",
-        if out.status.success() { "accepted" } else { "refused" }
+        if out.status.success() {
+            "accepted"
+        } else {
+            "refused"
+        }
     );
     if r.retypes_pending_jobs() {
         assert!(out.status.success(), "{said}");
         assert_eq!(tres, "gres/gpu:p100:1");
     } else {
-        assert!(!out.status.success() || tres == "gres/gpu:1", "{said} {tres}");
+        assert!(
+            !out.status.success() || tres == "gres/gpu:1",
+            "{said} {tres}"
+        );
     }
 
     // Two types in one job on one node.
     let sub = bed.sbatch(
-        &["-p", "cpu", "-o", "/dev/null", "-w", "n4", "--gpus=v100:1,k80:1", "--wrap", "sleep 2"],
+        &[
+            "-p",
+            "cpu",
+            "-o",
+            "/dev/null",
+            "-w",
+            "n4",
+            "--gpus=v100:1,k80:1",
+            "--wrap",
+            "sleep 2",
+        ],
         None,
     );
     match sub.job_id {
@@ -235,7 +304,10 @@ fn a_held_jobs_gpu_types_change_as_the_release_allows(bed: &mut Testbed) {
             wait_state(bed, id, &["COMPLETED"], 30);
         }
         _ => {
-            println!("release {r}: --gpus=v100:1,k80:1 on n4 refused: {}", sub.stderr.trim());
+            println!(
+                "release {r}: --gpus=v100:1,k80:1 on n4 refused: {}",
+                sub.stderr.trim()
+            );
             assert!(!r.retypes_pending_jobs(), "{}", sub.stderr);
         }
     }
@@ -265,18 +337,36 @@ fn a_requeued_held_job_runs_again_when_released(bed: &mut Testbed) {
 fn a_heterogeneous_job_starts_and_names_its_scheduler(bed: &mut Testbed) {
     let sub = bed.sbatch(
         &[
-            "-p", "cpu", "-o", "/dev/null", "-w", "n1", "--gres=gpu:v100:1", "--wrap", "sleep 1",
-            ":", "-p", "cpu", "-w", "n3", "--gres=gpu:k80:1",
+            "-p",
+            "cpu",
+            "-o",
+            "/dev/null",
+            "-w",
+            "n1",
+            "--gres=gpu:v100:1",
+            "--wrap",
+            "sleep 1",
+            ":",
+            "-p",
+            "cpu",
+            "-w",
+            "n3",
+            "--gres=gpu:k80:1",
         ],
         None,
     );
     assert!(sub.ok, "{}", sub.stderr);
     let id = sub.job_id.unwrap();
     let started = wait_state(bed, id, &["RUNNING", "COMPLETED"], 60);
-    let scheduler = started.field("Scheduler").unwrap_or_else(|| "not shown".into());
+    let scheduler = started
+        .field("Scheduler")
+        .unwrap_or_else(|| "not shown".into());
     let info = wait_state(bed, id, &["COMPLETED"], 60);
     assert_eq!(info.field("NodeList").as_deref(), Some("n1"), "{}", info.0);
-    println!("release {}: a two-component het job ran; Scheduler={scheduler}", release());
+    println!(
+        "release {}: a two-component het job ran; Scheduler={scheduler}",
+        release()
+    );
 }
 
 fn a_job_submitted_for_a_user_runs_as_that_user_and_reports_by_comment(bed: &mut Testbed) {
@@ -285,11 +375,24 @@ fn a_job_submitted_for_a_user_runs_as_that_user_and_reports_by_comment(bed: &mut
     std::fs::write(&path, script).unwrap();
     let out = bed
         .command("sbatch")
-        .args(["--parsable", "--uid=65534", "--gid=65534", "-p", "cpu", "-o", "/dev/null", "--chdir=/tmp"])
+        .args([
+            "--parsable",
+            "--uid=65534",
+            "--gid=65534",
+            "-p",
+            "cpu",
+            "-o",
+            "/dev/null",
+            "--chdir=/tmp",
+        ])
         .arg(&path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id: u32 = String::from_utf8_lossy(&out.stdout)
         .trim()
         .split(';')
@@ -298,9 +401,25 @@ fn a_job_submitted_for_a_user_runs_as_that_user_and_reports_by_comment(bed: &mut
         .parse()
         .unwrap();
     let info = wait_state(bed, id, &["COMPLETED", "FAILED"], 30);
-    assert_eq!(info.field("JobState").as_deref(), Some("COMPLETED"), "{}", info.0);
-    assert!(info.field("UserId").unwrap_or_default().ends_with("(65534)"), "{}", info.0);
-    assert_eq!(info.field("Comment").as_deref(), Some("progress-42"), "{}", info.0);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    assert!(
+        info.field("UserId")
+            .unwrap_or_default()
+            .ends_with("(65534)"),
+        "{}",
+        info.0
+    );
+    assert_eq!(
+        info.field("Comment").as_deref(),
+        Some("progress-42"),
+        "{}",
+        info.0
+    );
     let written = scontrol(bed, &["write", "batch_script", &id.to_string(), "-"]);
     assert_eq!(written, script);
     println!(
@@ -326,13 +445,9 @@ fn a_daemon_outside_utc_records_times_by_the_wall_clock(bed: &mut Testbed) {
     let seen_done = now();
     // The daemon notices the end at its next round.
     wait_until("the daemon records the job finished", 30, || {
-        let v: serde_json::Value = serde_json::from_str(&serve.hadar(&[
-            "explain",
-            &id.to_string(),
-            "--format",
-            "json",
-        ]))
-        .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&serve.hadar(&["explain", &id.to_string(), "--format", "json"]))
+                .unwrap();
         !v["job"]["finished_s"].is_null()
     });
     drop(serve);
@@ -353,14 +468,31 @@ fn a_daemon_outside_utc_records_times_by_the_wall_clock(bed: &mut Testbed) {
         row.run_s
     );
     // Slurm keeps whole seconds; the daemon's rounds are 2 s apart.
-    assert!((arrival - submitted).abs() <= 3.0, "arrival {arrival} vs {submitted}");
-    assert!(start >= submitted - 2.0 && start <= seen_running + 2.0, "start {start}");
-    assert!(end >= start && end <= seen_done + 3.0, "end {end} vs {seen_done}");
-    assert!(row.run_s > 0.0 && row.run_s <= (end - start) + 4.0, "run {}", row.run_s);
+    assert!(
+        (arrival - submitted).abs() <= 3.0,
+        "arrival {arrival} vs {submitted}"
+    );
+    assert!(
+        start >= submitted - 2.0 && start <= seen_running + 2.0,
+        "start {start}"
+    );
+    assert!(
+        end >= start && end <= seen_done + 3.0,
+        "end {end} vs {seen_done}"
+    );
+    assert!(
+        row.run_s > 0.0 && row.run_s <= (end - start) + 4.0,
+        "run {}",
+        row.run_s
+    );
     let learned = store.learned_rates(u64::from(id)).unwrap();
     let printed = printed_rates(&output(bed, id));
     println!("learned {learned:?}; emulate printed {printed:?}");
     if let (Some(l), Some(p)) = (learned.first(), printed.last()) {
-        assert!((l.rate / p - 1.0).abs() < 0.25, "learned {} vs printed {p}", l.rate);
+        assert!(
+            (l.rate / p - 1.0).abs() < 0.25,
+            "learned {} vs printed {p}",
+            l.rate
+        );
     }
 }

@@ -67,7 +67,9 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
                 hadar_slurm::ReadForm::Text => "scontrol text",
             }
         ),
-        Err(e) => tracing::warn!("cannot tell the Slurm release yet ({e}); asking again each round"),
+        Err(e) => {
+            tracing::warn!("cannot tell the Slurm release yet ({e}); asking again each round")
+        }
     }
     let forker = (config.sidecar.policy == hadar_daemon::config::PolicyChoice::Hadare).then(|| {
         let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));

@@ -599,7 +599,11 @@ fn an_unreadable_answer_skips_the_round_and_loses_or_repeats_nothing() {
     let r = d.round(1_000_005.0).unwrap();
     assert!(r.actions.is_empty(), "{r:?}");
     let log = slurm.0.borrow().log.clone();
-    assert_eq!(log.iter().filter(|l| l.starts_with("release")).count(), 2, "{log:?}");
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("release")).count(),
+        2,
+        "{log:?}"
+    );
 }
 
 #[test]

@@ -5,9 +5,9 @@
 use crate::SlurmError;
 use crate::command::{self, CommandError};
 use crate::job::{self, SlurmJob};
+use crate::json;
 use crate::node::{self, NodeInfo};
 use crate::release::{ReadForm, SlurmRelease};
-use crate::json;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -211,7 +211,10 @@ impl Slurm {
     /// imitate another record).
     pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
         match self.read_form()? {
-            ReadForm::Json => Ok((json::parse_jobs(&self.scontrol(&job_args(None, true))?)?, Vec::new())),
+            ReadForm::Json => Ok((
+                json::parse_jobs(&self.scontrol(&job_args(None, true))?)?,
+                Vec::new(),
+            )),
             ReadForm::Text => self.jobs_from_text(),
         }
     }

@@ -49,7 +49,9 @@ impl<'de> Deserialize<'de> for Number {
         };
         match Either::deserialize(d)? {
             Either::Plain(n) => Ok(Number(whole(&n))),
-            Either::Wrapped(w) if w.set && !w.infinite => Ok(Number(w.number.as_ref().and_then(whole))),
+            Either::Wrapped(w) if w.set && !w.infinite => {
+                Ok(Number(w.number.as_ref().and_then(whole)))
+            }
             Either::Wrapped(_) | Either::Null(()) => Ok(Number(None)),
         }
     }
@@ -109,7 +111,8 @@ struct Envelope {
 /// Checks an answer's data_parser version and returns it.
 fn check_version(what: &'static str, text: &str) -> Result<String, SlurmError> {
     let bad = |detail: String| SlurmError::Parse { what, detail };
-    let envelope: Envelope = serde_json::from_str(text).map_err(|e| bad(describe_json_error(text, &e)))?;
+    let envelope: Envelope =
+        serde_json::from_str(text).map_err(|e| bad(describe_json_error(text, &e)))?;
     if let Some(first) = envelope.errors.first() {
         return Err(bad(format!("Slurm answered with an error: {first}")));
     }
@@ -117,7 +120,9 @@ fn check_version(what: &'static str, text: &str) -> Result<String, SlurmError> {
         .meta
         .and_then(|m| m.plugin)
         .and_then(|p| p.data_parser)
-        .ok_or_else(|| bad("the answer names no data_parser version (meta.plugin.data_parser)".into()))?;
+        .ok_or_else(|| {
+            bad("the answer names no data_parser version (meta.plugin.data_parser)".into())
+        })?;
     let short = version.trim_start_matches("data_parser/").to_string();
     if !KNOWN_DATA_PARSERS.contains(&short.as_str()) {
         return Err(bad(format!(
@@ -174,7 +179,9 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
         .into_iter()
         .map(|n| {
             let gpus = match n.gres.get() {
-                Some(g) => parse_gres(&g).ok_or_else(|| bad(format!("node {}: gres {g:?}", n.name)))?,
+                Some(g) => {
+                    parse_gres(&g).ok_or_else(|| bad(format!("node {}: gres {g:?}", n.name)))?
+                }
                 None => Vec::new(),
             };
             Ok(NodeInfo {
@@ -333,7 +340,9 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
     // GPUs of gres_detail, which lists them in the same node order (and is empty once the
     // job has ended).
     let alloc_nodes: Vec<String> = match &j.job_resources {
-        Some(JobResources { nodes: Some(r) }) => r.allocation.iter().map(|a| a.name.clone()).collect(),
+        Some(JobResources { nodes: Some(r) }) => {
+            r.allocation.iter().map(|a| a.name.clone()).collect()
+        }
         _ => Vec::new(),
     };
     if j.gres_detail.len() > alloc_nodes.len() {
@@ -378,7 +387,11 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         tres_per_node: j.tres_per_node.get(),
         tres_per_job: j.tres_per_job.get(),
         alloc,
-        restarts: j.restart_cnt.0.and_then(|r| u32::try_from(r).ok()).unwrap_or(0),
+        restarts: j
+            .restart_cnt
+            .0
+            .and_then(|r| u32::try_from(r).ok())
+            .unwrap_or(0),
         het_job_id: j.het_job_id.0.filter(|h| *h > 0).map(|h| h as u64),
         submit_time: j.submit_time.0.filter(|t| *t > 0),
         start_time: j.start_time.0.filter(|t| *t > 0),

@@ -80,7 +80,9 @@ mod tests {
         assert_eq!((r.major, r.minor, r.micro), (26, 5, 3));
         assert_eq!(r.to_string(), "26.05.3");
         assert_eq!(
-            SlurmRelease::parse("slurm-wlm 22.05.8").unwrap().read_form(),
+            SlurmRelease::parse("slurm-wlm 22.05.8")
+                .unwrap()
+                .read_form(),
             ReadForm::Text
         );
         assert_eq!(
@@ -93,7 +95,15 @@ mod tests {
 
     #[test]
     fn retyping_came_after_22_05() {
-        assert!(!SlurmRelease::parse("22.05.8").unwrap().retypes_pending_jobs());
-        assert!(SlurmRelease::parse("24.11.7").unwrap().retypes_pending_jobs());
+        assert!(
+            !SlurmRelease::parse("22.05.8")
+                .unwrap()
+                .retypes_pending_jobs()
+        );
+        assert!(
+            SlurmRelease::parse("24.11.7")
+                .unwrap()
+                .retypes_pending_jobs()
+        );
     }
 }

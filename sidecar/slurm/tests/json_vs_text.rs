@@ -17,10 +17,11 @@ fn read(release: &str, file: &str) -> String {
 }
 
 fn releases() -> Vec<String> {
-    let mut r: Vec<String> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut r: Vec<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
     r.sort();
     r
 }
@@ -34,7 +35,11 @@ fn jobs_read_the_same_from_json_and_text() {
         assert!(!from_json.is_empty(), "{release}: no jobs in the fixture");
         assert_eq!(from_json.len(), from_text.len(), "{release}");
         for (j, t) in from_json.iter().zip(&from_text) {
-            assert_eq!(j, t, "{release}: job {} differs between JSON and text", t.id);
+            assert_eq!(
+                j, t,
+                "{release}: job {} differs between JSON and text",
+                t.id
+            );
         }
     }
 }
@@ -57,11 +62,20 @@ fn release_with_jobs() -> String {
 fn an_unknown_data_parser_is_refused_by_name() {
     let text = read(&release_with_jobs(), "jobs.json");
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let known = v["meta"]["plugin"]["data_parser"].as_str().unwrap().to_string();
-    assert!(json::KNOWN_DATA_PARSERS.iter().any(|k| known.ends_with(k)), "{known}");
+    let known = v["meta"]["plugin"]["data_parser"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        json::KNOWN_DATA_PARSERS.iter().any(|k| known.ends_with(k)),
+        "{known}"
+    );
     v["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.99".into();
     let e = json::parse_jobs(&v.to_string()).unwrap_err().to_string();
-    assert!(e.contains("data_parser v0.0.99 is not one hadar reads"), "{e}");
+    assert!(
+        e.contains("data_parser v0.0.99 is not one hadar reads"),
+        "{e}"
+    );
     v["meta"]["plugin"]["data_parser"] = serde_json::Value::Null;
     let e = json::parse_jobs(&v.to_string()).unwrap_err().to_string();
     assert!(e.contains("names no data_parser version"), "{e}");
@@ -70,17 +84,23 @@ fn an_unknown_data_parser_is_refused_by_name() {
 #[test]
 fn truncated_empty_and_non_json_answers_are_named() {
     let text = read(&release_with_jobs(), "jobs.json");
-    let e = json::parse_jobs(&text[..text.len() / 2]).unwrap_err().to_string();
+    let e = json::parse_jobs(&text[..text.len() / 2])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ends early") && e.contains("truncated"), "{e}");
     let e = json::parse_jobs("").unwrap_err().to_string();
     assert!(e.contains("empty, not JSON"), "{e}");
     let e = json::parse_jobs("slurm_load_jobs error: Unable to contact slurm controller")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not JSON") && e.contains("slurm_load_jobs error"), "{e}");
-    let e = json::parse_nodes("{\"meta\": {\"plugin\": {\"data_parser\": \"data_parser/v0.0.42\"}}}")
-        .unwrap_err()
-        .to_string();
+    assert!(
+        e.contains("not JSON") && e.contains("slurm_load_jobs error"),
+        "{e}"
+    );
+    let e =
+        json::parse_nodes("{\"meta\": {\"plugin\": {\"data_parser\": \"data_parser/v0.0.42\"}}}")
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("nodes"), "{e}");
 }
 

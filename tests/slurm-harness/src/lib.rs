@@ -613,8 +613,14 @@ PluginDir={slurm_plugins}:{c}/plugins
     /// `ReturnToService=2` the node returns to service once it registers.
     pub fn start_node(&self, node: &str) -> Result<(), TestbedError> {
         let conf = self.path("etc/slurm.conf");
-        self.checked(self.daemon("slurmd").arg("-N").arg(node).arg("-f").arg(&conf))
-            .map(|_| ())
+        self.checked(
+            self.daemon("slurmd")
+                .arg("-N")
+                .arg(node)
+                .arg("-f")
+                .arg(&conf),
+        )
+        .map(|_| ())
     }
 
     /// A Slurm daemon (slurmctld, slurmd) to start, in the testbed's time zone.
