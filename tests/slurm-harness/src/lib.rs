@@ -579,8 +579,8 @@ PluginDir={slurm_plugins}:{c}/plugins
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         // Other checkouts' testbeds use the same node names and job ids: only processes that
-        // carry this testbed's SLURM_CONF (slurmd is started with it, and passes it to its
-        // slurmstepd and to the jobs) are ours.
+        // carry this testbed's SLURM_CONF (slurmd is started with it, and passes it to the
+        // jobs, and on 22.05 to its slurmstepd) or run in its scratch folder are ours.
         let node_mark = format!("SLURMD_NODENAME={node}");
         let conf_mark = format!("SLURM_CONF={}", self.path("etc/slurm.conf").display());
         for entry in io("listing /proc", std::fs::read_dir("/proc"))?.flatten() {
@@ -597,7 +597,10 @@ PluginDir={slurm_plugins}:{c}/plugins
                 && ids.iter().any(|id| cmdline.contains(&format!("[{id}.")));
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             let has = |mark: &str| environ.split(|b| *b == 0).any(|kv| kv == mark.as_bytes());
-            if !has(&conf_mark) {
+            // 26.05's slurmstepd clears its environment; its working folder is in the scratch.
+            let in_scratch = std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| cwd.starts_with(&self.scratch));
+            if !has(&conf_mark) && !in_scratch {
                 continue;
             }
             let job_of_ours = has(&node_mark);
