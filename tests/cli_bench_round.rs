@@ -1,5 +1,5 @@
-//! `hadar bench round`: its JSON carries the figures under stable names, and bad sizes are
-//! refused. (The timings themselves are not asserted: speed belongs to benchmarks.)
+//! `hadar bench round` and `hadar bench read-slurm`: their output carries the figures, and bad
+//! sizes are refused. (The timings themselves are not asserted: speed belongs to benchmarks.)
 
 use std::process::Command;
 
@@ -94,4 +94,16 @@ fn hadare_round_is_timed_and_named() {
     assert!(placed > 0 && placed <= 60, "{v}");
     let bad = hadar(&["bench", "round", "--policy", "gavel"]);
     assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn bench_read_slurm_reads_every_job_in_both_forms() {
+    let o = hadar(&["bench", "read-slurm", "--jobs", "37", "--repetitions", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.starts_with("37 jobs, median of 1 runs:"), "{out}");
+    assert!(out.contains("  JSON ") && out.contains("  text "), "{out}");
+    let o = hadar(&["bench", "read-slurm", "--jobs", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--jobs and --repetitions"));
 }

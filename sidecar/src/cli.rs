@@ -384,6 +384,24 @@ pub enum BenchCommand {
     /// prints input bytes read per second. The inputs were just written, so they are read
     /// from the page cache when memory allows.
     Average(BenchAverageArgs),
+    /// Time reading a queue as the daemon reads Slurm: JSON (24.11 and later) and text.
+    ///
+    /// Builds `scontrol -d show job` answers of --jobs jobs from answers captured on the
+    /// 26.05 test cluster (each job copied under new ids, in both forms) and times the
+    /// daemon's readers on them. Prints the answer sizes and median milliseconds; the time
+    /// Slurm takes to write the answer is not included.
+    ReadSlurm(BenchReadSlurmArgs),
+}
+
+/// `hadar bench read-slurm` arguments.
+#[derive(Args, Debug)]
+pub struct BenchReadSlurmArgs {
+    /// Jobs in the answer.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub jobs: u32,
+    /// Timed repetitions (after one untimed warm-up).
+    #[arg(long, value_name = "N", default_value_t = 11)]
+    pub repetitions: u32,
 }
 
 /// `hadar bench round` arguments.
