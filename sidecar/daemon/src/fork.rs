@@ -1013,7 +1013,7 @@ fn copy_script(
             .map(|p| format!(" --partition={p}"))
             .unwrap_or_default();
         s.push_str(&format!(
-            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{part} --export=PATH,SLURM_CONF,LANG --output={}\n",
+            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{part} --export=ALL --output={}\n",
             round.copy_job_name,
             c.node,
             c.gpu_type,

@@ -173,10 +173,10 @@ impl Slurm {
         }
     }
 
-    fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
-        // Slurm's commands print times in their own local time zone and in a format
-        // SLURM_TIME_FORMAT may change; hadar reads them as standard UTC times, so every
-        // command is told to print exactly that, whatever zone the daemon runs in.
+    /// What every Slurm command is told: Slurm's commands print times in their own local
+    /// time zone and in a format SLURM_TIME_FORMAT may change; hadar reads them as standard
+    /// UTC times, so every command prints exactly that, whatever zone the daemon runs in.
+    fn slurm_env(&self) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = vec![
             ("TZ".to_string(), "UTC".to_string()),
             ("SLURM_TIME_FORMAT".to_string(), "standard".to_string()),
@@ -187,6 +187,11 @@ impl Slurm {
                 .iter()
                 .map(|c| ("SLURM_CONF".to_string(), c.display().to_string())),
         );
+        env
+    }
+
+    fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
+        let env = self.slurm_env();
         Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
     }
 
@@ -389,8 +394,26 @@ impl Slurm {
         script: &std::path::Path,
         workdir: &std::path::Path,
     ) -> Result<u64, SlurmError> {
-        let out = self.run(
-            "sbatch",
+        // The job gets the submitting environment (`--export=ALL` in the script): sbatch
+        // runs with only PATH, LANG and Slurm's own variables, so nothing else of the
+        // daemon's environment reaches the user's job. (Naming variables in --export instead
+        // makes 24.11 and later load the user's login environment on the node, which fails
+        // for users without a login shell and requeues the job.)
+        let mut env: Vec<(String, String)> = self
+            .config
+            .conf
+            .iter()
+            .map(|c| ("SLURM_CONF".to_string(), c.display().to_string()))
+            .collect();
+        for keep in ["PATH", "LANG", "SLURM_CONF"] {
+            if !env.iter().any(|(k, _)| k == keep)
+                && let Ok(v) = std::env::var(keep)
+            {
+                env.push((keep.to_string(), v));
+            }
+        }
+        let out = command::run_in(
+            &self.program("sbatch"),
             &[
                 "--parsable".into(),
                 format!("--uid={uid}"),
@@ -398,7 +421,10 @@ impl Slurm {
                 format!("--chdir={}", workdir.display()),
                 script.display().to_string(),
             ],
-        )?;
+            command::Environment::Only(&env),
+            self.config.timeout,
+        )?
+        .stdout;
         let first = out.trim().split(';').next().unwrap_or("").trim();
         first.parse().map_err(|_| SlurmError::Parse {
             what: "sbatch --parsable",

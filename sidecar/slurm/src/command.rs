@@ -48,11 +48,30 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// The environment a command runs in.
+#[derive(Clone, Copy, Debug)]
+pub enum Environment<'a> {
+    /// This process's environment with these variables added or replaced.
+    Inherited(&'a [(String, String)]),
+    /// Only these variables.
+    Only(&'a [(String, String)]),
+}
+
 /// Runs `program args...` with extra environment `env`, failing after `timeout`.
 pub fn run(
     program: &str,
     args: &[String],
     env: &[(String, String)],
+    timeout: Duration,
+) -> Result<Output, CommandError> {
+    run_in(program, args, Environment::Inherited(env), timeout)
+}
+
+/// Runs `program args...` in environment `env`, failing after `timeout`.
+pub fn run_in(
+    program: &str,
+    args: &[String],
+    env: Environment<'_>,
     timeout: Duration,
 ) -> Result<Output, CommandError> {
     let shown = show(program, args);
@@ -61,7 +80,14 @@ pub fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for (k, v) in env {
+    let vars = match env {
+        Environment::Inherited(vars) => vars,
+        Environment::Only(vars) => {
+            cmd.env_clear();
+            vars
+        }
+    };
+    for (k, v) in vars {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().map_err(|source| CommandError::Spawn {
