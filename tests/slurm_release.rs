@@ -81,6 +81,15 @@ fn scontrol(bed: &Testbed, args: &[&str]) -> String {
         .unwrap_or_else(|e| panic!("scontrol {args:?}: {e}"))
 }
 
+fn assert_completed(info: &hadar_slurm_testbed::JobInfo) {
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+}
+
 /// An unmanaged job (partition `cpu` is not managed) that Slurm alone schedules.
 fn plain(bed: &Testbed, args: &[&str]) -> u32 {
     let mut all = vec!["-p", "cpu", "-o", "/dev/null"];
@@ -335,12 +344,9 @@ fn a_requeued_held_job_runs_again_when_released(bed: &mut Testbed) {
 }
 
 fn a_heterogeneous_job_starts_and_names_its_scheduler(bed: &mut Testbed) {
-    let sub = bed.sbatch(
+    let id = plain(
+        bed,
         &[
-            "-p",
-            "cpu",
-            "-o",
-            "/dev/null",
             "-w",
             "n1",
             "--gres=gpu:v100:1",
@@ -353,10 +359,7 @@ fn a_heterogeneous_job_starts_and_names_its_scheduler(bed: &mut Testbed) {
             "n3",
             "--gres=gpu:k80:1",
         ],
-        None,
     );
-    assert!(sub.ok, "{}", sub.stderr);
-    let id = sub.job_id.unwrap();
     let started = wait_state(bed, id, &["RUNNING", "COMPLETED"], 60);
     let scheduler = started
         .field("Scheduler")
@@ -370,43 +373,19 @@ fn a_heterogeneous_job_starts_and_names_its_scheduler(bed: &mut Testbed) {
 }
 
 fn a_job_submitted_for_a_user_runs_as_that_user_and_reports_by_comment(bed: &mut Testbed) {
-    let script = "#!/bin/sh\nscontrol update JobId=$SLURM_JOB_ID Comment=progress-42\nid -u\n";
+    // Through the adapter's own `sbatch --uid --gid` (as the daemon submits copy jobs).
+    let script = "#!/bin/sh\n#SBATCH -p cpu -o /dev/null --export=ALL\nscontrol update JobId=$SLURM_JOB_ID Comment=progress-42\nid -u\n";
     let path = bed.path("jobs/as-nobody.sh");
     std::fs::write(&path, script).unwrap();
-    let out = bed
-        .command("sbatch")
-        .args([
-            "--parsable",
-            "--uid=65534",
-            "--gid=65534",
-            "-p",
-            "cpu",
-            "-o",
-            "/dev/null",
-            "--chdir=/tmp",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id: u32 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .split(';')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let slurm = hadar_slurm::Slurm::new(hadar_slurm::SlurmConfig {
+        conf: Some(bed.path("etc/slurm.conf")),
+        ..Default::default()
+    });
+    let id = slurm
+        .submit_as(65534, 65534, &path, std::path::Path::new("/tmp"))
+        .unwrap_or_else(|e| panic!("{e}")) as u32;
     let info = wait_state(bed, id, &["COMPLETED", "FAILED"], 30);
-    assert_eq!(
-        info.field("JobState").as_deref(),
-        Some("COMPLETED"),
-        "{}",
-        info.0
-    );
+    assert_completed(&info);
     assert!(
         info.field("UserId")
             .unwrap_or_default()
