@@ -245,8 +245,15 @@ fn outer_nesterov_steps_from_the_start_and_keeps_the_velocity() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         values(&out),
-        vec![1.0 + 0.5 * (0.5 * 2.25 + 1.5), 2.0 + 0.5 * (0.5 * 1.5 + 1.0)]
+        vec![
+            1.0 + 0.5 * (0.5 * 2.25 + 1.5),
+            2.0 + 0.5 * (0.5 * 1.5 + 1.0)
+        ]
     );
+    // --momentum-zero ignores the state the runs above left: back to the first result.
+    let o = step(&["--momentum-zero"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(values(&out), vec![1.0 + 0.5 * 2.25, 2.0 + 0.5 * 1.5]);
     // Bad combinations: one line each, exit 2, naming the flag or file.
     let no_start = hadar(&[
         "average",

@@ -443,7 +443,11 @@ fn hadare_rounds(program: &str, outer: bool) {
                 // round 1 read round 0's.
                 assert!(ckpt.with_extension("safetensors.inner").is_file());
                 let said = String::from_utf8_lossy(&o.stderr);
-                assert_eq!(round == 1, said.contains("inner optimizer state from"), "{said}");
+                assert_eq!(
+                    round == 1,
+                    said.contains("inner optimizer state from"),
+                    "{said}"
+                );
             }
             inputs.push(format!("{}:{steps}", s(&ckpt)));
             copies.push(ckpt);
@@ -453,7 +457,14 @@ fn hadare_rounds(program: &str, outer: bool) {
         let nesterov = outer && merged.is_some();
         if nesterov {
             let start = merged.as_ref().unwrap();
-            args.extend(["--outer", "nesterov", "--start", s(start), "--outer-lr", "1.5"]);
+            args.extend([
+                "--outer",
+                "nesterov",
+                "--start",
+                s(start),
+                "--outer-lr",
+                "1.5",
+            ]);
             args.extend(["--outer-momentum", "0.5", "--momentum-state", s(&velocity)]);
         }
         args.extend(inputs.iter().map(String::as_str));

@@ -28,7 +28,18 @@ fn the_python_helper_passes_its_pytest_suite() {
     let passed = out
         .lines()
         .rev()
-        .find_map(|l| l.split(" passed").next()?.trim().rsplit(' ').next()?.parse::<u32>().ok())
+        .find_map(|l| {
+            l.split(" passed")
+                .next()?
+                .trim()
+                .rsplit(' ')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
         .unwrap_or(0);
-    assert!(passed >= 10, "too few helper tests passed ({passed}):\n{out}");
+    assert!(
+        passed >= 10,
+        "too few helper tests passed ({passed}):\n{out}"
+    );
 }

@@ -123,7 +123,7 @@ fn outer(a: &AverageArgs) -> Result<Option<(OuterOptimizer, OuterFiles)>, Failur
             Some(from.clone())
         }
         // The state file is read when it exists: absent means the first round (zero).
-        (None, Some(state)) if state.exists() => Some(state.clone()),
+        (None, Some(state)) if state.exists() && !a.momentum_zero => Some(state.clone()),
         _ => None,
     };
     Ok(Some((

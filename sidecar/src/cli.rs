@@ -557,6 +557,11 @@ pub struct AverageArgs {
     #[arg(long, value_name = "FILE", requires = "momentum_state")]
     pub momentum_from: Option<PathBuf>,
 
+    /// With --momentum-state: start from a zero velocity, ignoring the file if it exists
+    /// (the first round of a series that must be repeatable, as the daemon runs it).
+    #[arg(long, requires = "momentum_state", conflicts_with = "momentum_from")]
+    pub momentum_zero: bool,
+
     /// Output format of the summary.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

@@ -141,6 +141,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         exit_code: None,
         weight: None,
         seconds: None,
+        inner_state_from: None,
     };
     ForkRound {
         job: JOB,
@@ -161,6 +162,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         ended_s: None,
         steps: 0.0,
         message: None,
+        outer: None,
     }
 }
 
