@@ -7,13 +7,15 @@ dataset (1,797 8x8 images, 10 classes; shipped inside scikit-learn, nothing is d
 with the same held-out split as digits_mlp.py (30%, stratified, fixed).
 
     digits_torch.py train [--seed S] [--hidden H] [--batch B] [--lr LR]
-                          [--inner adamw|sgd] [--inner-state keep|reset]
+                          [--inner adamw|sgd] [--inner-state keep|reset] [--step-seconds S]
         Run under hadar-fork-run (or inside a forked job's batch script): starts from
         HADAR_START_CHECKPOINT (or a fresh model from --seed in round 0), trains at most
         HADAR_STEP_BUDGET steps and stops before HADAR_DEADLINE, saves its weights and its
         step count. Under `torchrun --standalone --nproc-per-node=N` (one copy on N GPUs or
         N CPU processes) the ranks train with DistributedDataParallel (gloo on CPU), each on
-        its own minibatches; rank 0 saves.
+        its own minibatches; rank 0 saves. --step-seconds paces every step to take at least
+        S seconds, standing in for a slower GPU (the test cluster's copies use it so that a
+        job takes several rounds).
     digits_torch.py evaluate CHECKPOINT
         Prints {"accuracy": ..., "loss": ..., "test_samples": ...} as one JSON line.
 """
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -79,10 +82,12 @@ def train(args):
     rank = torch.distributed.get_rank() if distributed else 0
     g = torch.Generator().manual_seed(loop.env.seed(args.seed) + 7919 * rank)
     while not loop.should_stop():
+        began = time.monotonic()
         batch = torch.randint(0, len(y_train), (args.batch,), generator=g)
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x_train[batch]), y_train[batch]).backward()
         opt.step()
+        time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
         loop.step()
     steps = loop.finish()
     if rank == 0:
@@ -104,6 +109,8 @@ def main():
     t.add_argument("--inner", choices=("adamw", "sgd"), default="adamw", help="inner optimizer")
     t.add_argument("--inner-state", choices=hadar_fork.loop.INNER_STATE_MODES, default="keep",
                    help="keep the inner optimizer's state across rounds, or reset it every round")
+    t.add_argument("--step-seconds", type=float, default=0.0,
+                   help="make every step take at least this long (a slower GPU, for tests)")
     e = sub.add_parser("evaluate", help="print a checkpoint's held-out accuracy as JSON")
     e.add_argument("checkpoint")
     e.add_argument("--hidden", type=int, default=64)

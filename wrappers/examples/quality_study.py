@@ -20,7 +20,8 @@ same programs through it). Prints a Markdown table: mean and sample standard dev
 held-out accuracy and loss over the seeds.
 
     quality_study.py [--rounds R] [--budgets 120,80,40] [--seeds 0,1,2]
-                     [--sweep LR:MU,...] [--models numpy,torch] [--hadar PATH]
+                     [--sweep LR:MU,...] [--reset-sweep LR:MU,...] [--models numpy,torch]
+                     [--hadar PATH] [--json FILE]
 """
 
 import argparse
@@ -54,7 +55,8 @@ class NumpyModel:
         self.m = load("digits_mlp")
         self.xt, self.xv, self.yt, self.yv = self.m.data()
 
-    def copy(self, seed, start, out, steps, rnd, index, inner_from):
+    def copy(self, seed, start, out, steps, rnd, index, inner_from, inner_state="keep"):
+        # Plain SGD has no inner state: keep and reset are the same here.
         import numpy as np
         from safetensors.numpy import save_file
 
@@ -83,7 +85,7 @@ class TorchModel:
         self.m = load("digits_torch")
         self.xt, self.xv, self.yt, self.yv = self.m.data()
 
-    def copy(self, seed, start, out, steps, rnd, index, inner_from):
+    def copy(self, seed, start, out, steps, rnd, index, inner_from, inner_state="keep"):
         from hadar_fork import ForkEnv, ForkLoop
 
         torch = self.torch
@@ -93,7 +95,7 @@ class TorchModel:
         model = self.m.build(seed, 64)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
         g = torch.Generator().manual_seed(env.seed(seed))
-        with ForkLoop(model, opt, env=env, log=None) as loop:
+        with ForkLoop(model, opt, env=env, log=None, inner_state=inner_state) as loop:
             while not loop.should_stop():
                 b = torch.randint(0, len(self.yt), (16,), generator=g)
                 opt.zero_grad()
@@ -109,7 +111,7 @@ class TorchModel:
         return self.m.evaluate(model, self.xv, self.yv)
 
 
-def hadare(model, hadar, work, seed, rounds, budgets, outer):
+def hadare(model, hadar, work, seed, rounds, budgets, outer, inner_state="keep"):
     """Forked training; `outer` is None (mean) or (LR, MU). Returns the last checkpoint."""
     start = velocity = None
     inner = [None] * len(budgets)
@@ -117,7 +119,7 @@ def hadare(model, hadar, work, seed, rounds, budgets, outer):
         inputs = []
         for k, b in enumerate(budgets):
             out = os.path.join(work, f"r{r}-c{k}.safetensors")
-            model.copy(seed, start, out, b, r, k, inner[k])
+            model.copy(seed, start, out, b, r, k, inner[k], inner_state)
             inputs.append(f"{out}:{b}")
             inner[k] = out + ".inner"
         merged = os.path.join(work, f"m{r}.safetensors")
@@ -160,6 +162,8 @@ def main():
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--sweep", default="0.7:0.9,1:0.5,1.5:0,2:0,2:0.5,3:0",
                     help="outer Nesterov LR:MU pairs")
+    ap.add_argument("--reset-sweep", default="1:0.5",
+                    help="LR:MU pairs also run with the inner optimizer state reset every round (PyTorch only)")
     ap.add_argument("--models", default="numpy,torch")
     ap.add_argument("--hadar")
     ap.add_argument("--json", help="also write every run's numbers to this file")
@@ -170,6 +174,9 @@ def main():
     sweep = [tuple(float(x) for x in p.split(":")) for p in a.sweep.split(",") if p]
     variants = [("one job, fastest GPU (same wall time)", "time", None), ("HadarE, mean", "fork", None)]
     variants += [(f"HadarE, Nesterov LR {lr:g} MU {mu:g}", "fork", (lr, mu)) for lr, mu in sweep]
+    if a.reset_sweep:
+        variants += [(f"HadarE, Nesterov LR {lr:g} MU {mu:g}, inner state reset", "fork-reset", (lr, mu))
+                     for lr, mu in (tuple(float(x) for x in p.split(":")) for p in a.reset_sweep.split(","))]
     variants += [("one job, all steps (same total steps)", "steps", None)]
     models = {"numpy": NumpyModel, "torch": TorchModel}
     results = {}
@@ -184,9 +191,15 @@ def main():
                         path = one_job(model, work, seed, a.rounds * max(budgets), "time")
                     elif kind == "steps":
                         path = one_job(model, work, seed, a.rounds * sum(budgets), "steps")
+                    elif kind == "fork-reset":
+                        if mname == "numpy":
+                            break  # no inner state to reset
+                        path = hadare(model, hadar, work, seed, a.rounds, budgets, outer, "reset")
                     else:
                         path = hadare(model, hadar, work, seed, a.rounds, budgets, outer)
                     runs.append(model.evaluate(path))
+            if not runs:
+                continue
             results[(model.name, label)] = runs
             print(f"{model.name:28} {label:40} acc {[round(x[0], 4) for x in runs]} "
                   f"loss {[round(x[1], 4) for x in runs]}", file=sys.stderr, flush=True)
