@@ -1,9 +1,10 @@
 //! The hadar_fork Python helper's own tests (`wrappers/python/tests`, pytest), run as part of
-//! the suite: the fork environment, the plain loop, the Lightning callback with a fake
-//! trainer, and one copy on two processes through `torchrun --standalone`.
+//! the suite: the fork environment, the plain loop, the Lightning callback with a real
+//! `lightning.Trainer` and a stand-in one, and one copy on two processes through
+//! `torchrun --standalone`.
 //!
-//! Needs python3 with the packages of wrappers/examples/requirements.txt (torch, pytest,
-//! safetensors, scikit-learn), which `tests/install-deps` installs.
+//! Needs python3 with the packages of wrappers/examples/requirements.txt (torch, lightning,
+//! pytest, safetensors, scikit-learn), which `tests/install-deps` installs.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,6 +1,7 @@
 """Unit tests of the hadar_fork helper: the fork environment, the plain loop (budget, deadline,
-atomic saves, inner optimizer state kept or reset), the Lightning callback driven by a fake
-trainer, and one copy on two processes through torchrun --standalone (CPU, gloo)."""
+atomic saves, inner optimizer state kept or reset), the Lightning callback driving a real
+lightning.Trainer and a stand-in one, and one copy on two processes through torchrun
+--standalone (CPU, gloo)."""
 
 import json
 import os
@@ -247,3 +248,49 @@ def test_one_copy_on_two_processes_through_torchrun(tmp_path):
     # "module." prefix), so it averages with single-process copies.
     assert p.stdout.count("digits_torch: copy 0 round 0: 7 steps") == 1, p.stdout
     assert sorted(load_file(str(out))) == ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]
+
+
+def test_the_lightning_callback_drives_a_real_trainer(tmp_path):
+    lightning = pytest.importorskip("lightning")
+
+    class Net(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = model()
+
+        def training_step(self, batch, _):
+            (x,) = batch
+            return self.net(x).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=8)
+
+    def fit(env, net):
+        cb = HadarForkCallback(env=env)
+        trainer = lightning.Trainer(
+            max_epochs=100, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+        trainer.fit(net, data)
+        return trainer, cb
+
+    r0 = tmp_path / "r0"
+    r0.mkdir()
+    trainer, _ = fit(ForkEnv.from_environ(contract(r0, HADAR_STEP_BUDGET="11")), Net())
+    # 11 optimiser steps over two epochs of 8 batches, then the trainer stopped.
+    assert trainer.global_step == 11
+    assert open(r0 / "copy.steps").read() == "11\n"
+    saved = load_file(str(r0 / "copy.safetensors"))
+    assert sorted(saved) == ["net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight"]
+    # The next round starts from those weights and that AdamW state.
+    r1 = tmp_path / "r1"
+    r1.mkdir()
+    env1 = ForkEnv.from_environ(contract(r1, HADAR_STEP_BUDGET="3",
+                                         HADAR_START_CHECKPOINT=str(r0 / "copy.safetensors"),
+                                         HADAR_INNER_STATE_FROM=str(r0 / "copy.safetensors.inner")))
+    net = Net()
+    trainer, cb = fit(env1, net)
+    assert open(r1 / "copy.steps").read() == "3\n"
+    state = cb.loop.optimizer.state_dict()["state"]
+    assert state and all(s["step"].item() == 14 for s in state.values())

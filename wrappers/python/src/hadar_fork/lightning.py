@@ -8,7 +8,7 @@ job round:
 
 Steps are optimiser updates (``trainer.global_step``), so gradient accumulation counts one
 step per update. Lightning is imported only if installed; without it the callback is a plain
-object with the same hooks (which is how its tests drive it).
+object with the same hooks (its tests drive it both ways).
 """
 
 import time
