@@ -201,3 +201,85 @@ fn bad_inputs_exit_2_with_one_line_and_leave_the_output_alone() {
         assert_eq!(std::fs::read(&out).unwrap(), b"round 3");
     }
 }
+
+#[test]
+fn outer_nesterov_steps_from_the_start_and_keeps_the_velocity() {
+    let d = tempfile::tempdir().unwrap();
+    let start = checkpoint(d.path(), "s.safetensors", &[1.0, 2.0]);
+    let a = checkpoint(d.path(), "a.safetensors", &[3.0, 2.0]);
+    let b = checkpoint(d.path(), "b.safetensors", &[1.0, 6.0]);
+    let out = d.path().join("m.safetensors");
+    let state = d.path().join("v.safetensors");
+    let (a3, b1) = (format!("{}:3", s(&a)), format!("{}:1", s(&b)));
+    let step = |extra: &[&str]| {
+        let mut args = vec![
+            "average",
+            "--format",
+            "json",
+            "--out",
+            s(&out),
+            "--outer",
+            "nesterov",
+            "--start",
+            s(&start),
+            "--outer-lr",
+            "0.5",
+            "--outer-momentum",
+            "0.5",
+            "--momentum-state",
+            s(&state),
+        ];
+        args.extend_from_slice(extra);
+        args.extend([a3.as_str(), b1.as_str()]);
+        hadar(&args)
+    };
+    // mean = (2.5, 3), delta = (1.5, 1); velocity = delta; M = S + 0.5 (0.5 v + delta).
+    let o = step(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["outer"]["method"], "nesterov");
+    assert_eq!(v["outer"]["momentum_from"], Value::Null);
+    assert_eq!(values(&out), vec![1.0 + 0.5 * 2.25, 2.0 + 0.5 * 1.5]);
+    // In place: the second run reads the first's velocity (1.5, 1): v = (2.25, 1.5).
+    let o = step(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        values(&out),
+        vec![
+            1.0 + 0.5 * (0.5 * 2.25 + 1.5),
+            2.0 + 0.5 * (0.5 * 1.5 + 1.0)
+        ]
+    );
+    // --momentum-zero ignores the state the runs above left: back to the first result.
+    let o = step(&["--momentum-zero"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(values(&out), vec![1.0 + 0.5 * 2.25, 2.0 + 0.5 * 1.5]);
+    // Bad combinations: one line each, exit 2, naming the flag or file.
+    let no_start = hadar(&[
+        "average",
+        "--out",
+        s(&out),
+        "--outer",
+        "nesterov",
+        &format!("{}:1", s(&a)),
+    ]);
+    let missing_from = step(&["--momentum-from", s(&d.path().join("nope"))]);
+    let start_without_outer = hadar(&[
+        "average",
+        "--out",
+        s(&out),
+        "--start",
+        s(&start),
+        &format!("{}:1", s(&a)),
+    ]);
+    for (o, word) in [
+        (no_start, "--start"),
+        (missing_from, "nope"),
+        (start_without_outer, "--outer nesterov"),
+    ] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(word), "{err}");
+    }
+}

@@ -382,16 +382,35 @@ fn tensor_f32(path: &Path, name: &str) -> Vec<f32> {
 
 #[test]
 fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
+    hadare_rounds("digits_mlp.py", false);
+}
+
+/// The PyTorch example through the hadar_fork helper: its inner AdamW state is saved beside
+/// each copy's checkpoint and handed to the same copy index next round, and round 1 is
+/// consolidated with the outer Nesterov step.
+#[test]
+fn hadare_rounds_of_the_pytorch_example_keep_inner_state_and_take_an_outer_step() {
+    hadare_rounds("digits_torch.py", true);
+}
+
+/// Two rounds of two copies (60 and 30 steps) of an example program, consolidated by
+/// `hadar average` (round 1 with `--outer nesterov` when `outer`); checks the steps, the
+/// weights and the final model's held-out accuracy.
+fn hadare_rounds(program: &str, outer: bool) {
     let d = tempfile::tempdir().unwrap();
-    let train = root().join("wrappers/examples/digits_mlp.py");
+    let train = root().join("wrappers/examples").join(program);
     let budgets = [60u64, 30];
     let mut merged: Option<PathBuf> = None;
+    let velocity = d.path().join("velocity.safetensors");
     for round in 0..2 {
         let mut inputs = Vec::new();
         let mut copies = Vec::new();
         for (k, budget) in budgets.iter().enumerate() {
             let ckpt = d.path().join(format!("r{round}-c{k}.safetensors"));
             let res = d.path().join(format!("r{round}-c{k}.json"));
+            let inner_from = d
+                .path()
+                .join(format!("r{}-c{k}.safetensors.inner", round.max(1) - 1));
             let (k_s, r_s, b_s) = (k.to_string(), round.to_string(), budget.to_string());
             let mut args = vec![
                 "--index",
@@ -408,7 +427,7 @@ fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
                 &b_s,
             ];
             if let Some(m) = &merged {
-                args.extend(["--start-from", s(m)]);
+                args.extend(["--start-from", s(m), "--inner-state-from", s(&inner_from)]);
             }
             args.extend(["--", "python3", s(&train), "train", "--seed", "3"]);
             let o = runner(&args);
@@ -419,30 +438,62 @@ fn hadare_rounds_of_the_example_give_a_model_well_above_chance() {
             );
             let steps = result(&res)["steps"].as_u64().unwrap();
             assert_eq!(steps, *budget);
+            if outer {
+                // The helper kept the inner optimizer's state beside the checkpoint, and
+                // round 1 read round 0's.
+                assert!(ckpt.with_extension("safetensors.inner").is_file());
+                let said = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(
+                    round == 1,
+                    said.contains("inner optimizer state from"),
+                    "{said}"
+                );
+            }
             inputs.push(format!("{}:{steps}", s(&ckpt)));
             copies.push(ckpt);
         }
         let out = d.path().join(format!("merged-r{round}.safetensors"));
         let mut args = vec!["average", "--out", s(&out)];
+        let nesterov = outer && merged.is_some();
+        if nesterov {
+            let start = merged.as_ref().unwrap();
+            args.extend([
+                "--outer",
+                "nesterov",
+                "--start",
+                s(start),
+                "--outer-lr",
+                "1.5",
+            ]);
+            args.extend(["--outer-momentum", "0.5", "--momentum-state", s(&velocity)]);
+        }
         args.extend(inputs.iter().map(String::as_str));
         let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
             .args(&args)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        // The consolidated weights are the step-weighted mean of the copies' (2/3, 1/3).
+        let name = if outer { "4.weight" } else { "output.weight" };
         let (a, b, m) = (
-            tensor_f32(&copies[0], "output.weight"),
-            tensor_f32(&copies[1], "output.weight"),
-            tensor_f32(&out, "output.weight"),
+            tensor_f32(&copies[0], name),
+            tensor_f32(&copies[1], name),
+            tensor_f32(&out, name),
         );
-        for ((x, y), z) in a.iter().zip(&b).zip(&m) {
-            let want = (2.0 * *x as f64 + *y as f64) / 3.0;
+        let start = merged.as_ref().map(|p| tensor_f32(p, name));
+        for (i, ((x, y), z)) in a.iter().zip(&b).zip(&m).enumerate() {
+            // The step-weighted mean of the copies' (2/3, 1/3); with the outer step from S
+            // (no velocity before): S + 1.5 (0.5 delta + delta).
+            let mean = (2.0 * *x as f64 + *y as f64) / 3.0;
+            let want = match (&start, nesterov) {
+                (Some(s0), true) => s0[i] as f64 + 1.5 * 1.5 * (mean - s0[i] as f64),
+                _ => mean,
+            };
             assert!(
-                (*z as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
+                (*z as f64 - want).abs() <= 1e-5 * want.abs().max(1.0),
                 "{z} vs {want}"
             );
         }
+        assert_eq!(velocity.is_file(), nesterov);
         merged = Some(out);
     }
     // The merged checkpoint loads in Python (safetensors' own loader) and classifies digits

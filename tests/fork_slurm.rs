@@ -35,6 +35,10 @@ const SCENARIOS: &[Scenario] = &[
         "daemon_killed_mid_round_counts_every_round_once",
         daemon_killed_mid_round_counts_every_round_once,
     ),
+    (
+        "pytorch_example_trains_forked_with_the_outer_step",
+        pytorch_example_trains_forked_with_the_outer_step,
+    ),
 ];
 
 /// The user the forked jobs belong to (never root).
@@ -61,6 +65,12 @@ struct Serve {
 
 impl Serve {
     fn start(bed: &Testbed, name: &str) -> Serve {
+        Serve::start_with_rounds(bed, name, ROUND_S, 2)
+    }
+
+    /// A daemon with rounds of `round_s` seconds that fails a forked job after
+    /// `max_failed_rounds` rounds in a row without a successful copy.
+    fn start_with_rounds(bed: &Testbed, name: &str, round_s: u32, max_failed_rounds: u32) -> Serve {
         let config = bed.path(&format!("etc/fork-{name}.toml"));
         let state = bed.path(&format!("state-fork-{name}.db"));
         let spool = bed.path(&format!("spool-{name}"));
@@ -68,9 +78,9 @@ impl Serve {
         let _ = std::fs::remove_dir_all(&spool);
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
-             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {ROUND_S}\npreempt_grace_seconds = 1\n\
+             [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\npreempt_grace_seconds = 1\n\
              restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\n\
-             [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = 2\n",
+             [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = {max_failed_rounds}\n",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),
@@ -208,11 +218,11 @@ fn prepare(bed: &Testbed) -> PathBuf {
     dir
 }
 
-/// Submits a `fork=yes` job as the test user.
-fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, program_args: &str) -> u32 {
+/// Submits a `fork=yes` job as the test user, with more `#HADAR` words when given.
+fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, words: &str, program_args: &str) -> u32 {
     let dir = prepare(bed);
     let script = format!(
-        "#!/bin/sh\n#HADAR fork=yes steps={steps}\nexec {runner} -- /usr/bin/perl {prog} {program_args}\n",
+        "#!/bin/sh\n#HADAR fork=yes steps={steps} {words}\nexec {runner} -- /usr/bin/perl {prog} {program_args}\n",
         runner = runner().display(),
         prog = dir.join("train.pl").display(),
     );
@@ -301,7 +311,10 @@ fn weights(path: &str) -> [f64; 2] {
 
 /// Checks the tracker of a completed forked job: rounds numbered from 0, only consolidated
 /// rounds counted, their steps adding up to exactly the total, every consolidated
-/// checkpoint the steps-weighted average of its copies. Returns the consolidated rounds.
+/// checkpoint the steps-weighted average of its copies or, for a round with an outer step,
+/// `S + LR (MU v + delta)` with `v = MU v_prev + delta` (`delta` = that average - the round's
+/// start; `v_prev` from the velocity file the round recorded reading, zero without one, and
+/// `v` the file it wrote). Returns the consolidated rounds.
 fn check_tracker(fork: &Value, total: u64) -> Vec<Value> {
     assert_eq!(fork["state"], "done", "{fork:#}");
     assert_eq!(fork["steps_done"].as_f64(), Some(total as f64), "{fork:#}");
@@ -347,6 +360,24 @@ fn check_tracker(fork: &Value, total: u64) -> Vec<Value> {
         }
         assert!((wsum - 1.0).abs() < 1e-9, "{r:#}");
         let merged = weights(r["consolidated"].as_str().unwrap());
+        if let Some(o) = r["outer"].as_object() {
+            let (lr, mu) = (o["lr"].as_f64().unwrap(), o["momentum"].as_f64().unwrap());
+            // The velocity file of an F64 model holds one F64 tensor `w` of 2: read alike.
+            let v_prev = o["momentum_from"].as_str().map(weights).unwrap_or([0.0; 2]);
+            let v_out = o["momentum_out"].as_str().map(weights);
+            for i in 0..2 {
+                let delta = expect[i] - before[i];
+                let v = mu * v_prev[i] + delta;
+                if let Some(v_out) = v_out {
+                    assert!(
+                        (v_out[i] - v).abs() < 1e-9,
+                        "round {}: velocity {v_out:?}, expected {v}",
+                        r["round"]
+                    );
+                }
+                expect[i] = before[i] + lr * (mu * v + delta);
+            }
+        }
         for i in 0..2 {
             assert!(
                 (merged[i] - expect[i]).abs() < 1e-9,
@@ -364,7 +395,7 @@ fn check_tracker(fork: &Value, total: u64) -> Vec<Value> {
 fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testbed) {
     let serve = Serve::start(bed, "complete");
     let total = 500;
-    let id = submit_forked(bed, total, 1, "");
+    let id = submit_forked(bed, total, 1, "outer=mean", "");
     let dependent = submit_dependent(bed, id);
     // Its copies run as one heterogeneous job, one component per node, as the job's user,
     // while the logical job stays pending (held) with its progress in its comment.
@@ -463,15 +494,11 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        std::fs::read(&again).unwrap(),
-        std::fs::read(last["consolidated"].as_str().unwrap()).unwrap(),
-        "the tracker file gives the same average"
+    same_file_after(
+        &out,
+        &again,
+        last["consolidated"].as_str().unwrap(),
+        "the tracker file gives the same average",
     );
     assert!(copy_jobs(bed, id).is_empty(), "no copies left");
     // Each counted round taught the daemon the copies' measured rates.
@@ -486,7 +513,7 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
 
 fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testbed) {
     let serve = Serve::start(bed, "fail");
-    let id = submit_forked(bed, 300, 1, "fail");
+    let id = submit_forked(bed, 300, 1, "", "fail");
     let dependent = submit_dependent(bed, id);
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 120);
     assert_eq!(
@@ -521,7 +548,7 @@ fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testb
 
 fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {
     let serve = Serve::start(bed, "cancel");
-    let id = submit_forked(bed, 1_000_000, 1, "");
+    let id = submit_forked(bed, 1_000_000, 1, "", "");
     wait_until(bed, "a copy job runs", 40, || {
         copy_jobs(bed, id).iter().any(|(_, s)| s == "RUNNING")
     });
@@ -556,8 +583,9 @@ fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {
 fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     let mut serve = Serve::start(bed, "crash");
     serve.kill();
-    let total = 700;
-    let id = submit_forked(bed, total, 1, "");
+    // The default consolidation, an outer Nesterov step (nesterov:1:0.5) from round 1 on.
+    let total = 1500;
+    let id = submit_forked(bed, total, 1, "", "");
     // Killed after submitting round 0's copies, before recording their job: restarted, it
     // adopts that copy job (by name) instead of submitting another.
     serve.restart_and_crash_at(bed, "fork-copies-submitted");
@@ -565,6 +593,11 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     // the round is averaged again from the same files and counted once.
     serve.restart_and_crash_at(bed, "fork-averaged");
     serve.restart_and_crash_at(bed, "fork-counted");
+    // Killed after averaging round 1 (the first outer step: its velocity file written from
+    // zero) and round 2 (from round 1's velocity), before counting them: the redone
+    // averaging must read the same velocity, not the file the killed attempt wrote.
+    serve.restart_and_crash_at(bed, "fork-averaged");
+    serve.restart_and_crash_at(bed, "fork-averaged");
     serve.restart(bed);
     wait_until(bed, "a copy job runs", 40, || {
         copy_jobs(bed, id).iter().any(|(_, s)| s == "RUNNING")
@@ -588,7 +621,12 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
         info.0
     );
     let fork = serve.status(id)["fork"].clone();
-    check_tracker(&fork, total);
+    let counted = check_tracker(&fork, total);
+    let stepped: Vec<&Value> = counted.iter().filter(|r| r["outer"].is_object()).collect();
+    assert!(
+        stepped.len() >= 2 && stepped[1]["outer"]["momentum_from"].is_string(),
+        "rounds 1 and 2 took the outer step, round 2 from round 1's velocity: {fork:#}"
+    );
     let round0 = &fork["rounds"][0];
     assert_eq!(
         round0["state"], "consolidated",
@@ -610,4 +648,178 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
         serve.spool.join(id.to_string()).join("round-0").is_dir(),
         "the spool holds the rounds"
     );
+}
+
+/// The PyTorch digits example (wrappers/examples/digits_torch.py, through the hadar_fork
+/// helper) as a forked job with the default consolidation, the outer Nesterov step. It runs
+/// as root: the test cluster's copies run with the submitter's PATH, and the Python that has
+/// torch may live in root's home (pyenv), which other users cannot read. Steps are paced
+/// (0.2 s) so that the job takes at least two 60 s rounds even on a fast machine (4 copies
+/// do at most 4 x 290 steps a round). A copy that starts after its deadline (importing
+/// torch in four processes at once took over 40 s on this loaded 2-core machine) fails its
+/// round by design (`BudgetSpent`); the daemon then redoes the round, so it is given more
+/// failed rounds than the default before it gives up. About 3 minutes on a quiet machine;
+/// 13 minutes at a load average of 7.5 on 2 cores, hence the long wait.
+fn pytorch_example_trains_forked_with_the_outer_step(bed: &mut Testbed) {
+    let serve = Serve::start_with_rounds(bed, "torch", 60, 6);
+    let dir = prepare(bed);
+    let total = 1600;
+    let program =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/examples/digits_torch.py");
+    let script = format!(
+        "#!/bin/sh\n#HADAR fork=yes steps={total}\nexport OMP_NUM_THREADS=1\nexec {runner} -- python3 {program} train --seed 1 --step-seconds 0.2\n",
+        runner = runner().display(),
+        program = program.display(),
+    );
+    let sub = bed.sbatch(
+        &[
+            "--gpus=1",
+            &format!("--output={}/out-%j.txt", dir.display()),
+            "--job-name=digits-torch",
+        ],
+        Some(&script),
+    );
+    assert!(sub.ok, "sbatch failed: {}", sub.stderr);
+    let id = sub.job_id.expect("a job id");
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 1500);
+    let fork = serve.status(id)["fork"].clone();
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}\n{fork:#}\n{}",
+        info.0,
+        copies_output(&serve, id)
+    );
+    // Exactly the total, counted once; consolidated rounds on several GPU types.
+    assert_eq!(fork["state"], "done", "{fork:#}");
+    assert_eq!(fork["steps_done"].as_f64(), Some(total as f64), "{fork:#}");
+    let rounds = fork["rounds"].as_array().unwrap();
+    let counted: Vec<&Value> = rounds
+        .iter()
+        .filter(|r| r["state"] == "consolidated")
+        .collect();
+    let sum: f64 = counted.iter().map(|r| r["steps"].as_f64().unwrap()).sum();
+    assert_eq!(sum, total as f64, "{fork:#}");
+    let types: std::collections::BTreeSet<&str> = counted
+        .iter()
+        .flat_map(|r| r["copies"].as_array().unwrap())
+        .filter(|c| c["ok"] == true)
+        .map(|c| c["gpu_type"].as_str().unwrap())
+        .collect();
+    assert!(types.len() >= 2, "copies on several GPU types: {types:?}");
+    assert!(counted.len() >= 2, "several rounds: {fork:#}");
+    // Round 0 is the copies' mean (no start checkpoint on disk); every later counted round
+    // took the outer step, and repeating its averaging command gives the same bytes (what a
+    // daemon restarted after averaging does).
+    assert!(counted[0]["outer"].is_null(), "{fork:#}");
+    for r in &counted[1..] {
+        let o = &r["outer"];
+        assert!(
+            o.is_object(),
+            "outer step in round {}: {fork:#}",
+            r["round"]
+        );
+        let again = bed.path(&format!("fork-jobs/again-{}.safetensors", r["round"]));
+        let velocity = bed.path(&format!("fork-jobs/again-v-{}.safetensors", r["round"]));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hadar"));
+        cmd.args(["average", "--out"]).arg(&again);
+        cmd.args([
+            "--outer",
+            "nesterov",
+            "--start",
+            r["start_from"].as_str().unwrap(),
+        ]);
+        cmd.args([
+            "--outer-lr",
+            &o["lr"].to_string(),
+            "--outer-momentum",
+            &o["momentum"].to_string(),
+        ]);
+        cmd.arg("--momentum-state").arg(&velocity);
+        match o["momentum_from"].as_str() {
+            Some(from) => cmd.args(["--momentum-from", from]),
+            None => cmd.arg("--momentum-zero"),
+        };
+        for c in r["copies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["ok"] == true)
+        {
+            cmd.arg(format!(
+                "{}:{}",
+                c["checkpoint"].as_str().unwrap(),
+                c["steps"]
+            ));
+        }
+        let out = cmd.output().unwrap();
+        same_file_after(
+            &out,
+            &again,
+            r["consolidated"].as_str().unwrap(),
+            &format!(
+                "round {}: the daemon's consolidation is the outer step",
+                r["round"]
+            ),
+        );
+        assert_eq!(
+            std::fs::read(&velocity).unwrap(),
+            std::fs::read(o["momentum_out"].as_str().unwrap()).unwrap()
+        );
+        // Copies after the first round started from their index's inner AdamW state.
+        assert!(
+            r["copies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["inner_state_from"].is_string()),
+            "{r:#}"
+        );
+    }
+    // The final model classifies the held-out digits far better than chance.
+    let last = counted.last().unwrap()["consolidated"].as_str().unwrap();
+    let out = Command::new("python3")
+        .arg(&program)
+        .args(["evaluate", last])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["accuracy"].as_f64().unwrap() > 0.8, "{v}");
+    println!(
+        "    digits_torch forked: {} rounds counted, types {types:?}, held-out accuracy {}",
+        counted.len(),
+        v["accuracy"]
+    );
+}
+
+/// Checks that `hadar average` (whose output is `out`) succeeded and wrote `again` with the
+/// same bytes as `original`.
+fn same_file_after(out: &std::process::Output, again: &Path, original: &str, what: &str) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(again).unwrap(),
+        std::fs::read(original).unwrap(),
+        "{what}"
+    );
+}
+
+/// Every round's copy output of a forked job, for failure messages.
+fn copies_output(serve: &Serve, id: u32) -> String {
+    let dir = serve.spool.join(id.to_string());
+    let mut text = String::new();
+    for r in 0..10 {
+        if let Ok(t) = std::fs::read_to_string(dir.join(format!("round-{r}/copies.out"))) {
+            text.push_str(&format!("--- round {r}\n{t}"));
+        }
+    }
+    text
 }

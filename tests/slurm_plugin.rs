@@ -411,7 +411,12 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
         (
             vec!["--gres=gpu:1"],
             Some(directive("#HADAR stepz=100")),
-            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=",
+            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer=",
+        ),
+        (
+            vec!["--gres=gpu:1"],
+            Some(directive("#HADAR fork=yes outer=nesterov:2:1")),
+            "sbatch: error: hadar: malformed value `nesterov:2:1` for `outer` in #HADAR line 2 of the batch script; expected mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1), e.g. nesterov:1:0.5",
         ),
         (
             vec!["--gres=gpu:1"],

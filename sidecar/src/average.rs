@@ -3,9 +3,10 @@
 //! `hadar_average`, which does the streaming and the atomic write.
 
 use crate::Failure;
-use crate::cli::{AverageArgs, Format, IntegersArg};
+use crate::cli::{AverageArgs, Format, IntegersArg, OuterArg};
+use hadar_average::outer::{OuterFiles, OuterOptimizer};
 use hadar_average::weights::read_tracker;
-use hadar_average::{AverageError, AverageOptions, IntegerPolicy, average_files, parse_input_spec};
+use hadar_average::{AverageError, AverageOptions, IntegerPolicy, consolidate, parse_input_spec};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -20,13 +21,19 @@ pub fn run(a: AverageArgs) -> Result<(), Failure> {
         },
         ..AverageOptions::default()
     };
+    let outer = outer(&a)?;
     let started = Instant::now();
-    let summary = average_files(&inputs, &a.out, &opts).map_err(|e| match &e {
-        // Only writing the output is a failure while running; everything else is the
-        // inputs' fault and nothing was written.
-        AverageError::Io { path, .. } if *path == a.out => Failure::runtime(e),
-        _ => Failure::input(e),
-    })?;
+    let summary = consolidate(&inputs, &a.out, &opts, outer.as_ref().map(|(o, f)| (o, f)))
+        .map_err(|e| match &e {
+            // Only writing the outputs is a failure while running; everything else is the
+            // inputs' fault and nothing was written.
+            AverageError::Io { path, .. }
+                if *path == a.out || Some(path) == a.momentum_state.as_ref() =>
+            {
+                Failure::runtime(e)
+            }
+            _ => Failure::input(e),
+        })?;
     let seconds = started.elapsed().as_secs_f64();
     match a.format {
         Format::Table => {
@@ -48,6 +55,18 @@ pub fn run(a: AverageArgs) -> Result<(), Failure> {
                 summary.tensors - summary.averaged,
                 summary.bytes_written
             );
+            if let Some((o, f)) = &outer {
+                println!(
+                    "outer Nesterov step from {}: lr {}, momentum {}{}",
+                    f.start.display(),
+                    o.lr,
+                    o.momentum,
+                    f.momentum_out
+                        .as_ref()
+                        .map(|p| format!(", velocity in {}", p.display()))
+                        .unwrap_or_default()
+                );
+            }
         }
         Format::Json => {
             let v = json!({
@@ -58,11 +77,66 @@ pub fn run(a: AverageArgs) -> Result<(), Failure> {
                 "bytes_read": summary.bytes_read,
                 "bytes_written": summary.bytes_written,
                 "seconds": seconds,
+                "outer": outer.as_ref().map(|(o, f)| json!({
+                    "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
+                    "start": f.start.display().to_string(),
+                    "momentum_from": f.momentum_from.as_ref().map(|p| p.display().to_string()),
+                    "momentum_state": f.momentum_out.as_ref().map(|p| p.display().to_string()),
+                })),
             });
             println!("{v}");
         }
     }
     Ok(())
+}
+
+/// The outer optimizer's parameters and files, checked for a coherent combination.
+fn outer(a: &AverageArgs) -> Result<Option<(OuterOptimizer, OuterFiles)>, Failure> {
+    let bad = |msg: &str| Failure::input(anyhow::anyhow!("{msg}"));
+    if a.outer == OuterArg::Mean {
+        let given = [
+            ("--start", a.start.is_some()),
+            ("--outer-lr", a.outer_lr != 1.0),
+            ("--outer-momentum", a.outer_momentum != 0.0),
+            ("--momentum-state", a.momentum_state.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return Err(bad(&format!(
+                "{flag} is for --outer nesterov; plain averaging (--outer mean) takes none"
+            )));
+        }
+        return Ok(None);
+    }
+    let Some(start) = a.start.clone() else {
+        return Err(bad(
+            "--outer nesterov needs --start S.safetensors: the checkpoint the copies started from",
+        ));
+    };
+    let momentum_from = match (&a.momentum_from, &a.momentum_state) {
+        (Some(from), _) => {
+            if !from.is_file() {
+                return Err(bad(&format!(
+                    "--momentum-from {}: no such file (omit it for a zero velocity)",
+                    from.display()
+                )));
+            }
+            Some(from.clone())
+        }
+        // The state file is read when it exists: absent means the first round (zero).
+        (None, Some(state)) if state.exists() && !a.momentum_zero => Some(state.clone()),
+        _ => None,
+    };
+    Ok(Some((
+        OuterOptimizer {
+            lr: a.outer_lr,
+            momentum: a.outer_momentum,
+        },
+        OuterFiles {
+            start,
+            momentum_from,
+            momentum_out: a.momentum_state.clone(),
+        },
+    )))
 }
 
 /// The checkpoints with their steps, from the arguments or a tracker record.

@@ -544,9 +544,54 @@ pub struct AverageArgs {
     #[arg(long, value_enum, default_value_t = IntegersArg::Identical)]
     pub integers: IntegersArg,
 
+    /// How the copies are consolidated: `mean` writes their weighted mean; `nesterov` takes
+    /// an outer Nesterov-momentum step from --start along the mean's update:
+    /// delta = mean - S, velocity = MU velocity + delta, M = S + LR (MU velocity + delta).
+    #[arg(long, value_enum, default_value_t = OuterArg::Mean)]
+    pub outer: OuterArg,
+
+    /// With --outer nesterov: the checkpoint every copy of the round started from.
+    #[arg(long, value_name = "S.safetensors")]
+    pub start: Option<PathBuf>,
+
+    /// With --outer nesterov: the outer learning rate LR (1 with MU 0 is the plain mean).
+    #[arg(long, value_name = "LR", default_value_t = 1.0)]
+    pub outer_lr: f64,
+
+    /// With --outer nesterov: the outer momentum MU, from 0 up to (not including) 1.
+    #[arg(long, value_name = "MU", default_value_t = 0.0)]
+    pub outer_momentum: f64,
+
+    /// With --outer nesterov: the velocity's file (safetensors). Read when it exists (zero
+    /// velocity when it does not), and replaced with the new velocity, atomically, after the
+    /// output. Running the same command again then applies the momentum again: to repeat a
+    /// round, read the previous round's state with --momentum-from.
+    #[arg(long, value_name = "FILE")]
+    pub momentum_state: Option<PathBuf>,
+
+    /// With --momentum-state: read the velocity from this file (which must exist) instead of
+    /// from --momentum-state, so that a round's state is derived from the previous round's
+    /// and the command can be repeated with the same result.
+    #[arg(long, value_name = "FILE", requires = "momentum_state")]
+    pub momentum_from: Option<PathBuf>,
+
+    /// With --momentum-state: start from a zero velocity, ignoring the file if it exists
+    /// (the first round of a series that must be repeatable, as the daemon runs it).
+    #[arg(long, requires = "momentum_state", conflicts_with = "momentum_from")]
+    pub momentum_zero: bool,
+
     /// Output format of the summary.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+/// `--outer` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OuterArg {
+    /// The copies' steps-weighted mean.
+    Mean,
+    /// Outer Nesterov momentum on the mean's update (DiLoCo's outer optimizer).
+    Nesterov,
 }
 
 /// Output formats.

@@ -23,7 +23,7 @@ pub const MAX_RANK: usize = 64;
 /// A name from the header as an error message shows it: at most 64 characters (then
 /// `...`), control characters escaped, so that a hostile file cannot flood or split the
 /// message.
-fn shown(name: &str) -> String {
+pub(crate) fn shown(name: &str) -> String {
     hadar_request::excerpt_of(name, 64)
 }
 

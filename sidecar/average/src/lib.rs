@@ -5,6 +5,8 @@
 //! * [`dtype`]: every dtype the format defines, and how each is averaged or carried over.
 //! * [`weights`]: turning `FILE:STEPS` arguments or a Job Tracker record into weights.
 //! * [`write`]: writing safetensors files atomically (temp file, fsync, rename).
+//! * [`outer`]: consolidation with an outer optimizer (Nesterov momentum on the copies'
+//!   mean update), whose velocity is kept in a momentum-state file.
 //!
 //! Inputs are memory-mapped and processed tensor by tensor in fixed-size chunks, so memory
 //! use does not grow with the checkpoint and checkpoints larger than memory work. The output
@@ -13,12 +15,14 @@
 
 pub mod dtype;
 pub mod header;
+pub mod outer;
 pub mod weights;
 pub mod write;
 
 use dtype::{Codec, Dtype, Treatment};
 use header::{Header, HeaderError, TensorInfo};
 use memmap2::Mmap;
+use outer::{OuterFiles, OuterOptimizer};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -154,6 +158,29 @@ pub enum AverageError {
     /// The output path has no file name.
     #[error("{0}: not a file path")]
     BadOutput(PathBuf),
+    /// An outer-optimizer parameter is out of range.
+    #[error("{name} {value} is out of range; expected {expected}")]
+    OuterParameter {
+        /// Which parameter.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// The valid range.
+        expected: &'static str,
+    },
+    /// A momentum-state file does not fit the checkpoints.
+    #[error("momentum state {path}: {reason}")]
+    MomentumState {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Momentum above 0 with nowhere to keep the velocity.
+    #[error(
+        "outer momentum {0} needs a momentum-state file to keep the velocity between rounds (--momentum-state FILE)"
+    )]
+    MomentumWithoutState(f64),
 }
 
 /// An opened, validated checkpoint.
@@ -282,6 +309,21 @@ pub fn average_files(
     out: &Path,
     opts: &AverageOptions,
 ) -> Result<Summary, AverageError> {
+    consolidate(inputs, out, opts, None)
+}
+
+/// Consolidates `inputs` into `out`: their weighted mean, or with `outer`, an outer
+/// optimizer step from the round's start along the mean's update (see [`outer`]). `out` and
+/// the new momentum state are staged side by side and renamed only once both are complete:
+/// the output first, then the state. A crash between the two renames leaves the old state,
+/// so repeating the same call (same inputs, same state file) gives the same output and
+/// applies the momentum once.
+pub fn consolidate(
+    inputs: &[(PathBuf, f64)],
+    out: &Path,
+    opts: &AverageOptions,
+    outer: Option<(&OuterOptimizer, &OuterFiles)>,
+) -> Result<Summary, AverageError> {
     if inputs.is_empty() {
         return Err(AverageError::NoInputs);
     }
@@ -293,25 +335,99 @@ pub fn average_files(
             });
         }
     }
+    if let Some((o, f)) = outer {
+        o.validate()?;
+        if o.momentum > 0.0 && f.momentum_out.is_none() {
+            return Err(AverageError::MomentumWithoutState(o.momentum));
+        }
+    }
     let raw: Vec<f64> = inputs.iter().map(|(_, w)| *w).collect();
     let weights = hadar_core::tracker::consolidation_weights(&raw);
-    let checkpoints = inputs
+    let mut checkpoints = inputs
         .iter()
         .map(|(p, _)| Checkpoint::open(p))
         .collect::<Result<Vec<_>, _>>()?;
+    let Some((opt, files)) = outer else {
+        check_compatible(&checkpoints)?;
+        let (bytes_written, mut summary) = write::atomically(out, |w| {
+            average_into(&checkpoints, &weights, opts, None, out, w)
+        })?;
+        summary.bytes_written = bytes_written;
+        summary.weights = weights;
+        return Ok(summary);
+    };
+    // The start must match the copies like another copy would: checked together, so a
+    // difference names the start's path.
+    checkpoints.push(Checkpoint::open(&files.start)?);
     check_compatible(&checkpoints)?;
-    let (bytes_written, mut summary) =
-        write::atomically(out, |w| average_into(&checkpoints, &weights, opts, out, w))?;
-    summary.bytes_written = bytes_written;
+    let start = checkpoints.pop().expect("pushed above");
+    let averaged: Vec<&TensorInfo> = checkpoints[0]
+        .header
+        .tensors
+        .iter()
+        .filter(|t| t.dtype.treatment() == Treatment::Averaged)
+        .collect();
+    let layout = outer::velocity_layout(&averaged);
+    let velocity_in = match &files.momentum_from {
+        Some(p) => {
+            let c = Checkpoint::open(p)?;
+            outer::check_velocity(&c, &layout, &checkpoints[0].path)?;
+            Some(c)
+        }
+        None => None,
+    };
+    let staged_out = write::Staged::new(out)?;
+    let staged_v = files
+        .momentum_out
+        .as_deref()
+        .map(write::Staged::new)
+        .transpose()?;
+    let mut w = staged_out.writer();
+    let mut vw = staged_v.as_ref().map(|s| s.writer());
+    let velocity_path = files.momentum_out.clone().unwrap_or_default();
+    if let Some(vw) = vw.as_mut() {
+        vw.write_all(&outer::velocity_header(&layout))
+            .map_err(|error| AverageError::Io {
+                path: velocity_path.clone(),
+                error,
+            })?;
+    }
+    let step = OuterStep {
+        opt: *opt,
+        start: &start,
+        velocity_in: velocity_in.as_ref(),
+        velocity_out: vw
+            .as_mut()
+            .map(|w| (w as &mut dyn Write, velocity_path.as_path())),
+    };
+    let mut summary = average_into(&checkpoints, &weights, opts, Some(step), out, &mut w)?;
+    summary.bytes_written = staged_out.finish(w)?;
+    if let (Some(s), Some(vw)) = (&staged_v, vw) {
+        s.finish(vw)?;
+    }
+    staged_out.commit()?;
+    if let Some(s) = staged_v {
+        s.commit()?;
+    }
     summary.weights = weights;
     Ok(summary)
 }
 
-/// Streams the weighted average of compatible checkpoints into `w`.
+/// The outer step's inputs and velocity output for one consolidation.
+struct OuterStep<'a> {
+    opt: OuterOptimizer,
+    start: &'a Checkpoint,
+    velocity_in: Option<&'a Checkpoint>,
+    velocity_out: Option<(&'a mut dyn Write, &'a Path)>,
+}
+
+/// Streams the weighted average of compatible checkpoints into `w`, or, with `outer`, the
+/// outer optimizer's step from the start along it (and the new velocity into its writer).
 fn average_into(
     inputs: &[Checkpoint],
     weights: &[f64],
     opts: &AverageOptions,
+    mut outer: Option<OuterStep<'_>>,
     out: &Path,
     w: &mut dyn Write,
 ) -> Result<Summary, AverageError> {
@@ -324,7 +440,10 @@ fn average_into(
     let codec = Codec::new();
     let chunk_scalars = opts.chunk_scalars.max(1);
     let mut acc = vec![0.0f64; chunk_scalars];
+    let mut start = vec![0.0f64; chunk_scalars];
+    let mut velocity = vec![0.0f64; chunk_scalars];
     let mut buf = Vec::with_capacity(chunk_scalars * 8);
+    let mut vbuf = Vec::new();
     let mut summary = Summary {
         tensors: 0,
         averaged: 0,
@@ -356,6 +475,14 @@ fn average_into(
             Treatment::Averaged => {
                 summary.averaged += 1;
                 let sb = t.dtype.scalar_bytes();
+                let vd = outer::velocity_dtype(t.dtype);
+                let vsb = vd.scalar_bytes();
+                // The start's and the old velocity's bytes of this tensor (outer step only).
+                let start_bytes = outer.as_ref().map(|o| o.start.data(lookup(o.start, t)));
+                let velocity_bytes = outer
+                    .as_ref()
+                    .and_then(|o| o.velocity_in)
+                    .map(|v| v.data(lookup(v, t)));
                 let step = chunk_scalars * sb;
                 let mut off = 0usize;
                 let len = t.len() as usize;
@@ -368,6 +495,32 @@ fn average_into(
                     for (s, wk) in slices.iter().zip(weights) {
                         if *wk != 0.0 {
                             codec.accumulate(t.dtype, &s[off..end], *wk, acc);
+                        }
+                    }
+                    if let Some(o) = outer.as_mut() {
+                        let start = &mut start[..n];
+                        let velocity = &mut velocity[..n];
+                        start.fill(-0.0);
+                        if let Some(sbytes) = start_bytes {
+                            codec.accumulate(t.dtype, &sbytes[off..end], 1.0, start);
+                        }
+                        velocity.fill(0.0);
+                        if let Some(vbytes) = velocity_bytes {
+                            velocity.fill(-0.0);
+                            let (voff, vend) = (off / sb * vsb, end / sb * vsb);
+                            codec.accumulate(vd, &vbytes[voff..vend], 1.0, velocity);
+                        }
+                        for ((m, s), v) in acc.iter_mut().zip(start.iter()).zip(velocity.iter_mut())
+                        {
+                            (*m, *v) = o.opt.step(*m, *s, *v);
+                        }
+                        if let Some((vw, vpath)) = o.velocity_out.as_mut() {
+                            vbuf.clear();
+                            codec.encode(vd, velocity, &mut vbuf);
+                            vw.write_all(&vbuf).map_err(|error| AverageError::Io {
+                                path: vpath.to_path_buf(),
+                                error,
+                            })?;
                         }
                     }
                     buf.clear();
@@ -396,6 +549,11 @@ fn average_into(
         }
     }
     Ok(summary)
+}
+
+/// The tensor of `c` with `t`'s name (`c` was checked to have it).
+fn lookup<'c>(c: &'c Checkpoint, t: &'c TensorInfo) -> &'c TensorInfo {
+    c.header.tensor(&t.name).unwrap_or(t)
 }
 
 #[cfg(test)]

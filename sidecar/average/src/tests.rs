@@ -503,3 +503,361 @@ proptest! {
         prop_assert_eq!(tensor_bytes(&out, "t"), f32s(&want));
     }
 }
+
+/// The outer optimizer's tests: handmade tensors in F32, F16 and BF16 with an I64 counter;
+/// expected values are computed here from the formula in f64 and rounded once.
+mod outer_step {
+    use super::*;
+    use crate::dtype::{bf16_from_f64, f16_from_f64};
+    use crate::outer::{OuterFiles, OuterOptimizer};
+
+    const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
+
+    /// Values rounded to `dtype` (the handmade inputs must be representable).
+    fn enc(dtype: Dtype, v: &[f64]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| match dtype {
+                Dtype::F32 => (*x as f32).to_le_bytes().to_vec(),
+                Dtype::F16 => f16_from_f64(*x).to_le_bytes().to_vec(),
+                Dtype::BF16 => bf16_from_f64(*x).to_le_bytes().to_vec(),
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    fn dec(dtype: Dtype, b: &[u8]) -> Vec<f64> {
+        match dtype {
+            Dtype::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            Dtype::F16 => b
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                .collect(),
+            Dtype::BF16 => b
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                .collect(),
+            _ => unreachable!(),
+        }
+    }
+
+    /// A model with one float tensor `w` of `dtype` and an I64 step counter `n`.
+    fn model(dir: &Path, name: &str, dtype: Dtype, w: &[f64], n: i64) -> PathBuf {
+        put(
+            dir,
+            name,
+            &[
+                ("w", dtype, vec![2, 2], enc(dtype, w)),
+                ("n", Dtype::I64, vec![], n.to_le_bytes().to_vec()),
+            ],
+        )
+    }
+
+    fn values(dtype: Dtype, path: &Path) -> Vec<f64> {
+        dec(dtype, &tensor_bytes(path, "w"))
+    }
+
+    /// Steps 120, 80, 40: weights 1/2, 1/3, 1/6, as three copies of three speeds.
+    fn copies(dir: &Path, dtype: Dtype, round: u32) -> Vec<(PathBuf, f64)> {
+        let r = round as f64;
+        [
+            ([1.5, -2.25, 0.375, 3.0], 120.0),
+            ([1.25, -1.5, 0.5, 2.5], 80.0),
+            ([0.75, -2.0, 0.625, 3.25], 40.0),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(k, (w, steps))| {
+            let w: Vec<f64> = w.iter().map(|x| x + 0.125 * r).collect();
+            (model(dir, &format!("r{round}-c{k}"), dtype, &w, 7), *steps)
+        })
+        .collect()
+    }
+
+    /// The copies' mean as `average` computes it: weights normalised, summed from -0.0.
+    fn mean(dtype: Dtype, inputs: &[(PathBuf, f64)]) -> Vec<f64> {
+        let total: f64 = inputs.iter().map(|(_, s)| s).sum();
+        let mut m = vec![-0.0; 4];
+        for (p, s) in inputs {
+            for (a, x) in m.iter_mut().zip(values(dtype, p)) {
+                *a += (s / total) * x;
+            }
+        }
+        m
+    }
+
+    fn round_to(dtype: Dtype, v: &[f64]) -> Vec<f64> {
+        dec(dtype, &enc(dtype, v))
+    }
+
+    fn step(
+        inputs: &[(PathBuf, f64)],
+        out: &Path,
+        opt: OuterOptimizer,
+        files: &OuterFiles,
+    ) -> Result<Summary, AverageError> {
+        consolidate(inputs, out, &AverageOptions::default(), Some((&opt, files)))
+    }
+
+    fn files(start: &Path, from: Option<&Path>, to: Option<&Path>) -> OuterFiles {
+        OuterFiles {
+            start: start.to_path_buf(),
+            momentum_from: from.map(Path::to_path_buf),
+            momentum_out: to.map(Path::to_path_buf),
+        }
+    }
+
+    const START: [f64; 4] = [1.0, -2.0, 0.5, 3.0];
+
+    #[test]
+    fn lr_1_mu_0_equals_the_plain_mean_bit_for_bit() {
+        for dtype in DTYPES {
+            let d = tempfile::tempdir().unwrap();
+            let s = model(d.path(), "s", dtype, &START, 7);
+            let inputs = copies(d.path(), dtype, 0);
+            let (plain, outer) = (d.path().join("plain"), d.path().join("outer"));
+            run(&inputs, &plain).unwrap();
+            let v = d.path().join("v");
+            step(
+                &inputs,
+                &outer,
+                OuterOptimizer::MEAN,
+                &files(&s, None, Some(&v)),
+            )
+            .unwrap();
+            assert_eq!(
+                std::fs::read(&plain).unwrap(),
+                std::fs::read(&outer).unwrap(),
+                "{dtype}"
+            );
+            // Without a state file too (momentum 0 keeps none).
+            step(
+                &inputs,
+                &outer,
+                OuterOptimizer::MEAN,
+                &files(&s, None, None),
+            )
+            .unwrap();
+            assert_eq!(
+                std::fs::read(&plain).unwrap(),
+                std::fs::read(&outer).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn lr_0_7_mu_0_moves_seven_tenths_of_the_way_to_the_mean() {
+        for dtype in DTYPES {
+            let d = tempfile::tempdir().unwrap();
+            let s = model(d.path(), "s", dtype, &START, 7);
+            let inputs = copies(d.path(), dtype, 0);
+            let out = d.path().join("m");
+            let opt = OuterOptimizer {
+                lr: 0.7,
+                momentum: 0.0,
+            };
+            step(&inputs, &out, opt, &files(&s, None, None)).unwrap();
+            let expected: Vec<f64> = mean(dtype, &inputs)
+                .iter()
+                .zip(START)
+                .map(|(m, s)| s + 0.7 * (m - s))
+                .collect();
+            assert_eq!(values(dtype, &out), round_to(dtype, &expected), "{dtype}");
+            // And it is not the mean: the test would pass for a no-op otherwise.
+            assert_ne!(values(dtype, &out), round_to(dtype, &mean(dtype, &inputs)));
+            // Integer tensors are carried over as in plain averaging.
+            assert_eq!(tensor_bytes(&out, "n"), 7i64.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn two_rounds_with_momentum_0_9_follow_the_formula() {
+        for dtype in DTYPES {
+            let d = tempfile::tempdir().unwrap();
+            let opt = OuterOptimizer {
+                lr: 0.7,
+                momentum: 0.9,
+            };
+            let s0 = model(d.path(), "s0", dtype, &START, 7);
+            let r0 = copies(d.path(), dtype, 0);
+            let (m0, v0) = (d.path().join("m0"), d.path().join("v0"));
+            step(&r0, &m0, opt, &files(&s0, None, Some(&v0))).unwrap();
+            // Round 0: velocity = delta (zero before), M = S + LR (MU delta + delta).
+            let delta0: Vec<f64> = mean(dtype, &r0)
+                .iter()
+                .zip(START)
+                .map(|(m, s)| m - s)
+                .collect();
+            let expect_m0: Vec<f64> = START
+                .iter()
+                .zip(&delta0)
+                .map(|(s, dl)| s + 0.7 * (0.9 * dl + dl))
+                .collect();
+            assert_eq!(
+                values(dtype, &m0),
+                round_to(dtype, &expect_m0),
+                "{dtype} round 0"
+            );
+            // The velocity is kept in F32, one tensor per float tensor, none for integers.
+            let vc = Checkpoint::open(&v0).unwrap();
+            assert_eq!(vc.header().tensors.len(), 1);
+            assert_eq!(vc.header().tensor("w").unwrap().dtype, Dtype::F32);
+            let stored_v0 = dec(Dtype::F32, &tensor_bytes(&v0, "w"));
+            assert_eq!(stored_v0, round_to(Dtype::F32, &delta0));
+
+            // Round 1 starts from M0 and reads round 0's velocity.
+            let r1 = copies(d.path(), dtype, 1);
+            let (m1, v1) = (d.path().join("m1"), d.path().join("v1"));
+            step(&r1, &m1, opt, &files(&m0, Some(&v0), Some(&v1))).unwrap();
+            let s1 = values(dtype, &m0);
+            let delta1: Vec<f64> = mean(dtype, &r1)
+                .iter()
+                .zip(&s1)
+                .map(|(m, s)| m - s)
+                .collect();
+            let vel1: Vec<f64> = stored_v0
+                .iter()
+                .zip(&delta1)
+                .map(|(v, dl)| 0.9 * v + dl)
+                .collect();
+            let expect_m1: Vec<f64> = s1
+                .iter()
+                .zip(&vel1)
+                .zip(&delta1)
+                .map(|((s, v), dl)| s + 0.7 * (0.9 * v + dl))
+                .collect();
+            assert_eq!(
+                values(dtype, &m1),
+                round_to(dtype, &expect_m1),
+                "{dtype} round 1"
+            );
+            assert_eq!(
+                dec(Dtype::F32, &tensor_bytes(&v1, "w")),
+                round_to(Dtype::F32, &vel1)
+            );
+            // Momentum made a difference: without it round 1 lands elsewhere.
+            let no_mom = d.path().join("nm");
+            step(
+                &r1,
+                &no_mom,
+                opt,
+                &files(&m0, None, Some(&d.path().join("nv"))),
+            )
+            .unwrap();
+            assert_ne!(values(dtype, &m1), values(dtype, &no_mom));
+
+            // Repeating round 1 (as after a crash) reads the same state and gives the same
+            // files: the momentum is applied once.
+            let (m1_bytes, v1_bytes) = (std::fs::read(&m1).unwrap(), std::fs::read(&v1).unwrap());
+            step(&r1, &m1, opt, &files(&m0, Some(&v0), Some(&v1))).unwrap();
+            assert_eq!(std::fs::read(&m1).unwrap(), m1_bytes);
+            assert_eq!(std::fs::read(&v1).unwrap(), v1_bytes);
+        }
+    }
+
+    #[test]
+    fn bad_outer_inputs_are_refused_naming_what_and_where() {
+        let d = tempfile::tempdir().unwrap();
+        let inputs = copies(d.path(), Dtype::F32, 0);
+        let out = d.path().join("m");
+        let opt = OuterOptimizer {
+            lr: 0.7,
+            momentum: 0.9,
+        };
+        let one_line = |e: AverageError| {
+            let m = e.to_string();
+            assert!(!m.contains('\n'), "{m}");
+            m
+        };
+        // A start of another shape.
+        let odd = put(
+            d.path(),
+            "odd",
+            &[
+                ("w", Dtype::F32, vec![4], f32s(&[1.0, 2.0, 3.0, 4.0])),
+                ("n", Dtype::I64, vec![], 7i64.to_le_bytes().to_vec()),
+            ],
+        );
+        let m = one_line(
+            step(
+                &inputs,
+                &out,
+                opt,
+                &files(&odd, None, Some(&d.path().join("v"))),
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            m.contains("`w`") && m.contains("shape") && m.contains(&odd.display().to_string()),
+            "{m}"
+        );
+        // A momentum file of another model (another tensor), or not a momentum file at all.
+        let s = model(d.path(), "s", Dtype::F32, &START, 7);
+        let v = d.path().join("v");
+        step(&inputs, &out, opt, &files(&s, None, Some(&v))).unwrap();
+        let other_model = put(
+            d.path(),
+            "om",
+            &[
+                ("u", Dtype::F32, vec![2, 2], f32s(&[1.0; 4])),
+                ("n", Dtype::I64, vec![], 7i64.to_le_bytes().to_vec()),
+            ],
+        );
+        let ov = d.path().join("ov");
+        step(
+            &[(other_model.clone(), 1.0)],
+            &d.path().join("om-out"),
+            opt,
+            &files(&other_model, None, Some(&ov)),
+        )
+        .unwrap();
+        let m = one_line(
+            step(
+                &inputs,
+                &out,
+                opt,
+                &files(&s, Some(&ov), Some(&d.path().join("v2"))),
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            m.contains(&ov.display().to_string())
+                && m.contains("`w`")
+                && m.contains("another model"),
+            "{m}"
+        );
+        let m = one_line(
+            step(
+                &inputs,
+                &out,
+                opt,
+                &files(&s, Some(&s), Some(&d.path().join("v2"))),
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            m.contains("not a momentum-state file") && m.contains(&s.display().to_string()),
+            "{m}"
+        );
+        // Momentum with nowhere to keep it, and parameters out of range.
+        let m = one_line(step(&inputs, &out, opt, &files(&s, None, None)).unwrap_err());
+        assert!(m.contains("--momentum-state"), "{m}");
+        let m = one_line(
+            step(
+                &inputs,
+                &out,
+                OuterOptimizer {
+                    lr: -1.0,
+                    momentum: 0.0,
+                },
+                &files(&s, None, None),
+            )
+            .unwrap_err(),
+        );
+        assert!(m.contains("outer learning rate -1"), "{m}");
+        // Nothing was written by the refused calls.
+        assert!(!d.path().join("v2").exists());
+    }
+}

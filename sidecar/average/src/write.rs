@@ -20,44 +20,92 @@ pub fn atomically<T>(
     out: &Path,
     fill: impl FnOnce(&mut dyn Write) -> Result<T, AverageError>,
 ) -> Result<(u64, T), AverageError> {
-    let name = out
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| AverageError::BadOutput(out.to_path_buf()))?;
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error| AverageError::Io { path, error }
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(io(out))?;
-    let mut counter = Counting {
-        inner: BufWriter::with_capacity(BUFFER_BYTES, tmp.as_file()),
-        bytes: 0,
-    };
-    let value = fill(&mut counter)?;
-    let bytes = counter.bytes;
-    counter.inner.flush().map_err(io(out))?;
-    drop(counter);
-    tmp.as_file().sync_all().map_err(io(out))?;
-    tmp.persist(out).map_err(|e| AverageError::Io {
-        path: out.to_path_buf(),
-        error: e.error,
-    })?;
-    // The rename is durable only once the directory entry is on disk.
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
+    let staged = Staged::new(out)?;
+    let mut w = staged.writer();
+    let value = fill(&mut w)?;
+    let bytes = staged.finish(w)?;
+    staged.commit()?;
     Ok((bytes, value))
 }
 
-struct Counting<W: Write> {
+/// A file being written under a temporary name next to its target, made the target only by
+/// [`Staged::commit`]. Dropped without a commit, the temporary file is removed. Two staged
+/// files let one pass write two outputs (a consolidated checkpoint and its optimizer state)
+/// and rename them only once both are complete.
+pub struct Staged {
+    tmp: tempfile::NamedTempFile,
+    out: PathBuf,
+    dir: PathBuf,
+}
+
+/// A buffered writer into a [`Staged`] file that counts the bytes written.
+pub type StagedWriter<'a> = Counting<BufWriter<&'a File>>;
+
+impl Staged {
+    /// Creates the temporary file in `out`'s directory (a rename is atomic only within one
+    /// file system).
+    pub fn new(out: &Path) -> Result<Staged, AverageError> {
+        let name = out
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| AverageError::BadOutput(out.to_path_buf()))?;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(io_at(out))?;
+        Ok(Staged {
+            tmp,
+            out: out.to_path_buf(),
+            dir,
+        })
+    }
+
+    /// A writer into the temporary file.
+    pub fn writer(&self) -> StagedWriter<'_> {
+        Counting {
+            inner: BufWriter::with_capacity(BUFFER_BYTES, self.tmp.as_file()),
+            bytes: 0,
+        }
+    }
+
+    /// Flushes `w` and syncs the temporary file to disk; returns the bytes written.
+    pub fn finish(&self, mut w: StagedWriter<'_>) -> Result<u64, AverageError> {
+        let bytes = w.bytes;
+        w.inner.flush().map_err(io_at(&self.out))?;
+        drop(w);
+        self.tmp.as_file().sync_all().map_err(io_at(&self.out))?;
+        Ok(bytes)
+    }
+
+    /// Renames the (finished) temporary file over the target and syncs the directory.
+    pub fn commit(self) -> Result<(), AverageError> {
+        let Staged { tmp, out, dir } = self;
+        tmp.persist(&out).map_err(|e| AverageError::Io {
+            path: out.clone(),
+            error: e.error,
+        })?;
+        // The rename is durable only once the directory entry is on disk.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> AverageError + '_ {
+    move |error| AverageError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// A writer that counts the bytes written through it.
+pub struct Counting<W: Write> {
     inner: W,
     bytes: u64,
 }

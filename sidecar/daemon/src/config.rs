@@ -6,6 +6,7 @@
 
 use hadar_core::policies::hadar::HadarConfig;
 use hadar_core::policies::hadare::HadarEConfig;
+use hadar_request::Outer;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +58,16 @@ pub struct ForkConfig {
     pub deadline_margin_seconds: f64,
     /// Rounds in a row with no successful copy after which the forked job fails.
     pub max_failed_rounds: u32,
+    /// How copies are consolidated when a job does not say (`#HADAR outer=`): `mean`,
+    /// `nesterov` or `nesterov:LR:MU` (checked when the file is read).
+    pub outer: String,
+}
+
+impl ForkConfig {
+    /// The consolidation of jobs that do not choose one.
+    pub fn default_outer(&self) -> Outer {
+        Outer::parse(&self.outer).unwrap_or(hadar_request::directive::DEFAULT_NESTEROV)
+    }
 }
 
 impl Default for ForkConfig {
@@ -67,6 +78,7 @@ impl Default for ForkConfig {
             hadar_bin: None,
             deadline_margin_seconds: 30.0,
             max_failed_rounds: 2,
+            outer: hadar_request::directive::DEFAULT_NESTEROV.to_string(),
         }
     }
 }
@@ -269,6 +281,14 @@ impl DaemonConfig {
             f.max_failed_rounds >= 1,
             "give at least 1",
         )?;
+        if Outer::parse(&f.outer).is_none() {
+            return Err(ConfigError::Range {
+                path: path.to_string(),
+                key: "fork.outer",
+                value: hadar_request::excerpt(&f.outer),
+                expected: "give mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1)",
+            });
+        }
         let mut hadar = file.hadar;
         if !text_sets_max_nodes(text) {
             hadar.max_nodes_per_job = Some(1);
@@ -352,6 +372,19 @@ mod tests {
         assert_eq!(c.sidecar.policy, PolicyChoice::Hadare);
         assert_eq!(c.fork.spool, PathBuf::from("/s"));
         assert_eq!(c.fork.deadline_margin_seconds, 3.0);
+        assert_eq!(
+            c.fork.default_outer(),
+            hadar_request::directive::DEFAULT_NESTEROV
+        );
+        let mean = DaemonConfig::parse("t", "[fork]\nouter = \"mean\"\n").unwrap();
+        assert_eq!(mean.fork.default_outer(), Outer::Mean);
+        let e = DaemonConfig::parse("t", "[fork]\nouter = \"nesterov:1:1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fork.outer") && e.contains("nesterov:1:1"),
+            "{e}"
+        );
         assert_eq!(c.hadare.max_copies, 2);
         let e = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"gavel\"\n")
             .unwrap_err()

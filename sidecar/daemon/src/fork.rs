@@ -31,9 +31,11 @@ use hadar_core::policies::hadare::{HadarEConfig, plan_round};
 use hadar_core::tracker::consolidation_weights;
 use hadar_core::{Job, JobId, JobState, Part, Placement, RoundInput};
 use hadar_formats::ThroughputTable;
+use hadar_request::Outer;
 use hadar_slurm::{JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
 use hadar_store::{
-    ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, Phase, RoundState, Store, StoreError,
+    ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, OuterStep, Phase, RoundState, Store,
+    StoreError,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -422,7 +424,7 @@ impl Forker {
             })
             .collect();
         let (uid, gid) = owner(row)?;
-        match self.average_as(uid, gid, &round.consolidated, &inputs) {
+        match self.average_as(uid, gid, &round, &inputs) {
             Ok(()) => {
                 crate::faults::reached("fork-averaged");
                 // The copies' measured rates are learned in the transaction that counts the
@@ -503,13 +505,23 @@ impl Forker {
         Ok(())
     }
 
-    /// Runs `hadar average --out OUT INPUTS...` as the job's user.
-    fn average_as(&self, uid: u32, gid: u32, out: &str, inputs: &[String]) -> Result<(), String> {
+    /// Runs `hadar average --out OUT [OUTER STEP] INPUTS...` as the job's user. The outer
+    /// step's files were fixed when the round was planned (the velocity read is the previous
+    /// round's, the one written is this round's own), so repeating this after a crash writes
+    /// the same files and applies the momentum once.
+    fn average_as(
+        &self,
+        uid: u32,
+        gid: u32,
+        round: &ForkRound,
+        inputs: &[String],
+    ) -> Result<(), String> {
         use std::os::unix::process::CommandExt;
         let output = std::process::Command::new(&self.hadar_bin)
             .arg("average")
             .arg("--out")
-            .arg(out)
+            .arg(&round.consolidated)
+            .args(outer_args(round))
             .args(inputs)
             .uid(uid)
             .gid(gid)
@@ -610,12 +622,17 @@ impl Forker {
                 continue;
             };
             let sj = slurm_jobs.iter().find(|j| j.id == id);
+            let outer = specs
+                .get(&id)
+                .and_then(|s| s.outer)
+                .unwrap_or_else(|| self.config.default_outer());
             match self.start_round(
                 store,
                 row,
                 sj,
                 fj,
                 js,
+                outer,
                 cluster,
                 a.placement.parts(),
                 now_unix,
@@ -658,6 +675,7 @@ impl Forker {
         sj: Option<&SlurmJob>,
         fj: &ForkJob,
         js: &JobState,
+        outer: Outer,
         cluster: &hadar_core::Cluster,
         parts: &[Part],
         now_unix: f64,
@@ -686,6 +704,11 @@ impl Forker {
         let budgets = split_budget(remaining, &rates);
         let deadline =
             (now_unix + self.round_s - self.config.deadline_margin_seconds).floor() as u64;
+        // The round the start checkpoint came from: copy k's inner optimizer state, left
+        // beside its checkpoint, goes to this round's copy k.
+        let previous = store.fork_rounds(id)?.into_iter().rev().find(|p| {
+            p.state == RoundState::Consolidated && Some(&p.consolidated) == fj.checkpoint.as_ref()
+        });
         let mut copies = Vec::new();
         for (p, b) in parts.iter().zip(&budgets).filter(|(_, b)| **b > 0) {
             let k = copies.len();
@@ -707,6 +730,11 @@ impl Forker {
                 exit_code: None,
                 weight: None,
                 seconds: None,
+                inner_state_from: previous
+                    .as_ref()
+                    .and_then(|p| p.copies.get(k))
+                    .filter(|c| c.ok == Some(true))
+                    .map(|c| format!("{}.inner", c.checkpoint)),
             });
         }
         let mut round = ForkRound {
@@ -726,6 +754,7 @@ impl Forker {
             ended_s: None,
             steps: 0.0,
             message: None,
+            outer: outer_step(outer, fj, &job_dir, r),
         };
         let partition = sj.and_then(|j| j.partition.clone());
         let text = copy_script(
@@ -794,6 +823,10 @@ fn append_tracker_line(
         "aggregated_steps": round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
         "remaining_steps": remaining,
         "consolidated": round.consolidated,
+        "outer": round.outer.as_ref().map(|o| serde_json::json!({
+            "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
+            "start": round.start_from, "momentum_from": o.momentum_from, "momentum_state": o.momentum_out,
+        })),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -890,6 +923,59 @@ fn previous_copies(store: &Store, id: u64, cluster: &hadar_core::Cluster) -> Opt
         .collect();
     let parts = parts?;
     (!parts.is_empty()).then(|| Placement::forked(parts))
+}
+
+/// The outer step of round `r` of a job choosing `outer`: none for the plain mean, and none
+/// in a job's first counted round (its copies built their start themselves, so there is no
+/// start checkpoint to step from). The velocity is read from the file the job's last
+/// counted round wrote and written to a new file of this round.
+fn outer_step(outer: Outer, fj: &ForkJob, job_dir: &Path, r: u64) -> Option<OuterStep> {
+    let Outer::Nesterov { lr, momentum } = outer else {
+        return None;
+    };
+    fj.checkpoint.as_ref()?;
+    Some(OuterStep {
+        lr,
+        momentum,
+        momentum_from: if momentum > 0.0 {
+            fj.momentum.clone()
+        } else {
+            None
+        },
+        momentum_out: (momentum > 0.0).then(|| {
+            job_dir
+                .join(format!("momentum-{r}.safetensors"))
+                .display()
+                .to_string()
+        }),
+    })
+}
+
+/// `hadar average`'s options for a round's outer step (none for the plain mean).
+fn outer_args(round: &ForkRound) -> Vec<String> {
+    let (Some(o), Some(start)) = (&round.outer, &round.start_from) else {
+        return Vec::new();
+    };
+    let mut args: Vec<String> = vec![
+        "--outer".into(),
+        "nesterov".into(),
+        "--start".into(),
+        start.clone(),
+        "--outer-lr".into(),
+        o.lr.to_string(),
+        "--outer-momentum".into(),
+        o.momentum.to_string(),
+    ];
+    if let Some(out) = &o.momentum_out {
+        args.extend(["--momentum-state".into(), out.clone()]);
+        match &o.momentum_from {
+            Some(from) => args.extend(["--momentum-from".into(), from.clone()]),
+            // Explicitly zero: a file left at `out` by an earlier attempt of this very
+            // round must not be read as the previous velocity.
+            None => args.push("--momentum-zero".into()),
+        }
+    }
+    args
 }
 
 /// Splits `total` steps over copies in proportion to `rates` (largest remainders get the
@@ -1033,11 +1119,14 @@ fn copy_script(
         } else {
             String::new()
         };
-        let start = round
+        let mut start = round
             .start_from
             .as_deref()
             .map(|p| format!(" --start-from {}", quote(p)))
             .unwrap_or_default();
+        if let Some(inner) = &c.inner_state_from {
+            start.push_str(&format!(" --inner-state-from {}", quote(inner)));
+        }
         s.push_str(&format!(
             "srun {group}--ntasks=1 env HADAR_GPU_TYPE={} HADAR_GPUS={} {} --index {k} --copies {n} --round {} --checkpoint-out {} --result {}{start} --step-budget {} --deadline {} --steps-done {steps_done} -- {} &\n",
             quote(&c.gpu_type),
@@ -1095,6 +1184,7 @@ mod tests {
             gpu_types: None,
             fork: true,
             model: None,
+            outer: None,
         };
         let types = vec!["v100".to_string(), "k80".to_string()];
         let priors = Priors {
@@ -1149,6 +1239,7 @@ mod tests {
             exit_code: None,
             weight: None,
             seconds: None,
+            inner_state_from: (k == 1).then(|| "/sp/1/round-0/copy-1.safetensors.inner".into()),
         };
         let round = ForkRound {
             job: 1,
@@ -1164,6 +1255,7 @@ mod tests {
             ended_s: None,
             steps: 0.0,
             message: None,
+            outer: None,
         };
         let s = copy_script(
             &round,
@@ -1182,6 +1274,12 @@ mod tests {
         assert!(s.contains("#HADAR off"));
         assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
+        // Copy 1 gets the inner optimizer state of the previous round's copy 1; copy 0 none.
+        assert!(
+            s.contains("--start-from '/sp/it'\\''s.safetensors' --inner-state-from '/sp/1/round-0/copy-1.safetensors.inner' --step-budget 40"),
+            "{s}"
+        );
+        assert_eq!(s.matches("--inner-state-from").count(), 1, "{s}");
         assert!(
             s.contains("--step-budget 40 --deadline 1234 --steps-done 7 -- '/sp/1/job.sh' &"),
             "{s}"
@@ -1200,6 +1298,72 @@ mod tests {
         );
         assert!(!s.contains("hetjob") && !s.contains("--het-group"), "{s}");
         assert!(s.contains("srun --ntasks=1 env HADAR_GPU_TYPE='v100' HADAR_GPUS=2 '/r/run' --index 0 --copies 1"), "{s}");
+    }
+
+    #[test]
+    fn the_outer_step_reads_the_last_velocity_and_writes_a_new_one() {
+        let dir = Path::new("/sp/9");
+        let nesterov = Outer::Nesterov {
+            lr: 1.0,
+            momentum: 0.5,
+        };
+        let mut fj = ForkJob::new(9, 100.0);
+        // No start checkpoint yet (round 0) or the plain mean: no outer step.
+        assert_eq!(outer_step(nesterov, &fj, dir, 0), None);
+        fj.checkpoint = Some("/sp/9/consolidated-0.safetensors".into());
+        assert_eq!(outer_step(Outer::Mean, &fj, dir, 1), None);
+        let first = outer_step(nesterov, &fj, dir, 1).unwrap();
+        assert_eq!(first.momentum_from, None);
+        assert_eq!(
+            first.momentum_out.as_deref(),
+            Some("/sp/9/momentum-1.safetensors")
+        );
+        fj.momentum = first.momentum_out.clone();
+        let second = outer_step(nesterov, &fj, dir, 2).unwrap();
+        assert_eq!(
+            second.momentum_from.as_deref(),
+            Some("/sp/9/momentum-1.safetensors")
+        );
+        assert_eq!(
+            second.momentum_out.as_deref(),
+            Some("/sp/9/momentum-2.safetensors")
+        );
+        // No momentum: no velocity to keep.
+        let plain = Outer::Nesterov {
+            lr: 0.7,
+            momentum: 0.0,
+        };
+        assert_eq!(outer_step(plain, &fj, dir, 2).unwrap().momentum_out, None);
+
+        // The averaging command: a first velocity is explicitly zero (an earlier attempt's
+        // file must not count), later ones name the previous round's file.
+        let round = |outer: Option<OuterStep>| ForkRound {
+            job: 9,
+            round: 2,
+            state: RoundState::Running,
+            copy_job: None,
+            copy_job_name: "hadar-fork-9-r2".into(),
+            copies: vec![],
+            start_from: fj.checkpoint.clone(),
+            consolidated: "/sp/9/consolidated-2.safetensors".into(),
+            deadline_unix: 0,
+            started_s: 0.0,
+            ended_s: None,
+            steps: 0.0,
+            message: None,
+            outer,
+        };
+        assert!(outer_args(&round(None)).is_empty());
+        let a = outer_args(&round(Some(first))).join(" ");
+        assert_eq!(
+            a,
+            "--outer nesterov --start /sp/9/consolidated-0.safetensors --outer-lr 1 --outer-momentum 0.5 --momentum-state /sp/9/momentum-1.safetensors --momentum-zero"
+        );
+        let a = outer_args(&round(Some(second))).join(" ");
+        assert!(
+            a.ends_with("--momentum-state /sp/9/momentum-2.safetensors --momentum-from /sp/9/momentum-1.safetensors"),
+            "{a}"
+        );
     }
 
     proptest! {

@@ -289,6 +289,7 @@ mod tests {
             gpu_types: None,
             fork: false,
             model: None,
+            outer: None,
         })
     }
 

@@ -40,6 +40,8 @@ pub struct JobSpec {
     /// Its model's traits (`model=`), from which its rate on a GPU type is estimated before
     /// it has run there.
     pub model: Option<JobTraits>,
+    /// How its copies are consolidated when forked (`outer=`); `None`: `[fork] outer`.
+    pub outer: Option<hadar_request::Outer>,
 }
 
 impl JobSpec {
@@ -92,6 +94,7 @@ impl JobSpec {
             gpu_types: d.gpu_types,
             fork: d.may_fork.unwrap_or(false),
             model,
+            outer: d.outer,
         })
     }
 }
@@ -317,6 +320,7 @@ mod tests {
             gpu_types: None,
             fork: false,
             model: None,
+            outer: None,
         }
     }
 
@@ -498,6 +502,7 @@ mod tests {
             gpu_types: None,
             fork: false,
             model: None,
+            outer: None,
         };
         let learned = vec![LearnedRate {
             job: 1,
@@ -519,6 +524,7 @@ mod tests {
             gpu_types: None,
             fork: false,
             model: None,
+            outer: None,
         };
         let (p, origins) = profile(&blank, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(1), 4), Some(4.0));

@@ -5,7 +5,9 @@
 use hadar_daemon::DaemonConfig;
 use hadar_daemon::fork::{ForkSlurm, Forker};
 use hadar_slurm::{JobStatus, SlurmError, SlurmJob};
-use hadar_store::{ForkCopy, ForkJob, ForkRound, ForkState, JobRow, Phase, RoundState, Store};
+use hadar_store::{
+    ForkCopy, ForkJob, ForkRound, ForkState, JobRow, OuterStep, Phase, RoundState, Store,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -62,11 +64,12 @@ fn bench() -> Bench {
     let meta = std::fs::metadata(dir.path()).unwrap();
     let owner = (meta.uid(), meta.gid());
     let spool = dir.path().join("spool");
-    // `hadar average --out OUT IN:STEPS...` stand-in: copies the first input.
+    // `hadar average --out OUT [OPTIONS] IN:STEPS...` stand-in: logs its arguments to
+    // `average.log` beside it and copies the first input.
     let avg = dir.path().join("fake-hadar");
     std::fs::write(
         &avg,
-        "#!/bin/sh\n[ \"$1\" = average ] || exit 9\nout=$3\nin=${4%:*}\ncp \"$in\" \"$out\"\n",
+        "#!/bin/sh\n[ \"$1\" = average ] || exit 9\necho \"$@\" >> \"$(dirname \"$0\")/average.log\"\nout=$3\nfor a in \"$@\"; do case $a in *:[0-9]*) in=${a%:*}; break ;; esac; done\ncp \"$in\" \"$out\"\n",
     )
     .unwrap();
     std::fs::set_permissions(&avg, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -141,6 +144,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         exit_code: None,
         weight: None,
         seconds: None,
+        inner_state_from: None,
     };
     ForkRound {
         job: JOB,
@@ -161,6 +165,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         ended_s: None,
         steps: 0.0,
         message: None,
+        outer: None,
     }
 }
 
@@ -310,4 +315,57 @@ fn copies_failing_round_after_round_fail_the_job() {
     let log = b.calls.log();
     assert!(log.iter().any(|c| c.contains("state=failed")), "{log:?}");
     assert!(log.contains(&format!("release {JOB}")), "{log:?}");
+}
+
+/// A round planned with the outer step hands it to `hadar average` (the velocity explicitly
+/// zero in the job's first round with momentum, so that a file left by an earlier attempt of
+/// this round is not read), and counting the round moves the job's velocity with its
+/// checkpoint.
+#[test]
+fn an_outer_round_passes_its_step_to_average_and_moves_the_velocity() {
+    let mut b = bench();
+    let job_dir = b.spool.join(JOB.to_string());
+    let start = job_dir
+        .join("consolidated-0.safetensors")
+        .display()
+        .to_string();
+    let velocity = job_dir.join("momentum-1.safetensors").display().to_string();
+    let mut r = round(&b, RoundState::Running, Some(901));
+    r.round = 1;
+    r.copy_job_name = format!("hadar-fork-{JOB}-r1");
+    r.consolidated = job_dir
+        .join("consolidated-1.safetensors")
+        .display()
+        .to_string();
+    r.start_from = Some(start.clone());
+    r.outer = Some(OuterStep {
+        lr: 1.0,
+        momentum: 0.5,
+        momentum_from: None,
+        momentum_out: Some(velocity.clone()),
+    });
+    let mut fj = ForkJob::new(JOB, 100.0);
+    fj.checkpoint = Some(start.clone());
+    fj.next_round = 2;
+    b.store
+        .write(|w| {
+            w.put_fork_job(&fj)?;
+            w.put_fork_round(&r)
+        })
+        .unwrap();
+    copies_succeeded(&r, &[(30, Some(5.0)), (20, Some(5.0))]);
+    let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
+    let done = slurm_job(901, "hadar-fork-7-r1", JobStatus::Completed, false, b.owner);
+    advance(&mut b, &[logical, done]);
+    let log = std::fs::read_to_string(b.spool.parent().unwrap().join("average.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "--outer nesterov --start {start} --outer-lr 1 --outer-momentum 0.5 --momentum-state {velocity} --momentum-zero "
+        )),
+        "{log}"
+    );
+    let fj = b.store.fork_job(JOB).unwrap().unwrap();
+    assert_eq!(fj.steps_done, 50.0);
+    assert_eq!(fj.checkpoint.as_deref(), Some(r.consolidated.as_str()));
+    assert_eq!(fj.momentum.as_deref(), Some(velocity.as_str()));
 }

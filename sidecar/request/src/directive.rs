@@ -3,13 +3,13 @@
 //!
 //! Syntax (one or more whitespace-separated words per `#HADAR` line, or after `hadar:` in the
 //! comment): `on`, `off`, and `key=value` with the keys `type`, `throughput`, `steps`,
-//! `epochs`, `fork`, `gpu-types` and `model`. The same `key=value` words make up the directive
+//! `epochs`, `fork`, `gpu-types`, `model` and `outer`. The same `key=value` words make up the directive
 //! part of the stored record (see [`crate::record`]), so one parser serves both.
 
 use std::fmt;
 
 /// The keys a directive may set, in the order the record writes them.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "type",
     "throughput",
     "steps",
@@ -17,6 +17,7 @@ pub const KEYS: [&str; 7] = [
     "fork",
     "gpu-types",
     "model",
+    "outer",
 ];
 
 /// Whether a job opted in to or out of Hadar explicitly.
@@ -148,6 +149,64 @@ fn parse_scaled(v: &str) -> Option<f64> {
     (x.is_finite() && x > 0.0 && x < 1e15).then_some(x)
 }
 
+/// How a forked job's copies are consolidated after each round (`outer=`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Outer {
+    /// `outer=mean`: the copies' steps-weighted mean.
+    Mean,
+    /// `outer=nesterov[:LR:MU]`: an outer Nesterov-momentum step from the round's start
+    /// along the mean's update (`hadar average --outer nesterov`).
+    Nesterov {
+        /// The outer learning rate, in `(0, 10]`.
+        lr: f64,
+        /// The outer momentum, in `[0, 1)`.
+        momentum: f64,
+    },
+}
+
+/// `outer=nesterov` without parameters: the pair the quality study in
+/// docs/hadare-quality.md found best over both of its models.
+pub const DEFAULT_NESTEROV: Outer = Outer::Nesterov {
+    lr: 1.0,
+    momentum: 0.5,
+};
+
+const OUTER_EXPECTED: &str =
+    "mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1), e.g. nesterov:1:0.5";
+
+impl Outer {
+    /// Parses `mean`, `nesterov` or `nesterov:LR:MU`.
+    pub fn parse(value: &str) -> Option<Outer> {
+        let lower = value.to_ascii_lowercase();
+        let mut parts = lower.split(':');
+        match (parts.next()?, parts.next(), parts.next(), parts.next()) {
+            ("mean", None, None, None) => Some(Outer::Mean),
+            ("nesterov", None, None, None) => Some(DEFAULT_NESTEROV),
+            ("nesterov", Some(lr), Some(mu), None) => {
+                let lr: f64 = lr.parse().ok()?;
+                let momentum: f64 = mu.parse().ok()?;
+                let ok = lr.is_finite()
+                    && lr > 0.0
+                    && lr <= 10.0
+                    && momentum.is_finite()
+                    && (0.0..1.0).contains(&momentum);
+                ok.then_some(Outer::Nesterov { lr, momentum })
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Outer {
+    /// The canonical form the record stores.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outer::Mean => f.write_str("mean"),
+            Outer::Nesterov { lr, momentum } => write!(f, "nesterov:{lr}:{momentum}"),
+        }
+    }
+}
+
 /// Everything a job's Hadar directives say, apart from the opt-in/opt-out.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JobDirectives {
@@ -165,6 +224,9 @@ pub struct JobDirectives {
     pub gpu_types: Option<Vec<String>>,
     /// The job's model, for estimating its throughput before it has run (`model=`).
     pub model: Option<ModelTraits>,
+    /// How its copies are consolidated when it runs forked (`outer=`); `None`: the
+    /// daemon's `[fork] outer`.
+    pub outer: Option<Outer>,
 }
 
 /// Where a directive was written, for error messages.
@@ -193,7 +255,7 @@ impl fmt::Display for Origin {
 pub enum DirectiveError {
     /// A word that is not a known directive.
     #[error(
-        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model="
+        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer="
     )]
     Unknown {
         /// Where.
@@ -370,6 +432,10 @@ impl Directives {
                 self.job.model =
                     Some(ModelTraits::parse(value).ok_or_else(|| malformed(MODEL_EXPECTED))?);
             }
+            "outer" => {
+                self.job.outer =
+                    Some(Outer::parse(value).ok_or_else(|| malformed(OUTER_EXPECTED))?);
+            }
             _ => unreachable!("KEYS and this match list the same keys"),
         }
         self.origins.push((key, origin.clone()));
@@ -504,7 +570,7 @@ mod tests {
         let e = script("#!/bin/sh\n#SBATCH -N1\n#HADAR stepz=4\n").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model="
+            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer="
         );
         let e = script("#!/bin/sh\n#HADAR steps=12k\n").unwrap_err();
         assert_eq!(
@@ -583,6 +649,45 @@ mod tests {
                     && e.contains("params:N,gflops:X,batch:N"),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn outer_chooses_the_consolidation() {
+        let outer = |v: &str| script(&format!("#HADAR fork=yes outer={v}")).map(|d| d.job.outer);
+        assert_eq!(outer("mean").unwrap(), Some(Outer::Mean));
+        assert_eq!(outer("Nesterov").unwrap(), Some(DEFAULT_NESTEROV));
+        assert_eq!(
+            outer("nesterov:0.7:0.9").unwrap(),
+            Some(Outer::Nesterov {
+                lr: 0.7,
+                momentum: 0.9
+            })
+        );
+        assert_eq!(script("#HADAR fork=yes").unwrap().job.outer, None);
+        // The canonical form reads back as itself.
+        for o in [Outer::Mean, DEFAULT_NESTEROV] {
+            assert_eq!(Outer::parse(&o.to_string()), Some(o));
+        }
+        for bad in [
+            "median",
+            "nesterov:0:0.5",
+            "nesterov:1:1",
+            "nesterov:1",
+            "nesterov:1:0.5:2",
+            "nesterov:x:0",
+            "nesterov:11:0",
+            "nesterov:1:-0.1",
+            "nesterov:nan:0",
+        ] {
+            let e = script(&format!("#!/bin/sh\n#HADAR outer={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("malformed value `{bad}` for `outer` in #HADAR line 2 of the batch script; expected mean, nesterov, or nesterov:LR:MU")),
+                "{e}"
+            );
+            assert!(!e.contains('\n'));
         }
     }
 

@@ -23,7 +23,7 @@ pub mod record;
 pub use config::{Config, ConfigError};
 pub use decide::{Decision, Managed, RequestError, Submission, Unmanaged, decide};
 pub use directive::{
-    DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, ThroughputHint,
+    DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, Outer, ThroughputHint,
 };
 pub use gpu::{GpuCount, GpuRequest, GpuRequestError, Scope, TresFields};
 pub use inventory::{Inventory, InventoryError, NodeGpus};

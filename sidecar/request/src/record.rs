@@ -4,7 +4,7 @@
 //! Format, one line: `hadar:v1` followed by space-separated `key=value` words:
 //! `gpus=SPEC` (per job) or `gpus-per-node=SPEC`, then optionally `nodes=N`, `het=OFFSET`
 //! and the directive words of [`crate::directive`] (`type=`, `throughput=`, `steps=`,
-//! `epochs=`, `fork=`, `gpu-types=`, `model=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
+//! `epochs=`, `fork=`, `gpu-types=`, `model=`, `outer=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
 //! `hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 fork=yes`.
 
 use crate::directive::{Directives, JobDirectives, Origin};
@@ -84,6 +84,9 @@ impl Record {
         }
         if let Some(m) = &d.model {
             out.push_str(&format!(" model={m}"));
+        }
+        if let Some(o) = &d.outer {
+            out.push_str(&format!(" outer={o}"));
         }
         out
     }
@@ -199,12 +202,16 @@ mod tests {
                 may_fork: Some(true),
                 gpu_types: Some(vec!["v100".into(), "k80".into()]),
                 model: crate::ModelTraits::parse("params:25.6M,gflops:4.1,batch:64,amp:yes"),
+                outer: Some(crate::Outer::Nesterov {
+                    lr: 0.7,
+                    momentum: 0.9,
+                }),
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -298,6 +305,15 @@ mod tests {
                             mixed_precision: amp,
                         }
                     }),
+                    // The outer step's canonical form must read back as the same value.
+                    outer: match steps.map(|s| s % 3) {
+                        Some(0) => Some(crate::Outer::Mean),
+                        Some(1) => Some(crate::Outer::Nesterov {
+                            lr: 0.7,
+                            momentum: 0.9,
+                        }),
+                        _ => None,
+                    },
                 }
             });
         (

@@ -62,6 +62,10 @@ pub struct ForkJob {
     pub failed_rounds: u32,
     /// Why it failed or was cancelled, for `hadar status` and the finish step.
     pub message: Option<String>,
+    /// The outer optimizer's velocity after the latest consolidated round, when that round
+    /// took an outer step with momentum (set with `checkpoint`, in the same transaction).
+    #[serde(default)]
+    pub momentum: Option<String>,
 }
 
 impl ForkJob {
@@ -76,6 +80,7 @@ impl ForkJob {
             checkpoint: None,
             failed_rounds: 0,
             message: None,
+            momentum: None,
         }
     }
 
@@ -151,6 +156,10 @@ pub struct ForkCopy {
     /// consolidation; absent in rounds recorded before runners reported it).
     #[serde(default)]
     pub seconds: Option<f64>,
+    /// The inner optimizer state the previous round's copy of the same index left beside
+    /// its checkpoint (`--inner-state-from`), when there was one.
+    #[serde(default)]
+    pub inner_state_from: Option<String>,
 }
 
 /// One round of one forked job.
@@ -182,6 +191,23 @@ pub struct ForkRound {
     pub steps: f64,
     /// What went wrong, for a failed or abandoned round.
     pub message: Option<String>,
+    /// How the copies are consolidated; `None`: their weighted mean.
+    #[serde(default)]
+    pub outer: Option<OuterStep>,
+}
+
+/// A round's outer Nesterov step (`hadar average --outer nesterov`), fixed when the round is
+/// planned so that a consolidation repeated after a crash is the same command.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OuterStep {
+    /// The outer learning rate.
+    pub lr: f64,
+    /// The outer momentum.
+    pub momentum: f64,
+    /// The previous round's velocity (none: zero).
+    pub momentum_from: Option<String>,
+    /// Where this round's velocity goes (a new file each round, never the one read).
+    pub momentum_out: Option<String>,
 }
 
 impl Store {
@@ -369,6 +395,9 @@ impl Writer<'_> {
         r.steps = r.copies.iter().filter_map(|c| c.steps).sum();
         job.steps_done += r.steps;
         job.checkpoint = Some(r.consolidated.clone());
+        // The velocity moves with the checkpoint: a round without an outer step (or without
+        // momentum) leaves none, and the next round starts from zero.
+        job.momentum = r.outer.as_ref().and_then(|o| o.momentum_out.clone());
         job.failed_rounds = 0;
         job.next_round = job.next_round.max(r.round + 1);
         if job.steps_done >= job.total_steps && job.state == ForkState::Active {
@@ -397,6 +426,7 @@ mod tests {
             exit_code: steps.map(|_| 0),
             weight: None,
             seconds: None,
+            inner_state_from: None,
         }
     }
 
@@ -418,7 +448,48 @@ mod tests {
             ended_s: None,
             steps: 0.0,
             message: None,
+            outer: None,
         }
+    }
+
+    #[test]
+    fn the_velocity_moves_with_the_checkpoint_and_rounds_without_one_clear_it() {
+        let mut s = Store::in_memory().unwrap();
+        let with_outer = |r: u64, out: Option<&str>| ForkRound {
+            outer: Some(OuterStep {
+                lr: 1.0,
+                momentum: 0.5,
+                momentum_from: None,
+                momentum_out: out.map(String::from),
+            }),
+            ..round(5, r, [10.0, 10.0])
+        };
+        s.write(|w| {
+            w.put_fork_job(&ForkJob::new(5, 1000.0))?;
+            w.put_fork_round(&round(5, 0, [10.0, 10.0]))?;
+            w.consolidate_round(&round(5, 0, [10.0, 10.0]))
+        })
+        .unwrap();
+        assert_eq!(s.fork_job(5).unwrap().unwrap().momentum, None);
+        s.write(|w| {
+            w.put_fork_round(&with_outer(1, Some("/s/momentum-1")))?;
+            w.consolidate_round(&with_outer(1, Some("/s/momentum-1")))
+        })
+        .unwrap();
+        let j = s.fork_job(5).unwrap().unwrap();
+        assert_eq!(j.momentum.as_deref(), Some("/s/momentum-1"));
+        // Counting round 1 again (a crash after the commit) changes nothing.
+        assert!(
+            !s.write(|w| w.consolidate_round(&with_outer(1, Some("/s/x"))))
+                .unwrap()
+        );
+        assert_eq!(s.fork_job(5).unwrap().unwrap(), j);
+        s.write(|w| {
+            w.put_fork_round(&round(5, 2, [10.0, 10.0]))?;
+            w.consolidate_round(&round(5, 2, [10.0, 10.0]))
+        })
+        .unwrap();
+        assert_eq!(s.fork_job(5).unwrap().unwrap().momentum, None);
     }
 
     #[test]

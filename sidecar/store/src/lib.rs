@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, RoundState};
+pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, OuterStep, RoundState};
 pub use schema::SCHEMA_VERSION;
 
 /// What went wrong with the state database.
