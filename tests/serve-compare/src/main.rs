@@ -9,7 +9,7 @@
 //! own submit and end times.
 //!
 //! Usage: `hadar-serve-compare --hadar PATH [--jobs N] [--time-scale X] [--seed N]
-//! [--format table|json]`; run it as root on a machine with Slurm installed
+//! [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
 //! (`tests/install-deps`), from the repository root.
 //!
 //! With `--policies hadar,hadare --trace FILE` it instead runs the jobs of a Gavel trace
@@ -51,6 +51,8 @@ struct Args {
     time_scale: f64,
     seed: u64,
     json: bool,
+    /// `--no-lookahead`: the daemon runs with `[hadar] earliest_finish_types = false`.
+    no_lookahead: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         time_scale: 10.0,
         seed: 1,
         json: false,
+        no_lookahead: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -86,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| "--seed: give a whole number".to_string())?
             }
             "--format" => a.json = v()? == "json",
+            "--no-lookahead" => a.no_lookahead = true,
             "--trace" => a.trace = Some(PathBuf::from(v()?)),
             "--policies" => {
                 let p = v()?;
@@ -238,13 +242,16 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
     let config = bed.path("etc/serve-compare.toml");
     let state = bed.path("state-compare.db");
     let _ = std::fs::remove_file(&state);
-    let text = format!(
+    let mut text = format!(
         "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = 3\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {}\n",
         bed.path("etc/slurm.conf").display(),
         bed.path("run/hadar.sock").display(),
         state.display(),
         a.time_scale
     );
+    if a.no_lookahead {
+        text.push_str("\n[hadar]\nearliest_finish_types = false\n");
+    }
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(bed.path("log/hadar-serve-compare.log"))
         .map_err(|e| e.to_string())?;
