@@ -104,6 +104,12 @@ pub struct SidecarConfig {
     pub earliest_finish_types: bool,
     /// The policy for `fork=yes` jobs: `hadar` (no forking) or `hadare`.
     pub policy: PolicyChoice,
+    /// Seconds without a completed round after which `hadar fail-open` hands the managed
+    /// jobs hadar holds back to Slurm's own scheduling.
+    pub fail_open_after: f64,
+    /// The heartbeat file the daemon rewrites after every completed round; unset: the state
+    /// database's path with `.heartbeat` appended.
+    pub heartbeat: Option<PathBuf>,
 }
 
 impl Default for SidecarConfig {
@@ -123,6 +129,8 @@ impl Default for SidecarConfig {
             rate_learning_weight: 0.3,
             earliest_finish_types: true,
             policy: PolicyChoice::Hadar,
+            fail_open_after: 900.0,
+            heartbeat: None,
         }
     }
 }
@@ -131,6 +139,16 @@ impl SidecarConfig {
     /// The round length.
     pub fn round(&self) -> Duration {
         Duration::from_secs_f64(self.round_seconds)
+    }
+
+    /// The heartbeat file: `heartbeat`, or the state database's path plus `.heartbeat`
+    /// (beside the database, but a plain file: it can be read when the database cannot).
+    pub fn heartbeat_path(&self) -> PathBuf {
+        self.heartbeat.clone().unwrap_or_else(|| {
+            let mut p = self.state.clone().into_os_string();
+            p.push(".heartbeat");
+            PathBuf::from(p)
+        })
     }
 }
 
@@ -241,6 +259,14 @@ impl DaemonConfig {
             s.rate_learning_weight,
             s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
             "give a number in (0, 1]",
+        )?;
+        // A round that takes its whole period plus a slow Slurm must not look like a dead
+        // daemon: the limit is at least two rounds.
+        range(
+            "sidecar.fail_open_after",
+            s.fail_open_after,
+            s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
+            "give at least twice sidecar.round_seconds",
         )?;
         if s.preempt_signal.is_empty()
             || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())

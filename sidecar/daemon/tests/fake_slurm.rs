@@ -198,6 +198,20 @@ impl SlurmApi for FakeSlurm {
             .push(format!("signal {id} {signal}"));
         Ok(())
     }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("admin-comment {id}"));
+        s.jobs.get_mut(&id).unwrap().admin_comment = Some(text.to_string());
+        Ok(())
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("clear-gpus {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.tres_per_node = None;
+        j.tres_per_job = None;
+        Ok(())
+    }
     fn retypes_pending_jobs(&self) -> bool {
         self.0.borrow().retypes
     }
