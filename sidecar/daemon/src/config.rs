@@ -369,6 +369,34 @@ mod tests {
     }
 
     #[test]
+    fn fail_open_settings_are_read_and_checked() {
+        let c = DaemonConfig::parse("h.toml", "[sidecar]\nstate = \"/v/s.db\"\n").unwrap();
+        assert_eq!(c.sidecar.fail_open_after, 900.0);
+        assert_eq!(
+            c.sidecar.heartbeat_path(),
+            PathBuf::from("/v/s.db.heartbeat")
+        );
+        let c = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\nround_seconds = 2\nfail_open_after = 6\nheartbeat = \"/run/hb\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.sidecar.fail_open_after, 6.0);
+        assert_eq!(c.sidecar.heartbeat_path(), PathBuf::from("/run/hb"));
+        // Shorter than two rounds would fail a live daemon open.
+        let e = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\nround_seconds = 10\nfail_open_after = 15\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("sidecar.fail_open_after") && e.contains("twice sidecar.round_seconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_policy_and_fork_settings_are_read_and_checked() {
         let c = DaemonConfig::parse(
             "h.toml",
