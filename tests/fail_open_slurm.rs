@@ -17,7 +17,14 @@ use std::time::{Duration, Instant};
 /// Seconds without a round after which the cluster fails open, in these tests.
 const FAIL_OPEN_AFTER: u64 = 6;
 
+/// The leader's lease in these tests (more than the 1 s grace plus the 10 s command timeout).
+const LEASE_SECONDS: u64 = 12;
+
 const SCENARIOS: &[Scenario] = &[
+    (
+        "standby_leads_within_the_bound_after_the_leader_is_killed",
+        standby_leads_within_the_bound_after_the_leader_is_killed,
+    ),
     (
         "killed_daemon_waiting_jobs_fail_open_and_complete_with_their_own_request",
         killed_daemon_waiting_jobs_fail_open_and_complete_with_their_own_request,
@@ -39,18 +46,24 @@ fn main() -> ExitCode {
 
 /// A daemon for scenario `name` that fails open after [`FAIL_OPEN_AFTER`] s.
 fn start_daemon(bed: &Testbed, name: &str) -> Serve {
-    let config = bed.path(&format!("etc/fail-open-{name}.toml"));
     let state = bed.path(&format!("state-fail-open-{name}.db"));
-    for suffix in ["", ".heartbeat", ".heartbeat.fail-open"] {
+    for suffix in ["", "-wal", "-shm", ".heartbeat", ".heartbeat.fail-open"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", state.display()));
     }
+    start_on(bed, name, &state, "hadar.sock")
+}
+
+/// A daemon with its own config `name` (and notice socket `socket`) on the state `state`.
+fn start_on(bed: &Testbed, name: &str, state: &Path, socket: &str) -> Serve {
+    let config = bed.path(&format!("etc/fail-open-{name}.toml"));
+    let state = state.to_path_buf();
     let text = format!(
         "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
          [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
          restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n\
-         fail_open_after = {FAIL_OPEN_AFTER}\n",
+         fail_open_after = {FAIL_OPEN_AFTER}\nlease_seconds = {LEASE_SECONDS}\nmax_clock_skew_seconds = 1\n",
         conf = bed.path("etc/slurm.conf").display(),
-        sock = bed.path("run/hadar.sock").display(),
+        sock = bed.path(&format!("run/{socket}")).display(),
         state = state.display(),
     );
     std::fs::write(&config, text).expect("write the daemon's config");
@@ -375,4 +388,111 @@ fn daemon_back_takes_back_waiting_jobs_and_adopts_running_ones(bed: &mut Testbed
         finish_once(bed, id, steps);
     }
     drop(serve);
+}
+
+/// The lease's holder as `hadar status` shows it, if one leads.
+fn leader(serve: &Serve) -> Option<String> {
+    let status = serve.hadar(&["status"]);
+    let line = status.lines().find(|l| l.starts_with("leader: "))?;
+    let holder = line.strip_prefix("leader: ")?.split_whitespace().next()?;
+    (holder != "none;").then(|| holder.to_string())
+}
+
+fn standby_leads_within_the_bound_after_the_leader_is_killed(bed: &mut Testbed) {
+    let mut first = start_daemon(bed, "leader");
+    let state = first.state.clone();
+    wait_until("the first daemon leads", 20, || {
+        state.exists() && leader(&first).is_some()
+    });
+    let first_holder = leader(&first).unwrap();
+    // The standby: same state database, its own config and notice socket.
+    let second = start_on(bed, "standby", &state, "hadar-standby.sock");
+    let steps = 3000;
+    let mut jobs: Vec<u32> = (0..6)
+        .map(|_| {
+            submit(
+                bed,
+                &["--gpus=2", &output_args(bed)],
+                &script("resnet50-b64", steps, ""),
+            )
+        })
+        .collect();
+    wait_until("the leader starts jobs", 30, || {
+        jobs.iter()
+            .any(|id| field(bed, *id, "JobState") == "RUNNING")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        leader(&second),
+        Some(first_holder.clone()),
+        "the standby did not take over"
+    );
+    first.kill();
+    let killed = Instant::now();
+    jobs.extend((0..2).map(|_| {
+        submit(
+            bed,
+            &["--gpus=2", &output_args(bed)],
+            &script("resnet50-b64", steps, ""),
+        )
+    }));
+    // Bound: the lease, the skew allowed, one standby round, and slack for this shared machine.
+    let bound = LEASE_SECONDS + 1 + 2 + 6;
+    wait_until("the standby leads", bound, || {
+        leader(&second).is_some_and(|h| h != first_holder)
+    });
+    let took_over = killed.elapsed().as_secs_f64();
+    assert!(
+        took_over >= (LEASE_SECONDS - 4) as f64,
+        "took over {took_over:.1} s after the kill, before the lease could have expired"
+    );
+    println!("    the standby leads {took_over:.1} s after the leader was killed");
+    for id in &jobs {
+        finish_once(bed, *id, steps);
+    }
+    // The action log: every intent names its daemon; all of the first daemon's come before
+    // any of the second's (never both acting), and each job was started once.
+    let store = hadar_store::Store::open_read_only(&state).unwrap();
+    let intents = store.all_intents().unwrap();
+    assert!(intents.iter().all(|i| i.holder.is_some()), "{intents:?}");
+    let second_holder = leader(&second).unwrap();
+    let last_first = intents
+        .iter()
+        .filter(|i| i.holder.as_deref() == Some(first_holder.as_str()))
+        .map(|i| i.id)
+        .max()
+        .expect("the first daemon acted");
+    let first_second = intents
+        .iter()
+        .filter(|i| i.holder.as_deref() == Some(second_holder.as_str()))
+        .map(|i| i.id)
+        .min()
+        .expect("the standby acted after taking over");
+    assert!(last_first < first_second, "{intents:?}");
+    assert!(
+        intents
+            .iter()
+            .all(|i| i.holder.as_deref() == Some(first_holder.as_str())
+                || i.holder.as_deref() == Some(second_holder.as_str())),
+        "{intents:?}"
+    );
+    // Each job started once (a start cut short by the kill is closed as interrupted, and
+    // then taken as done, not repeated).
+    for id in &jobs {
+        let starts: Vec<&str> = intents
+            .iter()
+            .filter(|i| i.job == u64::from(*id) && i.action == "start")
+            .filter_map(|i| i.outcome.as_deref())
+            .collect();
+        assert!(
+            starts.iter().filter(|o| **o == "ok").count() <= 1
+                && starts
+                    .iter()
+                    .filter(|o| **o == "ok" || **o == "interrupted")
+                    .count()
+                    == 1,
+            "job {id}: {starts:?}"
+        );
+    }
+    drop(second);
 }

@@ -330,6 +330,20 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
+    if let Ok(Some(l)) = store.lease() {
+        let left = l.expires_unix - now_unix();
+        if left >= 0.0 {
+            println!(
+                "leader: {} (term {}), lease for {left:.0} s more",
+                l.holder, l.term
+            );
+        } else {
+            println!(
+                "leader: none; the lease of {} (term {}) expired {:.0} s ago",
+                l.holder, l.term, -left
+            );
+        }
+    }
     match &round {
         None => println!("no round has run yet"),
         Some(r) => {

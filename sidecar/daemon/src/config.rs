@@ -110,6 +110,11 @@ pub struct SidecarConfig {
     /// The heartbeat file the daemon rewrites after every completed round; unset: the state
     /// database's path with `.heartbeat` appended.
     pub heartbeat: Option<PathBuf>,
+    /// Seconds a leader's lease lasts after its last renewal (renewed every round, before
+    /// every action, and while it waits between rounds); a standby takes over after it.
+    pub lease_seconds: f64,
+    /// The largest difference allowed between the clocks of two daemons' hosts.
+    pub max_clock_skew_seconds: f64,
 }
 
 impl Default for SidecarConfig {
@@ -131,6 +136,8 @@ impl Default for SidecarConfig {
             policy: PolicyChoice::Hadar,
             fail_open_after: 900.0,
             heartbeat: None,
+            lease_seconds: 90.0,
+            max_clock_skew_seconds: 5.0,
         }
     }
 }
@@ -267,6 +274,20 @@ impl DaemonConfig {
             s.fail_open_after,
             s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
             "give at least twice sidecar.round_seconds",
+        )?;
+        // Between two renewals a leader waits at most one grace period or one command.
+        range(
+            "sidecar.lease_seconds",
+            s.lease_seconds,
+            s.lease_seconds.is_finite()
+                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
+            "give more than preempt_grace_seconds + command_timeout_seconds",
+        )?;
+        range(
+            "sidecar.max_clock_skew_seconds",
+            s.max_clock_skew_seconds,
+            s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
+            "give 0 or more",
         )?;
         if s.preempt_signal.is_empty()
             || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())

@@ -21,7 +21,7 @@ use hadar_formats::ThroughputTable;
 use hadar_request::FailOpenMark;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
-use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
+use hadar_store::{Decision, JobRow, LeaseGrant, NodeGpus, Phase, RoundRow, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,6 +120,14 @@ pub enum DaemonError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another daemon holds the leader's lease: this one stands by and does nothing.
+    #[error("standing by: {holder} leads until {expires_unix:.0}")]
+    Standby {
+        /// The leader.
+        holder: String,
+        /// Its lease's expiry, Unix seconds.
+        expires_unix: f64,
+    },
     /// The policy produced a plan that breaks capacity or gang rules (a bug; nothing enforced).
     #[error("the plan is invalid, nothing was enforced: {0}")]
     InvalidPlan(String),
@@ -160,6 +168,10 @@ pub struct Daemon<S: SlurmApi> {
     first_round: u64,
     refused: HashSet<u64>,
     fork: Option<Forker>,
+    /// Who this daemon is in the lease (`host:pid`).
+    holder: String,
+    /// Whether it held the lease at its last check.
+    leading: bool,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -179,17 +191,6 @@ impl<S: SlurmApi> Daemon<S> {
             .meta("round")?
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
-        let open = store.open_intents()?;
-        let now_s = now_unix - epoch;
-        if !open.is_empty() {
-            store.write(|w| {
-                for i in &open {
-                    tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
-                    w.close_intent(i.id, now_s, "interrupted")?;
-                }
-                Ok(())
-            })?;
-        }
         Ok(Daemon {
             slurm,
             store,
@@ -201,7 +202,61 @@ impl<S: SlurmApi> Daemon<S> {
             first_round: round + 1,
             refused: HashSet::new(),
             fork: None,
+            holder: failopen::holder(),
+            leading: false,
         })
+    }
+
+    /// Takes or renews the leader's lease at `now_unix`. On becoming leader it closes the
+    /// intents a previous leader (or run) left open and continues the round count from the
+    /// store; on standby it returns [`DaemonError::Standby`] and must not act.
+    fn lead(&mut self, now_unix: f64) -> Result<(), DaemonError> {
+        let s = &self.config.sidecar;
+        let (ttl, skew) = (s.lease_seconds, s.max_clock_skew_seconds);
+        match self
+            .store
+            .acquire_lease(&self.holder, now_unix, ttl, skew)?
+        {
+            LeaseGrant::Standby(l) => {
+                if self.leading {
+                    tracing::warn!(holder = %l.holder, "lost the leader's lease; standing by");
+                }
+                self.leading = false;
+                Err(DaemonError::Standby {
+                    holder: l.holder,
+                    expires_unix: l.expires_unix,
+                })
+            }
+            LeaseGrant::Leading(l) => {
+                if !self.leading {
+                    tracing::info!(term = l.term, holder = %self.holder, "leading (the leader's lease is ours)");
+                    self.leading = true;
+                    self.round = self
+                        .store
+                        .meta("round")?
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    self.first_round = self.round + 1;
+                    let open = self.store.open_intents()?;
+                    let now_s = now_unix - self.epoch;
+                    if !open.is_empty() {
+                        self.store.write(|w| {
+                            for i in &open {
+                                tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
+                                w.close_intent(i.id, now_s, "interrupted")?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this daemon held the lease at its last check.
+    pub fn is_leading(&self) -> bool {
+        self.leading
     }
 
     /// Runs `fork=yes` jobs as forked copies with this fork pass (`policy = "hadare"`);
@@ -284,10 +339,18 @@ impl<S: SlurmApi> Daemon<S> {
                         "round done"
                     )
                 }
+                Err(DaemonError::Standby { .. }) => {}
+                Err(DaemonError::Store(StoreError::NotLeader { .. })) => {
+                    self.leading = false;
+                    tracing::warn!(
+                        "lost the leader's lease during the round; stopped acting and standing by"
+                    )
+                }
                 Err(e) => tracing::error!(
                     "round failed: {e}; the next round rebuilds its view from Slurm"
                 ),
             }
+            let mut renewed = Instant::now();
             let mut period = self.config.sidecar.round();
             // Sleep in short steps so that a stop request is honoured promptly. A notice
             // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst
@@ -298,6 +361,15 @@ impl<S: SlurmApi> Daemon<S> {
                 let left = period.saturating_sub(started.elapsed());
                 if left.is_zero() {
                     break;
+                }
+                // A leader keeps its lease while it waits (rounds may be longer than it).
+                if self.leading
+                    && renewed.elapsed().as_secs_f64() > self.config.sidecar.lease_seconds / 3.0
+                {
+                    renewed = Instant::now();
+                    if let Err(e) = self.lead(clock()) {
+                        tracing::warn!("{e}");
+                    }
                 }
                 if wake
                     .recv_timeout(left.min(Duration::from_millis(200)))
@@ -312,6 +384,7 @@ impl<S: SlurmApi> Daemon<S> {
 
     /// Runs one round at wall-clock time `now_unix`.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        self.lead(now_unix)?;
         let now_s = now_unix - self.epoch;
         let round_started = Instant::now();
         let nodes = self.slurm.nodes()?;
