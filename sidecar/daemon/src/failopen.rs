@@ -514,27 +514,8 @@ mod tests {
 
     fn job(id: u64, status: JobStatus, held: bool, comment: Option<&str>) -> SlurmJob {
         SlurmJob {
-            id,
-            name: format!("j{id}"),
-            user_id: Some(1000),
-            group_id: None,
-            status,
-            reason: Some(if held { "JobHeldUser" } else { "None" }.into()),
-            priority: Some(if held { 0 } else { 1 }),
             admin_comment: comment.map(str::to_string),
-            comment: None,
-            partition: Some("gpu".into()),
-            nodes: vec![],
-            req_nodes: vec![],
-            tres_per_node: None,
-            tres_per_job: None,
-            alloc: vec![],
-            restarts: 0,
-            het_job_id: None,
-            submit_time: Some(1),
-            start_time: None,
-            end_time: None,
-            exit_code: None,
+            ..crate::reconcile::tests::sj(id, status, held)
         }
     }
 
