@@ -814,15 +814,26 @@ fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
 
 /// Fails if Slurm's test ports are taken (by a cluster this harness did not start).
 fn check_ports_free() -> Result<(), TestbedError> {
+    // A testbed stopped a moment ago (the previous test binary's) may still be letting go of
+    // its ports: 26.05's slurmd and its slurmstepd take a few seconds to exit.
+    let deadline = Instant::now() + Duration::from_secs(45);
     let first = controller_port();
-    for port in first..=first + NODES.len() as u16 {
-        if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", port)) {
-            return Err(TestbedError::Command(format!(
-                "TCP port {port} is taken ({e}): another Slurm is running on the test ports; stop it (`ss -ltnp 'sport = :{port}'` names it)"
-            )));
+    loop {
+        let taken = (first..=first + NODES.len() as u16).find_map(|port| {
+            std::net::TcpListener::bind(("0.0.0.0", port))
+                .err()
+                .map(|e| (port, e))
+        });
+        match taken {
+            None => return Ok(()),
+            Some(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(250)),
+            Some((port, e)) => {
+                return Err(TestbedError::Command(format!(
+                    "TCP port {port} is taken ({e}): another Slurm is running on the test ports; stop it (`ss -ltnp 'sport = :{port}'` names it)"
+                )));
+            }
         }
     }
-    Ok(())
 }
 
 /// Stops every daemon whose pid file is in `run_dir`: SIGTERM to all at once, then waits for
