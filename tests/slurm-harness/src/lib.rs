@@ -838,37 +838,43 @@ fn check_ports_free() -> Result<(), TestbedError> {
 
 /// Stops every daemon whose pid file is in `run_dir`: SIGTERM to all at once, then waits for
 /// them to exit, SIGKILL after 15 s. A pid whose process is not one of our daemons (a
-/// recycled pid) is left alone.
+/// recycled pid) is left alone. The pid files are read again until none names a live daemon:
+/// from 23.11 on, a slurmd or slurmctld that was reconfiguring hands over to a new process,
+/// which writes its own pid after the first reading.
 pub fn stop_daemons(run_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(run_dir) else {
-        return;
-    };
-    let mut pids = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "pid") {
-            continue;
+    for _ in 0..4 {
+        let pids = live_daemons(run_dir);
+        if pids.is_empty() {
+            return;
         }
-        let Some(pid) = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid > 1 && is_our_daemon(pid) {
+        for &pid in &pids {
             // SAFETY: kill(2) on a pid we checked is one of our daemons.
             unsafe { libc::kill(pid, libc::SIGTERM) };
-            pids.push(pid);
         }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline && pids.iter().any(|&p| is_our_daemon(p)) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for pid in pids.into_iter().filter(|&p| is_our_daemon(p)) {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(300));
     }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline && pids.iter().any(|&p| is_our_daemon(p)) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for pid in pids.into_iter().filter(|&p| is_our_daemon(p)) {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
+}
+
+/// The pids in `run_dir`'s pid files that are live daemons of ours.
+fn live_daemons(run_dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pid"))
+        .filter_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<i32>().ok())
+        .filter(|&pid| pid > 1 && is_our_daemon(pid))
+        .collect()
 }
 
 /// Whether `pid` is alive (not a zombie) and runs one of the testbed's daemons.
