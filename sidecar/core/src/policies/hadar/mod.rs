@@ -25,6 +25,7 @@
 
 pub mod dual;
 pub mod exact;
+pub mod guard;
 pub mod prices;
 mod swap;
 pub mod synthetic;
@@ -37,6 +38,7 @@ use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
 use dual::{DualJob, DualOutcome, best_offer, gang_rate};
+use guard::{GuardJob, Urgency};
 use prices::{PriceBook, PriceBounds};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -93,6 +95,12 @@ pub const DEFAULT_CRITICALITY: f64 = 30.0;
 /// The default weight of the cluster-wide per-type price term (measured in README).
 pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
 
+/// The default margin of the makespan guard, in rounds (measured in docs/results-gavel.md).
+pub const DEFAULT_GUARD_MARGIN_ROUNDS: f64 = 1.0;
+
+/// The default type tolerance of the makespan guard (measured in docs/results-gavel.md).
+pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.25;
+
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -132,6 +140,17 @@ pub struct HadarConfig {
     /// Weight of the cluster-wide per-type utilisation term of the prices (see
     /// [`prices::PriceBook::with_type_pressure`]); 0 is the paper's per-(node, type) price.
     pub type_pressure: f64,
+    /// Start each job by its latest start time for the fluid bound of the remaining work
+    /// ([`guard`]): a job with less slack than `guard_margin_rounds` rounds runs this round,
+    /// first and regardless of price, on types fast enough to end by the bound.
+    pub makespan_guard: bool,
+    /// The makespan guard's margin, in rounds.
+    pub guard_margin_rounds: f64,
+    /// With the makespan guard, the priced pass offers each job only the types whose cost
+    /// per step at the fluid LP's shadow prices is within this share of its cheapest
+    /// ([`guard::Fluid::efficient_types`]); work conservation may still use the others.
+    /// Infinite: no such restriction.
+    pub guard_type_tolerance: f64,
 }
 
 impl Default for HadarConfig {
@@ -150,6 +169,9 @@ impl Default for HadarConfig {
             exact_search_limit: 2_000_000,
             criticality: DEFAULT_CRITICALITY,
             type_pressure: DEFAULT_TYPE_PRESSURE,
+            makespan_guard: true,
+            guard_margin_rounds: DEFAULT_GUARD_MARGIN_ROUNDS,
+            guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
         }
     }
 }
@@ -167,6 +189,10 @@ pub struct RoundStats {
     pub filled: usize,
     /// Running jobs that kept their placement.
     pub kept: usize,
+    /// Jobs the makespan guard found urgent (placed first, regardless of price).
+    pub urgent: usize,
+    /// The makespan guard's fluid horizon of the remaining work, seconds from now.
+    pub horizon_s: Option<f64>,
     /// The round's objective: total utility of the placed jobs ([`round_objective`]).
     pub objective: f64,
     /// In exact mode, whether the search proved its answer optimal.
@@ -221,6 +247,10 @@ struct Prepared<'a> {
     previous: Option<&'a Placement>,
     max_nodes: u32,
     mixed_types: bool,
+    urgency: Urgency,
+    /// `rates` with the types the guard finds inefficient for this job set to 0, for the
+    /// priced pass (`None`: no restriction).
+    priced_rates: Option<Vec<f64>>,
 }
 
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
@@ -287,6 +317,8 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             previous,
             max_nodes,
             mixed_types: config.mixed_types,
+            urgency: Urgency::Slack,
+            priced_rates: None,
         });
     }
     let horizon = criticality_horizon(input);
@@ -294,6 +326,35 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
         p.utility.set_criticality(horizon, config.criticality);
     }
     (ready, waiting)
+}
+
+/// Marks the jobs the makespan guard finds urgent; returns the guard's horizon.
+fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) -> f64 {
+    let cluster = input.cluster;
+    let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let jobs: Vec<GuardJob<'_>> = ready
+        .iter()
+        .map(|p| GuardJob {
+            workers: p.workers,
+            remaining_steps: input.jobs[p.index].remaining_steps,
+            rates: &p.rates,
+        })
+        .collect();
+    let margin_s = config.guard_margin_rounds.max(0.0) * input.round_s;
+    let g = guard::assess(&capacity, &jobs, margin_s, config.guard_type_tolerance);
+    for ((p, u), ok) in ready.iter_mut().zip(g.urgency).zip(g.efficient) {
+        p.urgency = u;
+        if ok.iter().zip(&p.rates).any(|(ok, r)| !ok && *r > 0.0) {
+            p.priced_rates = Some(
+                p.rates
+                    .iter()
+                    .zip(&ok)
+                    .map(|(r, ok)| if *ok { *r } else { 0.0 })
+                    .collect(),
+            );
+        }
+    }
+    g.horizon_s
 }
 
 fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) {
@@ -400,6 +461,12 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         vec![bounds; types]
     };
     order_jobs(config, input, &mut ready);
+    if config.makespan_guard && !config.exact {
+        stats.horizon_s = Some(apply_guard(config, input, &mut ready));
+        // Urgent jobs first, least slack first; the rest keep their order (stable sort).
+        ready.sort_by(|a, b| a.urgency.slack_s().total_cmp(&b.urgency.slack_s()));
+        stats.urgent = ready.iter().filter(|p| p.urgency.is_urgent()).count();
+    }
     let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds)
         .with_type_pressure(config.type_pressure);
 
@@ -460,88 +527,15 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
             }
         }
     } else {
-        let mut priced_out: Vec<usize> = Vec::new();
-        // owners[i]: the prepared job of assignments[i].
-        let mut owners: Vec<usize> = Vec::new();
-        // With reservations, every running job's old GPUs are held for it until its turn,
-        // so that jobs placed before it do not take them and force it to restart.
-        let mut reserved = vec![false; ready.len()];
-        if config.stickiness && config.reserve_running {
-            for (k, p) in ready.iter().enumerate() {
-                if let Some(prev) = p.previous
-                    && book.fits(prev)
-                {
-                    book.charge(prev);
-                    reserved[k] = true;
-                }
-            }
-        }
-        for (k, p) in ready.iter().enumerate() {
-            let js = &input.jobs[p.index];
-            if reserved[k]
-                && let Some(prev) = p.previous
-            {
-                book.release(prev);
-            }
-            match best_offer(&book, &dual_job(p)) {
-                DualOutcome::Offer(o) if o.payoff() > 0.0 => {
-                    stats.admitted += 1;
-                    owners.push(k);
-                    admit(&mut book, &mut assignments, &mut stats, p, js, o);
-                }
-                DualOutcome::Offer(o) => {
-                    priced_out.push(k);
-                    waiting.push(Waiting {
-                        job: js.id(),
-                        reason: WaitReason::PriceAboveUtility {
-                            utility: o.utility,
-                            price: o.price,
-                        },
-                    });
-                }
-                DualOutcome::NoPlacement(reason) => {
-                    // GPUs held for running jobs considered later may be freed after this
-                    // job's turn (a running job priced out does not take them back), so
-                    // work conservation tries it again.
-                    priced_out.push(k);
-                    waiting.push(Waiting {
-                        job: js.id(),
-                        reason,
-                    });
-                }
-            }
-        }
-        let mut filled_ids: Vec<JobId> = Vec::new();
-        if config.work_conservation && !priced_out.is_empty() {
-            for k in priced_out {
-                let p = &ready[k];
-                let js = &input.jobs[p.index];
-                match best_offer(&book, &dual_job(p)) {
-                    DualOutcome::Offer(o) => {
-                        stats.filled += 1;
-                        filled_ids.push(js.id());
-                        owners.push(k);
-                        admit(&mut book, &mut assignments, &mut stats, p, js, o);
-                    }
-                    DualOutcome::NoPlacement(_) => {}
-                }
-            }
-        }
-        if !filled_ids.is_empty() {
-            let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
-            waiting.retain(|w| !filled.contains(&w.job));
-        }
-        if config.swap_improvement {
-            swap::improve(&ready, &mut assignments, &owners);
-            stats.objective = 0.0;
-            stats.kept = 0;
-            for (a, &k) in assignments.iter().zip(&owners) {
-                let p = &ready[k];
-                let kept = p.previous.is_some_and(|q| *q == a.placement);
-                stats.kept += usize::from(kept);
-                stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
-            }
-        }
+        primal_dual_pass(
+            config,
+            input,
+            &ready,
+            &mut book,
+            &mut assignments,
+            &mut waiting,
+            &mut stats,
+        );
     }
     assignments.sort_by_key(|a| pos(a.job));
     waiting.sort_by_key(|w| pos(w.job));
@@ -552,6 +546,152 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         },
         stats,
     )
+}
+
+/// The online pass over the ordered jobs (urgent ones first), then work conservation and
+/// swaps: the primal-dual proper.
+fn primal_dual_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    book: &mut PriceBook,
+    assignments: &mut Vec<Assignment>,
+    waiting: &mut Vec<Waiting>,
+    stats: &mut RoundStats,
+) {
+    let mut priced_out: Vec<usize> = Vec::new();
+    // owners[i]: the prepared job of assignments[i].
+    let mut owners: Vec<usize> = Vec::new();
+    // With reservations, every running job's old GPUs are held for it until its turn,
+    // so that jobs placed before it do not take them and force it to restart.
+    let mut reserved = vec![false; ready.len()];
+    if config.stickiness && config.reserve_running {
+        for (k, p) in ready.iter().enumerate() {
+            if let Some(prev) = p.previous
+                && book.fits(prev)
+            {
+                book.charge(prev);
+                reserved[k] = true;
+            }
+        }
+    }
+    for (k, p) in ready.iter().enumerate() {
+        let js = &input.jobs[p.index];
+        if reserved[k]
+            && let Some(prev) = p.previous
+        {
+            book.release(prev);
+            reserved[k] = false;
+        }
+        if let Urgency::Urgent { min_rate, .. } = p.urgency
+            && let Some(o) = urgent_offer(book, ready, &mut reserved, p, min_rate)
+        {
+            stats.admitted += 1;
+            owners.push(k);
+            admit(book, assignments, stats, p, js, o);
+            continue;
+        }
+        let priced = DualJob {
+            rates: p.priced_rates.as_deref().unwrap_or(&p.rates),
+            ..dual_job(p)
+        };
+        match best_offer(book, &priced) {
+            DualOutcome::Offer(o) if o.payoff() > 0.0 => {
+                stats.admitted += 1;
+                owners.push(k);
+                admit(book, assignments, stats, p, js, o);
+            }
+            DualOutcome::Offer(o) => {
+                priced_out.push(k);
+                waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::PriceAboveUtility {
+                        utility: o.utility,
+                        price: o.price,
+                    },
+                });
+            }
+            DualOutcome::NoPlacement(reason) => {
+                // GPUs held for running jobs considered later may be freed after this
+                // job's turn (a running job priced out does not take them back), so
+                // work conservation tries it again.
+                priced_out.push(k);
+                waiting.push(Waiting {
+                    job: js.id(),
+                    reason,
+                });
+            }
+        }
+    }
+    let mut filled_ids: Vec<JobId> = Vec::new();
+    if config.work_conservation && !priced_out.is_empty() {
+        for k in priced_out {
+            let p = &ready[k];
+            let js = &input.jobs[p.index];
+            if let DualOutcome::Offer(o) = best_offer(book, &dual_job(p)) {
+                stats.filled += 1;
+                filled_ids.push(js.id());
+                owners.push(k);
+                admit(book, assignments, stats, p, js, o);
+            }
+        }
+    }
+    if !filled_ids.is_empty() {
+        let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
+        waiting.retain(|w| !filled.contains(&w.job));
+    }
+    if config.swap_improvement {
+        swap::improve(ready, assignments, &owners);
+        stats.objective = 0.0;
+        stats.kept = 0;
+        for (a, &k) in assignments.iter().zip(&owners) {
+            let p = &ready[k];
+            let kept = p.previous.is_some_and(|q| *q == a.placement);
+            stats.kept += usize::from(kept);
+            stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
+        }
+    }
+}
+
+/// An urgent job's placement, whatever its price: on types at least `min_rate` fast; if
+/// none is free, on those of running jobs that are not urgent (their reservations are
+/// dropped: a job with slack can wait, this one cannot); failing that, anywhere it runs,
+/// since any progress shortens its lateness. `None` when it fits nowhere.
+fn urgent_offer(
+    book: &mut PriceBook,
+    ready: &[Prepared<'_>],
+    reserved: &mut [bool],
+    p: &Prepared<'_>,
+    min_rate: f64,
+) -> Option<dual::Offer> {
+    let fast: Vec<f64> = p
+        .rates
+        .iter()
+        .map(|&r| if r >= min_rate { r } else { 0.0 })
+        .collect();
+    let restricted = DualJob {
+        rates: &fast,
+        ..dual_job(p)
+    };
+    if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
+        return Some(o);
+    }
+    for (k, q) in ready.iter().enumerate() {
+        if reserved[k]
+            && !q.urgency.is_urgent()
+            && let Some(prev) = q.previous
+        {
+            book.release(prev);
+            reserved[k] = false;
+        }
+    }
+    match best_offer(book, &restricted) {
+        DualOutcome::Offer(o) => Some(o),
+        DualOutcome::NoPlacement(_) => match best_offer(book, &dual_job(p)) {
+            DualOutcome::Offer(o) => Some(o),
+            DualOutcome::NoPlacement(_) => None,
+        },
+    }
 }
 
 fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
