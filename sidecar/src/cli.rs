@@ -153,8 +153,9 @@ pub struct HadarArgs {
     /// What Hadar's utility rewards.
     #[arg(long, value_enum, default_value_t = ObjectiveArg::AvgJct, help_heading = "Hadar")]
     pub objective: ObjectiveArg,
-    /// The order Hadar considers jobs in (arrival is the online algorithm).
-    #[arg(long, value_enum, default_value_t = OrderArg::Arrival, help_heading = "Hadar")]
+    /// The order Hadar considers jobs in after the makespan guard's urgent jobs (arrival is
+    /// the paper's online algorithm).
+    #[arg(long, value_enum, default_value_t = OrderArg::UtilityPerGpu, help_heading = "Hadar")]
     pub order: OrderArg,
     /// The most nodes one job may span (a job too big for that many nodes gets the
     /// fewest that can hold it). [default: no limit]

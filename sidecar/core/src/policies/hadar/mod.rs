@@ -49,9 +49,10 @@ use utility::JobUtility;
 #[serde(rename_all = "kebab-case")]
 pub enum JobOrder {
     /// Arrival order, ties by id: the online algorithm of the paper.
-    #[default]
     Arrival,
-    /// Highest best utility per GPU first.
+    /// Highest best utility per GPU first (the default since the makespan guard: with
+    /// long jobs started by their latest start times, the rest go shortest first).
+    #[default]
     UtilityPerGpu,
     /// Least remaining time (at the job's fastest type) first.
     ShortestRemaining,
@@ -99,7 +100,7 @@ pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
 pub const DEFAULT_GUARD_MARGIN_ROUNDS: f64 = 1.0;
 
 /// The default type tolerance of the makespan guard (measured in docs/results-gavel.md).
-pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.25;
+pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.0;
 
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -157,7 +158,7 @@ impl Default for HadarConfig {
     fn default() -> Self {
         HadarConfig {
             objective: Objective::AvgJct,
-            order: JobOrder::Arrival,
+            order: JobOrder::default(),
             max_nodes_per_job: None,
             work_conservation: true,
             stickiness: true,
