@@ -576,6 +576,8 @@ fn primal_dual_pass(
             }
         }
     }
+    // Whether an urgent job has already dropped the reservations of jobs with slack.
+    let mut dropped = false;
     for (k, p) in ready.iter().enumerate() {
         let js = &input.jobs[p.index];
         if reserved[k]
@@ -585,7 +587,7 @@ fn primal_dual_pass(
             reserved[k] = false;
         }
         if let Urgency::Urgent { min_rate, .. } = p.urgency
-            && let Some(o) = urgent_offer(book, ready, &mut reserved, p, min_rate)
+            && let Some(o) = urgent_offer(book, ready, &mut reserved, &mut dropped, p, min_rate)
         {
             stats.admitted += 1;
             owners.push(k);
@@ -662,6 +664,7 @@ fn urgent_offer(
     book: &mut PriceBook,
     ready: &[Prepared<'_>],
     reserved: &mut [bool],
+    dropped: &mut bool,
     p: &Prepared<'_>,
     min_rate: f64,
 ) -> Option<dual::Offer> {
@@ -677,13 +680,17 @@ fn urgent_offer(
     if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
         return Some(o);
     }
-    for (k, q) in ready.iter().enumerate() {
-        if reserved[k]
-            && !q.urgency.is_urgent()
-            && let Some(prev) = q.previous
-        {
-            book.release(prev);
-            reserved[k] = false;
+    // Once per round: after the first drop no non-urgent reservation is left.
+    if !*dropped {
+        *dropped = true;
+        for (k, q) in ready.iter().enumerate() {
+            if reserved[k]
+                && !q.urgency.is_urgent()
+                && let Some(prev) = q.previous
+            {
+                book.release(prev);
+                reserved[k] = false;
+            }
         }
     }
     match best_offer(book, &restricted) {
