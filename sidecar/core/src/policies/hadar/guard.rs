@@ -28,7 +28,7 @@
 use crate::lp::{LinearProgram, Row, Var};
 
 /// How many jobs, longest first, the guard's LP models one by one.
-pub const LP_JOBS: usize = 96;
+pub const LP_JOBS: usize = 48;
 
 /// One active job as the guard sees it.
 #[derive(Clone, Copy, Debug)]

@@ -751,13 +751,17 @@ fn reason_when_left_out(book: &PriceBook, p: &Prepared<'_>) -> WaitReason {
 /// fastest rate on a type the cluster has, of any job that can run this round.
 fn criticality_horizon(input: &RoundInput<'_>) -> f64 {
     let cluster = input.cluster;
+    // Once, not per job: counting a type's GPUs walks every node.
+    let present: Vec<_> = cluster
+        .types()
+        .filter(|&t| cluster.total_of_type(t) > 0)
+        .collect();
     let mut horizon = 0.0_f64;
     for js in input.jobs {
         let workers = js.job.workers;
-        let best = cluster
-            .types()
-            .filter(|&t| cluster.total_of_type(t) > 0)
-            .map(|t| js.job.throughput.rate_or_zero(t, workers))
+        let best = present
+            .iter()
+            .map(|&t| js.job.throughput.rate_or_zero(t, workers))
             .fold(0.0, f64::max);
         if workers > 0 && best > 0.0 {
             horizon = horizon.max(js.remaining_steps.max(0.0) / best.max(1e-12));
