@@ -576,8 +576,11 @@ fn primal_dual_pass(
             }
         }
     }
-    // Whether an urgent job has already dropped the reservations of jobs with slack.
-    let mut dropped = false;
+    let yielders = if ready.iter().any(|p| p.urgency.is_urgent()) {
+        yield_order(ready, &reserved)
+    } else {
+        Vec::new()
+    };
     for (k, p) in ready.iter().enumerate() {
         let js = &input.jobs[p.index];
         if reserved[k]
@@ -587,7 +590,7 @@ fn primal_dual_pass(
             reserved[k] = false;
         }
         if let Urgency::Urgent { min_rate, .. } = p.urgency
-            && let Some(o) = urgent_offer(book, ready, &mut reserved, &mut dropped, p, min_rate)
+            && let Some(o) = urgent_offer(book, ready, &mut reserved, &yielders, p, min_rate)
         {
             stats.admitted += 1;
             owners.push(k);
@@ -656,15 +659,28 @@ fn primal_dual_pass(
     }
 }
 
+/// Running jobs with slack whose reserved GPUs urgent jobs may take, longest remaining
+/// first: a round's wait is the smallest share of their time, and the shortest, which
+/// matter most to the average JCT, keep their GPUs.
+fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..ready.len())
+        .filter(|&k| reserved[k] && !ready[k].urgency.is_urgent())
+        .collect();
+    let left = |k: usize| ready[k].utility.remaining_best_s();
+    v.sort_by(|&a, &b| left(b).total_cmp(&left(a)));
+    v
+}
+
 /// An urgent job's placement, whatever its price: on types at least `min_rate` fast; if
-/// none is free, on those of running jobs that are not urgent (their reservations are
-/// dropped: a job with slack can wait, this one cannot); failing that, anywhere it runs,
-/// since any progress shortens its lateness. `None` when it fits nowhere.
+/// none is free, on GPUs held for running jobs with slack, taken from them one job at a
+/// time in `yielders` order until it fits (a job with slack can wait a round, this one
+/// cannot); failing that, anywhere it runs, since any progress shortens its lateness.
+/// `None` when it fits nowhere.
 fn urgent_offer(
     book: &mut PriceBook,
     ready: &[Prepared<'_>],
     reserved: &mut [bool],
-    dropped: &mut bool,
+    yielders: &[usize],
     p: &Prepared<'_>,
     min_rate: f64,
 ) -> Option<dual::Offer> {
@@ -680,25 +696,30 @@ fn urgent_offer(
     if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
         return Some(o);
     }
-    // Once per round: after the first drop no non-urgent reservation is left.
-    if !*dropped {
-        *dropped = true;
-        for (k, q) in ready.iter().enumerate() {
-            if reserved[k]
-                && !q.urgency.is_urgent()
-                && let Some(prev) = q.previous
-            {
-                book.release(prev);
-                reserved[k] = false;
-            }
+    let free_fast = |book: &PriceBook| -> u32 {
+        (0..fast.len())
+            .filter(|&t| fast[t] > 0.0)
+            .map(|t| book.free_of_type(t))
+            .sum()
+    };
+    for &k in yielders {
+        let Some(prev) = ready[k].previous.filter(|_| reserved[k]) else {
+            continue;
+        };
+        if !prev.types().iter().any(|t| fast[t.index()] > 0.0) {
+            continue;
+        }
+        book.release(prev);
+        reserved[k] = false;
+        if free_fast(book) >= p.workers
+            && let DualOutcome::Offer(o) = best_offer(book, &restricted)
+        {
+            return Some(o);
         }
     }
-    match best_offer(book, &restricted) {
+    match best_offer(book, &dual_job(p)) {
         DualOutcome::Offer(o) => Some(o),
-        DualOutcome::NoPlacement(_) => match best_offer(book, &dual_job(p)) {
-            DualOutcome::Offer(o) => Some(o),
-            DualOutcome::NoPlacement(_) => None,
-        },
+        DualOutcome::NoPlacement(_) => None,
     }
 }
 
