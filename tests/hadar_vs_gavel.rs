@@ -107,11 +107,17 @@ fn hadar_ends_no_later_than_gavel_and_its_jobs_complete_sooner() {
         );
         let late_cap = known(KNOWN_LATE, r).unwrap_or(1.0 + 1e-9);
         if late > late_cap {
-            failures.push(format!("{} ({}): TTD {late:.3}x Gavel's, allowed {late_cap}", r.name, r.gpus_per_node));
+            failures.push(format!(
+                "{} ({}): TTD {late:.3}x Gavel's, allowed {late_cap}",
+                r.name, r.gpus_per_node
+            ));
         }
         let gain_floor = known(KNOWN_SLOWER, r).unwrap_or(1.0 + 1e-9);
         if gain < gain_floor {
-            failures.push(format!("{} ({}): JCT gain {gain:.3}x, at least {gain_floor} needed", r.name, r.gpus_per_node));
+            failures.push(format!(
+                "{} ({}): JCT gain {gain:.3}x, at least {gain_floor} needed",
+                r.name, r.gpus_per_node
+            ));
         }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;

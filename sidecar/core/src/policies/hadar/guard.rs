@@ -122,7 +122,8 @@ pub fn assess(capacity: &[u32], jobs: &[GuardJob<'_>], margin_s: f64, tolerance:
 
 fn urgency(job: &GuardJob<'_>, horizon_s: f64, margin_s: f64) -> Urgency {
     let t_best = job.best_time_s();
-    if !t_best.is_finite() || !(horizon_s > 0.0) {
+    // A NaN horizon is no horizon: `is_nan` is checked apart from the sign.
+    if !t_best.is_finite() || horizon_s.is_nan() || horizon_s <= 0.0 {
         return Urgency::Slack;
     }
     let slack_s = (horizon_s - t_best).max(0.0);
@@ -158,7 +159,7 @@ impl Fluid {
     /// end. With no prices (LP unsolved) or `tolerance` infinite, every usable type.
     pub fn efficient_types(&self, i: usize, job: &GuardJob<'_>, tolerance: f64) -> Vec<bool> {
         let usable: Vec<bool> = job.rates.iter().map(|&r| r > 0.0).collect();
-        if self.type_value.len() != job.rates.len() || !(tolerance.is_finite()) {
+        if self.type_value.len() != job.rates.len() || !tolerance.is_finite() {
             return usable;
         }
         let own = self.job_value.get(i).copied().unwrap_or(0.0).max(0.0);
@@ -291,13 +292,15 @@ fn lp_items(capacity: &[u32], jobs: &[GuardJob<'_>]) -> (Vec<Item>, Vec<Option<u
             }
         }
     }
-    items.extend(pools.into_iter().map(|((_, mask), gpu_s)| Item {
-        gpu_s: gpu_s
-            .into_iter()
-            .enumerate()
-            .map(|(t, s)| (t < 64 && mask & (1 << t) != 0).then_some(s))
-            .collect(),
-        own_s: None,
+    items.extend(pools.into_iter().map(|((_, mask), gpu_s)| {
+        Item {
+            gpu_s: gpu_s
+                .into_iter()
+                .enumerate()
+                .map(|(t, s)| (t < 64 && mask & (1 << t) != 0).then_some(s))
+                .collect(),
+            own_s: None,
+        }
     }));
     (items, item_of)
 }

@@ -222,7 +222,9 @@ fn the_guard_starts_the_job_that_sets_the_makespan_on_a_fast_enough_type() {
     // only after them; the fluid bound is the long job's 36,000 s on the V100, so it has
     // no slack: the guard puts it there now, and the short ones share the K80.
     let c = cluster(&["v100", "k80"], &[&[1, 0], &[0, 1]]);
-    let mut jobs: Vec<JobState> = (1..5).map(|i| job(i, 0.0, 1, 720.0, &[1.0, 0.25])).collect();
+    let mut jobs: Vec<JobState> = (1..5)
+        .map(|i| job(i, 0.0, 1, 720.0, &[1.0, 0.25]))
+        .collect();
     jobs.push(job(5, 1.0, 1, 36_000.0, &[1.0, 0.25]));
     let inp = input(&c, &jobs, 0.0);
     let v100 = Placement::gang([part(0, 0, 1)]);
@@ -310,9 +312,7 @@ fn swaps_give_fast_gpus_to_the_jobs_that_gain_most() {
     swapped.validate(&c, &jobs).unwrap();
     assert_eq!(swapped.placement_of(JobId(2)), Some(&v100));
     assert!(better.objective > plain.objective);
-    assert!(
-        (round_objective(&unguarded(), &inp, &swapped) - better.objective).abs() < 1e-12
-    );
+    assert!((round_objective(&unguarded(), &inp, &swapped) - better.objective).abs() < 1e-12);
     for a in &swapped.assignments {
         let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
         assert_eq!(a.rate, a.placement.rate(&js.job.throughput, 1));
