@@ -5,7 +5,11 @@
 //!    come from the jobs' utilities per GPU-round ([`prices::PriceBook::bounds_from_utilities`]):
 //!    over all types from each job's best utility, and by default per type from each job's
 //!    utility with all its workers on that type ([`prices::PriceBook::bounds_by_type`]).
-//! 2. Jobs are taken in order (arrival by default, [`JobOrder`]). For each, the dual
+//! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
+//!    under a round of slack to its horizon are urgent and go first, placed whatever the
+//!    prices on types fast enough to end by it; every other job is offered, in the priced
+//!    pass, only the types its work belongs on at the LP's shadow prices.
+//!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
 //!    the GPUs it takes raise their (node, type) prices ([`prices`]).
@@ -329,7 +333,8 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
     (ready, waiting)
 }
 
-/// Marks the jobs the makespan guard finds urgent; returns the guard's horizon.
+/// Marks the jobs the makespan guard finds urgent and restricts each job's priced pass to
+/// its efficient types; returns the guard's horizon.
 fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) -> f64 {
     let cluster = input.cluster;
     let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
