@@ -594,8 +594,8 @@ fn primal_dual_pass(
             book.release(prev);
             reserved[k] = false;
         }
-        if let Urgency::Urgent { min_rate, .. } = p.urgency
-            && let Some(o) = urgent_offer(book, ready, &mut reserved, &yielders, p, min_rate)
+        if p.urgency.is_urgent()
+            && let Some(o) = urgent_offer(book, ready, &mut reserved, &yielders, p, input)
         {
             stats.admitted += 1;
             owners.push(k);
@@ -680,15 +680,20 @@ fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
 /// none is free, on GPUs held for running jobs with slack, taken from them one job at a
 /// time in `yielders` order until it fits (a job with slack can wait a round, this one
 /// cannot); failing that, anywhere it runs, since any progress shortens its lateness.
-/// `None` when it fits nowhere.
+/// `None` when it fits nowhere. Running jobs yield only when their restart costs less than
+/// the urgent job would lose by waiting a round (`round_s - slack_s`): where a restart
+/// costs a whole round, as on a real cluster's short rounds, nobody is preempted for it.
 fn urgent_offer(
     book: &mut PriceBook,
     ready: &[Prepared<'_>],
     reserved: &mut [bool],
     yielders: &[usize],
     p: &Prepared<'_>,
-    min_rate: f64,
+    input: &RoundInput<'_>,
 ) -> Option<dual::Offer> {
+    let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
+        return None;
+    };
     let fast: Vec<f64> = p
         .rates
         .iter()
@@ -707,7 +712,8 @@ fn urgent_offer(
             .map(|t| book.free_of_type(t))
             .sum()
     };
-    for &k in yielders {
+    let may_preempt = input.restart_s < input.round_s - slack_s;
+    for &k in yielders.iter().filter(|_| may_preempt) {
         let Some(prev) = ready[k].previous.filter(|_| reserved[k]) else {
             continue;
         };
