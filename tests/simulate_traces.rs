@@ -5,26 +5,10 @@
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_formats::{ThroughputTable, load_trace, parse_cluster_spec};
 use hadar_sim::{SimConfig, Workload, simulate};
-use std::path::{Path, PathBuf};
 
-fn gavel_data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gavel")
-}
-
-fn traces() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(gavel_data().join("traces"))
-        .expect("data/gavel/traces")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "trace"))
-        .collect();
-    v.sort();
-    assert!(
-        v.len() >= 6,
-        "expected Gavel's six traces, found {}",
-        v.len()
-    );
-    v
-}
+#[path = "support/gavel.rs"]
+mod gavel;
+use gavel::{gavel_data, traces};
 
 #[test]
 fn every_policy_completes_every_job_and_no_policy_beats_the_bound() {

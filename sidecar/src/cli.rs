@@ -176,8 +176,9 @@ pub struct HadarArgs {
     /// What Hadar's utility rewards.
     #[arg(long, value_enum, default_value_t = ObjectiveArg::AvgJct, help_heading = "Hadar")]
     pub objective: ObjectiveArg,
-    /// The order Hadar considers jobs in (arrival is the online algorithm).
-    #[arg(long, value_enum, default_value_t = OrderArg::Arrival, help_heading = "Hadar")]
+    /// The order Hadar considers jobs in after the makespan guard's urgent jobs (arrival is
+    /// the paper's online algorithm).
+    #[arg(long, value_enum, default_value_t = OrderArg::UtilityPerGpu, help_heading = "Hadar")]
     pub order: OrderArg,
     /// The most nodes one job may span (a job too big for that many nodes gets the
     /// fewest that can hold it). [default: no limit]
@@ -219,6 +220,19 @@ pub struct HadarArgs {
     /// its own default, 1.)
     #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_TYPE_PRESSURE, help_heading = "Hadar")]
     pub type_pressure: f64,
+    /// Turn off Hadar's makespan guard (start each job by its latest start time for the
+    /// fluid bound of the remaining work): the policy as it was before it.
+    #[arg(long, help_heading = "Hadar")]
+    pub no_makespan_guard: bool,
+    /// The makespan guard's margin in rounds: a job whose slack to the fluid bound of the
+    /// remaining work is under this many rounds runs this round, on types fast enough.
+    #[arg(long, value_name = "ROUNDS", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_ROUNDS, help_heading = "Hadar")]
+    pub guard_margin: f64,
+    /// The makespan guard's type tolerance: the priced pass offers a job only the GPU types
+    /// whose cost per step, at the fluid bound's shadow prices, is within this share of its
+    /// cheapest (work conservation may use the others). `inf` turns it off.
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_TYPE_TOLERANCE, help_heading = "Hadar")]
+    pub guard_type_tolerance: f64,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -326,6 +340,17 @@ impl HadarArgs {
                 self.type_pressure.max(0.0)
             } else {
                 0.0
+            },
+            makespan_guard: !self.no_makespan_guard,
+            guard_margin_rounds: if self.guard_margin.is_finite() {
+                self.guard_margin.max(0.0)
+            } else {
+                0.0
+            },
+            guard_type_tolerance: if self.guard_type_tolerance.is_nan() {
+                f64::INFINITY
+            } else {
+                self.guard_type_tolerance.max(0.0)
             },
             ..HadarConfig::default()
         }

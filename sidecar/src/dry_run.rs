@@ -239,6 +239,13 @@ impl<'a> Report<'a> {
                         stats.kept
                     ));
                 }
+                if let Some(h) = stats.horizon_s {
+                    out.push_str(&format!(
+                        "guard:   the remaining work can end in {} h at the soonest; {} urgent\n",
+                        sig(h / 3600.0),
+                        stats.urgent
+                    ));
+                }
             }
             None => out.push_str(&format!("policy:  {}\n", self.name)),
         }
@@ -313,6 +320,11 @@ impl<'a> Report<'a> {
                 "per_type_prices": cfg.per_type_prices,
                 "criticality": cfg.criticality,
                 "type_pressure": cfg.type_pressure,
+                "makespan_guard": cfg.makespan_guard,
+                "guard_margin_rounds": cfg.guard_margin_rounds,
+                "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
+                "horizon_s": stats.horizon_s.map(round6),
+                "urgent": stats.urgent,
                 "price_low": stats.price_bounds.map(|b| round6(b.low)),
                 "price_high": stats.price_bounds.map(|b| round6(b.high)),
                 "admitted": stats.admitted,
@@ -366,6 +378,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
     }
     if cfg.type_pressure > 0.0 {
         parts.push(format!("type pressure {}", cfg.type_pressure));
+    }
+    if cfg.makespan_guard && !cfg.exact {
+        parts.push(format!(
+            "makespan guard (margin {} rounds, type tolerance {})",
+            cfg.guard_margin_rounds, cfg.guard_type_tolerance
+        ));
     }
     if cfg.exact {
         parts.push("exact".into());

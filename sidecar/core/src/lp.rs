@@ -58,6 +58,10 @@ struct Constraint {
     rhs: f64,
 }
 
+/// A constraint of a [`LinearProgram`], to read its dual value from a [`Solution`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row(usize);
+
 /// A linear program under construction.
 #[derive(Clone, Debug, Default)]
 pub struct LinearProgram {
@@ -94,6 +98,7 @@ pub enum LpError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Solution {
     values: Vec<f64>,
+    duals: Vec<f64>,
     objective: f64,
     reduced_accuracy: bool,
 }
@@ -102,6 +107,13 @@ impl Solution {
     /// The value of one variable.
     pub fn value(&self, v: Var) -> f64 {
         self.values.get(v.0).copied().unwrap_or(0.0)
+    }
+
+    /// A constraint's dual value (shadow price): how much the objective would improve per
+    /// unit the constraint is relaxed; 0 for a constraint that does not bind. Non-negative
+    /// for inequalities.
+    pub fn dual(&self, r: Row) -> f64 {
+        self.duals.get(r.0).copied().unwrap_or(0.0)
     }
 
     /// All variable values, indexed by [`Var::index`].
@@ -149,34 +161,36 @@ impl LinearProgram {
         self.constraints.len()
     }
 
-    /// Adds `sum(coef * var) <relation> rhs`. Zero coefficients are dropped.
+    /// Adds `sum(coef * var) <relation> rhs`. Zero coefficients are dropped. The returned
+    /// handle reads the constraint's dual value from a [`Solution`].
     pub fn add_constraint(
         &mut self,
         terms: impl IntoIterator<Item = (Var, f64)>,
         relation: Relation,
         rhs: f64,
-    ) {
+    ) -> Row {
         let terms = terms.into_iter().filter(|(_, c)| *c != 0.0).collect();
         self.constraints.push(Constraint {
             terms,
             relation,
             rhs,
         });
+        Row(self.constraints.len() - 1)
     }
 
     /// Adds `sum(coef * var) <= rhs`.
-    pub fn at_most(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) {
-        self.add_constraint(terms, Relation::AtMost, rhs);
+    pub fn at_most(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) -> Row {
+        self.add_constraint(terms, Relation::AtMost, rhs)
     }
 
     /// Adds `sum(coef * var) >= rhs`.
-    pub fn at_least(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) {
-        self.add_constraint(terms, Relation::AtLeast, rhs);
+    pub fn at_least(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) -> Row {
+        self.add_constraint(terms, Relation::AtLeast, rhs)
     }
 
     /// Adds `sum(coef * var) == rhs`.
-    pub fn equal(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) {
-        self.add_constraint(terms, Relation::Equal, rhs);
+    pub fn equal(&mut self, terms: impl IntoIterator<Item = (Var, f64)>, rhs: f64) -> Row {
+        self.add_constraint(terms, Relation::Equal, rhs)
     }
 
     /// Sets the objective to minimise `sum(coef * var)`.
@@ -250,13 +264,22 @@ impl LinearProgram {
         // `a x <= b` (nonnegative cone), as clarabel wants the cones in blocks.
         let mut eq_rows: Vec<(Vec<(usize, f64)>, f64)> = Vec::new();
         let mut le_rows: Vec<(Vec<(usize, f64)>, f64)> = Vec::new();
+        // Where each constraint lands: (equality block?, row within its block).
+        let mut placed: Vec<(bool, usize)> = Vec::with_capacity(self.constraints.len());
         for c in &self.constraints {
             let row: Vec<(usize, f64)> = c.terms.iter().map(|&(v, a)| (v.0, a)).collect();
             match c.relation {
-                Relation::Equal => eq_rows.push((row, c.rhs)),
-                Relation::AtMost => le_rows.push((row, c.rhs)),
+                Relation::Equal => {
+                    placed.push((true, eq_rows.len()));
+                    eq_rows.push((row, c.rhs));
+                }
+                Relation::AtMost => {
+                    placed.push((false, le_rows.len()));
+                    le_rows.push((row, c.rhs));
+                }
                 Relation::AtLeast => {
-                    le_rows.push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs))
+                    placed.push((false, le_rows.len()));
+                    le_rows.push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs));
                 }
             }
         }
@@ -284,6 +307,7 @@ impl LinearProgram {
             return if ok {
                 Ok(Solution {
                     values: Vec::new(),
+                    duals: vec![0.0; self.constraints.len()],
                     objective: 0.0,
                     reduced_accuracy: false,
                 })
@@ -337,8 +361,14 @@ impl LinearProgram {
             SolverStatus::Solved | SolverStatus::AlmostSolved => {
                 let values = sol.x.clone();
                 let objective = self.objective.iter().map(|&(v, c)| c * values[v.0]).sum();
+                let eq_count = eq_rows.len();
+                let duals = placed
+                    .iter()
+                    .map(|&(eq, r)| sol.z[if eq { r } else { eq_count + r }])
+                    .collect();
                 Ok(Solution {
                     values,
+                    duals,
                     objective,
                     reduced_accuracy: sol.status == SolverStatus::AlmostSolved,
                 })
@@ -378,6 +408,28 @@ mod tests {
         assert!(close(s.value(x), 2.0), "x = {}", s.value(x));
         assert!(close(s.value(y), 6.0), "y = {}", s.value(y));
         assert!(close(s.objective(), 36.0));
+    }
+
+    #[test]
+    fn duals_price_the_binding_constraints() {
+        // The textbook problem again: its dual optimum is (0, 1.5, 1) for the three rows.
+        let mut lp = LinearProgram::new();
+        let x = lp.add_nonneg();
+        let y = lp.add_nonneg();
+        let r1 = lp.at_most([(x, 1.0)], 4.0);
+        let r2 = lp.at_most([(y, 2.0)], 12.0);
+        let r3 = lp.at_most([(x, 3.0), (y, 2.0)], 18.0);
+        lp.maximize([(x, 3.0), (y, 5.0)]);
+        let s = lp.solve().unwrap();
+        assert!(close(s.dual(r1), 0.0), "{}", s.dual(r1));
+        assert!(close(s.dual(r2), 1.5), "{}", s.dual(r2));
+        assert!(close(s.dual(r3), 1.0), "{}", s.dual(r3));
+        // An at-least row of a minimisation: min 2x s.t. x >= 3 has dual 2.
+        let mut lp = LinearProgram::new();
+        let x = lp.add_nonneg();
+        let r = lp.at_least([(x, 1.0)], 3.0);
+        lp.minimize([(x, 2.0)]);
+        assert!(close(lp.solve().unwrap().dual(r), 2.0));
     }
 
     #[test]

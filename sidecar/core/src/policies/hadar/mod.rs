@@ -5,7 +5,11 @@
 //!    come from the jobs' utilities per GPU-round ([`prices::PriceBook::bounds_from_utilities`]):
 //!    over all types from each job's best utility, and by default per type from each job's
 //!    utility with all its workers on that type ([`prices::PriceBook::bounds_by_type`]).
-//! 2. Jobs are taken in order (arrival by default, [`JobOrder`]). For each, the dual
+//! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
+//!    under a round of slack to its horizon are urgent and go first, placed whatever the
+//!    prices on types fast enough to end by it; every other job is offered, in the priced
+//!    pass, only the types its work belongs on at the LP's shadow prices.
+//!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
 //!    the GPUs it takes raise their (node, type) prices ([`prices`]).
@@ -25,6 +29,7 @@
 
 pub mod dual;
 pub mod exact;
+pub mod guard;
 pub mod prices;
 mod swap;
 pub mod synthetic;
@@ -37,6 +42,7 @@ use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
 use dual::{DualJob, DualOutcome, best_offer, gang_rate};
+use guard::{GuardJob, Urgency};
 use prices::{PriceBook, PriceBounds};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -47,9 +53,10 @@ use utility::JobUtility;
 #[serde(rename_all = "kebab-case")]
 pub enum JobOrder {
     /// Arrival order, ties by id: the online algorithm of the paper.
-    #[default]
     Arrival,
-    /// Highest best utility per GPU first.
+    /// Highest best utility per GPU first (the default since the makespan guard: with
+    /// long jobs started by their latest start times, the rest go shortest first).
+    #[default]
     UtilityPerGpu,
     /// Least remaining time (at the job's fastest type) first.
     ShortestRemaining,
@@ -93,6 +100,12 @@ pub const DEFAULT_CRITICALITY: f64 = 30.0;
 /// The default weight of the cluster-wide per-type price term (measured in README).
 pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
 
+/// The default margin of the makespan guard, in rounds (measured in docs/results-gavel.md).
+pub const DEFAULT_GUARD_MARGIN_ROUNDS: f64 = 1.0;
+
+/// The default type tolerance of the makespan guard (measured in docs/results-gavel.md).
+pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.0;
+
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -132,13 +145,24 @@ pub struct HadarConfig {
     /// Weight of the cluster-wide per-type utilisation term of the prices (see
     /// [`prices::PriceBook::with_type_pressure`]); 0 is the paper's per-(node, type) price.
     pub type_pressure: f64,
+    /// Start each job by its latest start time for the fluid bound of the remaining work
+    /// ([`guard`]): a job with less slack than `guard_margin_rounds` rounds runs this round,
+    /// first and regardless of price, on types fast enough to end by the bound.
+    pub makespan_guard: bool,
+    /// The makespan guard's margin, in rounds.
+    pub guard_margin_rounds: f64,
+    /// With the makespan guard, the priced pass offers each job only the types whose cost
+    /// per step at the fluid LP's shadow prices is within this share of its cheapest
+    /// ([`guard::Fluid::efficient_types`]); work conservation may still use the others.
+    /// Infinite: no such restriction.
+    pub guard_type_tolerance: f64,
 }
 
 impl Default for HadarConfig {
     fn default() -> Self {
         HadarConfig {
             objective: Objective::AvgJct,
-            order: JobOrder::Arrival,
+            order: JobOrder::default(),
             max_nodes_per_job: None,
             work_conservation: true,
             stickiness: true,
@@ -150,6 +174,9 @@ impl Default for HadarConfig {
             exact_search_limit: 2_000_000,
             criticality: DEFAULT_CRITICALITY,
             type_pressure: DEFAULT_TYPE_PRESSURE,
+            makespan_guard: true,
+            guard_margin_rounds: DEFAULT_GUARD_MARGIN_ROUNDS,
+            guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
         }
     }
 }
@@ -167,6 +194,10 @@ pub struct RoundStats {
     pub filled: usize,
     /// Running jobs that kept their placement.
     pub kept: usize,
+    /// Jobs the makespan guard found urgent (placed first, regardless of price).
+    pub urgent: usize,
+    /// The makespan guard's fluid horizon of the remaining work, seconds from now.
+    pub horizon_s: Option<f64>,
     /// The round's objective: total utility of the placed jobs ([`round_objective`]).
     pub objective: f64,
     /// In exact mode, whether the search proved its answer optimal.
@@ -221,6 +252,10 @@ struct Prepared<'a> {
     previous: Option<&'a Placement>,
     max_nodes: u32,
     mixed_types: bool,
+    urgency: Urgency,
+    /// `rates` with the types the guard finds inefficient for this job set to 0, for the
+    /// priced pass (`None`: no restriction).
+    priced_rates: Option<Vec<f64>>,
 }
 
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
@@ -287,6 +322,8 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             previous,
             max_nodes,
             mixed_types: config.mixed_types,
+            urgency: Urgency::Slack,
+            priced_rates: None,
         });
     }
     let horizon = criticality_horizon(input);
@@ -294,6 +331,36 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
         p.utility.set_criticality(horizon, config.criticality);
     }
     (ready, waiting)
+}
+
+/// Marks the jobs the makespan guard finds urgent and restricts each job's priced pass to
+/// its efficient types; returns the guard's horizon.
+fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) -> f64 {
+    let cluster = input.cluster;
+    let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let jobs: Vec<GuardJob<'_>> = ready
+        .iter()
+        .map(|p| GuardJob {
+            workers: p.workers,
+            remaining_steps: input.jobs[p.index].remaining_steps,
+            rates: &p.rates,
+        })
+        .collect();
+    let margin_s = config.guard_margin_rounds.max(0.0) * input.round_s;
+    let g = guard::assess(&capacity, &jobs, margin_s, config.guard_type_tolerance);
+    for ((p, u), ok) in ready.iter_mut().zip(g.urgency).zip(g.efficient) {
+        p.urgency = u;
+        if ok.iter().zip(&p.rates).any(|(ok, r)| !ok && *r > 0.0) {
+            p.priced_rates = Some(
+                p.rates
+                    .iter()
+                    .zip(&ok)
+                    .map(|(r, ok)| if *ok { *r } else { 0.0 })
+                    .collect(),
+            );
+        }
+    }
+    g.horizon_s
 }
 
 fn order_jobs(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) {
@@ -400,6 +467,12 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         vec![bounds; types]
     };
     order_jobs(config, input, &mut ready);
+    if config.makespan_guard && !config.exact {
+        stats.horizon_s = Some(apply_guard(config, input, &mut ready));
+        // Urgent jobs first, least slack first; the rest keep their order (stable sort).
+        ready.sort_by(|a, b| a.urgency.slack_s().total_cmp(&b.urgency.slack_s()));
+        stats.urgent = ready.iter().filter(|p| p.urgency.is_urgent()).count();
+    }
     let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds)
         .with_type_pressure(config.type_pressure);
 
@@ -460,88 +533,15 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
             }
         }
     } else {
-        let mut priced_out: Vec<usize> = Vec::new();
-        // owners[i]: the prepared job of assignments[i].
-        let mut owners: Vec<usize> = Vec::new();
-        // With reservations, every running job's old GPUs are held for it until its turn,
-        // so that jobs placed before it do not take them and force it to restart.
-        let mut reserved = vec![false; ready.len()];
-        if config.stickiness && config.reserve_running {
-            for (k, p) in ready.iter().enumerate() {
-                if let Some(prev) = p.previous
-                    && book.fits(prev)
-                {
-                    book.charge(prev);
-                    reserved[k] = true;
-                }
-            }
-        }
-        for (k, p) in ready.iter().enumerate() {
-            let js = &input.jobs[p.index];
-            if reserved[k]
-                && let Some(prev) = p.previous
-            {
-                book.release(prev);
-            }
-            match best_offer(&book, &dual_job(p)) {
-                DualOutcome::Offer(o) if o.payoff() > 0.0 => {
-                    stats.admitted += 1;
-                    owners.push(k);
-                    admit(&mut book, &mut assignments, &mut stats, p, js, o);
-                }
-                DualOutcome::Offer(o) => {
-                    priced_out.push(k);
-                    waiting.push(Waiting {
-                        job: js.id(),
-                        reason: WaitReason::PriceAboveUtility {
-                            utility: o.utility,
-                            price: o.price,
-                        },
-                    });
-                }
-                DualOutcome::NoPlacement(reason) => {
-                    // GPUs held for running jobs considered later may be freed after this
-                    // job's turn (a running job priced out does not take them back), so
-                    // work conservation tries it again.
-                    priced_out.push(k);
-                    waiting.push(Waiting {
-                        job: js.id(),
-                        reason,
-                    });
-                }
-            }
-        }
-        let mut filled_ids: Vec<JobId> = Vec::new();
-        if config.work_conservation && !priced_out.is_empty() {
-            for k in priced_out {
-                let p = &ready[k];
-                let js = &input.jobs[p.index];
-                match best_offer(&book, &dual_job(p)) {
-                    DualOutcome::Offer(o) => {
-                        stats.filled += 1;
-                        filled_ids.push(js.id());
-                        owners.push(k);
-                        admit(&mut book, &mut assignments, &mut stats, p, js, o);
-                    }
-                    DualOutcome::NoPlacement(_) => {}
-                }
-            }
-        }
-        if !filled_ids.is_empty() {
-            let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
-            waiting.retain(|w| !filled.contains(&w.job));
-        }
-        if config.swap_improvement {
-            swap::improve(&ready, &mut assignments, &owners);
-            stats.objective = 0.0;
-            stats.kept = 0;
-            for (a, &k) in assignments.iter().zip(&owners) {
-                let p = &ready[k];
-                let kept = p.previous.is_some_and(|q| *q == a.placement);
-                stats.kept += usize::from(kept);
-                stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
-            }
-        }
+        primal_dual_pass(
+            config,
+            input,
+            &ready,
+            &mut book,
+            &mut assignments,
+            &mut waiting,
+            &mut stats,
+        );
     }
     assignments.sort_by_key(|a| pos(a.job));
     waiting.sort_by_key(|w| pos(w.job));
@@ -552,6 +552,186 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         },
         stats,
     )
+}
+
+/// The online pass over the ordered jobs (urgent ones first), then work conservation and
+/// swaps: the primal-dual proper.
+fn primal_dual_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    book: &mut PriceBook,
+    assignments: &mut Vec<Assignment>,
+    waiting: &mut Vec<Waiting>,
+    stats: &mut RoundStats,
+) {
+    let mut priced_out: Vec<usize> = Vec::new();
+    // owners[i]: the prepared job of assignments[i].
+    let mut owners: Vec<usize> = Vec::new();
+    // With reservations, every running job's old GPUs are held for it until its turn,
+    // so that jobs placed before it do not take them and force it to restart.
+    let mut reserved = vec![false; ready.len()];
+    if config.stickiness && config.reserve_running {
+        for (k, p) in ready.iter().enumerate() {
+            if let Some(prev) = p.previous
+                && book.fits(prev)
+            {
+                book.charge(prev);
+                reserved[k] = true;
+            }
+        }
+    }
+    let yielders = if ready.iter().any(|p| p.urgency.is_urgent()) {
+        yield_order(ready, &reserved)
+    } else {
+        Vec::new()
+    };
+    for (k, p) in ready.iter().enumerate() {
+        let js = &input.jobs[p.index];
+        if reserved[k]
+            && let Some(prev) = p.previous
+        {
+            book.release(prev);
+            reserved[k] = false;
+        }
+        if p.urgency.is_urgent()
+            && let Some(o) = urgent_offer(book, ready, &mut reserved, &yielders, p, input)
+        {
+            stats.admitted += 1;
+            owners.push(k);
+            admit(book, assignments, stats, p, js, o);
+            continue;
+        }
+        let priced = DualJob {
+            rates: p.priced_rates.as_deref().unwrap_or(&p.rates),
+            ..dual_job(p)
+        };
+        match best_offer(book, &priced) {
+            DualOutcome::Offer(o) if o.payoff() > 0.0 => {
+                stats.admitted += 1;
+                owners.push(k);
+                admit(book, assignments, stats, p, js, o);
+            }
+            DualOutcome::Offer(o) => {
+                priced_out.push(k);
+                waiting.push(Waiting {
+                    job: js.id(),
+                    reason: WaitReason::PriceAboveUtility {
+                        utility: o.utility,
+                        price: o.price,
+                    },
+                });
+            }
+            DualOutcome::NoPlacement(reason) => {
+                // GPUs held for running jobs considered later may be freed after this
+                // job's turn (a running job priced out does not take them back), so
+                // work conservation tries it again.
+                priced_out.push(k);
+                waiting.push(Waiting {
+                    job: js.id(),
+                    reason,
+                });
+            }
+        }
+    }
+    let mut filled_ids: Vec<JobId> = Vec::new();
+    if config.work_conservation && !priced_out.is_empty() {
+        for k in priced_out {
+            let p = &ready[k];
+            let js = &input.jobs[p.index];
+            if let DualOutcome::Offer(o) = best_offer(book, &dual_job(p)) {
+                stats.filled += 1;
+                filled_ids.push(js.id());
+                owners.push(k);
+                admit(book, assignments, stats, p, js, o);
+            }
+        }
+    }
+    if !filled_ids.is_empty() {
+        let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
+        waiting.retain(|w| !filled.contains(&w.job));
+    }
+    if config.swap_improvement {
+        swap::improve(ready, assignments, &owners);
+        stats.objective = 0.0;
+        stats.kept = 0;
+        for (a, &k) in assignments.iter().zip(&owners) {
+            let p = &ready[k];
+            let kept = p.previous.is_some_and(|q| *q == a.placement);
+            stats.kept += usize::from(kept);
+            stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
+        }
+    }
+}
+
+/// Running jobs with slack whose reserved GPUs urgent jobs may take, longest remaining
+/// first: a round's wait is the smallest share of their time, and the shortest, which
+/// matter most to the average JCT, keep their GPUs.
+fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..ready.len())
+        .filter(|&k| reserved[k] && !ready[k].urgency.is_urgent())
+        .collect();
+    let left = |k: usize| ready[k].utility.remaining_best_s();
+    v.sort_by(|&a, &b| left(b).total_cmp(&left(a)));
+    v
+}
+
+/// An urgent job's placement, whatever its price: on types at least `min_rate` fast; if
+/// none is free, on GPUs held for running jobs with slack, taken from them one job at a
+/// time in `yielders` order until it fits (a job with slack can wait a round, this one
+/// cannot); failing that, anywhere it runs, since any progress shortens its lateness.
+/// `None` when it fits nowhere. Running jobs yield only when their restart costs less than
+/// the urgent job would lose by waiting a round (`round_s - slack_s`): where a restart
+/// costs a whole round, as on a real cluster's short rounds, nobody is preempted for it.
+fn urgent_offer(
+    book: &mut PriceBook,
+    ready: &[Prepared<'_>],
+    reserved: &mut [bool],
+    yielders: &[usize],
+    p: &Prepared<'_>,
+    input: &RoundInput<'_>,
+) -> Option<dual::Offer> {
+    let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
+        return None;
+    };
+    let fast: Vec<f64> = p
+        .rates
+        .iter()
+        .map(|&r| if r >= min_rate { r } else { 0.0 })
+        .collect();
+    let restricted = DualJob {
+        rates: &fast,
+        ..dual_job(p)
+    };
+    if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
+        return Some(o);
+    }
+    let free_fast = |book: &PriceBook| -> u32 {
+        (0..fast.len())
+            .filter(|&t| fast[t] > 0.0)
+            .map(|t| book.free_of_type(t))
+            .sum()
+    };
+    let may_preempt = input.restart_s < input.round_s - slack_s;
+    for &k in yielders.iter().filter(|_| may_preempt) {
+        let Some(prev) = ready[k].previous.filter(|_| reserved[k]) else {
+            continue;
+        };
+        if !prev.types().iter().any(|t| fast[t.index()] > 0.0) {
+            continue;
+        }
+        book.release(prev);
+        reserved[k] = false;
+        if free_fast(book) >= p.workers
+            && let DualOutcome::Offer(o) = best_offer(book, &restricted)
+        {
+            return Some(o);
+        }
+    }
+    match best_offer(book, &dual_job(p)) {
+        DualOutcome::Offer(o) => Some(o),
+        DualOutcome::NoPlacement(_) => None,
+    }
 }
 
 fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
@@ -603,13 +783,17 @@ fn reason_when_left_out(book: &PriceBook, p: &Prepared<'_>) -> WaitReason {
 /// fastest rate on a type the cluster has, of any job that can run this round.
 fn criticality_horizon(input: &RoundInput<'_>) -> f64 {
     let cluster = input.cluster;
+    // Once, not per job: counting a type's GPUs walks every node.
+    let present: Vec<_> = cluster
+        .types()
+        .filter(|&t| cluster.total_of_type(t) > 0)
+        .collect();
     let mut horizon = 0.0_f64;
     for js in input.jobs {
         let workers = js.job.workers;
-        let best = cluster
-            .types()
-            .filter(|&t| cluster.total_of_type(t) > 0)
-            .map(|t| js.job.throughput.rate_or_zero(t, workers))
+        let best = present
+            .iter()
+            .map(|&t| js.job.throughput.rate_or_zero(t, workers))
             .fold(0.0, f64::max);
         if workers > 0 && best > 0.0 {
             horizon = horizon.max(js.remaining_steps.max(0.0) / best.max(1e-12));

@@ -53,6 +53,10 @@ fn utility_on(p: &Prepared<'_>, placement: &Placement) -> f64 {
 pub(super) fn improve(ready: &[Prepared<'_>], assignments: &mut [Assignment], owners: &[usize]) {
     let mut groups: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, &k) in owners.iter().enumerate() {
+        // An urgent job keeps the fast placement the makespan guard gave it.
+        if ready[k].urgency.is_urgent() {
+            continue;
+        }
         groups.entry(ready[k].workers).or_default().push(i);
     }
     let mut sizes: Vec<u32> = groups.keys().copied().collect();

@@ -103,6 +103,17 @@ fn wait_reasons_name_the_obstacle() {
 /// jobs worth 0.64 each (0.32 per GPU). With L = 0.1 and U = 0.32 the whole node costs the
 /// first job about 0.65, less than its utility, so arrival order admits it and the others
 /// cannot fit; the exact optimum runs the two instead (1.28 > 0.8).
+/// The primal-dual proper, as the paper has it: arrival order, no makespan guard. The tests
+/// of its mechanism (prices, stickiness, swaps, the optimality gap on the round's utility)
+/// use it, since the guard places urgent jobs by a deadline the utility does not see.
+fn unguarded() -> HadarConfig {
+    HadarConfig {
+        order: JobOrder::Arrival,
+        makespan_guard: false,
+        ..HadarConfig::default()
+    }
+}
+
 fn head_of_line_instance() -> (Cluster, Vec<JobState>) {
     let c = cluster(&["v100"], &[&[4]]);
     let jobs = vec![
@@ -120,7 +131,7 @@ fn exact_mode_beats_arrival_order_on_head_of_line_blocking() {
     // The figures above are those of the plain SRPT utility (no makespan-aware factor).
     let plain = HadarConfig {
         criticality: 0.0,
-        ..HadarConfig::default()
+        ..unguarded()
     };
     let (pd, pd_stats) = plan_round(&plain, &inp);
     let (ex, ex_stats) = plan_round(
@@ -182,11 +193,11 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
     j.placement = Some(Placement::gang([part(1, 1, 1)]));
     let jobs = [j];
     // Restart nearly the whole round: staying on the slow K80 is better.
-    let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 350.0));
+    let (plan, stats) = plan_round(&unguarded(), &input(&c, &jobs, 350.0));
     assert_eq!(plan.placement_of(JobId(1)), jobs[0].placement.as_ref());
     assert_eq!(stats.kept, 1);
     // A short restart: the 4x faster V100 wins.
-    let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 10.0));
+    let (plan, stats) = plan_round(&unguarded(), &input(&c, &jobs, 10.0));
     assert_eq!(
         plan.placement_of(JobId(1)),
         Some(&Placement::gang([part(0, 0, 1)]))
@@ -195,13 +206,62 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
     // Without stickiness the restart is not weighed at all.
     let loose = HadarConfig {
         stickiness: false,
-        ..HadarConfig::default()
+        ..unguarded()
     };
     let (plan, _) = plan_round(&loose, &input(&c, &jobs, 350.0));
     assert_eq!(
         plan.placement_of(JobId(1)),
         Some(&Placement::gang([part(0, 0, 1)]))
     );
+}
+
+#[test]
+fn the_guard_starts_the_job_that_sets_the_makespan_on_a_fast_enough_type() {
+    // One V100 and one K80 (4x slower). A job of 36,000 s on the V100 and four of 720 s.
+    // Shortest first would hand the V100 to the short jobs and start the long one on it
+    // only after them; the fluid bound is the long job's 36,000 s on the V100, so it has
+    // no slack: the guard puts it there now, and the short ones share the K80.
+    let c = cluster(&["v100", "k80"], &[&[1, 0], &[0, 1]]);
+    let mut jobs: Vec<JobState> = (1..5)
+        .map(|i| job(i, 0.0, 1, 720.0, &[1.0, 0.25]))
+        .collect();
+    jobs.push(job(5, 1.0, 1, 36_000.0, &[1.0, 0.25]));
+    let inp = input(&c, &jobs, 0.0);
+    let v100 = Placement::gang([part(0, 0, 1)]);
+    let (plain, _) = plan_round(&unguarded(), &inp);
+    assert_ne!(plain.placement_of(JobId(5)), Some(&v100));
+    let (plan, stats) = plan_round(&HadarConfig::default(), &inp);
+    plan.validate(&c, &jobs).unwrap();
+    assert_eq!(plan.placement_of(JobId(5)), Some(&v100));
+    assert_eq!(stats.urgent, 1);
+    assert!((stats.horizon_s.unwrap() - 36_000.0).abs() < 1.0);
+    // Running on the K80 and nearly a whole round to restart: still moved, since staying
+    // would end it four times later than the bound.
+    let mut lone = job(1, 0.0, 1, 36_000.0, &[1.0, 0.25]);
+    lone.placement = Some(Placement::gang([part(1, 1, 1)]));
+    let lone = [lone];
+    let (plan, _) = plan_round(&HadarConfig::default(), &input(&c, &lone, 350.0));
+    assert_eq!(plan.placement_of(JobId(1)), Some(&v100));
+}
+
+#[test]
+fn the_guard_keeps_jobs_with_slack_in_utility_order() {
+    // Eight equal short jobs on four GPUs: the horizon is twice each job's time, so none is
+    // urgent and the plan is the unguarded one in the same order.
+    let c = cluster(&["v100"], &[&[4]]);
+    let jobs: Vec<JobState> = (0..8).map(|i| job(i, 0.0, 1, 3600.0, &[1.0])).collect();
+    let inp = input(&c, &jobs, 0.0);
+    let (guarded, stats) = plan_round(&HadarConfig::default(), &inp);
+    let (plain, _) = plan_round(
+        &HadarConfig {
+            makespan_guard: false,
+            ..HadarConfig::default()
+        },
+        &inp,
+    );
+    assert_eq!(stats.urgent, 0);
+    assert!((stats.horizon_s.unwrap() - 7200.0).abs() < 1.0);
+    assert_eq!(guarded, plain);
 }
 
 #[test]
@@ -243,18 +303,16 @@ fn swaps_give_fast_gpus_to_the_jobs_that_gain_most() {
     let (online, plain) = plan_round(
         &HadarConfig {
             swap_improvement: false,
-            ..HadarConfig::default()
+            ..unguarded()
         },
         &inp,
     );
     assert_eq!(online.placement_of(JobId(1)), Some(&v100));
-    let (swapped, better) = plan_round(&HadarConfig::default(), &inp);
+    let (swapped, better) = plan_round(&unguarded(), &inp);
     swapped.validate(&c, &jobs).unwrap();
     assert_eq!(swapped.placement_of(JobId(2)), Some(&v100));
     assert!(better.objective > plain.objective);
-    assert!(
-        (round_objective(&HadarConfig::default(), &inp, &swapped) - better.objective).abs() < 1e-12
-    );
+    assert!((round_objective(&unguarded(), &inp, &swapped) - better.objective).abs() < 1e-12);
     for a in &swapped.assignments {
         let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
         assert_eq!(a.rate, a.placement.rate(&js.job.throughput, 1));
@@ -559,19 +617,19 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
 #[test]
 fn primal_dual_gap_to_the_exact_optimum_on_small_instances() {
     let settings = [
-        ("arrival", HadarConfig::default()),
+        ("arrival", unguarded()),
         (
             "utility-per-gpu",
             HadarConfig {
                 order: JobOrder::UtilityPerGpu,
-                ..HadarConfig::default()
+                ..unguarded()
             },
         ),
         (
             "arrival, no work conservation",
             HadarConfig {
                 work_conservation: false,
-                ..HadarConfig::default()
+                ..unguarded()
             },
         ),
         (
@@ -579,7 +637,7 @@ fn primal_dual_gap_to_the_exact_optimum_on_small_instances() {
             HadarConfig {
                 order: JobOrder::UtilityPerGpu,
                 reserve_running: false,
-                ..HadarConfig::default()
+                ..unguarded()
             },
         ),
     ];

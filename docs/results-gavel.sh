@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Regenerates the comparison tables of docs/results-gavel.md: every Gavel trace in
+# data/gavel/traces/ on both cluster shapes (4+4+4 one GPU per node, 16+16+16 four per node)
+# and the few-jobs scenario, with restart cost 0 s (as in Gavel) and 30 s.
+#
+#   cargo build --release -p hadar && docs/results-gavel.sh > /tmp/tables.md
+#
+# Columns: the fluid lower bound, Gavel (max-min fairness), Gavel's makespan policy, Hadar
+# before the makespan guard (`--no-makespan-guard --order arrival`, the defaults until
+# then), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
+# average JCT hours [/ restarts]. Needs jq.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+hadar="${HADAR:-$root/target/release/hadar}"
+data="$root/data/gavel"
+before=(--no-makespan-guard --order arrival)
+
+runs=()
+for t in static_40jobs_seed10 static_120jobs_seed11 static_multigpu_40jobs_seed10 \
+    static_multigpu_120jobs_seed11 poisson_lam900_multigpu_40jobs_seed10 \
+    poisson_lam900_multigpu_120jobs_seed11; do
+    runs+=("$t|4+4+4, 1 GPU/node|--cluster v100:4,p100:4,k80:4 --gpus-per-node 1 --trace $data/traces/$t.trace --throughputs $data/simulation_throughputs.json")
+    runs+=("$t|16+16+16, 4 GPUs/node|--cluster v100:16,p100:16,k80:16 --gpus-per-node 4 --trace $data/traces/$t.trace --throughputs $data/simulation_throughputs.json")
+done
+runs+=("few-jobs|physical-cluster.toml|--cluster $root/tests/data/physical-cluster.toml --trace $root/tests/data/few-jobs.trace")
+
+# One simulate call as JSON: {policy: {ttd_s, avg_jct_s, restarts}}.
+results() {
+    "$hadar" simulate "$@" --format json |
+        jq -c '[.results[] | {key: .policy, value: {ttd: .ttd_s, jct: .avg_jct_s, restarts: .restarts}}] | from_entries'
+}
+
+for restart in 0 30; do
+    echo
+    echo "#### Restart cost ${restart} s"
+    echo
+    echo "| trace | cluster | bound | gavel | gavel-makespan | hadar before | **hadar** | hadare |"
+    echo "|---|---|---|---|---|---|---|---|"
+    stats=""
+    for run in "${runs[@]}"; do
+        IFS='|' read -r name shape args <<<"$run"
+        # shellcheck disable=SC2086
+        after=$(results $args --restart-s "$restart" --policy lower-bound,gavel,gavel-makespan,hadar,hadare)
+        # shellcheck disable=SC2086
+        old=$(results $args --restart-s "$restart" --policy hadar "${before[@]}")
+        row=$(jq -rn --argjson a "$after" --argjson b "$old" --arg r "$restart" '
+            def fixed($d): (pow(10; $d)) as $p | (. * $p | round) as $x
+                | "\($x / $p | floor)" + (if $d > 0 then "." + ("\($x % $p)" | ("0" * ($d - length)) + .) else "" end);
+            ($a["lower-bound"].ttd) as $lb
+            | def cell($x): "\($x.ttd / 3600 | fixed(1)) (\($x.ttd / $lb | fixed(2))) / \($x.jct / 3600 | fixed(1))"
+                + (if $r == "0" then "" else " / \($x.restarts)" end);
+            "\($lb / 3600 | fixed(1)) | \(cell($a.gavel)) | \(cell($a["gavel-makespan"])) | \(cell($b.hadar)) | **\(cell($a.hadar))** | \(cell($a.hadare))"
+                + "\t\($a.hadar.ttd / $lb) \($b.hadar.ttd / $lb) \($a.hadar.ttd / $a.gavel.ttd) \($a.gavel.jct / $a.hadar.jct) \($a.gavel.jct / $b.hadar.jct)"')
+        echo "| $name | $shape | ${row%%$'\t'*} |"
+        stats+="$name ($shape)"$'\t'"${row##*$'\t'}"$'\n'
+    done
+    echo
+    # Summary: mean TTD/bound, TTD against Gavel, JCT gain over Gavel (after and before).
+    awk -F'\t' 'NF < 2 { next }
+         { split($2, v, " "); n++; r += v[1]; rb += v[2]; g += v[4]; gb += v[5]
+           if (v[3] > 1 + 1e-9) { late++; lst = lst sprintf("%s %.3fx; ", $1, v[3]) }
+           if (v[4] <= 1) { slow++; sl = sl sprintf("%s %.3fx; ", $1, v[4]) }
+           if (min == "" || v[4] < min) min = v[4] }
+         END { printf "Hadar: mean TTD / bound %.3f (before %.3f); mean JCT gain over Gavel %.3fx (before %.3fx), lowest %.3fx.\n", r/n, rb/n, g/n, gb/n, min
+               printf "TTD above Gavel on %d of %d runs%s\n", late, n, (late ? " (Hadar TTD / Gavel TTD): " lst : ".")
+               printf "JCT not below Gavel on %d of %d runs%s\n", slow, n, (slow ? " (Gavel JCT / Hadar JCT): " sl : ".") }' <<<"$stats"
+done
