@@ -74,6 +74,31 @@ pub enum Command {
     /// reports progress in its Slurm comment, checkpoints on --signal and waits to be
     /// requeued, and resumes from its checkpoint after a restart.
     Emulate(EmulateArgs),
+    /// Print a shell completion script for hadar.
+    ///
+    /// bash: `hadar completions bash > /etc/bash_completion.d/hadar`; the Debian package
+    /// installs them for bash, zsh and fish.
+    Completions(CompletionsArgs),
+    /// Write hadar's man pages (hadar.1 and one per subcommand) into a folder; the Debian
+    /// package runs it.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+/// `hadar completions` arguments.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `hadar man` arguments.
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The folder to write the pages into (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// `hadar serve` arguments.

@@ -10,6 +10,7 @@ mod cli;
 mod dry_run;
 mod emulate;
 mod estimate;
+mod generate;
 mod serve;
 mod simulate;
 mod table;
@@ -30,6 +31,8 @@ fn main() -> ExitCode {
         cli::Command::Status(a) => serve::status(a),
         cli::Command::Explain(a) => serve::explain(a),
         cli::Command::Emulate(a) => emulate::run(a),
+        cli::Command::Completions(a) => generate::completions(a),
+        cli::Command::Man(a) => generate::man_pages(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

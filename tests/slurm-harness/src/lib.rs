@@ -320,7 +320,7 @@ ReturnToService=2
 SlurmdTimeout=20
 MinJobAge=600
 MaxJobCount=100000
-PluginDir={slurm_plugins}:{c}/plugins
+PluginDir={c}/plugins:{slurm_plugins}
 "
         );
         if let Some(p) = plugins {
