@@ -722,6 +722,13 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
 
+    /// Write a report into DIR: jobs.csv (per policy and job: arrival, first start, finish,
+    /// JCT, queueing, restarts), jct-cdf.svg (every policy), and per policy busy-POLICY.svg
+    /// (GPUs busy per type over time) and timeline-POLICY.svg (each job waiting, then running
+    /// on each type).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+
     #[command(flatten)]
     pub hadar: HadarArgs,
 }

@@ -11,6 +11,7 @@ mod dry_run;
 mod emulate;
 mod estimate;
 mod generate;
+mod report;
 mod serve;
 mod simulate;
 mod table;
