@@ -67,6 +67,15 @@ pub enum Command {
     Status(StatusArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
+    /// Check hadar.toml against the live Slurm cluster and this machine.
+    ///
+    /// Lists every GPU type of the cluster and how hadar rates it (measured, estimated from
+    /// a datasheet, or unknown), then each problem with its line in the file: managed and
+    /// default partitions that have no node, GPU types no throughput source knows, bad
+    /// [gpu_types] entries, and the paths the daemon needs (state folder, socket folder,
+    /// Slurm commands, and under policy = "hadare" the fork runner and spool). Exits 1 when
+    /// there is a problem (warnings alone do not fail).
+    CheckConfig(CheckConfigArgs),
     /// An example training job for `hadar serve` (run it inside a Slurm job).
     ///
     /// It trains at the rate Gavel measured for --job-type on the GPU types of its own
@@ -80,6 +89,14 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The configuration file (the same hadar.toml the plugin reads).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+}
+
+/// `hadar check-config` arguments.
+#[derive(Args, Debug)]
+pub struct CheckConfigArgs {
+    /// The configuration file (the one the plugin and the daemon read).
     #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
     pub config: PathBuf,
 }

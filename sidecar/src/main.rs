@@ -6,6 +6,7 @@
 
 mod average;
 mod bench;
+mod check_config;
 mod cli;
 mod dry_run;
 mod emulate;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(a) => serve::serve(a),
         cli::Command::Status(a) => serve::status(a),
         cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::CheckConfig(a) => check_config::run(a),
         cli::Command::Emulate(a) => emulate::run(a),
     };
     match outcome {

@@ -24,6 +24,8 @@ fn load_config(path: &Path) -> Result<DaemonConfig, Failure> {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     let config = load_config(&a.config)?;
+    // Every estimate of this process (rounds, explain) rates the site's GPU type names alike.
+    hadar_core::estimate::install_catalog(config.gpu_catalog());
     if let Some(point) = hadar_daemon::faults::arm_from_env().map_err(Failure::input)? {
         tracing::warn!("fault injection armed: the daemon will kill itself at {point}");
     }
