@@ -63,7 +63,8 @@ pub enum Command {
     /// plugin), plans with the Hadar core, starts, keeps or preempts jobs, and records the
     /// round in its state database.
     Serve(ServeArgs),
-    /// Show the daemon's last round: GPUs per type, prices, queue and running placements.
+    /// Show the daemon's last round: GPUs per partition and type (--nodes: per node), prices,
+    /// queue and running placements.
     Status(StatusArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
@@ -113,6 +114,9 @@ pub struct StatusArgs {
     /// Also list finished jobs.
     #[arg(long)]
     pub all: bool,
+    /// List GPUs node by node instead of per partition and GPU type.
+    #[arg(long)]
+    pub nodes: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

@@ -13,6 +13,7 @@ mod emulate;
 mod estimate;
 mod serve;
 mod simulate;
+mod status;
 mod table;
 
 use clap::Parser;
