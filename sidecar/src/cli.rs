@@ -717,6 +717,11 @@ pub struct SimulateArgs {
     /// the aggregated steps and the consolidation weights.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
+    /// A hadar.toml whose [gpu_types] says how to rate the cluster's GPU types that hadar
+    /// cannot place by name (internal codes): a known model, a speed relative to one, or
+    /// datasheet figures (docs/configuration.md).
+    #[arg(long, value_name = "FILE")]
+    pub gpu_types: Option<PathBuf>,
 
     #[command(flatten)]
     pub hadar: HadarArgs,

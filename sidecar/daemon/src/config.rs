@@ -504,4 +504,21 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn the_gpu_types_examples_of_the_documented_file_parse() {
+        let doc = include_str!("../../../etc/hadar.toml");
+        let examples: String = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| ["gx7 =", "gx9 =", "zq1 ="].iter().any(|k| l.starts_with(k)))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(examples.lines().count(), 3, "{examples}");
+        let c = DaemonConfig::parse("ex.toml", &format!("[gpu_types]\n{examples}")).unwrap();
+        let catalog = c.gpu_catalog();
+        for name in ["gx7", "gx9", "zq1"] {
+            assert!(catalog.lookup(name).is_some(), "{name}");
+        }
+    }
 }
