@@ -8,11 +8,26 @@ use std::path::PathBuf;
 use std::process::Command;
 
 const SCENARIOS: &[Scenario] = &[
-    ("a_good_file_passes_and_rates_every_gpu_type", a_good_file_passes),
-    ("an_unknown_partition_is_named_at_its_line", an_unknown_partition),
-    ("a_socket_folder_others_can_write_is_named", an_open_socket_folder),
-    ("a_gpu_types_entry_naming_no_known_model_is_named", a_bad_gpu_types_entry),
-    ("missing_fork_runner_and_state_under_a_file_are_named", bad_paths_under_hadare),
+    (
+        "a_good_file_passes_and_rates_every_gpu_type",
+        a_good_file_passes,
+    ),
+    (
+        "an_unknown_partition_is_named_at_its_line",
+        an_unknown_partition,
+    ),
+    (
+        "a_socket_folder_others_can_write_is_named",
+        an_open_socket_folder,
+    ),
+    (
+        "a_gpu_types_entry_naming_no_known_model_is_named",
+        a_bad_gpu_types_entry,
+    ),
+    (
+        "missing_fork_runner_and_state_under_a_file_are_named",
+        bad_paths_under_hadare,
+    ),
 ];
 
 fn main() -> std::process::ExitCode {
@@ -66,9 +81,16 @@ fn line_of(text: &str, needle: &str) -> usize {
 fn assert_problems(bed: &Testbed, name: &str, text: &str, expected: &[(&str, &str, &str)]) {
     let (code, out, file) = check(bed, name, text);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains(&format!("{} problem(s)", expected.len())), "{out}");
+    assert!(
+        out.contains(&format!("{} problem(s)", expected.len())),
+        "{out}"
+    );
     for (key, needle, words) in expected {
-        let key = if key.is_empty() { String::new() } else { format!("{key}: ") };
+        let key = if key.is_empty() {
+            String::new()
+        } else {
+            format!("{key}: ")
+        };
         let head = format!("{file}:{}: problem: {key}", line_of(text, needle));
         let line = out
             .lines()
@@ -96,7 +118,10 @@ fn a_good_file_passes(bed: &mut Testbed) {
         let cells: Vec<&str> = row.split_whitespace().collect();
         let (gpus, nodes) = (gpus.to_string(), nodes.to_string());
         assert_eq!(cells[1..3], [gpus.as_str(), nodes.as_str()], "{row}");
-        assert!(row.ends_with(&format!("measured: Gavel's table, column {ty}")), "{row}");
+        assert!(
+            row.ends_with(&format!("measured: Gavel's table, column {ty}")),
+            "{row}"
+        );
     }
 }
 
@@ -109,7 +134,11 @@ fn an_unknown_partition(bed: &mut Testbed) {
         bed,
         "partition",
         &text,
-        &[("slurm.managed_partitions", "\"gpux\"", "partition \"gpux\" has no node")],
+        &[(
+            "slurm.managed_partitions",
+            "\"gpux\"",
+            "partition \"gpux\" has no node",
+        )],
     );
 }
 
@@ -123,7 +152,11 @@ fn an_open_socket_folder(bed: &mut Testbed) {
         bed,
         "socket",
         &text,
-        &[("sidecar.socket", "socket =", "writable by other users (mode 777)")],
+        &[(
+            "sidecar.socket",
+            "socket =",
+            "writable by other users (mode 777)",
+        )],
     );
 }
 
@@ -137,15 +170,21 @@ fn a_bad_gpu_types_entry(bed: &mut Testbed) {
 }
 
 fn bad_paths_under_hadare(bed: &mut Testbed) {
-    let text = GOOD.replace("{scratch}/state/hadar.db", "{scratch}/etc/slurm.conf/hadar.db")
-        + "policy = \"hadare\"\nround_seconds = 60\n\n[fork]\nrunner = \"{scratch}/no/hadar-fork-run\"\nspool = \"{scratch}/spool/fork\"\n";
+    let text = GOOD.replace(
+        "{scratch}/state/hadar.db",
+        "{scratch}/etc/slurm.conf/hadar.db",
+    ) + "policy = \"hadare\"\nround_seconds = 60\n\n[fork]\nrunner = \"{scratch}/no/hadar-fork-run\"\nspool = \"{scratch}/spool/fork\"\n";
     assert_problems(
         bed,
         "hadare",
         &text,
         &[
             ("sidecar.state", "state =", "slurm.conf is not a directory"),
-            ("fork.runner", "runner =", "is not an executable file on this machine"),
+            (
+                "fork.runner",
+                "runner =",
+                "is not an executable file on this machine",
+            ),
         ],
     );
 }

@@ -5,6 +5,10 @@
 //! To regenerate the golden files after an intended change, run the tests with
 //! `HADAR_UPDATE_GOLDEN=1` and review the diff.
 
+#[path = "support/golden.rs"]
+mod golden;
+
+use golden::check_golden;
 use hadar_store::{JobRow, NodeRow, Phase, RoundRow, Store};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,7 +70,14 @@ fn state(dir: &Path) -> PathBuf {
         nodes,
         ..RoundRow::default()
     };
-    let mut running = JobRow::new(7, "resnet-long-training-run".into(), "hadar:v1 gpus=8".into(), 8, 1000.0, 10.0);
+    let mut running = JobRow::new(
+        7,
+        "resnet-long-training-run".into(),
+        "hadar:v1 gpus=8".into(),
+        8,
+        1000.0,
+        10.0,
+    );
     running.phase = Phase::Running;
     running.placement = Some(vec![("n021".into(), vec![(A100.into(), 8)])]);
     running.steps_done = 250.0;
@@ -89,19 +100,12 @@ fn status(state: &Path, extra: &[&str]) -> String {
         .args(extra)
         .output()
         .expect("run hadar status");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn check_golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("HADAR_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
-    }
-    let expected =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
 /// The cells of the row whose first cells are `first`.
@@ -129,11 +133,22 @@ fn status_aggregates_per_partition_and_gpu_type() {
     }
     for ((p, ty), (nodes, gpus, usable)) in &groups {
         let cells = row(&out, &[p, ty]);
-        assert_eq!(cells[2..5], [nodes.to_string(), gpus.to_string(), usable.to_string()], "{p}/{ty}");
+        assert_eq!(
+            cells[2..5],
+            [nodes.to_string(), gpus.to_string(), usable.to_string()],
+            "{p}/{ty}"
+        );
     }
-    assert_eq!(row(&out, &["a100", A100])[8], "0.0100-0.5000", "price range over its nodes");
+    assert_eq!(
+        row(&out, &["a100", A100])[8],
+        "0.0100-0.5000",
+        "price range over its nodes"
+    );
     assert!(out.contains("left out: 1 node(s) (1 down)"), "{out}");
-    assert!(!out.contains("n001"), "no node is listed by default:\n{out}");
+    assert!(
+        !out.contains("n001"),
+        "no node is listed by default:\n{out}"
+    );
     let job = out.lines().find(|l| l.starts_with("7 ")).unwrap();
     assert!(job.ends_with("n021 (8 x nvidia_a100-sxm4-80gb)"), "{job}");
     check_golden("status_partitions.txt", &out);
@@ -146,7 +161,11 @@ fn status_nodes_lists_every_node_and_type() {
     for i in 1..=40 {
         let (parts, ty, n) = layout(i);
         let cells = row(&out, &[&format!("n{i:03}")]);
-        assert_eq!(cells[1..4], [parts.join(","), ty.to_string(), n.to_string()], "n{i:03}");
+        assert_eq!(
+            cells[1..4],
+            [parts.join(","), ty.to_string(), n.to_string()],
+            "n{i:03}"
+        );
     }
     assert_eq!(row(&out, &["n040"]).last(), Some(&"down"));
     // The long type name fits: the GPU counts (right-aligned) end under the header's "GPUs"
@@ -155,7 +174,11 @@ fn status_nodes_lists_every_node_and_type() {
     let end = header.find("GPUs").unwrap() + "GPUs".len();
     for (node, count) in [("n021", "8"), ("n001", "4")] {
         let line = out.lines().find(|l| l.starts_with(node)).unwrap();
-        assert_eq!(&line[end - 1..end + 1], format!("{count} "), "{header}\n{line}");
+        assert_eq!(
+            &line[end - 1..end + 1],
+            format!("{count} "),
+            "{header}\n{line}"
+        );
     }
     check_golden("status_nodes.txt", &out);
 }

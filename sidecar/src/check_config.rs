@@ -76,12 +76,19 @@ fn render(shown: &str, release: &str, nodes: &[NodeInfo], report: &Report) -> St
     out += &t.render();
     out.push('\n');
     for f in &report.findings {
-        let at = f.line.map(|l| format!("{shown}:{l}")).unwrap_or(shown.into());
+        let at = f
+            .line
+            .map(|l| format!("{shown}:{l}"))
+            .unwrap_or(shown.into());
         let kind = match f.severity {
             Severity::Problem => "problem",
             Severity::Warning => "warning",
         };
-        let key = if f.key.is_empty() { String::new() } else { format!("{}: ", f.key) };
+        let key = if f.key.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", f.key)
+        };
         out += &format!("{at}: {kind}: {key}{}\n", f.message);
     }
     let count = |s| report.findings.iter().filter(|f| f.severity == s).count();

@@ -141,7 +141,14 @@ fn per_partition_table(r: &RoundRow) -> Table {
 /// One row per (node, GPU type).
 fn per_node_table(r: &RoundRow) -> Table {
     let mut t = Table::new(&[
-        "node", "partitions", "GPU type", "GPUs", "busy", "planned", "price", "state",
+        "node",
+        "partitions",
+        "GPU type",
+        "GPUs",
+        "busy",
+        "planned",
+        "price",
+        "state",
     ]);
     for node in &r.nodes {
         for (ty, count) in &node.gpus {
@@ -203,7 +210,13 @@ fn left_out(r: &RoundRow, per_node: bool) -> String {
 
 fn jobs_table(jobs: &[&JobRow], placement: impl Fn(&JobRow) -> String) -> Table {
     let mut t = Table::new(&[
-        "job", "name", "phase", "workers", "steps", "rate", "placement",
+        "job",
+        "name",
+        "phase",
+        "workers",
+        "steps",
+        "rate",
+        "placement",
     ]);
     for j in jobs {
         t.row(vec![

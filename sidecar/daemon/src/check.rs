@@ -120,7 +120,9 @@ pub struct Report {
 impl Report {
     /// True when some finding is a problem.
     pub fn has_problems(&self) -> bool {
-        self.findings.iter().any(|f| f.severity == Severity::Problem)
+        self.findings
+            .iter()
+            .any(|f| f.severity == Severity::Problem)
     }
 }
 
@@ -158,7 +160,9 @@ pub fn check(shown: &str, text: &str, nodes: &[NodeInfo], probe: &dyn Probe) -> 
         Err(e) => {
             let message = e.to_string();
             let line = line_in_message(&message);
-            let message = message.strip_prefix(&format!("{shown}: ")).unwrap_or(&message);
+            let message = message
+                .strip_prefix(&format!("{shown}: "))
+                .unwrap_or(&message);
             out.problem(line, "", message.to_string());
             (GpuCatalog::builtin(), BTreeMap::new())
         }
@@ -224,7 +228,11 @@ fn check_slurm(
         .flat_map(|n| n.partitions.iter().map(String::as_str))
         .collect();
     let known = live.iter().copied().collect::<Vec<_>>().join(", ");
-    for p in config.partitions.iter().filter(|p| !live.contains(p.as_str())) {
+    for p in config
+        .partitions
+        .iter()
+        .filter(|p| !live.contains(p.as_str()))
+    {
         out.problem(
             lines.element(&["slurm", "managed_partitions"], p),
             "slurm.managed_partitions",
@@ -258,12 +266,19 @@ fn check_paths(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mu
     let s = &config.sidecar;
     let at = |key: &str| lines.key(&["sidecar", key]);
     if let Some(why) = creatable_dir(probe, s.state.parent()) {
-        out.problem(at("state"), "sidecar.state", format!("{}: {why}", s.state.display()));
+        out.problem(
+            at("state"),
+            "sidecar.state",
+            format!("{}: {why}", s.state.display()),
+        );
     }
     check_socket_dir(&s.socket, at("socket"), probe, out);
     if let Some(bin) = &s.slurm_bin_dir {
         for cmd in ["scontrol", "scancel", "sbatch"] {
-            if !probe.facts(&bin.join(cmd)).is_some_and(|f| f.executable && !f.dir) {
+            if !probe
+                .facts(&bin.join(cmd))
+                .is_some_and(|f| f.executable && !f.dir)
+            {
                 out.problem(
                     at("slurm_bin_dir"),
                     "sidecar.slurm_bin_dir",
@@ -281,9 +296,7 @@ fn check_paths(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mu
 /// or its nearest existing ancestor one (the daemon creates the rest).
 fn creatable_dir(probe: &dyn Probe, dir: Option<&Path>) -> Option<String> {
     let dir = dir.filter(|d| !d.as_os_str().is_empty())?;
-    let (existing, facts) = dir
-        .ancestors()
-        .find_map(|a| Some((a, probe.facts(a)?)))?;
+    let (existing, facts) = dir.ancestors().find_map(|a| Some((a, probe.facts(a)?)))?;
     if !facts.dir {
         Some(format!("{} is not a directory", existing.display()))
     } else if !facts.writable || !facts.executable {
@@ -298,7 +311,11 @@ fn creatable_dir(probe: &dyn Probe, dir: Option<&Path>) -> Option<String> {
 fn check_socket_dir(socket: &Path, line: Option<usize>, probe: &dyn Probe, out: &mut Findings) {
     let dir = socket.parent().unwrap_or(Path::new("/"));
     if let Some(why) = creatable_dir(probe, Some(dir)) {
-        out.problem(line, "sidecar.socket", format!("{}: {why}", socket.display()));
+        out.problem(
+            line,
+            "sidecar.socket",
+            format!("{}: {why}", socket.display()),
+        );
     } else if let Some(f) = probe.facts(dir)
         && f.mode & 0o022 != 0
     {
@@ -317,7 +334,10 @@ fn check_socket_dir(socket: &Path, line: Option<usize>, probe: &dyn Probe, out: 
 /// `[fork]` under `policy = "hadare"`: the runner and hadar binary, and the spool.
 fn check_fork(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mut Findings) {
     let f = &config.fork;
-    let programs = [("runner", Some(&f.runner)), ("hadar_bin", f.hadar_bin.as_ref())];
+    let programs = [
+        ("runner", Some(&f.runner)),
+        ("hadar_bin", f.hadar_bin.as_ref()),
+    ];
     for (key, path) in programs {
         if let Some(p) = path
             && !probe.facts(p).is_some_and(|x| x.executable && !x.dir)
@@ -453,7 +473,10 @@ impl<'a> Lines<'a> {
 
     /// The line of `text` holding byte `offset`.
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
     }
 
     /// The key at `path` and its value.
@@ -619,7 +642,8 @@ mod tests {
         ]
     }
 
-    const GOOD: &str = "[slurm]\nmanaged_partitions = [\"gpu\", \"old\"]\ndefault_partition = \"gpu\"\n";
+    const GOOD: &str =
+        "[slurm]\nmanaged_partitions = [\"gpu\", \"old\"]\ndefault_partition = \"gpu\"\n";
 
     #[test]
     fn a_good_file_has_no_finding_and_every_type_is_rated() {
@@ -631,22 +655,50 @@ mod tests {
             .map(|t| (t.name.as_str(), t.gpus, t.nodes, t.rating.words()))
             .collect();
         assert_eq!(rated.len(), 4);
-        assert!(rated.contains(&("V100M32", 4, 1, "estimated from the v100-32gb datasheet".into())), "{rated:?}");
-        assert!(rated.contains(&("a100_80g", 2, 1, "estimated from the a100-80gb datasheet".into())), "{rated:?}");
-        assert!(rated.contains(&("v100", 4, 1, "measured: Gavel's table, column v100".into())), "{rated:?}");
+        assert!(
+            rated.contains(&(
+                "V100M32",
+                4,
+                1,
+                "estimated from the v100-32gb datasheet".into()
+            )),
+            "{rated:?}"
+        );
+        assert!(
+            rated.contains(&(
+                "a100_80g",
+                2,
+                1,
+                "estimated from the a100-80gb datasheet".into()
+            )),
+            "{rated:?}"
+        );
+        assert!(
+            rated.contains(&("v100", 4, 1, "measured: Gavel's table, column v100".into())),
+            "{rated:?}"
+        );
     }
 
     #[test]
     fn unknown_partitions_are_named_on_their_line() {
         let text = "[slurm]\nmanaged_partitions = [\n  \"gpu\",\n  \"nosuch\",\n]\ndefault_partition = \"gpx\"\n";
         let r = check("h.toml", text, &cluster(), &machine());
-        let found: Vec<(Option<usize>, &str)> =
-            r.findings.iter().map(|f| (f.line, f.key.as_str())).collect();
+        let found: Vec<(Option<usize>, &str)> = r
+            .findings
+            .iter()
+            .map(|f| (f.line, f.key.as_str()))
+            .collect();
         assert_eq!(
             found,
-            vec![(Some(4), "slurm.managed_partitions"), (Some(6), "slurm.default_partition")]
+            vec![
+                (Some(4), "slurm.managed_partitions"),
+                (Some(6), "slurm.default_partition")
+            ]
         );
-        assert!(r.findings[0].message.contains("\"nosuch\"") && r.findings[0].message.contains("gpu, old"));
+        assert!(
+            r.findings[0].message.contains("\"nosuch\"")
+                && r.findings[0].message.contains("gpu, old")
+        );
         assert!(r.has_problems());
     }
 
@@ -656,23 +708,43 @@ mod tests {
         nodes.push(node("n9", &[("zq7", 8)], &["gpu"]));
         let r = check("h.toml", GOOD, &nodes, &machine());
         assert_eq!(r.findings.len(), 1, "{r:?}");
-        assert!(r.findings[0].message.contains("\"zq7\" (8 GPUs on 1 nodes)"));
-        let text = format!("{GOOD}[gpu_types]\nzq7 = {{ model = \"a100\", speed = 1.5 }}\nzz = \"k80\"\n");
+        assert!(
+            r.findings[0]
+                .message
+                .contains("\"zq7\" (8 GPUs on 1 nodes)")
+        );
+        let text =
+            format!("{GOOD}[gpu_types]\nzq7 = {{ model = \"a100\", speed = 1.5 }}\nzz = \"k80\"\n");
         let r = check("h.toml", &text, &nodes, &machine());
         let zq7 = r.types.iter().find(|t| t.name == "zq7").unwrap();
         assert_eq!(zq7.rating.words(), "estimated as 1.5 x a100 ([gpu_types])");
         assert!(!r.has_problems(), "{r:?}");
         assert_eq!(r.findings.len(), 1);
-        assert_eq!((r.findings[0].line, r.findings[0].severity), (Some(6), Severity::Warning));
+        assert_eq!(
+            (r.findings[0].line, r.findings[0].severity),
+            (Some(6), Severity::Warning)
+        );
         let text = format!("{GOOD}[gpu_types]\nzq7 = \"rtx9090\"\n");
         let r = check("h.toml", &text, &nodes, &machine());
-        let bad = r.findings.iter().find(|f| f.message.contains("rtx9090")).unwrap();
-        assert!(bad.message.contains("gpu_types.zq7") && bad.line == Some(5), "{r:?}");
+        let bad = r
+            .findings
+            .iter()
+            .find(|f| f.message.contains("rtx9090"))
+            .unwrap();
+        assert!(
+            bad.message.contains("gpu_types.zq7") && bad.line == Some(5),
+            "{r:?}"
+        );
     }
 
     #[test]
     fn a_broken_file_is_one_problem_at_its_line() {
-        let r = check("h.toml", "[slurm]\n\n[sidecar]\nround_second = 3\n", &cluster(), &machine());
+        let r = check(
+            "h.toml",
+            "[slurm]\n\n[sidecar]\nround_second = 3\n",
+            &cluster(),
+            &machine(),
+        );
         assert_eq!(r.findings.len(), 1);
         assert_eq!(r.findings[0].line, Some(4));
         assert!(r.findings[0].message.contains("round_second"));
@@ -690,8 +762,11 @@ mod tests {
         let mut fake = fake;
         fake.0.get_mut(Path::new("/")).unwrap().writable = false;
         let r = check("h.toml", text, &cluster(), &fake);
-        let found: Vec<(Option<usize>, &str)> =
-            r.findings.iter().map(|f| (f.line, f.key.as_str())).collect();
+        let found: Vec<(Option<usize>, &str)> = r
+            .findings
+            .iter()
+            .map(|f| (f.line, f.key.as_str()))
+            .collect();
         assert_eq!(
             found,
             vec![
@@ -709,10 +784,16 @@ mod tests {
             .dir("/tmp", 0o755)
             .dir("/nowhere", 0o755);
         let mut fake = fake;
-        fake.0.get_mut(Path::new("/srv/spool/fork")).unwrap().local_fs = Some("ext4");
+        fake.0
+            .get_mut(Path::new("/srv/spool/fork"))
+            .unwrap()
+            .local_fs = Some("ext4");
         let r = check("h.toml", text, &cluster(), &fake);
-        let found: Vec<(&str, Severity)> =
-            r.findings.iter().map(|f| (f.key.as_str(), f.severity)).collect();
+        let found: Vec<(&str, Severity)> = r
+            .findings
+            .iter()
+            .map(|f| (f.key.as_str(), f.severity))
+            .collect();
         assert_eq!(
             found,
             vec![

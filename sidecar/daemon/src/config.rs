@@ -41,9 +41,13 @@ struct GpuTypes(BTreeMap<String, SiteGpu>);
 impl<'de> Deserialize<'de> for GpuTypes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        struct Entry(#[serde(deserialize_with = "hadar_core::estimate::site::deserialize_entry")] SiteGpu);
+        struct Entry(
+            #[serde(deserialize_with = "hadar_core::estimate::site::deserialize_entry")] SiteGpu,
+        );
         let map = BTreeMap::<String, Entry>::deserialize(d)?;
-        Ok(GpuTypes(map.into_iter().map(|(k, Entry(v))| (k, v)).collect()))
+        Ok(GpuTypes(
+            map.into_iter().map(|(k, Entry(v))| (k, v)).collect(),
+        ))
     }
 }
 

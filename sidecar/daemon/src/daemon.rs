@@ -704,8 +704,7 @@ impl<S: SlurmApi> Daemon<S> {
             .filter(|j| j.status == JobStatus::Running)
             .flat_map(|j| j.gpu_parts())
             .collect();
-        summary.nodes =
-            view::node_rows(&nodes, &self.config.partitions, planned.values(), &held);
+        summary.nodes = view::node_rows(&nodes, &self.config.partitions, planned.values(), &held);
         summary.actions = done
             .iter()
             .map(|(j, a, o)| (*j, format!("{a}: {o}")))

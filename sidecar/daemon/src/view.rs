@@ -281,7 +281,10 @@ mod tests {
         assert_eq!(names, ["n1", "n2"], "n3 is in no managed partition");
         assert_eq!(rows[0].partitions, ["gpu"]);
         assert_eq!((rows[0].busy["v100"], rows[0].planned["v100"]), (1, 2));
-        assert_eq!(rows[1].unusable.as_deref(), Some(NodeState::parse("DOWN").as_str()));
+        assert_eq!(
+            rows[1].unusable.as_deref(),
+            Some(NodeState::parse("DOWN").as_str())
+        );
         assert_eq!(node_rows(&nodes, &[], [&planned], &busy).len(), 3);
     }
 }

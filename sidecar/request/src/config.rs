@@ -315,15 +315,34 @@ mod tests {
     fn the_plugin_reads_the_daemons_path_and_falls_back_to_the_old_place() {
         let conf = Path::new("/etc/slurm/slurm.conf");
         let old = PathBuf::from("/etc/slurm/hadar.toml");
-        let present = |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
-        let env = ConfigLocation::resolve(Some("/x/h.toml".into()), Some(conf), present(&[DEFAULT_PATH]));
+        let present =
+            |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
+        let env = ConfigLocation::resolve(
+            Some("/x/h.toml".into()),
+            Some(conf),
+            present(&[DEFAULT_PATH]),
+        );
         assert_eq!(env, ConfigLocation::Env("/x/h.toml".into()));
-        let both = ConfigLocation::resolve(None, Some(conf), present(&[DEFAULT_PATH, "/etc/slurm/hadar.toml"]));
+        let both = ConfigLocation::resolve(
+            None,
+            Some(conf),
+            present(&[DEFAULT_PATH, "/etc/slurm/hadar.toml"]),
+        );
         assert_eq!(both.path(), Path::new(DEFAULT_PATH));
-        assert!(both.warning().unwrap().contains("/etc/slurm/hadar.toml is not read"));
-        let only_old = ConfigLocation::resolve(None, Some(conf), present(&["/etc/slurm/hadar.toml"]));
+        assert!(
+            both.warning()
+                .unwrap()
+                .contains("/etc/slurm/hadar.toml is not read")
+        );
+        let only_old =
+            ConfigLocation::resolve(None, Some(conf), present(&["/etc/slurm/hadar.toml"]));
         assert_eq!(only_old, ConfigLocation::BesideSlurmConf(old));
-        assert!(only_old.warning().unwrap().contains("move it to /etc/hadar/hadar.toml"));
+        assert!(
+            only_old
+                .warning()
+                .unwrap()
+                .contains("move it to /etc/hadar/hadar.toml")
+        );
         let neither = ConfigLocation::resolve(Some("".into()), Some(conf), present(&[]));
         assert_eq!(neither.path(), Path::new(DEFAULT_PATH));
         assert_eq!(neither.warning(), None);

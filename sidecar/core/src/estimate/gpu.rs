@@ -569,9 +569,15 @@ mod tests {
     #[test]
     fn site_names_are_read_into_family_memory_and_form() {
         let n = SiteName::parse("v100m32");
-        assert_eq!((n.family.as_str(), n.memory_gb, n.pcie), ("v100", Some(32), false));
+        assert_eq!(
+            (n.family.as_str(), n.memory_gb, n.pcie),
+            ("v100", Some(32), false)
+        );
         let n = SiteName::parse("h100-pcie-80gb");
-        assert_eq!((n.family.as_str(), n.memory_gb, n.pcie), ("h100", Some(80), true));
+        assert_eq!(
+            (n.family.as_str(), n.memory_gb, n.pcie),
+            ("h100", Some(80), true)
+        );
         let n = SiteName::parse("a10g");
         assert_eq!((n.family.as_str(), n.memory_gb), ("a10g", None));
     }

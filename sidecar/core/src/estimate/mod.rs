@@ -21,10 +21,10 @@ pub mod online;
 pub mod site;
 
 pub use gpu::{Arch, GpuCatalog, GpuSpec, SiteName, builtin_gpus, gpu_spec, install_catalog};
-pub use site::{SiteGpu, SiteGpuError, SiteGpuKind};
 pub use job::{JobTraits, TraitsError, gavel_job, gavel_job_traits};
 pub use model::{ModelConstants, StepTime, estimate_rate, step_time};
 pub use online::{OnlineEstimate, RefineError, RefineSettings};
+pub use site::{SiteGpu, SiteGpuError, SiteGpuKind};
 
 use crate::cluster::Cluster;
 use crate::throughput::{RateCurve, ThroughputProfile};

@@ -119,15 +119,17 @@ impl SiteGpu {
         match &self.model {
             Some(_) if figures => Err(SiteGpuError::Mixed),
             Some(model) => {
-                let known = base.lookup(model).ok_or_else(|| SiteGpuError::UnknownModel {
-                    model: model.clone(),
-                    known: base
-                        .specs()
-                        .iter()
-                        .map(|s| s.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })?;
+                let known = base
+                    .lookup(model)
+                    .ok_or_else(|| SiteGpuError::UnknownModel {
+                        model: model.clone(),
+                        known: base
+                            .specs()
+                            .iter()
+                            .map(|s| s.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })?;
                 let speed = self.speed.unwrap_or(1.0);
                 Ok(GpuSpec {
                     name: name.to_ascii_lowercase(),
@@ -139,9 +141,13 @@ impl SiteGpu {
                     ..known.clone()
                 })
             }
-            None if self.speed.is_some() => Err(SiteGpuError::Missing("model (speed is relative to it)")),
+            None if self.speed.is_some() => {
+                Err(SiteGpuError::Missing("model (speed is relative to it)"))
+            }
             None => {
-                let fp32 = self.fp32_tflops.ok_or(SiteGpuError::Missing("fp32_tflops"))?;
+                let fp32 = self
+                    .fp32_tflops
+                    .ok_or(SiteGpuError::Missing("fp32_tflops"))?;
                 Ok(GpuSpec {
                     name: name.to_ascii_lowercase(),
                     aliases: Vec::new(),
@@ -149,7 +155,9 @@ impl SiteGpu {
                     fp32_tflops: fp32,
                     fp16_tflops: self.fp16_tflops.unwrap_or(fp32),
                     memory_gb: self.memory_gb.ok_or(SiteGpuError::Missing("memory_gb"))?,
-                    memory_gbps: self.memory_gbps.ok_or(SiteGpuError::Missing("memory_gbps"))?,
+                    memory_gbps: self
+                        .memory_gbps
+                        .ok_or(SiteGpuError::Missing("memory_gbps"))?,
                     host_link_gbps: self.host_link_gbps.unwrap_or(31.5),
                 })
             }
@@ -204,10 +212,13 @@ mod tests {
 
     #[test]
     fn an_alias_answers_as_its_model() {
-        let site = [("gx7".to_string(), SiteGpu {
-            model: Some("V100M32".into()),
-            ..SiteGpu::default()
-        })];
+        let site = [(
+            "gx7".to_string(),
+            SiteGpu {
+                model: Some("V100M32".into()),
+                ..SiteGpu::default()
+            },
+        )];
         let c = GpuCatalog::with_site(site.iter().map(|(n, e)| (n, e))).unwrap();
         assert_eq!(c.lookup("GX7").map(|s| s.name.as_str()), Some("v100-32gb"));
         assert_eq!(c.specs().len(), GpuCatalog::builtin().specs().len());
@@ -238,10 +249,16 @@ mod tests {
             ..SiteGpu::default()
         };
         let base = GpuCatalog::builtin();
-        assert_eq!(e.to_spec("x", &base), Err(SiteGpuError::Missing("memory_gbps")));
+        assert_eq!(
+            e.to_spec("x", &base),
+            Err(SiteGpuError::Missing("memory_gbps"))
+        );
         e.memory_gbps = Some(1200.0);
         let s = e.to_spec("x", &base).unwrap();
-        assert_eq!((s.fp16_tflops, s.arch, s.host_link_gbps), (40.0, Arch::Ampere, 31.5));
+        assert_eq!(
+            (s.fp16_tflops, s.arch, s.host_link_gbps),
+            (40.0, Arch::Ampere, 31.5)
+        );
         e.model = Some("v100".into());
         assert_eq!(e.to_spec("x", &base), Err(SiteGpuError::Mixed));
     }
@@ -262,7 +279,10 @@ mod tests {
         };
         assert_eq!(
             e.to_spec("x", &base),
-            Err(SiteGpuError::NotPositive { key: "speed", value: -1.0 })
+            Err(SiteGpuError::NotPositive {
+                key: "speed",
+                value: -1.0
+            })
         );
         let site = [("bad".to_string(), e)];
         let (name, _) = GpuCatalog::with_site(site.iter().map(|(n, e)| (n, e))).unwrap_err();
