@@ -151,11 +151,11 @@ pub trait Probe {
 pub fn check(shown: &str, text: &str, nodes: &[NodeInfo], probe: &dyn Probe) -> Report {
     let lines = Lines::new(text);
     let mut out = Findings::default();
-    let (catalog, site) = match DaemonConfig::parse(shown, text) {
+    let (catalog, site, partitions) = match DaemonConfig::parse(shown, text) {
         Ok(config) => {
             check_slurm(&config, nodes, &lines, probe, &mut out);
             check_paths(&config, &lines, probe, &mut out);
-            (config.gpu_catalog(), config.gpu_types)
+            (config.gpu_catalog(), config.gpu_types, config.partitions)
         }
         Err(e) => {
             let message = e.to_string();
@@ -164,11 +164,20 @@ pub fn check(shown: &str, text: &str, nodes: &[NodeInfo], probe: &dyn Probe) -> 
                 .strip_prefix(&format!("{shown}: "))
                 .unwrap_or(&message);
             out.problem(line, "", message.to_string());
-            (GpuCatalog::builtin(), BTreeMap::new())
+            (GpuCatalog::builtin(), BTreeMap::new(), Vec::new())
         }
     };
     let types = rate_types(nodes, &catalog, &site);
-    for t in types.iter().filter(|t| t.rating == Rating::Unknown) {
+    // Only the types of the nodes hadar schedules must be rated; the others are listed.
+    let scheduled: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| partitions.is_empty() || n.partitions.iter().any(|p| partitions.contains(p)))
+        .flat_map(|n| n.gpus.iter().map(|(t, _)| t.as_str()))
+        .collect();
+    let unknown = types
+        .iter()
+        .filter(|t| t.rating == Rating::Unknown && scheduled.contains(t.name.as_str()));
+    for t in unknown {
         out.problem(
             lines.key(&["gpu_types"]),
             "gpu_types",
@@ -705,9 +714,15 @@ mod tests {
     #[test]
     fn an_unknown_gpu_type_is_a_problem_until_gpu_types_describes_it() {
         let mut nodes = cluster();
+        nodes.push(node("n8", &[("zq8", 2)], &["cpu"]));
         nodes.push(node("n9", &[("zq7", 8)], &["gpu"]));
         let r = check("h.toml", GOOD, &nodes, &machine());
-        assert_eq!(r.findings.len(), 1, "{r:?}");
+        assert_eq!(r.findings.len(), 1, "only zq7 is scheduled: {r:?}");
+        assert!(
+            r.types
+                .iter()
+                .any(|t| t.name == "zq8" && t.rating == Rating::Unknown)
+        );
         assert!(
             r.findings[0]
                 .message
