@@ -651,6 +651,14 @@ mod tests {
         ]
     }
 
+    /// Each finding's line and key, in the report's order.
+    fn lines_and_keys(r: &Report) -> Vec<(Option<usize>, &str)> {
+        r.findings
+            .iter()
+            .map(|f| (f.line, f.key.as_str()))
+            .collect()
+    }
+
     const GOOD: &str =
         "[slurm]\nmanaged_partitions = [\"gpu\", \"old\"]\ndefault_partition = \"gpu\"\n";
 
@@ -692,11 +700,7 @@ mod tests {
     fn unknown_partitions_are_named_on_their_line() {
         let text = "[slurm]\nmanaged_partitions = [\n  \"gpu\",\n  \"nosuch\",\n]\ndefault_partition = \"gpx\"\n";
         let r = check("h.toml", text, &cluster(), &machine());
-        let found: Vec<(Option<usize>, &str)> = r
-            .findings
-            .iter()
-            .map(|f| (f.line, f.key.as_str()))
-            .collect();
+        let found = lines_and_keys(&r);
         assert_eq!(
             found,
             vec![
@@ -777,11 +781,7 @@ mod tests {
         let mut fake = fake;
         fake.0.get_mut(Path::new("/")).unwrap().writable = false;
         let r = check("h.toml", text, &cluster(), &fake);
-        let found: Vec<(Option<usize>, &str)> = r
-            .findings
-            .iter()
-            .map(|f| (f.line, f.key.as_str()))
-            .collect();
+        let found = lines_and_keys(&r);
         assert_eq!(
             found,
             vec![
