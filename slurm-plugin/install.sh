@@ -114,8 +114,9 @@ Add to slurm.conf (append to an existing JobSubmitPlugins= list, e.g. JobSubmitP
 
     JobSubmitPlugins=hadar
 
-Put the Hadar configuration next to slurm.conf as hadar.toml (start from $repo/etc/hadar.toml),
-or point slurmctld's environment variable HADAR_CONFIG at it. Then run:
+Put the Hadar configuration at /etc/hadar/hadar.toml, where hadar serve reads it too (start
+from $repo/etc/hadar.toml; check it with 'hadar check-config'), or point slurmctld's
+environment variable HADAR_CONFIG at it. Then run:
 
     scontrol reconfigure
 

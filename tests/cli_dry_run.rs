@@ -4,6 +4,10 @@
 //! To regenerate the golden files after an intended change, run the tests with
 //! `HADAR_UPDATE_GOLDEN=1` and review the diff.
 
+#[path = "support/golden.rs"]
+mod golden;
+
+use golden::check_golden;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,17 +33,6 @@ fn stdout_of(args: &[&str]) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout).expect("utf-8 output")
-}
-
-fn check_golden(name: &str, actual: &str) {
-    let path = root().join("tests/golden").join(name);
-    if std::env::var_os("HADAR_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
-    }
-    let expected =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
 /// What every printed plan must satisfy, checked on the JSON independently of the golden

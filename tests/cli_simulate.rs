@@ -350,3 +350,45 @@ fn report_writes_per_job_csv_matching_the_summary_and_plots() {
         );
     }
 }
+
+/// A site's GPU type names: `V100M32` finds the V100 32 GB by itself; an internal code is
+/// unusable until `--gpu-types` rates it, and then its GPUs are used.
+#[test]
+fn site_gpu_type_names_are_rated_by_name_or_by_gpu_types() {
+    let cluster = ["--cluster", "V100M32:4,zq7:4", "--policy", "hadar"];
+    let v = simulate_json(&cluster);
+    assert_eq!(
+        v["workload"]["estimated_gpu_types"],
+        serde_json::json!(["v100m32"])
+    );
+    assert_eq!(
+        v["workload"]["unusable_gpu_types"],
+        serde_json::json!(["zq7"])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hadar.toml");
+    std::fs::write(
+        &file,
+        "[gpu_types]\nzq7 = { model = \"v100\", speed = 2.0 }\n",
+    )
+    .unwrap();
+    let v = simulate_json(&[&cluster[..], &["--gpu-types", file.to_str().unwrap()]].concat());
+    assert_eq!(v["workload"]["unusable_gpu_types"], serde_json::json!([]));
+    let used = v["results"][0]["utilisation_by_type"]["zq7"]
+        .as_f64()
+        .unwrap();
+    assert!(used > 0.0, "{v}");
+    std::fs::write(&file, "[gpu_types]\nzq7 = \"rtx9090\"\n").unwrap();
+    let args = [
+        &["simulate"][..],
+        &cluster[..],
+        &["--gpu-types", file.to_str().unwrap()],
+    ]
+    .concat();
+    let (_, err, code) = hadar(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("gpu_types.zq7") && err.contains("rtx9090"),
+        "{err}"
+    );
+}

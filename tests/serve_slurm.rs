@@ -308,12 +308,23 @@ fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
     });
     let text = serve.hadar(&["status"]);
     assert!(text.contains("policy hadar decided in"), "{text}");
+    // Per partition and type by default (n1 and n4 hold the V100s of partition gpu)...
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("v100") && l.contains('%')),
+        text.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells.starts_with(&["gpu", "v100", "2", "6"]) && l.contains('%')
+        }),
         "{text}"
     );
-    assert!(text.contains("n4/k80"), "prices listed: {text}");
+    // ...and node by node, with prices, on asking.
+    let nodes = serve.hadar(&["status", "--nodes"]);
+    assert!(
+        nodes.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells.starts_with(&["n4"]) && cells.get(2) == Some(&"k80") && l.contains("0.")
+        }),
+        "prices listed per node: {nodes}"
+    );
     let why = serve.hadar(&["explain", &runs.to_string()]);
     assert!(
         why.contains("runs on n4 (2 x v100, 2 x k80)") && why.contains("slowest"),

@@ -63,10 +63,20 @@ pub enum Command {
     /// plugin), plans with the Hadar core, starts, keeps or preempts jobs, and records the
     /// round in its state database.
     Serve(ServeArgs),
-    /// Show the daemon's last round: GPUs per type, prices, queue and running placements.
+    /// Show the daemon's last round: GPUs per partition and type (--nodes: per node), prices,
+    /// queue and running placements.
     Status(StatusArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
+    /// Check hadar.toml against the live Slurm cluster and this machine.
+    ///
+    /// Lists every GPU type of the cluster and how hadar rates it (measured, estimated from
+    /// a datasheet, or unknown), then each problem with its line in the file: managed and
+    /// default partitions that have no node, GPU types no throughput source knows, bad
+    /// [gpu_types] entries, and the paths the daemon needs (state folder, socket folder,
+    /// Slurm commands, and under policy = "hadare" the fork runner and spool). Exits 1 when
+    /// there is a problem (warnings alone do not fail).
+    CheckConfig(CheckConfigArgs),
     /// An example training job for `hadar serve` (run it inside a Slurm job).
     ///
     /// It trains at the rate Gavel measured for --job-type on the GPU types of its own
@@ -109,6 +119,14 @@ pub struct ServeArgs {
     pub config: PathBuf,
 }
 
+/// `hadar check-config` arguments.
+#[derive(Args, Debug)]
+pub struct CheckConfigArgs {
+    /// The configuration file (the one the plugin and the daemon read).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+}
+
 /// `hadar status` arguments.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -121,6 +139,9 @@ pub struct StatusArgs {
     /// Also list finished jobs.
     #[arg(long)]
     pub all: bool,
+    /// List GPUs node by node instead of per partition and GPU type.
+    #[arg(long)]
+    pub nodes: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -721,6 +742,11 @@ pub struct SimulateArgs {
     /// the aggregated steps and the consolidation weights.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
+    /// A hadar.toml whose [gpu_types] says how to rate the cluster's GPU types that hadar
+    /// cannot place by name (internal codes): a known model, a speed relative to one, or
+    /// datasheet figures (docs/configuration.md).
+    #[arg(long, value_name = "FILE")]
+    pub gpu_types: Option<PathBuf>,
 
     /// Write a report into DIR: jobs.csv (per policy and job: arrival, first start, finish,
     /// JCT, queueing, restarts), jct-cdf.svg (every policy), and per policy busy-POLICY.svg

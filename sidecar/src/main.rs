@@ -6,6 +6,7 @@
 
 mod average;
 mod bench;
+mod check_config;
 mod cli;
 mod dry_run;
 mod emulate;
@@ -14,6 +15,7 @@ mod generate;
 mod report;
 mod serve;
 mod simulate;
+mod status;
 mod table;
 
 use clap::Parser;
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(a) => serve::serve(a),
         cli::Command::Status(a) => serve::status(a),
         cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::CheckConfig(a) => check_config::run(a),
         cli::Command::Emulate(a) => emulate::run(a),
         cli::Command::Completions(a) => generate::completions(a),
         cli::Command::Man(a) => generate::man_pages(a),

@@ -24,6 +24,8 @@ fn load_config(path: &Path) -> Result<DaemonConfig, Failure> {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     let config = load_config(&a.config)?;
+    // Every estimate of this process (rounds, explain) rates the site's GPU type names alike.
+    hadar_core::estimate::install_catalog(config.gpu_catalog());
     if let Some(point) = hadar_daemon::faults::arm_from_env().map_err(Failure::input)? {
         tracing::warn!("fault injection armed: the daemon will kill itself at {point}");
     }
@@ -199,7 +201,7 @@ fn placement_text(r: &JobRow) -> String {
     r.placement
         .as_ref()
         .map(hadar_daemon::explain::placement_words)
-        .unwrap_or_else(|| "-".into())
+        .unwrap_or_else(|| "none".into())
 }
 
 /// Prints the daemon's last round, queue and running placements.
@@ -228,70 +230,12 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    match &round {
-        None => println!("no round has run yet"),
-        Some(r) => {
-            println!(
-                "round {} at {:.1} s; policy {} decided in {:.2} ms; Slurm {}",
-                r.round,
-                r.started_s,
-                r.policy,
-                r.decision_ms,
-                r.slurm_release.as_deref().unwrap_or("release unknown")
-            );
-            println!(
-                "{:<8} {:>8} {:>8} {:>8} {:>12}",
-                "GPU type", "usable", "planned", "busy", "utilisation"
-            );
-            for (t, cap) in &r.capacity {
-                let planned = r.planned_use.get(t).copied().unwrap_or(0);
-                let busy = r.busy.get(t).copied().unwrap_or(0);
-                let util = if *cap > 0 {
-                    100.0 * planned as f64 / *cap as f64
-                } else {
-                    0.0
-                };
-                println!("{t:<8} {cap:>8} {planned:>8} {busy:>8} {util:>11.0}%");
-            }
-            if !r.unusable_nodes.is_empty() {
-                let n: Vec<String> = r
-                    .unusable_nodes
-                    .iter()
-                    .map(|(n, s)| format!("{n} ({s})"))
-                    .collect();
-                println!("left out: {}", n.join(", "));
-            }
-            if let Some((l, u)) = r.price_bounds {
-                println!("prices per GPU (L = {l:.4}, U = {u:.4}):");
-                for (n, t, p) in &r.prices {
-                    println!("  {n}/{t}: {p:.4}");
-                }
-            }
-        }
-    }
-    println!(
-        "{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  placement",
-        "job", "name", "phase", "workers", "steps", "rate"
-    );
-    for j in active {
-        let rate = j
-            .last_rate
-            .map(|r| format!("{r:.3}"))
-            .unwrap_or_else(|| "-".into());
-        let steps = format!("{:.0}/{:.0}", j.steps_done, j.total_steps);
-        println!(
-            "{:>8}  {:<16} {:<10} {:>7} {:>21}  {:>10}  {}",
-            j.id,
-            // A job name is its owner's text: control characters (terminal escapes) are
-            // shown escaped, never sent to the administrator's terminal.
-            hadar_request::excerpt_of(&j.name, 16),
-            j.phase.as_str(),
-            j.workers,
-            steps,
-            rate,
+    print!(
+        "{}",
+        crate::status::render(round.as_ref(), &active, a.nodes, |j| {
             fork_text(&store, j.id).unwrap_or_else(|| placement_text(j))
-        );
-    }
+        })
+    );
     Ok(())
 }
 

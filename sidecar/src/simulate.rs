@@ -73,6 +73,11 @@ enum Outcome {
 
 /// Runs the command.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
+    if let Some(path) = &args.gpu_types {
+        let config = hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?;
+        // Before any rate is estimated: every lookup of this run sees the site's names.
+        hadar_core::estimate::install_catalog(config.gpu_catalog());
+    }
     let names = match &args.policy {
         Some(list) => PolicyName::parse_list(list)
             .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,

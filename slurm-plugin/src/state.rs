@@ -9,7 +9,7 @@
 
 use crate::bindings::slurm_conf;
 use crate::log;
-use hadar_request::{Config, Inventory};
+use hadar_request::{Config, ConfigLocation, Inventory};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -63,8 +63,12 @@ pub fn clear() {
 pub fn reload(why: &str) -> Option<Arc<Loaded>> {
     let stamp = conf_stamp();
     let slurm_conf_path = slurm_conf_path();
-    let config_path = config_path(slurm_conf_path.as_deref());
-    let loaded = match load(&config_path, slurm_conf_path.as_deref()) {
+    let location = config_location(slurm_conf_path.as_deref());
+    if let Some(warning) = location.warning() {
+        log::info(&format!("hadar: {why}: {warning}"));
+    }
+    let config_path = location.path();
+    let loaded = match load(config_path, slurm_conf_path.as_deref()) {
         Ok(l) => {
             log::info(&format!(
                 "hadar: {why}: loaded {} (managed partitions: [{}]; {} nodes, GPU types: {}; sidecar socket {})",
@@ -96,15 +100,14 @@ fn slurm_conf_path() -> Option<PathBuf> {
     path.map(PathBuf::from)
 }
 
-/// `$HADAR_CONFIG` if set (in slurmctld's environment), else `hadar.toml` beside slurm.conf.
-fn config_path(slurm_conf_file: Option<&Path>) -> PathBuf {
-    if let Some(p) = std::env::var_os("HADAR_CONFIG") {
-        return PathBuf::from(p);
-    }
-    slurm_conf_file
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("/etc/slurm"))
-        .join("hadar.toml")
+/// `$HADAR_CONFIG` if set (in slurmctld's environment), else `/etc/hadar/hadar.toml` (the
+/// daemon's path), else an old `hadar.toml` beside slurm.conf; see [`ConfigLocation`].
+fn config_location(slurm_conf_file: Option<&Path>) -> ConfigLocation {
+    ConfigLocation::resolve(
+        std::env::var_os("HADAR_CONFIG").map(PathBuf::from),
+        slurm_conf_file,
+        Path::exists,
+    )
 }
 
 fn load(config_path: &Path, slurmctld_conf: Option<&Path>) -> Result<Loaded, String> {

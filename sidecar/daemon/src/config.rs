@@ -1,13 +1,16 @@
 //! The daemon's configuration: the `[sidecar]` and `[hadar]` tables of the shared
 //! `hadar.toml` (the `[slurm]` and `[plugin]` tables are the plugin's and are read by the
 //! shared request crate's reader, so both programs accept exactly the same file). Unknown
-//! keys and tables are refused, naming the file and line. The annotated reference is
+//! keys and tables are refused, naming the file and line. `[gpu_types]` (a site's GPU type
+//! names, see `hadar_core::estimate::site`) is read here too. The annotated reference is
 //! `etc/hadar.toml`.
 
+use hadar_core::estimate::{GpuCatalog, SiteGpu};
 use hadar_core::policies::hadar::HadarConfig;
 use hadar_core::policies::hadare::HadarEConfig;
 use hadar_request::Outer;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,6 +30,33 @@ pub struct DaemonConfig {
     pub partitions: Vec<String>,
     /// `[slurm].slurm_conf`: the slurm.conf the client commands use (`SLURM_CONF`).
     pub slurm_conf: Option<PathBuf>,
+    /// `[gpu_types]`: the site's GRES type names the built-in GPU table cannot place.
+    pub gpu_types: BTreeMap<String, SiteGpu>,
+}
+
+/// `[gpu_types]` as written: each value a model name or a table.
+#[derive(Default)]
+struct GpuTypes(BTreeMap<String, SiteGpu>);
+
+impl<'de> Deserialize<'de> for GpuTypes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Entry(
+            #[serde(deserialize_with = "hadar_core::estimate::site::deserialize_entry")] SiteGpu,
+        );
+        let map = BTreeMap::<String, Entry>::deserialize(d)?;
+        Ok(GpuTypes(
+            map.into_iter().map(|(k, Entry(v))| (k, v)).collect(),
+        ))
+    }
+}
+
+impl DaemonConfig {
+    /// The GPU catalog this configuration describes: the built-in table and `[gpu_types]`
+    /// (checked when the file was read, so this does not fail on a parsed config).
+    pub fn gpu_catalog(&self) -> GpuCatalog {
+        GpuCatalog::with_site(&self.gpu_types).unwrap_or_default()
+    }
 }
 
 /// Which policy schedules the jobs that opted into forking (`#HADAR fork=yes`).
@@ -180,6 +210,8 @@ struct File {
     hadare: HadarEConfig,
     #[serde(default)]
     fork: ForkConfig,
+    #[serde(default)]
+    gpu_types: GpuTypes,
 }
 
 impl DaemonConfig {
@@ -289,6 +321,18 @@ impl DaemonConfig {
                 expected: "give mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1)",
             });
         }
+        if let Err((name, e)) = GpuCatalog::with_site(&file.gpu_types.0) {
+            return Err(ConfigError::Parse {
+                path: path.to_string(),
+                reason: format!(
+                    "gpu_types.{} (line {}): {e}",
+                    hadar_request::excerpt(&name),
+                    crate::check::Lines::new(text)
+                        .key(&["gpu_types", &name])
+                        .unwrap_or(0)
+                ),
+            });
+        }
         let mut hadar = file.hadar;
         if !text_sets_max_nodes(text) {
             hadar.max_nodes_per_job = Some(1);
@@ -300,6 +344,7 @@ impl DaemonConfig {
             fork: file.fork,
             partitions: shared.managed_partitions,
             slurm_conf: shared.slurm_conf,
+            gpu_types: file.gpu_types.0,
         })
     }
 
@@ -439,5 +484,45 @@ mod tests {
         );
         let e = DaemonConfig::parse("h.toml", "[plugin]\nnotify_timeout_ms = 0\n").unwrap_err();
         assert!(e.to_string().contains("notify_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn gpu_types_are_read_and_checked() {
+        let c = DaemonConfig::parse(
+            "h.toml",
+            "[gpu_types]\ngx7 = \"v100\"\nzq = { model = \"a100\", speed = 2.0 }\n",
+        )
+        .unwrap();
+        let catalog = c.gpu_catalog();
+        assert_eq!(catalog.lookup("gx7").map(|s| s.name.as_str()), Some("v100"));
+        assert_eq!(catalog.lookup("zq").map(|s| s.fp32_tflops), Some(39.0));
+        let e = DaemonConfig::parse("h.toml", "[gpu_types]\nzq = { modle = \"a100\" }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("modle") && e.contains("line 2"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[gpu_types]\nzq = \"rtx9090\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gpu_types.zq (line 2)") && e.contains("rtx9090"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_gpu_types_examples_of_the_documented_file_parse() {
+        let doc = include_str!("../../../etc/hadar.toml");
+        let examples: String = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| ["gx7 =", "gx9 =", "zq1 ="].iter().any(|k| l.starts_with(k)))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(examples.lines().count(), 3, "{examples}");
+        let c = DaemonConfig::parse("ex.toml", &format!("[gpu_types]\n{examples}")).unwrap();
+        let catalog = c.gpu_catalog();
+        for name in ["gx7", "gx9", "zq1"] {
+            assert!(catalog.lookup(name).is_some(), "{name}");
+        }
     }
 }

@@ -699,6 +699,12 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
         }
+        let held: Vec<(String, String, u32)> = slurm_jobs
+            .iter()
+            .filter(|j| j.status == JobStatus::Running)
+            .flat_map(|j| j.gpu_parts())
+            .collect();
+        summary.nodes = view::node_rows(&nodes, &self.config.partitions, planned.values(), &held);
         summary.actions = done
             .iter()
             .map(|(j, a, o)| (*j, format!("{a}: {o}")))

@@ -1,6 +1,7 @@
 //! `hadar serve`: the daemon that schedules a real Slurm cluster with the Hadar core.
 //!
 //! * [`config`]: its settings in the shared `hadar.toml`.
+//! * [`check`]: `hadar check-config`, the file checked against the live cluster.
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
@@ -14,6 +15,7 @@
 //! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
+pub mod check;
 pub mod commit;
 pub mod config;
 pub mod daemon;

@@ -1,11 +1,11 @@
 //! The cluster as the policy sees it, built from Slurm's nodes: only usable nodes (not
 //! drained, draining or down) of the managed partitions, with the GPUs that jobs hadar does
 //! not manage hold taken out. Also the translation between the core's placements (node and
-//! type indices) and Slurm's names.
+//! type indices) and Slurm's names, and the per-node GPU use a round records for `status`.
 
 use hadar_core::{Cluster, GpuType, Node, NodeId, Part, Placement};
 use hadar_slurm::NodeInfo;
-use hadar_store::NodeGpus;
+use hadar_store::{NodeGpus, NodeRow};
 use std::collections::BTreeMap;
 
 /// The policy's view of the cluster for one round.
@@ -156,6 +156,51 @@ pub fn same_counts(a: &NodeGpus, b: &NodeGpus) -> bool {
     norm(a) == norm(b)
 }
 
+/// Each in-scope node with GPUs for the round record: its managed partitions, and per type
+/// its GPUs, those held by running jobs (`busy`: node, type, count) and those `planned`
+/// (the plan's placements).
+pub fn node_rows<'a>(
+    nodes: &[NodeInfo],
+    partitions: &[String],
+    planned: impl IntoIterator<Item = &'a NodeGpus>,
+    busy: &[(String, String, u32)],
+) -> Vec<NodeRow> {
+    let mut rows: Vec<NodeRow> = nodes
+        .iter()
+        .filter(|n| !n.gpus.is_empty())
+        .map(|n| NodeRow {
+            name: n.name.clone(),
+            partitions: n
+                .partitions
+                .iter()
+                .filter(|p| partitions.is_empty() || partitions.contains(p))
+                .cloned()
+                .collect(),
+            unusable: (!n.state.usable()).then(|| n.state.as_str().to_string()),
+            gpus: n.gpus.iter().cloned().collect(),
+            ..NodeRow::default()
+        })
+        .filter(|r| partitions.is_empty() || !r.partitions.is_empty())
+        .collect();
+    let mut add = |node: &str, t: &str, c: u32, planned: bool| {
+        if let Some(r) = rows.iter_mut().find(|r| r.name == node) {
+            let map = if planned { &mut r.planned } else { &mut r.busy };
+            *map.entry(t.to_string()).or_default() += c;
+        }
+    };
+    for (node, t, c) in busy {
+        add(node, t, *c, false);
+    }
+    for gpus in planned {
+        for (node, per_type) in gpus {
+            for (t, c) in per_type {
+                add(node, t, *c, true);
+            }
+        }
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +258,33 @@ mod tests {
         let v = build(&nodes, &[], &[]);
         assert!(v.cluster.is_none());
         assert_eq!(v.unusable.len(), 1);
+    }
+
+    #[test]
+    fn node_rows_keep_managed_partitions_and_add_busy_and_planned_gpus() {
+        use hadar_slurm::NodeState;
+        let node = |name: &str, state: &str, parts: &[&str]| NodeInfo {
+            name: name.into(),
+            state: NodeState::parse(state),
+            gpus: vec![("v100".into(), 4)],
+            partitions: parts.iter().map(|p| p.to_string()).collect(),
+        };
+        let nodes = [
+            node("n1", "IDLE", &["gpu", "cpu"]),
+            node("n2", "DOWN", &["gpu"]),
+            node("n3", "IDLE", &["cpu"]),
+        ];
+        let planned: NodeGpus = vec![("n1".into(), vec![("v100".into(), 2)])];
+        let busy = [("n1".to_string(), "v100".to_string(), 1)];
+        let rows = node_rows(&nodes, &["gpu".into()], [&planned], &busy);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["n1", "n2"], "n3 is in no managed partition");
+        assert_eq!(rows[0].partitions, ["gpu"]);
+        assert_eq!((rows[0].busy["v100"], rows[0].planned["v100"]), (1, 2));
+        assert_eq!(
+            rows[1].unusable.as_deref(),
+            Some(NodeState::parse("DOWN").as_str())
+        );
+        assert_eq!(node_rows(&nodes, &[], [&planned], &busy).len(), 3);
     }
 }

@@ -168,6 +168,81 @@ impl Config {
     }
 }
 
+/// Where the plugin and the daemon read `hadar.toml` unless told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/hadar/hadar.toml";
+
+/// Which file the plugin reads, and why (said in slurmctld's log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigLocation {
+    /// `$HADAR_CONFIG` in slurmctld's environment.
+    Env(PathBuf),
+    /// [`DEFAULT_PATH`]; `ignored` is a `hadar.toml` beside slurm.conf that is no longer
+    /// read (the admin should remove it, lest someone edit the wrong copy).
+    Default {
+        /// The file read.
+        path: PathBuf,
+        /// The old copy beside slurm.conf, present but not read.
+        ignored: Option<PathBuf>,
+    },
+    /// The old place, `hadar.toml` beside slurm.conf, read because [`DEFAULT_PATH`] does
+    /// not exist: sites set up before the two programs shared one path keep working (and
+    /// are told to move the file).
+    BesideSlurmConf(PathBuf),
+}
+
+impl ConfigLocation {
+    /// Decides which file to read: `$HADAR_CONFIG` (`env`) if set; else [`DEFAULT_PATH`]
+    /// if it exists or the old place does not; else `hadar.toml` beside `slurm_conf`.
+    /// `exists` is asked about at most two paths (no reading; the plugin calls this at load
+    /// and reconfigure only).
+    pub fn resolve(
+        env: Option<PathBuf>,
+        slurm_conf: Option<&Path>,
+        exists: impl Fn(&Path) -> bool,
+    ) -> ConfigLocation {
+        if let Some(p) = env.filter(|p| !p.as_os_str().is_empty()) {
+            return ConfigLocation::Env(p);
+        }
+        let default = PathBuf::from(DEFAULT_PATH);
+        let old = slurm_conf
+            .and_then(Path::parent)
+            .map(|d| d.join("hadar.toml"))
+            .filter(|p| *p != default && exists(p));
+        match old {
+            Some(old) if !exists(&default) => ConfigLocation::BesideSlurmConf(old),
+            ignored => ConfigLocation::Default {
+                path: default,
+                ignored,
+            },
+        }
+    }
+
+    /// The file to read.
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigLocation::Env(p) | ConfigLocation::BesideSlurmConf(p) => p,
+            ConfigLocation::Default { path, .. } => path,
+        }
+    }
+
+    /// A warning for the log when the file is at the old place or an old copy lingers.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            ConfigLocation::BesideSlurmConf(p) => Some(format!(
+                "reading {} from its old place; move it to {DEFAULT_PATH}, where hadar serve and hadar check-config read it too",
+                p.display()
+            )),
+            ConfigLocation::Default {
+                ignored: Some(old), ..
+            } => Some(format!(
+                "{} is not read ({DEFAULT_PATH} is); remove it so that nobody edits the wrong copy",
+                old.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +309,44 @@ mod tests {
         );
         let e = Config::load(Path::new("/nonexistent/hadar.toml")).unwrap_err();
         assert!(matches!(e, ConfigError::Read { .. }));
+    }
+
+    #[test]
+    fn the_plugin_reads_the_daemons_path_and_falls_back_to_the_old_place() {
+        let conf = Path::new("/etc/slurm/slurm.conf");
+        let old = PathBuf::from("/etc/slurm/hadar.toml");
+        let present =
+            |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
+        let env = ConfigLocation::resolve(
+            Some("/x/h.toml".into()),
+            Some(conf),
+            present(&[DEFAULT_PATH]),
+        );
+        assert_eq!(env, ConfigLocation::Env("/x/h.toml".into()));
+        let both = ConfigLocation::resolve(
+            None,
+            Some(conf),
+            present(&[DEFAULT_PATH, "/etc/slurm/hadar.toml"]),
+        );
+        assert_eq!(both.path(), Path::new(DEFAULT_PATH));
+        assert!(
+            both.warning()
+                .unwrap()
+                .contains("/etc/slurm/hadar.toml is not read")
+        );
+        let only_old =
+            ConfigLocation::resolve(None, Some(conf), present(&["/etc/slurm/hadar.toml"]));
+        assert_eq!(only_old, ConfigLocation::BesideSlurmConf(old));
+        assert!(
+            only_old
+                .warning()
+                .unwrap()
+                .contains("move it to /etc/hadar/hadar.toml")
+        );
+        let neither = ConfigLocation::resolve(Some("".into()), Some(conf), present(&[]));
+        assert_eq!(neither.path(), Path::new(DEFAULT_PATH));
+        assert_eq!(neither.warning(), None);
+        let new_only = ConfigLocation::resolve(None, None, present(&[DEFAULT_PATH]));
+        assert_eq!(new_only.warning(), None);
     }
 }

@@ -20,7 +20,7 @@ pub mod inventory;
 pub mod notify;
 pub mod record;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, ConfigLocation};
 pub use decide::{Decision, Managed, RequestError, Submission, Unmanaged, decide};
 pub use directive::{
     DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, Outer, ThroughputHint,

@@ -251,6 +251,27 @@ pub struct RoundRow {
     pub prices: Vec<(String, String, f64)>,
     /// Actions taken: `(job, action)`.
     pub actions: Vec<(u64, String)>,
+    /// Each node of the managed partitions with GPUs, for `hadar status` per partition and
+    /// per node (empty in rounds recorded before it was kept).
+    #[serde(default)]
+    pub nodes: Vec<NodeRow>,
+}
+
+/// One node's GPUs in a round.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeRow {
+    /// The node.
+    pub name: String,
+    /// Its managed partitions (all of its partitions when every partition is managed).
+    pub partitions: Vec<String>,
+    /// Its Slurm state, when it is left out of scheduling; `None` when usable.
+    pub unusable: Option<String>,
+    /// GPUs per type.
+    pub gpus: BTreeMap<String, u32>,
+    /// GPUs per type held by running jobs (managed or not) at the round's start.
+    pub busy: BTreeMap<String, u32>,
+    /// GPUs per type the plan gives to managed jobs.
+    pub planned: BTreeMap<String, u32>,
 }
 
 /// What the last round decided for one job, for `hadar explain`.

@@ -273,8 +273,8 @@ impl Testbed {
         )
     }
 
-    /// Writes `hadar.toml` next to slurm.conf (`{scratch}` replaced by the scratch folder).
-    /// Takes effect at the next [`Testbed::reconfigure`].
+    /// Writes `hadar.toml` next to slurm.conf (`{scratch}` replaced by the scratch folder),
+    /// where slurmctld's `HADAR_CONFIG` points. Takes effect at the next [`Testbed::reconfigure`].
     pub fn write_hadar_toml(&self, text: &str) -> Result<(), TestbedError> {
         self.write_file(
             "etc/hadar.toml",
@@ -607,9 +607,12 @@ PluginDir={c}/plugins:{slurm_plugins}
         .map(|_| ())
     }
 
-    /// A Slurm daemon (slurmctld, slurmd) to start, in the testbed's time zone.
+    /// A Slurm daemon (slurmctld, slurmd) to start, in the testbed's time zone, with the
+    /// plugin pointed at the testbed's `hadar.toml` (never at a machine-wide
+    /// `/etc/hadar/hadar.toml` an installed hadar may have left).
     fn daemon(&self, program: &str) -> Command {
         let mut c = Command::new(program);
+        c.env("HADAR_CONFIG", self.path("etc/hadar.toml"));
         if let Some(tz) = &self.time_zone {
             c.env("TZ", tz);
         }

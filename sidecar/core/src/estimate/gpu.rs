@@ -276,22 +276,46 @@ impl GpuCatalog {
         self.specs.push(spec);
     }
 
+    /// Makes `alias` another name of the spec `model` finds, taking it from any other spec
+    /// (a site's word wins over the built-in one); no-op when `model` finds none.
+    pub fn add_alias(&mut self, model: &str, alias: &str) {
+        let Some(target) = self.lookup(model).map(|s| s.name.clone()) else {
+            return;
+        };
+        let alias = alias.trim().to_ascii_lowercase();
+        if target == alias {
+            return;
+        }
+        self.specs.retain(|s| s.name != alias);
+        for s in &mut self.specs {
+            s.aliases.retain(|a| *a != alias);
+            if s.name == target {
+                s.aliases.push(alias.clone());
+            }
+        }
+    }
+
     /// The spec answering to `name` (canonical name or alias, any case). A name Slurm's
     /// `AutoDetect=nvml` writes into gres.conf (`nvidia_a100-sxm4-80gb`,
-    /// `tesla_v100-sxm2-16gb`, `nvidia_h100_80gb_hbm3`) is also found: `_` reads as `-`, a
-    /// leading `nvidia-`, `tesla-` or `geforce-` is dropped, and then trailing `-parts` are
-    /// dropped one at a time until a name or alias matches (`a100-80gb-pcie` -> `a100-80gb`).
+    /// `tesla_v100-sxm2-16gb`, `nvidia_h100_80gb_hbm3`) or a site's own spelling
+    /// (`V100M32`, `a100_80g`) is also found: `_` reads as `-`, a leading `nvidia-`, `tesla-`
+    /// or `geforce-` is dropped; a name that states a memory size (`80gb`, `80g`, `m32`) finds
+    /// the one model of that family with that memory ([`SiteName`]), preferring the form
+    /// factor it names (`pcie`) and `None` when that leaves no single model; otherwise trailing
+    /// `-parts` are dropped one at a time until a name or alias matches
+    /// (`h100-nvl` -> `h100`).
     pub fn lookup(&self, name: &str) -> Option<&GpuSpec> {
         let exact = |n: &str| self.specs.iter().find(|s| s.answers_to(n));
         if let Some(s) = exact(name) {
             return Some(s);
         }
-        let mut n = name.trim().to_ascii_lowercase().replace('_', "-");
-        while let Some(rest) = ["nvidia-", "tesla-", "geforce-"]
-            .iter()
-            .find_map(|p| n.strip_prefix(p))
-        {
-            n = rest.to_string();
+        let n = normalise(name);
+        if let Some(s) = exact(&n) {
+            return Some(s);
+        }
+        let parsed = SiteName::parse(&n);
+        if let Some(memory_gb) = parsed.memory_gb {
+            return self.by_family(&parsed.family, memory_gb, parsed.pcie);
         }
         let mut candidate = n.as_str();
         loop {
@@ -302,20 +326,131 @@ impl GpuCatalog {
         }
     }
 
+    /// The one spec of `family` (its name's first `-part`) with `memory_gb`, narrowed to
+    /// PCIe or not parts when that leaves any; `None` when none or several remain.
+    fn by_family(&self, family: &str, memory_gb: u32, pcie: bool) -> Option<&GpuSpec> {
+        let same: Vec<&GpuSpec> = self
+            .specs
+            .iter()
+            .filter(|s| family_of(&s.name) == family)
+            .filter(|s| (s.memory_gb - f64::from(memory_gb)).abs() < 0.5)
+            .collect();
+        let form: Vec<&GpuSpec> = same
+            .iter()
+            .copied()
+            .filter(|s| s.name.contains("pcie") == pcie)
+            .collect();
+        match (form.as_slice(), same.as_slice()) {
+            ([one], _) | ([], [one]) => Some(one),
+            _ => None,
+        }
+    }
+
     /// All specs, in table order.
     pub fn specs(&self) -> &[GpuSpec] {
         &self.specs
     }
 }
 
-/// Looks a GPU up in the built-in table.
+/// A GRES type name as lower case with `-` between parts and no vendor prefix:
+/// `NVIDIA_A100-SXM4-80GB` -> `a100-sxm4-80gb`.
+fn normalise(name: &str) -> String {
+    let mut n = name.trim().to_ascii_lowercase().replace('_', "-");
+    while let Some(rest) = ["nvidia-", "tesla-", "geforce-"]
+        .iter()
+        .find_map(|p| n.strip_prefix(p))
+    {
+        n = rest.to_string();
+    }
+    n
+}
+
+/// A spec name's family: its first `-part` (`v100-32gb` -> `v100`).
+fn family_of(name: &str) -> &str {
+    name.split('-').next().unwrap_or(name)
+}
+
+/// What a normalised GRES type name says: the model family, the memory size if stated
+/// (`a100-80gb`, `a100-80g`, `v100m32`, `v100-m32`), and whether it names a PCIe card.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteName {
+    /// The first part without a memory suffix (`v100m32` -> `v100`).
+    pub family: String,
+    /// Memory in GB, when the name states it.
+    pub memory_gb: Option<u32>,
+    /// True when a part starts with `pcie`.
+    pub pcie: bool,
+}
+
+impl SiteName {
+    /// Reads a normalised name (see [`GpuCatalog::lookup`]).
+    pub fn parse(normalised: &str) -> SiteName {
+        let mut parts = normalised.split('-');
+        let first = parts.next().unwrap_or_default();
+        let (family, mut memory_gb) = match split_memory_suffix(first) {
+            Some((family, gb)) => (family.to_string(), Some(gb)),
+            None => (first.to_string(), None),
+        };
+        let mut pcie = false;
+        for part in parts {
+            pcie |= part.starts_with("pcie");
+            memory_gb = memory_gb.or_else(|| memory_part(part));
+        }
+        SiteName {
+            family,
+            memory_gb,
+            pcie,
+        }
+    }
+}
+
+/// `80gb`, `80g` or `m32` as GB.
+fn memory_part(part: &str) -> Option<u32> {
+    let digits = part
+        .strip_suffix("gb")
+        .or_else(|| part.strip_suffix('g'))
+        .or_else(|| part.strip_prefix('m'))?;
+    all_digits(digits).then(|| digits.parse().ok())?
+}
+
+/// `v100m32` as (`v100`, 32): a model with a digit in it (`l40s`), then `m` and digits.
+fn split_memory_suffix(part: &str) -> Option<(&str, u32)> {
+    let at = part.rfind('m')?;
+    let (model, gb) = (&part[..at], &part[at + 1..]);
+    let model_has_digit = model.chars().any(|c| c.is_ascii_digit());
+    (model_has_digit && all_digits(gb)).then(|| Some((model, gb.parse().ok()?)))?
+}
+
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The catalog installed for this process by [`install_catalog`], if any.
+static INSTALLED: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
+
+/// Makes `catalog` (the built-in table plus a site's `[gpu_types]`, see
+/// [`super::site`]) the one [`gpu_spec`] and [`GpuCatalog::current`] answer from for the rest
+/// of the process, so every estimate (daemon rounds, throughput tables, `explain`) rates a
+/// site's type names the same way. Set once, before the first lookup; `false` when a
+/// catalog was installed already (the first one stays).
+pub fn install_catalog(catalog: GpuCatalog) -> bool {
+    INSTALLED.set(catalog).is_ok()
+}
+
+impl GpuCatalog {
+    /// The installed catalog ([`install_catalog`]), else the built-in one.
+    pub fn current() -> &'static GpuCatalog {
+        // Built once: the daemon looks GPUs up for every job and type each round.
+        static BUILTIN: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
+        INSTALLED
+            .get()
+            .unwrap_or_else(|| BUILTIN.get_or_init(GpuCatalog::builtin))
+    }
+}
+
+/// Looks a GPU up in the current catalog ([`GpuCatalog::current`]).
 pub fn gpu_spec(name: &str) -> Option<GpuSpec> {
-    // Built once: the daemon looks GPUs up for every job and type each round.
-    static BUILTIN: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
-    BUILTIN
-        .get_or_init(GpuCatalog::builtin)
-        .lookup(name)
-        .cloned()
+    GpuCatalog::current().lookup(name).cloned()
 }
 
 #[cfg(test)]
@@ -351,7 +486,16 @@ mod tests {
                 "{gres}"
             );
         }
-        for unknown in ["nvidia_geforce_rtx_3090", "nvidia", "", "-", "a10g"] {
+        for unknown in [
+            "nvidia_geforce_rtx_3090",
+            "nvidia",
+            "",
+            "-",
+            "a10g",
+            "v100m48",
+            "a100-48gb",
+            "mi250",
+        ] {
             assert!(gpu_spec(unknown).is_none(), "{unknown}");
         }
     }
@@ -395,5 +539,90 @@ mod tests {
         c.add(custom);
         assert_eq!(c.lookup("A800-80GB").map(|s| s.name.as_str()), Some("a800"));
         assert_eq!(c.specs().len(), builtin_gpus().len() + 1);
+    }
+
+    #[test]
+    fn names_differing_in_memory_or_form_factor_find_their_model() {
+        for (gres, spec) in [
+            ("V100M16", "v100"),
+            ("V100M32", "v100-32gb"),
+            ("v100-m32", "v100-32gb"),
+            ("a100_80g", "a100-80gb"),
+            ("A100-40G", "a100"),
+            ("h100-sxm", "h100"),
+            ("h100_pcie_80gb", "h100-pcie"),
+            ("h100-80gb", "h100"),
+            ("nvidia_a100-sxm4-80gb", "a100-80gb"),
+            ("l40s-48gb", "l40s"),
+            ("a10-24gb", "a10"),
+            ("T4", "t4"),
+            ("P100", "p100"),
+        ] {
+            assert_eq!(
+                gpu_spec(gres).map(|s| s.name),
+                Some(spec.to_string()),
+                "{gres}"
+            );
+        }
+    }
+
+    #[test]
+    fn site_names_are_read_into_family_memory_and_form() {
+        let n = SiteName::parse("v100m32");
+        assert_eq!(
+            (n.family.as_str(), n.memory_gb, n.pcie),
+            ("v100", Some(32), false)
+        );
+        let n = SiteName::parse("h100-pcie-80gb");
+        assert_eq!(
+            (n.family.as_str(), n.memory_gb, n.pcie),
+            ("h100", Some(80), true)
+        );
+        let n = SiteName::parse("a10g");
+        assert_eq!((n.family.as_str(), n.memory_gb), ("a10g", None));
+    }
+
+    mod prop {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// A built-in spec's index, a vendor prefix, a case and a separator, as sites and
+        /// NVML spell names.
+        fn spelling() -> impl Strategy<Value = (usize, &'static str, bool, bool)> {
+            (
+                0..builtin_gpus().len(),
+                prop::sample::select(vec!["", "nvidia_", "tesla-", "NVIDIA-", "nvidia_geforce_"]),
+                any::<bool>(),
+                any::<bool>(),
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn any_spelling_of_a_known_name_finds_that_model((i, prefix, upper, underscores) in spelling()) {
+                let spec = &builtin_gpus()[i];
+                let mut name = format!("{prefix}{}", spec.name);
+                if upper { name = name.to_ascii_uppercase(); }
+                if underscores { name = name.replace('-', "_"); }
+                prop_assert_eq!(gpu_spec(&name).map(|s| s.name), Some(spec.name.clone()), "{}", name);
+            }
+
+            #[test]
+            fn a_stated_memory_size_finds_a_model_of_that_family_and_memory(
+                (i, prefix, upper, _) in spelling(),
+                form in prop::sample::select(vec!["{f}-{m}gb", "{f}m{m}", "{f}_{m}g", "{f}-sxm-{m}gb"]),
+            ) {
+                let spec = &builtin_gpus()[i];
+                let family = family_of(&spec.name);
+                let memory = spec.memory_gb.round() as u32;
+                let mut name = format!("{prefix}{}", form.replace("{f}", family).replace("{m}", &memory.to_string()));
+                if upper { name = name.to_ascii_uppercase(); }
+                let found = gpu_spec(&name);
+                prop_assert!(found.is_some(), "{} found nothing", name);
+                let found = found.unwrap();
+                prop_assert_eq!(family_of(&found.name), family, "{}", name);
+                prop_assert!((found.memory_gb - spec.memory_gb).abs() < 0.5, "{} -> {}", name, found.name);
+            }
+        }
     }
 }

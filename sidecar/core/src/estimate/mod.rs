@@ -2,6 +2,7 @@
 //! from GPU traits and job traits, refined online from measured step rates.
 //!
 //! * [`gpu`]: the GPU traits table (datasheet figures) and name lookup.
+//! * [`site`]: a site's own GPU type names (`[gpu_types]` of hadar.toml) as catalog entries.
 //! * [`job`]: job traits, and the traits of Gavel's 26 job types.
 //! * [`model`]: the roofline-style step-time model and its four fitted constants.
 //! * [`fit`]: fitting those constants to measured rates.
@@ -17,11 +18,13 @@ pub mod gpu;
 pub mod job;
 pub mod model;
 pub mod online;
+pub mod site;
 
-pub use gpu::{Arch, GpuCatalog, GpuSpec, builtin_gpus, gpu_spec};
+pub use gpu::{Arch, GpuCatalog, GpuSpec, SiteName, builtin_gpus, gpu_spec, install_catalog};
 pub use job::{JobTraits, TraitsError, gavel_job, gavel_job_traits};
 pub use model::{ModelConstants, StepTime, estimate_rate, step_time};
 pub use online::{OnlineEstimate, RefineError, RefineSettings};
+pub use site::{SiteGpu, SiteGpuError, SiteGpuKind};
 
 use crate::cluster::Cluster;
 use crate::throughput::{RateCurve, ThroughputProfile};
@@ -29,14 +32,15 @@ use crate::throughput::{RateCurve, ThroughputProfile};
 /// The worker counts an estimated profile lists.
 pub const WORKER_COUNTS: [u32; 4] = [1, 2, 4, 8];
 
-/// The job's estimated profile on the cluster's GPU types, with the built-in GPU table and
+/// The job's estimated profile on the cluster's GPU types, with the current GPU table
+/// ([`GpuCatalog::current`]: built-in, plus a site's `[gpu_types]` when installed) and
 /// the default constants. A type the table does not know gets an empty curve (the job is
 /// treated as unable to run there until measured).
 pub fn profile_for(job: &JobTraits, cluster: &Cluster) -> ThroughputProfile {
     profile_for_types(
         job,
         cluster.type_names(),
-        &GpuCatalog::builtin(),
+        GpuCatalog::current(),
         &ModelConstants::default(),
     )
 }
