@@ -37,6 +37,7 @@ fn main() -> std::process::ExitCode {
         plugin: Plugin::None,
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
+        machine_config: false,
     };
     run_scenarios(SCENARIOS, options, |_| {})
 }

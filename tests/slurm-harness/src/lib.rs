@@ -96,6 +96,9 @@ pub struct Options {
     /// The time zone (`TZ`) slurmctld and the slurmd run in, as a cluster outside UTC does;
     /// `None`: the test process's own.
     pub time_zone: Option<String>,
+    /// The plugin reads the machine's configuration (`/etc/hadar/hadar.toml`, as on a real
+    /// cluster: the package test) instead of the testbed's `hadar.toml`.
+    pub machine_config: bool,
 }
 
 impl Options {
@@ -108,6 +111,7 @@ impl Options {
             plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
             hadar_toml: DEFAULT_HADAR_TOML.to_string(),
             time_zone: None,
+            machine_config: false,
         }
     }
 }
@@ -165,6 +169,7 @@ socket = "{scratch}/run/hadar.sock"
 pub struct Testbed {
     scratch: PathBuf,
     time_zone: Option<String>,
+    machine_config: bool,
     /// Output of the install command, if the plugin was installed.
     pub install_output: String,
     last_reconfigure: Instant,
@@ -220,6 +225,7 @@ impl Testbed {
         let mut testbed = Testbed {
             scratch,
             time_zone: options.time_zone.clone(),
+            machine_config: options.machine_config,
             install_output: String::new(),
             last_reconfigure: Instant::now(),
             _lock: lock,
@@ -612,7 +618,9 @@ PluginDir={c}/plugins:{slurm_plugins}
     /// `/etc/hadar/hadar.toml` an installed hadar may have left).
     fn daemon(&self, program: &str) -> Command {
         let mut c = Command::new(program);
-        c.env("HADAR_CONFIG", self.path("etc/hadar.toml"));
+        if !self.machine_config {
+            c.env("HADAR_CONFIG", self.path("etc/hadar.toml"));
+        }
         if let Some(tz) = &self.time_zone {
             c.env("TZ", tz);
         }
