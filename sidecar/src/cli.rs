@@ -84,6 +84,9 @@ pub enum Command {
     /// reports progress in its Slurm comment, checkpoints on --signal and waits to be
     /// requeued, and resumes from its checkpoint after a restart.
     Emulate(EmulateArgs),
+    /// Write the report of a `hadar serve` run from its state database: per-job CSV and SVG
+    /// plots, as `hadar simulate --report` writes for a simulation.
+    Report(ReportArgs),
     /// Print a shell completion script for hadar.
     ///
     /// bash: `hadar completions bash > /etc/bash_completion.d/hadar`; the Debian package
@@ -93,6 +96,20 @@ pub enum Command {
     /// package runs it.
     #[command(hide = true)]
     Man(ManArgs),
+}
+
+/// `hadar report` arguments.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The state database itself (instead of --config).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// The folder to write the report into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 /// `hadar completions` arguments.

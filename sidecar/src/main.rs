@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         cli::Command::Explain(a) => serve::explain(a),
         cli::Command::CheckConfig(a) => check_config::run(a),
         cli::Command::Emulate(a) => emulate::run(a),
+        cli::Command::Report(a) => serve::report(a),
         cli::Command::Completions(a) => generate::completions(a),
         cli::Command::Man(a) => generate::man_pages(a),
     };

@@ -155,6 +155,19 @@ fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store
     Store::open_read_only(&path).map_err(Failure::runtime)
 }
 
+/// Writes the report of a serve run (`hadar report`).
+pub fn report(a: crate::cli::ReportArgs) -> Result<(), Failure> {
+    let store = open_state(&a.config, &a.state)?;
+    let run = crate::report::serve_run(&store).map_err(Failure::runtime)?;
+    let files = hadar_report::write_report(&a.out, &[run])
+        .map_err(anyhow::Error::from)
+        .map_err(Failure::runtime)?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
 /// A forked job's tracker and rounds, for `status` and `explain`.
 fn fork_json(store: &Store, id: u64) -> Result<serde_json::Value, Failure> {
     let Some(f) = store.fork_job(id).map_err(Failure::runtime)? else {
