@@ -40,18 +40,27 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
 /// The address the daemon logged it serves metrics on (it binds port 0: the system picks).
 fn metrics_address(bed: &Testbed) -> Option<String> {
     let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).ok()?;
-    let line = log.lines().rev().find(|l| l.contains("serving metrics on http://"))?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("serving metrics on http://"))?;
     let url = line.split("http://").nth(1)?;
     Some(url.split('/').next()?.to_string())
 }
 
 fn scrape(addr: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
 }
 
 fn get(m: &BTreeMap<String, f64>, series: &str) -> f64 {
@@ -113,17 +122,31 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
     );
     let mut held = held_per_type(bed, &[&fillers[..], &[first]].concat());
     // A round that started after the second job was submitted and the first one was running.
-    let mut m = BTreeMap::new();
-    wait_until("a round sees the first job running and the second waiting", 40, || {
-        m = parse(&scrape(&addr));
-        get(&m, "hadar_gpus{gpu_type=\"v100\",state=\"busy\"}") == f64::from(held["v100"])
+    let waiting = |m: &BTreeMap<String, f64>| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("hadar_queue_waiting_jobs{"))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    let m = loop {
+        let m = parse(&scrape(&addr));
+        let seen = get(&m, "hadar_gpus{gpu_type=\"v100\",state=\"busy\"}")
+            == f64::from(held["v100"])
             && get(&m, "hadar_running_jobs") == 1.0
-            && m.iter()
-                .filter(|(k, _)| k.starts_with("hadar_queue_waiting_jobs{"))
-                .map(|(_, v)| v)
-                .sum::<f64>()
-                == 1.0
-    });
+            && waiting(&m) == 1.0;
+        if seen || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(
+        get(&m, "hadar_running_jobs"),
+        1.0,
+        "{m:#?}\n{}",
+        daemon_log(bed)
+    );
+    assert_eq!(waiting(&m), 1.0, "{m:#?}\n{}", daemon_log(bed));
     held = held_per_type(bed, &[&fillers[..], &[first]].concat());
     let pending = bed
         .client("squeue", &["-h", "-t", "PD", "-o", "%i"])
@@ -133,13 +156,20 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
         let busy = held.get(&t).copied().unwrap_or(0);
         let series = |s: &str| format!("hadar_gpus{{gpu_type=\"{t}\",state=\"{s}\"}}");
         assert_eq!(get(&m, &series("busy")), f64::from(busy), "{t}: {m:?}");
-        assert_eq!(get(&m, &series("idle")), f64::from(capacity - busy), "{t}: {m:?}");
+        assert_eq!(
+            get(&m, &series("idle")),
+            f64::from(capacity - busy),
+            "{t}: {m:?}"
+        );
     }
     assert_eq!(get(&m, "hadar_starts_total"), 1.0, "{m:?}");
     assert_eq!(get(&m, "hadar_preemptions_total"), 0.0);
     assert_eq!(get(&m, "hadar_slurm_command_failures_total"), 0.0);
     assert_eq!(get(&m, "hadar_round_failures_total"), 0.0);
-    assert!(get(&m, "hadar_notices_total") >= 2.0, "one notice per submission: {m:?}");
+    assert!(
+        get(&m, "hadar_notices_total") >= 2.0,
+        "one notice per submission: {m:?}"
+    );
     let rounds = get(&m, "hadar_rounds_total");
     assert!(rounds > get(&before, "hadar_rounds_total"), "{m:?}");
     assert_eq!(
@@ -149,11 +179,17 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
     );
     let last = get(&m, "hadar_last_round_completed_timestamp_seconds");
     let now = hadar_daemon::daemon::now_unix();
-    assert!(last <= now && last > now - 10.0, "last round at {last}, now {now}");
+    assert!(
+        last <= now && last > now - 10.0,
+        "last round at {last}, now {now}"
+    );
 
     // The textfile: classic text (counters' families carry `_total`), written each round.
     let text = std::fs::read_to_string(&textfile).expect("the textfile is written");
-    assert!(text.contains("# TYPE hadar_starts_total counter\n"), "{text}");
+    assert!(
+        text.contains("# TYPE hadar_starts_total counter\n"),
+        "{text}"
+    );
     let f = parse(&text);
     assert_eq!(get(&f, "hadar_starts_total"), 1.0);
     assert!(get(&f, "hadar_rounds_total") >= rounds - 1.0);
@@ -164,7 +200,8 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
     }
     wait_until("the queue metric empties", 40, || {
         let m = parse(&scrape(&addr));
-        m.keys().all(|k| !k.starts_with("hadar_queue_waiting_jobs{"))
+        m.keys()
+            .all(|k| !k.starts_with("hadar_queue_waiting_jobs{"))
             && get(&m, "hadar_running_jobs") == 0.0
             && get(&m, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}") == 4.0
     });

@@ -111,7 +111,9 @@ fn start_metrics(config: &DaemonConfig) -> Result<Option<Arc<Metrics>>, Failure>
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = &s.metrics_listen {
         let bound = hadar_daemon::metrics::serve_http(addr, metrics.clone()).map_err(|e| {
-            Failure::runtime(anyhow!("cannot serve metrics on {addr} (sidecar.metrics_listen): {e}"))
+            Failure::runtime(anyhow!(
+                "cannot serve metrics on {addr} (sidecar.metrics_listen): {e}"
+            ))
         })?;
         tracing::info!("serving metrics on http://{bound}/metrics");
     }

@@ -4,13 +4,14 @@
 //! metrics and their meaning are listed in `docs/operations.md`.
 
 use crate::daemon::{DaemonError, RoundReport};
-use hadar_store::{Store, StoreError};
+use hadar_store::{Phase, Store, StoreError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -149,12 +150,37 @@ impl Metrics {
             last_round: Gauge::default(),
         };
         let r = &mut m.registry;
-        r.register("rounds", "Rounds completed", m.rounds.clone());
-        r.register(
-            "round_failures",
-            "Rounds that failed (Slurm unreadable, store error, invalid plan)",
-            m.round_failures.clone(),
-        );
+        for (name, help, counter) in [
+            ("rounds", "Rounds completed", &m.rounds),
+            (
+                "round_failures",
+                "Rounds that failed (Slurm unreadable, store error, invalid plan)",
+                &m.round_failures,
+            ),
+            ("starts", "Managed jobs started on a placement", &m.starts),
+            (
+                "preemptions",
+                "Running jobs signalled to checkpoint and requeued",
+                &m.preemptions,
+            ),
+            (
+                "forked_rounds",
+                "Rounds of forked (HadarE) jobs whose copies were submitted",
+                &m.forked_rounds,
+            ),
+            (
+                "notices",
+                "Notices of new jobs received from the plugin",
+                &m.notices,
+            ),
+            (
+                "slurm_command_failures",
+                "Slurm commands that failed: actions refused and rounds that could not read Slurm",
+                &m.slurm_failures,
+            ),
+        ] {
+            r.register(name, help, counter.clone());
+        }
         r.register_with_unit(
             "round_phase",
             "Duration of each phase of a completed round",
@@ -173,29 +199,8 @@ impl Metrics {
         );
         r.register(
             "gpus",
-            "Usable GPUs per type at the last round's start, busy (held by a running job) or idle",
+            "GPUs per type at the last round's start: busy (held by a running job) or idle (usable and free)",
             m.gpus.clone(),
-        );
-        r.register("starts", "Managed jobs started on a placement", m.starts.clone());
-        r.register(
-            "preemptions",
-            "Running jobs signalled to checkpoint and requeued",
-            m.preemptions.clone(),
-        );
-        r.register(
-            "forked_rounds",
-            "Rounds of forked (HadarE) jobs whose copies were submitted",
-            m.forked_rounds.clone(),
-        );
-        r.register(
-            "notices",
-            "Notices of new jobs received from the plugin",
-            m.notices.clone(),
-        );
-        r.register(
-            "slurm_command_failures",
-            "Slurm commands that failed: actions refused and rounds that could not read Slurm",
-            m.slurm_failures.clone(),
         );
         r.register(
             "last_round_completed_timestamp_seconds",
@@ -276,14 +281,30 @@ impl Metrics {
         Ok(())
     }
 
+    /// Busy: GPUs held by any job Slurm showed running at the round's start. Idle: the
+    /// round's usable GPUs (those of usable nodes not held by unmanaged jobs) less those
+    /// held by managed jobs then running (or being preempted, which still hold theirs).
     fn record_gpus(&self, store: &Store) -> Result<(), StoreError> {
         let Some(r) = store.last_round()? else {
             return Ok(());
         };
+        let mut managed: BTreeMap<String, u32> = BTreeMap::new();
+        for j in store.jobs()? {
+            if matches!(j.phase, Phase::Running | Phase::Preempting) {
+                for (_, per_type) in j.placement.iter().flatten() {
+                    for (t, c) in per_type {
+                        *managed.entry(t.clone()).or_default() += c;
+                    }
+                }
+            }
+        }
         self.gpus.clear();
-        for (t, cap) in &r.capacity {
-            let busy = r.busy.get(t).copied().unwrap_or(0).min(*cap);
-            for (state, n) in [(GpuUse::Busy, busy), (GpuUse::Idle, cap - busy)] {
+        let types: BTreeSet<&String> = r.capacity.keys().chain(r.busy.keys()).collect();
+        for t in types {
+            let usable = r.capacity.get(t).copied().unwrap_or(0);
+            let idle = usable.saturating_sub(managed.get(t).copied().unwrap_or(0));
+            let busy = r.busy.get(t).copied().unwrap_or(0);
+            for (state, n) in [(GpuUse::Busy, busy), (GpuUse::Idle, idle)] {
                 self.gpus
                     .get_or_create(&GpuLabels {
                         gpu_type: t.clone(),
@@ -399,9 +420,14 @@ mod tests {
             round: 3,
             ..Default::default()
         };
-        row.capacity.insert("v100".into(), 6);
         row.capacity.insert("k80".into(), 4);
+        // v100: 1 held by a managed job, 1 by an unmanaged one (not usable: capacity 5).
+        row.capacity.insert("v100".into(), 5);
         row.busy.insert("v100".into(), 2);
+        let mut managed = hadar_store::JobRow::new(1, "a".into(), String::new(), 1, 1.0, 0.0);
+        managed.phase = Phase::Running;
+        managed.placement = Some(vec![("n1".into(), vec![("v100".into(), 1)])]);
+        store.write(|w| w.put_job(&managed)).unwrap();
         let decisions = [
             decision(1, true, None),
             decision(2, false, Some("does_not_fit")),
@@ -416,7 +442,11 @@ mod tests {
                 (5, "preempt".into(), "ok".into()),
                 (6, "hold".into(), "error: scontrol timed out".into()),
                 (7, "fork-start".into(), "3 copies".into()),
-                (8, "start".into(), "skipped: not a released pending job".into()),
+                (
+                    8,
+                    "start".into(),
+                    "skipped: not a released pending job".into(),
+                ),
             ],
             read_ms: 20.0,
             total_ms: 250.0,
@@ -433,23 +463,44 @@ mod tests {
         assert_eq!(value(&t, "hadar_slurm_command_failures_total"), Some(1.0));
         assert_eq!(value(&t, "hadar_notices_total"), Some(1.0));
         assert_eq!(value(&t, "hadar_running_jobs"), Some(1.0));
-        assert_eq!(value(&t, "hadar_queue_waiting_jobs{reason=\"does_not_fit\"}"), Some(2.0));
-        assert_eq!(value(&t, "hadar_queue_waiting_jobs{reason=\"held_by_daemon\"}"), Some(1.0));
-        assert_eq!(value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"busy\"}"), Some(2.0));
-        assert_eq!(value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}"), Some(4.0));
-        assert_eq!(value(&t, "hadar_gpus{gpu_type=\"k80\",state=\"idle\"}"), Some(4.0));
+        assert_eq!(
+            value(&t, "hadar_queue_waiting_jobs{reason=\"does_not_fit\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_queue_waiting_jobs{reason=\"held_by_daemon\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"busy\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}"),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"k80\",state=\"idle\"}"),
+            Some(4.0)
+        );
         assert_eq!(
             value(&t, "hadar_last_round_completed_timestamp_seconds"),
             Some(1_700_000_000.5)
         );
         // 250 ms lies in the bucket up to 0.256 s, not in the one up to 0.064 s.
         assert_eq!(
-            value(&t, "hadar_round_phase_seconds_bucket{le=\"0.256\",phase=\"total\"}"),
+            value(
+                &t,
+                "hadar_round_phase_seconds_bucket{le=\"0.256\",phase=\"total\"}"
+            ),
             Some(1.0),
             "{t}"
         );
         assert_eq!(
-            value(&t, "hadar_round_phase_seconds_bucket{le=\"0.064\",phase=\"total\"}"),
+            value(
+                &t,
+                "hadar_round_phase_seconds_bucket{le=\"0.064\",phase=\"total\"}"
+            ),
             Some(0.0)
         );
         m.round_failed(&DaemonError::InvalidPlan("x".into()));
@@ -488,7 +539,10 @@ mod tests {
             out
         };
         let ok = get("/metrics");
-        assert!(ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(
+            ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"),
+            "{ok}"
+        );
         assert!(ok.contains("application/openmetrics-text"), "{ok}");
         assert!(ok.contains("\nhadar_notices_total 1\n"), "{ok}");
         assert!(get("/").contains(" 404 "));

@@ -27,7 +27,11 @@ impl Notifier {
 
     /// A notifier for these values of `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID`
     /// (the watchdog is ours only when no other pid is named).
-    pub fn new(socket: Option<&str>, watchdog_usec: Option<&str>, watchdog_pid: Option<&str>) -> Notifier {
+    pub fn new(
+        socket: Option<&str>,
+        watchdog_usec: Option<&str>,
+        watchdog_pid: Option<&str>,
+    ) -> Notifier {
         let target = socket.and_then(address);
         let ours = watchdog_pid.is_none_or(|p| p.parse() == Ok(std::process::id()));
         let watchdog_every = watchdog_usec

@@ -692,13 +692,20 @@ fn many_rounds_of_jobs_coming_and_going_leave_the_database_the_same_size() {
     }
     let store = d.store();
     let jobs = store.jobs().unwrap();
-    assert!(jobs.len() < 200, "{} job rows: finished jobs were not pruned", jobs.len());
+    assert!(
+        jobs.len() < 200,
+        "{} job rows: finished jobs were not pruned",
+        jobs.len()
+    );
     assert!(
         jobs.iter().any(|j| j.phase == Phase::Finished),
         "jobs finished within the horizon are kept"
     );
     for (id, _) in &live {
-        assert!(store.job(*id).unwrap().is_some(), "job {id} is still in Slurm");
+        assert!(
+            store.job(*id).unwrap().is_some(),
+            "job {id} is still in Slurm"
+        );
     }
     assert!(!store.decisions_of_round(2400).unwrap().is_empty());
     assert!(store.last_round().unwrap().is_some_and(|r| r.round == 2400));

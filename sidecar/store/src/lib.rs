@@ -603,7 +603,9 @@ impl Store {
     pub fn decisions_of_round(&self, round: u64) -> Result<Vec<Decision>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT data FROM decisions WHERE json_extract(data, '$.round') = ?1 ORDER BY job")
+            .prepare(
+                "SELECT data FROM decisions WHERE json_extract(data, '$.round') = ?1 ORDER BY job",
+            )
             .map_err(self.err())?;
         let rows = stmt
             .query_map(params![round as i64], |r| r.get::<_, String>(0))
@@ -611,12 +613,14 @@ impl Store {
         let mut out = Vec::new();
         for data in rows {
             let data = data.map_err(self.err())?;
-            out.push(serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
-                path: self.path.clone(),
-                what: "decision",
-                job: 0,
-                reason: e.to_string(),
-            })?);
+            out.push(
+                serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    what: "decision",
+                    job: 0,
+                    reason: e.to_string(),
+                })?,
+            );
         }
         Ok(out)
     }

@@ -61,12 +61,17 @@ impl Store {
                 .map_err(w.err())?;
             }
             tx.execute(
-                &format!("DELETE FROM intents WHERE done_s IS NOT NULL AND job IN ({OLD_FINISHED})"),
+                &format!(
+                    "DELETE FROM intents WHERE done_s IS NOT NULL AND job IN ({OLD_FINISHED})"
+                ),
                 params![before_s],
             )
             .map_err(w.err())?;
             p.jobs = tx
-                .execute(&format!("DELETE FROM jobs WHERE id IN ({OLD_FINISHED})"), params![before_s])
+                .execute(
+                    &format!("DELETE FROM jobs WHERE id IN ({OLD_FINISHED})"),
+                    params![before_s],
+                )
                 .map_err(w.err())?;
             p.rounds = tx
                 .execute(
@@ -161,7 +166,11 @@ mod tests {
             })
             .unwrap();
         let ids: Vec<u64> = s.jobs().unwrap().iter().map(|j| j.id).collect();
-        assert_eq!(ids, vec![2, 3, 4], "only the old finished job with no open intent goes");
+        assert_eq!(
+            ids,
+            vec![2, 3, 4],
+            "only the old finished job with no open intent goes"
+        );
         assert!(s.decision(1).unwrap().is_none() && s.decision(4).unwrap().is_some());
         assert!(s.learned_rates(1).unwrap().is_empty());
         assert_eq!(s.learned_rates(4).unwrap().len(), 1);
@@ -195,7 +204,11 @@ mod tests {
                 through_round: 100,
             })
             .unwrap();
-        assert_eq!(s.last_round().unwrap().unwrap().round, 10, "the last round stays");
+        assert_eq!(
+            s.last_round().unwrap().unwrap().round,
+            10,
+            "the last round stays"
+        );
         assert_eq!(again.jobs, 1, "job 3 has finished long enough ago now");
     }
 }
