@@ -3,7 +3,8 @@
 //! the daemon serves its metrics over HTTP and writes the node_exporter textfile while it
 //! starts one job and keeps another waiting. The values scraped are checked against what
 //! Slurm shows (GPUs held per type, jobs pending) and what the test did (submissions,
-//! starts). `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
+//! starts). The daemon runs as systemd would run it (notify socket, watchdog, journald
+//! stream), and what it told systemd and how it logged are checked too. `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
 #[path = "support/serve.rs"]
 mod serve;
@@ -12,6 +13,8 @@ use hadar_slurm_testbed::{NODES, Options, Scenario, Testbed, run_scenarios};
 use serve::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -91,14 +94,40 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
     let textfile = bed.path("metrics/hadar.prom");
     std::fs::create_dir_all(textfile.parent().unwrap()).unwrap();
     let _ = std::fs::remove_file(&textfile);
-    let serve = Serve::start_configured(
+    // As systemd would start it: a notify socket, a watchdog, stderr on journald's stream
+    // (here the log file, named by its device and inode).
+    let notify_path = bed.path("run/notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let into = heard.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = notify.recv(&mut buf) {
+            let note = String::from_utf8_lossy(&buf[..n]).into_owned();
+            into.lock().unwrap().push(note);
+        }
+    });
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(bed.path("log/hadar-serve.log"))
+        .unwrap()
+        .metadata()
+        .unwrap();
+    let stream = format!("{}:{}", log.dev(), log.ino());
+    let mut serve = Serve::start_configured(
         bed,
         "metrics",
         &format!(
             "metrics_listen = \"127.0.0.1:0\"\nmetrics_textfile = \"{}\"\n",
             textfile.display()
         ),
-        &[],
+        &[
+            ("NOTIFY_SOCKET", notify_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "400000"),
+            ("JOURNAL_STREAM", &stream),
+        ],
     );
     let mut addr = None;
     wait_until("the daemon serves metrics", 30, || {
@@ -205,7 +234,47 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
             && get(&m, "hadar_running_jobs") == 0.0
             && get(&m, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}") == 4.0
     });
-    drop(serve);
+    // systemd heard READY=1 first, watchdog pings while the loop turned, STOPPING=1 on
+    // SIGTERM; the log lines carry journald's level prefix and no timestamp.
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(serve.pid() as i32, libc::SIGTERM) };
+    assert!(
+        serve.wait_exit(30).is_some_and(|s| s.success()),
+        "the daemon stops on SIGTERM"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let notes = heard.lock().unwrap().clone();
+    assert_eq!(
+        notes.first().map(String::as_str),
+        Some("READY=1"),
+        "{notes:?}"
+    );
+    assert_eq!(
+        notes.last().map(String::as_str),
+        Some("STOPPING=1"),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().filter(|n| *n == "WATCHDOG=1").count() >= 2,
+        "{notes:?}"
+    );
+    let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.contains("serving metrics on http://"))
+        .unwrap();
+    let ours = &lines[start..];
+    assert!(
+        ours[0].starts_with("<6>serving metrics on http://"),
+        "{}",
+        ours[0]
+    );
+    assert!(
+        ours.iter().any(|l| l.starts_with("<6>round done round=")),
+        "{log}"
+    );
+    assert!(ours.iter().all(|l| l.starts_with('<')), "{log}");
     for f in fillers {
         let _ = bed.client("scancel", &[&f.to_string()]);
     }

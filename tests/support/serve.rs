@@ -88,6 +88,11 @@ impl Serve {
         }
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

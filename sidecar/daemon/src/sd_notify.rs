@@ -74,7 +74,12 @@ impl Notifier {
         let Some(target) = &self.target else {
             return;
         };
-        let sent = UnixDatagram::unbound().and_then(|s| s.send_to_addr(state.as_bytes(), target));
+        // Non-blocking: a receiver that stops reading (its queue full) must not stall the
+        // round loop; the notification is dropped and logged instead.
+        let sent = UnixDatagram::unbound().and_then(|s| {
+            s.set_nonblocking(true)?;
+            s.send_to_addr(state.as_bytes(), target)
+        });
         if let Err(e) = sent {
             tracing::warn!("cannot notify systemd ({state}): {e}");
         }
@@ -137,5 +142,18 @@ mod tests {
         let mut silent = Notifier::new(None, Some("1000000"), None);
         silent.ready();
         silent.tick();
+    }
+
+    #[test]
+    fn a_receiver_that_stops_reading_does_not_block_the_sender() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let _socket = UnixDatagram::bind(&path).unwrap();
+        let mut n = Notifier::new(path.to_str(), None, None);
+        // Far more than a datagram socket queues; each send returns at once.
+        for _ in 0..5000 {
+            n.send("WATCHDOG=1");
+        }
+        n.stopping();
     }
 }
