@@ -1204,16 +1204,7 @@ impl<S: SlurmApi> Daemon<S> {
                 .get(&r.id)
                 .map(|o| explain::rates_words(o))
                 .unwrap_or_default();
-            let base = Decision {
-                job: r.id,
-                round,
-                runs: false,
-                placement: None,
-                rate: None,
-                payoff: None,
-                wait_reason: None,
-                text: String::new(),
-            };
+            let base = Decision::new(r.id, round);
             let d = match plan {
                 None => Decision {
                     text: explain::no_cluster(unusable),

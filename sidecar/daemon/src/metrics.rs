@@ -397,14 +397,9 @@ mod tests {
 
     fn decision(job: u64, runs: bool, reason: Option<&str>) -> Decision {
         Decision {
-            job,
-            round: 3,
             runs,
-            placement: None,
-            rate: None,
-            payoff: None,
             wait_reason: reason.map(|r| serde_json::json!({ "reason": r })),
-            text: String::new(),
+            ..Decision::new(job, 3)
         }
     }
 

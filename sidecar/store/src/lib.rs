@@ -277,6 +277,22 @@ pub struct Decision {
     pub text: String,
 }
 
+impl Decision {
+    /// A decision that the job waits, with no reason or words yet (filled in by the caller).
+    pub fn new(job: u64, round: u64) -> Decision {
+        Decision {
+            job,
+            round,
+            runs: false,
+            placement: None,
+            rate: None,
+            payoff: None,
+            wait_reason: None,
+            text: String::new(),
+        }
+    }
+}
+
 /// The state database.
 pub struct Store {
     conn: Connection,

@@ -119,19 +119,6 @@ mod tests {
         j
     }
 
-    fn decision(job: u64, round: u64) -> Decision {
-        Decision {
-            job,
-            round,
-            runs: false,
-            placement: None,
-            rate: None,
-            payoff: None,
-            wait_reason: None,
-            text: "waits".into(),
-        }
-    }
-
     #[test]
     fn history_past_the_horizon_goes_and_what_live_jobs_need_stays() {
         let mut s = Store::in_memory().unwrap();
@@ -148,7 +135,7 @@ mod tests {
                     started_s: r as f64 * 10.0,
                     ..Default::default()
                 };
-                w.put_round(&round, &[decision(1, r), decision(4, r)])?;
+                w.put_round(&round, &[Decision::new(1, r), Decision::new(4, r)])?;
             }
             let a = w.add_intent(1, 1, "start", None, 10.0)?;
             w.close_intent(a, 10.0, "ok")?;
