@@ -12,6 +12,7 @@ mod dry_run;
 mod emulate;
 mod estimate;
 mod generate;
+mod logging;
 mod report;
 mod serve;
 mod simulate;
@@ -23,7 +24,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    init_logging(args.verbose);
+    logging::init(args.verbose);
     let outcome = match args.command {
         cli::Command::Simulate(a) => simulate::run(a),
         cli::Command::DryRun(a) => dry_run::run(a),
@@ -46,24 +47,6 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
-}
-
-/// Logs go to stderr; `HADAR_LOG` (or `RUST_LOG`) sets the filter, `-v` raises the default.
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = std::env::var("HADAR_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| default.to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        // Colour codes only on a terminal: a log file read by people or tools stays plain.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 /// An error with the exit code it maps to.

@@ -4,10 +4,12 @@ use crate::Failure;
 use crate::cli::{ExplainArgs, Format, ServeArgs, StatusArgs};
 use anyhow::anyhow;
 use hadar_daemon::daemon::now_unix;
+use hadar_daemon::metrics::Metrics;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{Slurm, SlurmConfig};
 use hadar_store::{JobRow, Phase, Store};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -55,11 +57,13 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
     }
+    let metrics = start_metrics(&config)?;
     let (wake_tx, wake_rx) = std::sync::mpsc::channel::<()>();
     listen_for_notices(
         &config.sidecar.socket,
         config.slurm_conf.as_deref(),
         wake_tx,
+        metrics.clone(),
     );
     match slurm.slurm_release() {
         Ok(r) => tracing::info!(
@@ -88,16 +92,45 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     if let Some(f) = forker {
         daemon = daemon.with_forking(f);
     }
+    if let Some(m) = metrics {
+        daemon = daemon.with_metrics(m);
+    }
+    daemon = daemon.with_notifier(hadar_daemon::sd_notify::Notifier::from_env());
     tracing::info!("hadar serve: started");
     daemon.run(&STOP, &wake_rx, &now_unix);
     tracing::info!("hadar serve: stopped");
     Ok(())
 }
 
+/// The daemon's metrics when `metrics_listen` or `metrics_textfile` asks for them, served
+/// over HTTP from now on when `metrics_listen` is set (an address that cannot be bound stops
+/// the daemon: the administrator asked for it).
+fn start_metrics(config: &DaemonConfig) -> Result<Option<Arc<Metrics>>, Failure> {
+    let s = &config.sidecar;
+    if s.metrics_listen.is_none() && s.metrics_textfile.is_none() {
+        return Ok(None);
+    }
+    let metrics = Arc::new(Metrics::new());
+    if let Some(addr) = &s.metrics_listen {
+        let bound = hadar_daemon::metrics::serve_http(addr, metrics.clone()).map_err(|e| {
+            Failure::runtime(anyhow!(
+                "cannot serve metrics on {addr} (sidecar.metrics_listen): {e}"
+            ))
+        })?;
+        tracing::info!("serving metrics on http://{bound}/metrics");
+    }
+    Ok(Some(metrics))
+}
+
 /// Listens on the plugin's notice socket; each notice from slurmctld wakes the round loop,
 /// and each connection refused (another user, junk) is logged. A socket that cannot be set
 /// up safely is logged and the daemon runs on its round timer alone.
-fn listen_for_notices(path: &Path, slurm_conf: Option<&Path>, wake: std::sync::mpsc::Sender<()>) {
+fn listen_for_notices(
+    path: &Path,
+    slurm_conf: Option<&Path>,
+    wake: std::sync::mpsc::Sender<()>,
+    metrics: Option<Arc<Metrics>>,
+) {
     use hadar_daemon::notices;
     // slurm.conf as the Slurm commands find it: the configured one, else $SLURM_CONF, else
     // Slurm's default path.
@@ -129,6 +162,9 @@ fn listen_for_notices(path: &Path, slurm_conf: Option<&Path>, wake: std::sync::m
             listener,
             &allowed,
             |_| {
+                if let Some(m) = &metrics {
+                    m.notice();
+                }
                 let _ = wake.send(());
             },
             |refused| tracing::warn!("notice socket: {refused}"),

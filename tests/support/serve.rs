@@ -29,13 +29,23 @@ impl Serve {
 
     /// [`Serve::start`] with extra environment variables for the daemon (e.g. its `TZ`).
     pub fn start_with(bed: &Testbed, name: &str, env: &[(&str, &str)]) -> Serve {
+        Serve::start_configured(bed, name, "", env)
+    }
+
+    /// [`Serve::start_with`] with more `[sidecar]` lines in the daemon's config.
+    pub fn start_configured(
+        bed: &Testbed,
+        name: &str,
+        sidecar: &str,
+        env: &[(&str, &str)],
+    ) -> Serve {
         let config = bed.path(&format!("etc/serve-{name}.toml"));
         let state = bed.path(&format!("state-{name}.db"));
         let _ = std::fs::remove_file(&state);
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n",
+             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n{sidecar}",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),
@@ -76,6 +86,11 @@ impl Serve {
             config,
             state,
         }
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL, as a crash would.

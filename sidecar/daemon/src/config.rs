@@ -146,6 +146,15 @@ pub struct SidecarConfig {
     pub earliest_finish_types: bool,
     /// The policy for `fork=yes` jobs: `hadar` (no forking) or `hadare`.
     pub policy: PolicyChoice,
+    /// `HOST:PORT` on which to serve Prometheus metrics at `/metrics`; unset: not served.
+    pub metrics_listen: Option<String>,
+    /// A node_exporter textfile the metrics are written to after each round; unset: none.
+    pub metrics_textfile: Option<PathBuf>,
+    /// Days of history (rounds, closed actions, finished jobs) the state database keeps.
+    pub keep_days: f64,
+    /// Rounds of history (rounds and their actions) the state database keeps; whichever of
+    /// this and `keep_days` passes them first deletes them.
+    pub keep_rounds: u64,
 }
 
 impl Default for SidecarConfig {
@@ -165,6 +174,10 @@ impl Default for SidecarConfig {
             rate_learning_weight: 0.3,
             earliest_finish_types: true,
             policy: PolicyChoice::Hadar,
+            metrics_listen: None,
+            metrics_textfile: None,
+            keep_days: 30.0,
+            keep_rounds: 10_000,
         }
     }
 }
@@ -285,6 +298,18 @@ impl DaemonConfig {
             s.rate_learning_weight,
             s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
             "give a number in (0, 1]",
+        )?;
+        range(
+            "sidecar.keep_days",
+            s.keep_days,
+            s.keep_days.is_finite() && s.keep_days > 0.0,
+            "give a positive number of days",
+        )?;
+        range(
+            "sidecar.keep_rounds",
+            s.keep_rounds as f64,
+            s.keep_rounds >= 1,
+            "give at least 1",
         )?;
         if s.preempt_signal.is_empty()
             || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())

@@ -12,7 +12,9 @@ use crate::actions::{self, Action};
 use crate::commit;
 use crate::config::DaemonConfig;
 use crate::fork::Forker;
+use crate::metrics::Metrics;
 use crate::reconcile::{self, Event};
+use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
 use crate::{explain, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
@@ -20,7 +22,7 @@ use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
-use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
+use hadar_store::{Decision, Horizon, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,6 +151,8 @@ pub struct Daemon<S: SlurmApi> {
     first_round: u64,
     refused: HashSet<u64>,
     fork: Option<Forker>,
+    metrics: Option<Arc<Metrics>>,
+    notifier: Notifier,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -190,6 +194,8 @@ impl<S: SlurmApi> Daemon<S> {
             first_round: round + 1,
             refused: HashSet::new(),
             fork: None,
+            metrics: None,
+            notifier: Notifier::new(None, None, None),
         })
     }
 
@@ -197,6 +203,18 @@ impl<S: SlurmApi> Daemon<S> {
     /// without it they are scheduled like every other job.
     pub fn with_forking(mut self, forker: Forker) -> Self {
         self.fork = Some(forker);
+        self
+    }
+
+    /// Records each round in these metrics.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Tells systemd through this notifier that the daemon is ready, alive and stopping.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = notifier;
         self
     }
 
@@ -260,7 +278,7 @@ impl<S: SlurmApi> Daemon<S> {
     pub fn run(&mut self, stop: &AtomicBool, wake: &Receiver<()>, clock: &dyn Fn() -> f64) {
         while !stop.load(Ordering::SeqCst) {
             let started = Instant::now();
-            match self.round(clock()) {
+            match self.round_with_upkeep(clock()) {
                 Ok(r) => {
                     tracing::info!(
                         round = r.round,
@@ -284,6 +302,7 @@ impl<S: SlurmApi> Daemon<S> {
             // queue from slurmctld continuously (measured: 2,000 submissions in 6 s woke
             // nine rounds, and raised sbatch's p99 latency by tens of ms).
             while !stop.load(Ordering::SeqCst) {
+                self.notifier.tick();
                 let left = period.saturating_sub(started.elapsed());
                 if left.is_zero() {
                     break;
@@ -297,6 +316,52 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
         }
+        self.notifier.stopping();
+    }
+
+    /// One round, then what follows every round: metrics, systemd's notifications, and the
+    /// pruning of history past the configured horizon.
+    pub fn round_with_upkeep(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        let result = self.round(now_unix);
+        match &result {
+            Ok(report) => {
+                self.notifier.ready();
+                if let Some(m) = &self.metrics
+                    && let Err(e) = m.round_done(report, &self.store, now_unix)
+                {
+                    tracing::warn!("metrics: {e}");
+                }
+                if let Err(e) = self.prune(now_unix) {
+                    tracing::warn!("pruning old history: {e}");
+                }
+            }
+            Err(e) => {
+                if let Some(m) = &self.metrics {
+                    m.round_failed(e);
+                }
+            }
+        }
+        self.notifier.tick();
+        if let (Some(m), Some(path)) = (&self.metrics, &self.config.sidecar.metrics_textfile)
+            && let Err(e) = m.write_textfile(path)
+        {
+            tracing::warn!("writing the metrics textfile {}: {e}", path.display());
+        }
+        result
+    }
+
+    /// Deletes history older than `keep_days` or `keep_rounds` (see [`Store::prune`]).
+    fn prune(&mut self, now_unix: f64) -> Result<(), DaemonError> {
+        let s = &self.config.sidecar;
+        let horizon = Horizon {
+            before_s: now_unix - self.epoch - s.keep_days * 86_400.0,
+            through_round: self.round.saturating_sub(s.keep_rounds),
+        };
+        let pruned = self.store.prune(horizon)?;
+        if pruned.total() > 0 {
+            tracing::debug!(?pruned, "pruned history past the horizon");
+        }
+        Ok(())
     }
 
     /// Runs one round at wall-clock time `now_unix`.
@@ -1145,16 +1210,7 @@ impl<S: SlurmApi> Daemon<S> {
                 .get(&r.id)
                 .map(|o| explain::rates_words(o))
                 .unwrap_or_default();
-            let base = Decision {
-                job: r.id,
-                round,
-                runs: false,
-                placement: None,
-                rate: None,
-                payoff: None,
-                wait_reason: None,
-                text: String::new(),
-            };
+            let base = Decision::new(r.id, round);
             let d = match plan {
                 None => Decision {
                     text: explain::no_cluster(unusable),

@@ -13,6 +13,8 @@
 //! * [`daemon`]: the round loop with enforcement and crash safety.
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`faults`]: named crash points for the fault tests.
+//! * [`metrics`]: Prometheus metrics over HTTP and as a node_exporter textfile.
+//! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
 
 pub mod actions;
 pub mod check;
@@ -22,9 +24,11 @@ pub mod daemon;
 pub mod explain;
 pub mod faults;
 pub mod fork;
+pub mod metrics;
 pub mod notices;
 pub mod progress;
 pub mod reconcile;
+pub mod sd_notify;
 pub mod shared;
 pub mod spec;
 pub mod view;

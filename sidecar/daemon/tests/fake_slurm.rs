@@ -127,6 +127,17 @@ impl FakeSlurm {
         j.alloc.clear();
     }
 
+    /// A running job ends at Unix time `t`.
+    fn finish_at(&self, id: u64, t: i64) {
+        self.finish(id);
+        self.0.borrow_mut().jobs.get_mut(&id).unwrap().end_time = Some(t);
+    }
+
+    /// Slurm forgets an ended job (MinJobAge).
+    fn forget(&self, id: u64) {
+        self.0.borrow_mut().jobs.remove(&id);
+    }
+
     fn set_node_state(&self, name: &str, state: NodeState) {
         let mut s = self.0.borrow_mut();
         s.nodes.iter_mut().find(|n| n.name == name).unwrap().state = state;
@@ -629,4 +640,79 @@ fn a_typed_start_binds_the_job_to_its_types_only_where_slurm_keeps_them() {
             assert_eq!(row.bound_types, Some(vec!["v100".to_string()]));
         }
     }
+}
+
+/// The database file and its WAL, in bytes.
+fn db_bytes(path: &std::path::Path) -> u64 {
+    let wal = path.with_extension("db-wal");
+    [path, wal.as_path()]
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn many_rounds_of_jobs_coming_and_going_leave_the_database_the_same_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    // A horizon of 300 rounds (the days' one, 0.05 days = 432 rounds of 10 s, is longer).
+    let config = DaemonConfig::parse(
+        "test.toml",
+        "[sidecar]\nround_seconds = 10\npreempt_grace_seconds = 0\nkeep_days = 0.05\nkeep_rounds = 300\n",
+    )
+    .unwrap();
+    let mut d = daemon_with(&slurm, Store::open(&path).unwrap(), config);
+    let mut live: std::collections::VecDeque<(u64, u64)> = Default::default();
+    let (mut settled, mut most) = (0, 0);
+    for i in 1..=2400u64 {
+        let now = 1_000_000.0 + 10.0 * i as f64;
+        if i % 3 == 0 {
+            slurm.submit(i, "hadar:v1 gpus=1 type=resnet50-b64 steps=1000");
+            live.push_back((i, i));
+        }
+        d.round_with_upkeep(now).unwrap();
+        slurm.schedule();
+        for (id, since) in &live {
+            // A job runs about nine rounds, and Slurm forgets it 40 rounds after it ended
+            // (MinJobAge).
+            if i - since == 9 && slurm.status(*id) == JobStatus::Running {
+                slurm.finish_at(*id, now as i64);
+            }
+        }
+        while live.front().is_some_and(|(_, since)| i - since >= 50) {
+            slurm.forget(live.pop_front().unwrap().0);
+        }
+        if i == 800 {
+            settled = db_bytes(&path);
+        }
+        if i > 800 {
+            most = most.max(db_bytes(&path));
+        }
+    }
+    // 1,600 more rounds, 530 more jobs: the file does not grow (freed pages are reused).
+    assert!(
+        most <= settled + settled / 10,
+        "the database grew from {settled} to {most} bytes"
+    );
+    eprintln!("database: {settled} bytes at round 800, at most {most} after");
+    let store = d.store();
+    let jobs = store.jobs().unwrap();
+    assert!(
+        jobs.len() < 200,
+        "{} job rows: finished jobs were not pruned",
+        jobs.len()
+    );
+    assert!(
+        jobs.iter().any(|j| j.phase == Phase::Finished),
+        "jobs finished within the horizon are kept"
+    );
+    for (id, _) in &live {
+        assert!(
+            store.job(*id).unwrap().is_some(),
+            "job {id} is still in Slurm"
+        );
+    }
+    assert!(!store.decisions_of_round(2400).unwrap().is_empty());
+    assert!(store.last_round().unwrap().is_some_and(|r| r.round == 2400));
 }

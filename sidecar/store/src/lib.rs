@@ -5,10 +5,12 @@
 //! from its progress reports, the intent of every action before it is carried out (so a
 //! restarted daemon knows what it may have left half done), and each round's plan with its
 //! reasons (which `hadar status` and `hadar explain` read), and the Job Tracker of forked
-//! (HadarE) jobs ([`fork`]). The schema carries a version and older databases are migrated
+//! (HadarE) jobs ([`fork`]). History past a configured horizon is pruned ([`Store::prune`]).
+//! The schema carries a version and older databases are migrated
 //! in place; every write is one transaction.
 
 pub mod fork;
+mod prune;
 mod schema;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
@@ -17,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, OuterStep, RoundState};
+pub use prune::{Horizon, Pruned};
 pub use schema::SCHEMA_VERSION;
 
 /// What went wrong with the state database.
@@ -293,6 +296,22 @@ pub struct Decision {
     pub wait_reason: Option<serde_json::Value>,
     /// The explanation in words.
     pub text: String,
+}
+
+impl Decision {
+    /// A decision that the job waits, with no reason or words yet (filled in by the caller).
+    pub fn new(job: u64, round: u64) -> Decision {
+        Decision {
+            job,
+            round,
+            runs: false,
+            placement: None,
+            rate: None,
+            payoff: None,
+            wait_reason: None,
+            text: String::new(),
+        }
+    }
 }
 
 /// The state database.
@@ -613,6 +632,34 @@ impl Store {
             })
         })
         .transpose()
+    }
+}
+
+impl Store {
+    /// The decisions made in round `round` (one per job the round planned), by job.
+    pub fn decisions_of_round(&self, round: u64) -> Result<Vec<Decision>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT data FROM decisions WHERE json_extract(data, '$.round') = ?1 ORDER BY job",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![round as i64], |r| r.get::<_, String>(0))
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for data in rows {
+            let data = data.map_err(self.err())?;
+            out.push(
+                serde_json::from_str(&data).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    what: "decision",
+                    job: 0,
+                    reason: e.to_string(),
+                })?,
+            );
+        }
+        Ok(out)
     }
 }
 

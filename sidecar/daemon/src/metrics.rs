@@ -1,0 +1,545 @@
+//! The daemon's metrics in Prometheus' exposition format: counted after each round from its
+//! report and what it recorded in the store, served over HTTP on its own thread (a slow or
+//! stuck scraper never holds up a round) and written as a node_exporter textfile. The
+//! metrics and their meaning are listed in `docs/operations.md`.
+
+use crate::daemon::{DaemonError, RoundReport};
+use hadar_store::{Phase, Store, StoreError};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// A part of a round whose duration is measured.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RoundPhase {
+    /// Reading Slurm's nodes and jobs.
+    Read,
+    /// The policy's decision.
+    Decide,
+    /// Carrying out the actions (preemption grace periods included).
+    Enforce,
+    /// The whole round.
+    Total,
+}
+
+impl EncodeLabelValue for RoundPhase {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            RoundPhase::Read => "read",
+            RoundPhase::Decide => "decide",
+            RoundPhase::Enforce => "enforce",
+            RoundPhase::Total => "total",
+        })
+    }
+}
+
+/// Whether a GPU is held by a running job.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum GpuUse {
+    /// Held by a job Slurm shows running (managed or not).
+    Busy,
+    /// Usable and held by no running job.
+    Idle,
+}
+
+impl EncodeLabelValue for GpuUse {
+    fn encode(&self, e: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        e.write_str(match self {
+            GpuUse::Busy => "busy",
+            GpuUse::Idle => "idle",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: RoundPhase,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    gpu_type: String,
+    state: GpuUse,
+}
+
+/// What an entry of a round's action list was, for counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Done {
+    Started,
+    Preempted,
+    ForkRoundStarted,
+    SlurmFailed,
+    Other,
+}
+
+/// Sorts `(action, outcome)` as the daemon words them: a failed Slurm command's outcome
+/// starts with `error`, a skipped action's with `skipped`.
+fn classify(action: &str, outcome: &str) -> Done {
+    if outcome.starts_with("error") {
+        return Done::SlurmFailed;
+    }
+    if outcome.starts_with("skipped") {
+        return Done::Other;
+    }
+    match action {
+        "start" => Done::Started,
+        "preempt" => Done::Preempted,
+        "fork-start" => Done::ForkRoundStarted,
+        _ => Done::Other,
+    }
+}
+
+/// Round-duration buckets in seconds: 1 ms to about 4 minutes.
+fn round_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 4.0, 10))
+}
+
+/// Every metric the daemon exports. Shared (`Arc`) between the round loop, which updates it,
+/// the notice listener and the HTTP thread, which reads it; every value is atomic.
+pub struct Metrics {
+    registry: Registry,
+    rounds: Counter,
+    round_failures: Counter,
+    phase_seconds: Family<PhaseLabels, Histogram, fn() -> Histogram>,
+    waiting: Family<ReasonLabels, Gauge>,
+    running: Gauge,
+    gpus: Family<GpuLabels, Gauge>,
+    starts: Counter,
+    preemptions: Counter,
+    forked_rounds: Counter,
+    notices: Counter,
+    slurm_failures: Counter,
+    last_round: Gauge<f64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics at zero, registered under the `hadar_` prefix.
+    pub fn new() -> Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("hadar"),
+            rounds: Counter::default(),
+            round_failures: Counter::default(),
+            phase_seconds: Family::new_with_constructor(round_buckets),
+            waiting: Family::default(),
+            running: Gauge::default(),
+            gpus: Family::default(),
+            starts: Counter::default(),
+            preemptions: Counter::default(),
+            forked_rounds: Counter::default(),
+            notices: Counter::default(),
+            slurm_failures: Counter::default(),
+            last_round: Gauge::default(),
+        };
+        let r = &mut m.registry;
+        for (name, help, counter) in [
+            ("rounds", "Rounds completed", &m.rounds),
+            (
+                "round_failures",
+                "Rounds that failed (Slurm unreadable, store error, invalid plan)",
+                &m.round_failures,
+            ),
+            ("starts", "Managed jobs started on a placement", &m.starts),
+            (
+                "preemptions",
+                "Running jobs signalled to checkpoint and requeued",
+                &m.preemptions,
+            ),
+            (
+                "forked_rounds",
+                "Rounds of forked (HadarE) jobs whose copies were submitted",
+                &m.forked_rounds,
+            ),
+            (
+                "notices",
+                "Notices of new jobs received from the plugin",
+                &m.notices,
+            ),
+            (
+                "slurm_command_failures",
+                "Slurm commands that failed: actions refused and rounds that could not read Slurm",
+                &m.slurm_failures,
+            ),
+        ] {
+            r.register(name, help, counter.clone());
+        }
+        r.register_with_unit(
+            "round_phase",
+            "Duration of each phase of a completed round",
+            Unit::Seconds,
+            m.phase_seconds.clone(),
+        );
+        r.register(
+            "queue_waiting_jobs",
+            "Managed jobs the last round left waiting, by the policy's reason",
+            m.waiting.clone(),
+        );
+        r.register(
+            "running_jobs",
+            "Managed jobs the last round placed",
+            m.running.clone(),
+        );
+        r.register(
+            "gpus",
+            "GPUs per type at the last round's start: busy (held by a running job) or idle (usable and free)",
+            m.gpus.clone(),
+        );
+        r.register(
+            "last_round_completed_timestamp_seconds",
+            "Unix time at which the last round completed",
+            m.last_round.clone(),
+        );
+        m
+    }
+
+    /// Counts a notice from the plugin.
+    pub fn notice(&self) {
+        self.notices.inc();
+    }
+
+    /// Records a completed round: its report, and what it stored (its summary and decisions).
+    pub fn round_done(
+        &self,
+        report: &RoundReport,
+        store: &Store,
+        now_unix: f64,
+    ) -> Result<(), StoreError> {
+        self.rounds.inc();
+        for (phase, ms) in [
+            (RoundPhase::Read, report.read_ms),
+            (RoundPhase::Decide, report.decision_ms),
+            (RoundPhase::Enforce, report.enforce_ms),
+            (RoundPhase::Total, report.total_ms),
+        ] {
+            self.phase_seconds
+                .get_or_create(&PhaseLabels { phase })
+                .observe(ms / 1000.0);
+        }
+        for (_, action, outcome) in &report.actions {
+            match classify(action, outcome) {
+                Done::Started => self.starts.inc(),
+                Done::Preempted => self.preemptions.inc(),
+                Done::ForkRoundStarted => self.forked_rounds.inc(),
+                Done::SlurmFailed => self.slurm_failures.inc(),
+                Done::Other => 0,
+            };
+        }
+        self.record_queue(store, report.round)?;
+        self.record_gpus(store)?;
+        self.last_round.set(now_unix);
+        Ok(())
+    }
+
+    /// Records a failed round.
+    pub fn round_failed(&self, e: &DaemonError) {
+        self.round_failures.inc();
+        if matches!(e, DaemonError::Slurm(_)) {
+            self.slurm_failures.inc();
+        }
+    }
+
+    fn record_queue(&self, store: &Store, round: u64) -> Result<(), StoreError> {
+        let decisions = store.decisions_of_round(round)?;
+        self.waiting.clear();
+        let mut running = 0;
+        for d in decisions {
+            if d.runs {
+                running += 1;
+                continue;
+            }
+            // The core's WaitReason, stored as JSON tagged by `reason`; a job the daemon
+            // holds back for another reason (a committed type, an unenforceable placement)
+            // has none.
+            let reason = d
+                .wait_reason
+                .as_ref()
+                .and_then(|r| r.get("reason"))
+                .and_then(|r| r.as_str())
+                .unwrap_or("held_by_daemon")
+                .to_string();
+            self.waiting.get_or_create(&ReasonLabels { reason }).inc();
+        }
+        self.running.set(running);
+        Ok(())
+    }
+
+    /// Busy: GPUs held by any job Slurm showed running at the round's start. Idle: the
+    /// round's usable GPUs (those of usable nodes not held by unmanaged jobs) less those
+    /// held by managed jobs then running (or being preempted, which still hold theirs).
+    fn record_gpus(&self, store: &Store) -> Result<(), StoreError> {
+        let Some(r) = store.last_round()? else {
+            return Ok(());
+        };
+        let mut managed: BTreeMap<String, u32> = BTreeMap::new();
+        for j in store.jobs()? {
+            if matches!(j.phase, Phase::Running | Phase::Preempting) {
+                for (_, per_type) in j.placement.iter().flatten() {
+                    for (t, c) in per_type {
+                        *managed.entry(t.clone()).or_default() += c;
+                    }
+                }
+            }
+        }
+        self.gpus.clear();
+        let types: BTreeSet<&String> = r.capacity.keys().chain(r.busy.keys()).collect();
+        for t in types {
+            let usable = r.capacity.get(t).copied().unwrap_or(0);
+            let idle = usable.saturating_sub(managed.get(t).copied().unwrap_or(0));
+            let busy = r.busy.get(t).copied().unwrap_or(0);
+            for (state, n) in [(GpuUse::Busy, busy), (GpuUse::Idle, idle)] {
+                self.gpus
+                    .get_or_create(&GpuLabels {
+                        gpu_type: t.clone(),
+                        state,
+                    })
+                    .set(i64::from(n));
+            }
+        }
+        Ok(())
+    }
+
+    /// The OpenMetrics text (what the HTTP endpoint serves).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The classic Prometheus text format that node_exporter's textfile collector reads: the
+    /// OpenMetrics text with counters' families named with their `_total` suffix, and no
+    /// `# UNIT` or `# EOF` lines (which that format does not have).
+    pub fn render_classic(&self) -> String {
+        let open = self.render();
+        let counters: Vec<&str> = open
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+            .collect();
+        let mut out = String::with_capacity(open.len());
+        for line in open.lines() {
+            if line.starts_with("# UNIT ") || line == "# EOF" {
+                continue;
+            }
+            let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+                let rest = line.strip_prefix(p)?;
+                let (name, tail) = rest.split_once(' ')?;
+                counters
+                    .contains(&name)
+                    .then(|| format!("{p}{name}_total {tail}"))
+            });
+            let _ = writeln!(out, "{}", renamed.as_deref().unwrap_or(line));
+        }
+        out
+    }
+
+    /// Writes [`Metrics::render_classic`] to `path` atomically (a temporary file in the same
+    /// folder, then renamed), so node_exporter never reads half a file.
+    pub fn write_textfile(&self, path: &Path) -> std::io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        std::fs::write(&tmp, self.render_classic())?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// Serves `GET /metrics` on `addr` from a thread of its own; returns once listening.
+pub fn serve_http(addr: &str, metrics: Arc<Metrics>) -> std::io::Result<std::net::SocketAddr> {
+    let server = tiny_http::Server::http(addr).map_err(std::io::Error::other)?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| std::io::Error::other("not an IP address"))?;
+    std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || {
+            for request in server.incoming_requests() {
+                let response = respond(&metrics, request.url());
+                let _ = request.respond(response);
+            }
+        })?;
+    Ok(bound)
+}
+
+fn respond(metrics: &Metrics, url: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    if url != "/metrics" {
+        return tiny_http::Response::from_string("not found; try /metrics\n").with_status_code(404);
+    }
+    let header = tiny_http::Header::from_bytes(
+        "Content-Type",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    )
+    .expect("a valid header");
+    tiny_http::Response::from_string(metrics.render()).with_header(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_store::{Decision, RoundRow};
+
+    fn decision(job: u64, runs: bool, reason: Option<&str>) -> Decision {
+        Decision {
+            runs,
+            wait_reason: reason.map(|r| serde_json::json!({ "reason": r })),
+            ..Decision::new(job, 3)
+        }
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn a_round_is_counted_from_its_report_and_the_store() {
+        let mut store = Store::in_memory().unwrap();
+        let mut row = RoundRow {
+            round: 3,
+            ..Default::default()
+        };
+        row.capacity.insert("k80".into(), 4);
+        // v100: 1 held by a managed job, 1 by an unmanaged one (not usable: capacity 5).
+        row.capacity.insert("v100".into(), 5);
+        row.busy.insert("v100".into(), 2);
+        let mut managed = hadar_store::JobRow::new(1, "a".into(), String::new(), 1, 1.0, 0.0);
+        managed.phase = Phase::Running;
+        managed.placement = Some(vec![("n1".into(), vec![("v100".into(), 1)])]);
+        store.write(|w| w.put_job(&managed)).unwrap();
+        let decisions = [
+            decision(1, true, None),
+            decision(2, false, Some("does_not_fit")),
+            decision(3, false, Some("does_not_fit")),
+            decision(4, false, None),
+        ];
+        store.write(|w| w.put_round(&row, &decisions)).unwrap();
+        let report = RoundReport {
+            round: 3,
+            actions: vec![
+                (1, "start".into(), "ok".into()),
+                (5, "preempt".into(), "ok".into()),
+                (6, "hold".into(), "error: scontrol timed out".into()),
+                (7, "fork-start".into(), "3 copies".into()),
+                (
+                    8,
+                    "start".into(),
+                    "skipped: not a released pending job".into(),
+                ),
+            ],
+            read_ms: 20.0,
+            total_ms: 250.0,
+            ..Default::default()
+        };
+        let m = Metrics::new();
+        m.notice();
+        m.round_done(&report, &store, 1_700_000_000.5).unwrap();
+        let t = m.render();
+        assert_eq!(value(&t, "hadar_rounds_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_starts_total"), Some(1.0), "{t}");
+        assert_eq!(value(&t, "hadar_preemptions_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_forked_rounds_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_slurm_command_failures_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_notices_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_running_jobs"), Some(1.0));
+        assert_eq!(
+            value(&t, "hadar_queue_waiting_jobs{reason=\"does_not_fit\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_queue_waiting_jobs{reason=\"held_by_daemon\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"busy\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}"),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_gpus{gpu_type=\"k80\",state=\"idle\"}"),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(&t, "hadar_last_round_completed_timestamp_seconds"),
+            Some(1_700_000_000.5)
+        );
+        // 250 ms lies in the bucket up to 0.256 s, not in the one up to 0.064 s.
+        assert_eq!(
+            value(
+                &t,
+                "hadar_round_phase_seconds_bucket{le=\"0.256\",phase=\"total\"}"
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(
+                &t,
+                "hadar_round_phase_seconds_bucket{le=\"0.064\",phase=\"total\"}"
+            ),
+            Some(0.0)
+        );
+        m.round_failed(&DaemonError::InvalidPlan("x".into()));
+        assert_eq!(value(&m.render(), "hadar_round_failures_total"), Some(1.0));
+    }
+
+    #[test]
+    fn the_textfile_is_classic_text_and_replaced_whole() {
+        let m = Metrics::new();
+        let classic = m.render_classic();
+        assert!(classic.contains("# TYPE hadar_rounds_total counter\nhadar_rounds_total 0\n"));
+        assert!(classic.contains("# HELP hadar_rounds_total Rounds completed"));
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hadar.prom");
+        std::fs::write(&path, "old").unwrap();
+        m.notice();
+        m.write_textfile(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(value(&text, "hadar_notices_total"), Some(1.0));
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file is left");
+    }
+
+    #[test]
+    fn the_http_endpoint_serves_the_metrics_and_nothing_else() {
+        use std::io::{Read, Write};
+        let m = Arc::new(Metrics::new());
+        m.notice();
+        let addr = serve_http("127.0.0.1:0", m.clone()).unwrap();
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let ok = get("/metrics");
+        assert!(
+            ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"),
+            "{ok}"
+        );
+        assert!(ok.contains("application/openmetrics-text"), "{ok}");
+        assert!(ok.contains("\nhadar_notices_total 1\n"), "{ok}");
+        assert!(get("/").contains(" 404 "));
+    }
+}
