@@ -145,7 +145,7 @@ fn mixed_v100_k80_job_runs_at_the_slower_rate(bed: &mut Testbed) {
 }
 
 fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
-    let _serve = Serve::start(bed, "preempt");
+    let serve = Serve::start(bed, "preempt");
     let steps = 5000;
     let id = submit(
         bed,
@@ -210,6 +210,49 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
         out.matches(&format!("completed {steps} steps")).count(),
         1,
         "{out}"
+    );
+    report_shows_the_preemption(bed, &serve, id, &node);
+}
+
+/// `hadar report` on the run's state: the job's row counts its preemption, and its stretches
+/// on GPUs are two, on the drained node and then on another, one after the other.
+fn report_shows_the_preemption(bed: &Testbed, serve: &Serve, id: u32, drained: &str) {
+    let dir = bed.path("report-preempt");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["report", "--state"])
+        .arg(&serve.state)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = std::fs::read_to_string(dir.join("jobs.csv")).unwrap();
+    let row = jobs
+        .lines()
+        .find(|l| l.starts_with(&format!("serve,{id},")))
+        .unwrap_or_else(|| panic!("a row for job {id}: {jobs}"));
+    assert!(row.ends_with(",1"), "one restart counted: {row}");
+    let segments = std::fs::read_to_string(dir.join("segments.csv")).unwrap();
+    let own: Vec<Vec<&str>> = segments
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f[1] == id.to_string())
+        .collect();
+    assert_eq!(own.len(), 2, "two stretches: {segments}");
+    assert_eq!(own[0][2], drained, "first on the drained node: {segments}");
+    assert_ne!(own[1][2], drained, "then elsewhere: {segments}");
+    let (first_end, second_start): (f64, f64) =
+        (own[0][6].parse().unwrap(), own[1][5].parse().unwrap());
+    assert!(first_end <= second_start, "one after the other: {segments}");
+    assert!(
+        std::fs::metadata(dir.join("timeline-serve.svg"))
+            .unwrap()
+            .len()
+            > 0
     );
 }
 

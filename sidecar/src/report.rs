@@ -1,10 +1,10 @@
 //! Turns the simulator's and the daemon's records into `hadar-report` runs.
 
 use hadar_core::Cluster;
-use hadar_store::{Intent, JobRow, RoundRow, Store, StoreError};
-use std::collections::BTreeMap;
 use hadar_report::{JobRecord, Run, Segment};
 use hadar_sim::{RoundRecord, SimReport};
+use hadar_store::{Intent, JobRow, RoundRow, Store, StoreError};
+use std::collections::BTreeMap;
 
 /// The stretches a round's runs held GPUs: one per part (node and type) of each placement.
 pub fn segments_of(cluster: &Cluster, round: &RoundRecord) -> Vec<Segment> {
@@ -57,11 +57,9 @@ pub fn serve_run(store: &Store) -> Result<Run, StoreError> {
     let intents = store.all_intents()?;
     let last = store.last_round()?.unwrap_or_default();
     let node_types = node_types(&last);
-    let end_of_run = last.started_s.max(
-        jobs.iter()
-            .filter_map(|j| j.finished_s)
-            .fold(0.0, f64::max),
-    );
+    let end_of_run = last
+        .started_s
+        .max(jobs.iter().filter_map(|j| j.finished_s).fold(0.0, f64::max));
     let mut segments = Vec::new();
     for job in &jobs {
         let own: Vec<&Intent> = intents.iter().filter(|i| i.job == job.id).collect();

@@ -76,7 +76,7 @@ pub struct Run {
 }
 
 /// Writes the report of `runs` into `dir` (created if missing): `jobs.csv` (one row per run
-/// and job), `jct-cdf.svg` (every run), and per run `busy-NAME.svg` (GPUs busy per type over
+/// and job), `segments.csv` (one row per stretch on GPUs), `jct-cdf.svg` (every run), and per run `busy-NAME.svg` (GPUs busy per type over
 /// time) and `timeline-NAME.svg` (one row per job: waiting, then running on each type).
 /// Returns the files written.
 pub fn write_report(dir: &Path, runs: &[Run]) -> Result<Vec<PathBuf>, ReportError> {
@@ -85,9 +85,12 @@ pub fn write_report(dir: &Path, runs: &[Run]) -> Result<Vec<PathBuf>, ReportErro
     }
     std::fs::create_dir_all(dir).map_err(|e| ReportError::io(dir, e))?;
     let mut written = Vec::new();
-    let csv = dir.join("jobs.csv");
-    jobs_csv::write(&csv, runs)?;
-    written.push(csv);
+    let jobs = dir.join("jobs.csv");
+    jobs_csv::write_jobs(&jobs, runs)?;
+    written.push(jobs);
+    let segments = dir.join("segments.csv");
+    jobs_csv::write_segments(&segments, runs)?;
+    written.push(segments);
     let cdf = dir.join("jct-cdf.svg");
     plot::jct_cdf(&cdf, runs)?;
     written.push(cdf);

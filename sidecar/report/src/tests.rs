@@ -86,6 +86,7 @@ fn report_writes_csv_and_plots_for_each_run() {
         names,
         [
             "jobs.csv",
+            "segments.csv",
             "jct-cdf.svg",
             "busy-hadar.svg",
             "timeline-hadar.svg",
@@ -99,6 +100,11 @@ fn report_writes_csv_and_plots_for_each_run() {
     assert_eq!(
         lines[2],
         "hadar,2,resnet50,1,10.000,12.000,40.000,30.000,2.000,0"
+    );
+    let segments = std::fs::read_to_string(dir.path().join("segments.csv")).unwrap();
+    assert_eq!(
+        segments.lines().nth(2),
+        Some("hadar,2,n1,nvidia_a100-sxm4-80gb,1,12.000,40.000")
     );
     let timeline = std::fs::read_to_string(dir.path().join("timeline-hadar.svg")).unwrap();
     assert!(timeline.starts_with("<svg"), "an SVG document");
