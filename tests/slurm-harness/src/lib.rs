@@ -14,6 +14,9 @@
 //! kernel releases when the process dies and which leaves nothing on disk) for its whole life,
 //! and a second one on the same ports waits.
 
+mod accounting;
+pub use accounting::{dbd_port, mariadb_port};
+
 use std::fmt;
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
@@ -44,8 +47,16 @@ pub const NODES: [(&str, &[(&str, u32)]); 4] = [
 ];
 
 /// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`; `hadar`
-/// is the playground's `hadar serve`, which writes its pid file beside Slurm's.
-const DAEMONS: [&str; 4] = ["slurmctld", "slurmd", "munged", "hadar"];
+/// is the playground's `hadar serve`, which writes its pid file beside Slurm's; slurmdbd and
+/// mariadbd run when the testbed has accounting.
+const DAEMONS: [&str; 6] = [
+    "slurmctld",
+    "slurmd",
+    "munged",
+    "hadar",
+    "slurmdbd",
+    "mariadbd",
+];
 
 /// What went wrong while starting or driving the testbed.
 #[derive(Debug)]
@@ -96,6 +107,9 @@ pub struct Options {
     /// The time zone (`TZ`) slurmctld and the slurmd run in, as a cluster outside UTC does;
     /// `None`: the test process's own.
     pub time_zone: Option<String>,
+    /// Accounting: MariaDB and slurmdbd in the scratch folder, `priority/multifactor` with
+    /// fair-share, associations, limits and QOS enforced (see the `accounting` module).
+    pub accounting: bool,
 }
 
 impl Options {
@@ -108,6 +122,7 @@ impl Options {
             plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
             hadar_toml: DEFAULT_HADAR_TOML.to_string(),
             time_zone: None,
+            accounting: false,
         }
     }
 }
@@ -165,6 +180,7 @@ socket = "{scratch}/run/hadar.sock"
 pub struct Testbed {
     scratch: PathBuf,
     time_zone: Option<String>,
+    accounting: bool,
     /// Output of the install command, if the plugin was installed.
     pub install_output: String,
     last_reconfigure: Instant,
@@ -192,7 +208,11 @@ impl Testbed {
         let lock = acquire_lock(Duration::from_secs(900))?;
         let scratch = options.scratch.clone();
         stop_daemons(&scratch.join("run"));
-        check_ports_free()?;
+        check_ports_free(if options.accounting {
+            6
+        } else {
+            NODES.len() as u16
+        })?;
         if scratch.exists() {
             io(
                 format!("removing {}", scratch.display()),
@@ -200,7 +220,7 @@ impl Testbed {
             )?;
         }
         for sub in [
-            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs",
+            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs", "mysql",
         ] {
             io(
                 "creating the scratch folder",
@@ -220,6 +240,7 @@ impl Testbed {
         let mut testbed = Testbed {
             scratch,
             time_zone: options.time_zone.clone(),
+            accounting: options.accounting,
             install_output: String::new(),
             last_reconfigure: Instant::now(),
             _lock: lock,
@@ -245,6 +266,9 @@ impl Testbed {
             testbed.install_output = String::from_utf8_lossy(&out.stdout).into_owned();
         }
         testbed.start_munge()?;
+        if testbed.accounting {
+            testbed.start_accounting()?;
+        }
         let conf = testbed.path("etc/slurm.conf");
         testbed.checked(testbed.daemon("slurmctld").arg("-c").arg("-f").arg(&conf))?;
         for (node, _) in NODES {
@@ -305,8 +329,6 @@ SlurmdLogFile={c}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={c}/log/jobcomp.txt
 MailProg=/bin/true
@@ -326,6 +348,12 @@ PluginDir={c}/plugins:{slurm_plugins}
         if let Some(p) = plugins {
             conf.push_str(&format!("JobSubmitPlugins={p}\n"));
         }
+        conf.push_str(&if self.accounting {
+            accounting::slurm_conf_lines(&self.scratch)
+        } else {
+            "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+                .to_string()
+        });
         for (i, (node, gpus)) in NODES.iter().enumerate() {
             let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
             conf.push_str(&format!(
@@ -334,9 +362,20 @@ PluginDir={c}/plugins:{slurm_plugins}
                 gres.join(",")
             ));
         }
-        conf.push_str("PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP\n");
-        conf.push_str("PartitionName=cpu Nodes=n[1-4] MaxTime=INFINITE State=UP\n");
-        conf.push_str("PartitionName=old Nodes=n[3-4] MaxTime=INFINITE State=UP\n");
+        // With accounting, usage (fair-share, `sshare`'s RawUsage) is billed in GPU-seconds,
+        // as on a GPU cluster, rather than Slurm's default of CPU-seconds.
+        let billing = if self.accounting {
+            " TRESBillingWeights=GRES/gpu=1"
+        } else {
+            ""
+        };
+        for line in [
+            "PartitionName=gpu Nodes=n[1-4] Default=YES",
+            "PartitionName=cpu Nodes=n[1-4]",
+            "PartitionName=old Nodes=n[3-4]",
+        ] {
+            conf.push_str(&format!("{line} MaxTime=INFINITE State=UP{billing}\n"));
+        }
         self.write_file("etc/slurm.conf", &conf)
     }
 
@@ -800,13 +839,14 @@ fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
 }
 
 /// Fails if Slurm's test ports are taken (by a cluster this harness did not start).
-fn check_ports_free() -> Result<(), TestbedError> {
+/// `count`: the ports after the controller's that the testbed uses.
+fn check_ports_free(count: u16) -> Result<(), TestbedError> {
     // A testbed stopped a moment ago (the previous test binary's) may still be letting go of
     // its ports: 26.05's slurmd and its slurmstepd take a few seconds to exit.
     let deadline = Instant::now() + Duration::from_secs(45);
     let first = controller_port();
     loop {
-        let taken = (first..=first + NODES.len() as u16).find_map(|port| {
+        let taken = (first..=first + count).find_map(|port| {
             std::net::TcpListener::bind(("0.0.0.0", port))
                 .err()
                 .map(|e| (port, e))

@@ -192,6 +192,7 @@ fn run(a: &Args) -> Result<(), Error> {
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
+        accounting: false,
     })?;
     let gres = ["--gres=gpu:1"];
 

@@ -103,6 +103,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
+        accounting: false,
     })?;
     let socket = bed.path("run/hadar.sock");
     let decoy = bed.path("run/not-the-sidecar.sock");

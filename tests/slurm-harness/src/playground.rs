@@ -97,6 +97,7 @@ fn up(dir: &Path) -> Result<()> {
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
         hadar_toml: PLAYGROUND_TOML.to_string(),
         time_zone: None,
+        accounting: false,
     })
     .context("starting the Slurm cluster")?;
     let config = bed.path("etc/hadar.toml");
