@@ -198,8 +198,7 @@ fn sshare_shows_the_usage_of_the_account_whose_job_ran(bed: &mut Testbed) {
     assert_eq!(root_share(&before, "fs_busy").0, 0, "{before:?}");
     let id = submit(bed, &["-A", "fs_busy", "--gres=gpu:4", "--wrap", "sleep 3"]);
     wait_state(bed, id, &["COMPLETED"], 60);
-    // Usage is charged when the job ends; the fair-share factor follows at the next decay
-    // round (PriorityCalcPeriod, one minute at least).
+    // Usage is charged when the job ends.
     let rows = shares(bed, "fs_busy,fs_idle");
     let (busy_usage, _) = root_share(&rows, "fs_busy");
     let (idle_usage, _) = root_share(&rows, "fs_idle");
@@ -210,17 +209,22 @@ fn sshare_shows_the_usage_of_the_account_whose_job_ran(bed: &mut Testbed) {
     // Billed in GPU-seconds (TRESBillingWeights=GRES/gpu=1): 4 GPUs for at least a second.
     assert!(busy_usage >= 4, "{rows:?}");
     assert_eq!(idle_usage, 0, "{rows:?}");
+    // The fair-share factor follows at the next decay round (PriorityCalcPeriod, one minute
+    // at least) or when slurmctld starts: restarted, it recomputes at once from the usage it
+    // saved, which also shows that the usage outlives a restart.
     let started = Instant::now();
+    bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
     let mut rows = Vec::new();
-    wait_until("fs_busy's fair-share falls below fs_idle's", 75, || {
+    wait_until("fs_busy's fair-share falls below fs_idle's", 30, || {
         rows = shares(bed, "fs_busy,fs_idle");
         root_share(&rows, "fs_busy").1 < root_share(&rows, "fs_idle").1
     });
     println!(
-        "release {}: {:.0} s later the fair-share factors differ: {rows:?}",
+        "release {}: {:.0} s after restarting slurmctld the fair-share factors differ: {rows:?}",
         release(),
         started.elapsed().as_secs_f64()
     );
+    assert_eq!(root_share(&rows, "fs_busy").0, busy_usage, "{rows:?}");
 }
 
 fn a_qos_gpu_limit_per_user_keeps_the_next_job_pending(bed: &mut Testbed) {
