@@ -84,8 +84,9 @@ impl Testbed {
                 .is_ok_and(|o| o.status.success())
         };
         wait_for(Duration::from_secs(30), "slurmdbd", ready)?;
-        // Registered explicitly: slurmctld registers an unknown cluster itself only from some
-        // releases on, and without the cluster's root association no job is accepted.
+        // slurmctld registers an unknown cluster itself at its first start (seen on 22.05 and
+        // 24.11); registered here first, the cluster's root account and root's association
+        // (without which no job is accepted) are there when slurmctld first loads them.
         self.sacctmgr(&["add", "cluster", "hadartest"])?;
         Ok(())
     }

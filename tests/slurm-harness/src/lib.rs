@@ -8,11 +8,15 @@
 //! panics; [`Testbed::start`] first stops whatever a crashed earlier run left in the same
 //! scratch folder.
 //!
-//! A testbed's ports are fixed (17000-17004, or from `HADAR_TESTBED_PORT` for a second
-//! checkout working beside the first), so only one testbed per port range can run at a time:
-//! a testbed holds a machine-wide lock named after its port (an abstract Unix socket, which the
-//! kernel releases when the process dies and which leaves nothing on disk) for its whole life,
-//! and a second one on the same ports waits.
+//! With [`Options::accounting`] it also starts a private MariaDB and slurmdbd (see the
+//! `accounting` module).
+//!
+//! A testbed's ports are fixed (17000-17004, and 17005-17006 for slurmdbd and MariaDB with
+//! accounting; or from `HADAR_TESTBED_PORT` for a second checkout working beside the first),
+//! so only one testbed per port range can run at a time: a testbed holds a machine-wide lock
+//! named after its port (an abstract Unix socket, which the kernel releases when the process
+//! dies and which leaves nothing on disk) for its whole life, and a second one on the same
+//! ports waits.
 
 mod accounting;
 pub use accounting::{dbd_port, mariadb_port};
