@@ -6,10 +6,14 @@
 //! "Accounting" section of `docs/SLURM-TESTBED.md`. `harness = false`: arguments are name
 //! filters. No plugin: this is Slurm's own behaviour, which hadar must then respect.
 
-use hadar_slurm_testbed::{JobInfo, Options, Plugin, Scenario, Testbed, run_scenarios};
+#[path = "support/serve.rs"]
+mod serve;
+
+use hadar_slurm_testbed::{Options, Plugin, Scenario, Testbed, run_scenarios};
+use serve::{wait_queue_empty, wait_state, wait_until};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const SCENARIOS: &[Scenario] = &[
     (
@@ -92,37 +96,23 @@ fn submit(bed: &Testbed, args: &[&str]) -> u32 {
     sub.job_id.expect("a job id")
 }
 
-fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo {
-    bed.wait_job(id, states, Duration::from_secs(secs))
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn wait_until(what: &str, secs: u64, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}: not after {secs} s");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-fn wait_queue_empty(bed: &Testbed) {
-    wait_until("the queue empties", 60, || {
-        bed.client("squeue", &["-h", "-o", "%A"])
-            .is_ok_and(|out| out.trim().is_empty())
-    });
-}
-
 /// `sacct` fields (`-X -P`) of job `id` once slurmdbd has its end (its record arrives
-/// after the job ends, on slurmctld's next message to slurmdbd).
-fn sacct_record(bed: &Testbed, id: u32, fields: &str) -> Vec<String> {
-    let mut record = Vec::new();
+/// after the job ends, on slurmctld's next message to slurmdbd) and every field is known
+/// (22.05 once showed a just-created QOS as `Unknown`). Returns every distinct record seen.
+fn sacct_records(bed: &Testbed, id: u32, fields: &str) -> Vec<Vec<String>> {
+    let mut seen: Vec<Vec<String>> = Vec::new();
     let args = ["-n", "-X", "-P", "-j", &id.to_string(), "-o", fields];
     wait_until(&format!("sacct records job {id} completed"), 30, || {
         let out = bed.sacct(&args).unwrap_or_default();
-        record = out.trim().split('|').map(str::to_string).collect();
-        record.last().is_some_and(|s| s == "COMPLETED")
+        let record: Vec<String> = out.trim().split('|').map(str::to_string).collect();
+        let done = record.last().is_some_and(|s| s == "COMPLETED")
+            && !record.iter().any(|f| f == "Unknown");
+        if seen.last() != Some(&record) {
+            seen.push(record);
+        }
+        done
     });
-    record
+    seen
 }
 
 /// `sshare` rows of `accounts` (account rows and root's rows under them) as
@@ -178,12 +168,13 @@ fn a_job_is_recorded_with_its_account_qos_and_gpus(bed: &mut Testbed) {
     );
     assert_eq!(info.field("QOS").as_deref(), Some("rec_qos"), "{}", info.0);
     let started = Instant::now();
-    let record = sacct_record(bed, id, "Account,QOS,AllocTRES,State");
+    let records = sacct_records(bed, id, "Account,QOS,AllocTRES,State");
     println!(
-        "release {}: sacct had job {id} {:.1} s after it completed: {record:?}",
+        "release {}: sacct had job {id} {:.1} s after it completed: {records:?}",
         release(),
         started.elapsed().as_secs_f64()
     );
+    let record = records.last().unwrap();
     assert_eq!(record[0], "rec_acct");
     assert_eq!(record[1], "rec_qos");
     let tres: Vec<&str> = record[2].split(',').collect();
