@@ -38,6 +38,7 @@ fn main() -> std::process::ExitCode {
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
         machine_config: false,
+        accounting: false,
     };
     run_scenarios(SCENARIOS, options, |_| {})
 }

@@ -8,11 +8,18 @@
 //! panics; [`Testbed::start`] first stops whatever a crashed earlier run left in the same
 //! scratch folder.
 //!
-//! A testbed's ports are fixed (17000-17004, or from `HADAR_TESTBED_PORT` for a second
-//! checkout working beside the first), so only one testbed per port range can run at a time:
-//! a testbed holds a machine-wide lock named after its port (an abstract Unix socket, which the
-//! kernel releases when the process dies and which leaves nothing on disk) for its whole life,
-//! and a second one on the same ports waits.
+//! With [`Options::accounting`] it also starts a private MariaDB and slurmdbd (see the
+//! `accounting` module).
+//!
+//! A testbed's ports are fixed (17000-17004, and 17005-17006 for slurmdbd and MariaDB with
+//! accounting; or from `HADAR_TESTBED_PORT` for a second checkout working beside the first),
+//! so only one testbed per port range can run at a time: a testbed holds a machine-wide lock
+//! named after its port (an abstract Unix socket, which the kernel releases when the process
+//! dies and which leaves nothing on disk) for its whole life, and a second one on the same
+//! ports waits.
+
+mod accounting;
+pub use accounting::{dbd_port, mariadb_port};
 
 use std::fmt;
 use std::io::Write;
@@ -44,8 +51,16 @@ pub const NODES: [(&str, &[(&str, u32)]); 4] = [
 ];
 
 /// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`; `hadar`
-/// is the playground's `hadar serve`, which writes its pid file beside Slurm's.
-const DAEMONS: [&str; 4] = ["slurmctld", "slurmd", "munged", "hadar"];
+/// is the playground's `hadar serve`, which writes its pid file beside Slurm's; slurmdbd and
+/// mariadbd run when the testbed has accounting.
+const DAEMONS: [&str; 6] = [
+    "slurmctld",
+    "slurmd",
+    "munged",
+    "hadar",
+    "slurmdbd",
+    "mariadbd",
+];
 
 /// What went wrong while starting or driving the testbed.
 #[derive(Debug)]
@@ -99,6 +114,9 @@ pub struct Options {
     /// The plugin reads the machine's configuration (`/etc/hadar/hadar.toml`, as on a real
     /// cluster: the package test) instead of the testbed's `hadar.toml`.
     pub machine_config: bool,
+    /// Accounting: MariaDB and slurmdbd in the scratch folder, `priority/multifactor` with
+    /// fair-share, associations, limits and QOS enforced (see the `accounting` module).
+    pub accounting: bool,
 }
 
 impl Options {
@@ -112,6 +130,7 @@ impl Options {
             hadar_toml: DEFAULT_HADAR_TOML.to_string(),
             time_zone: None,
             machine_config: false,
+            accounting: false,
         }
     }
 }
@@ -170,6 +189,7 @@ pub struct Testbed {
     scratch: PathBuf,
     time_zone: Option<String>,
     machine_config: bool,
+    accounting: bool,
     /// Output of the install command, if the plugin was installed.
     pub install_output: String,
     last_reconfigure: Instant,
@@ -197,7 +217,11 @@ impl Testbed {
         let lock = acquire_lock(Duration::from_secs(900))?;
         let scratch = options.scratch.clone();
         stop_daemons(&scratch.join("run"));
-        check_ports_free()?;
+        check_ports_free(if options.accounting {
+            6
+        } else {
+            NODES.len() as u16
+        })?;
         if scratch.exists() {
             io(
                 format!("removing {}", scratch.display()),
@@ -205,7 +229,7 @@ impl Testbed {
             )?;
         }
         for sub in [
-            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs",
+            "etc", "munge", "state", "spool", "run", "log", "plugins", "jobs", "mysql",
         ] {
             io(
                 "creating the scratch folder",
@@ -226,6 +250,7 @@ impl Testbed {
             scratch,
             time_zone: options.time_zone.clone(),
             machine_config: options.machine_config,
+            accounting: options.accounting,
             install_output: String::new(),
             last_reconfigure: Instant::now(),
             _lock: lock,
@@ -251,6 +276,9 @@ impl Testbed {
             testbed.install_output = String::from_utf8_lossy(&out.stdout).into_owned();
         }
         testbed.start_munge()?;
+        if testbed.accounting {
+            testbed.start_accounting()?;
+        }
         let conf = testbed.path("etc/slurm.conf");
         testbed.checked(testbed.daemon("slurmctld").arg("-c").arg("-f").arg(&conf))?;
         for (node, _) in NODES {
@@ -311,8 +339,6 @@ SlurmdLogFile={c}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={c}/log/jobcomp.txt
 MailProg=/bin/true
@@ -332,6 +358,12 @@ PluginDir={c}/plugins:{slurm_plugins}
         if let Some(p) = plugins {
             conf.push_str(&format!("JobSubmitPlugins={p}\n"));
         }
+        conf.push_str(&if self.accounting {
+            accounting::slurm_conf_lines(&self.scratch)
+        } else {
+            "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+                .to_string()
+        });
         for (i, (node, gpus)) in NODES.iter().enumerate() {
             let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
             conf.push_str(&format!(
@@ -340,9 +372,20 @@ PluginDir={c}/plugins:{slurm_plugins}
                 gres.join(",")
             ));
         }
-        conf.push_str("PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP\n");
-        conf.push_str("PartitionName=cpu Nodes=n[1-4] MaxTime=INFINITE State=UP\n");
-        conf.push_str("PartitionName=old Nodes=n[3-4] MaxTime=INFINITE State=UP\n");
+        // With accounting, usage (fair-share, `sshare`'s RawUsage) is billed in GPU-seconds,
+        // as on a GPU cluster, rather than Slurm's default of CPU-seconds.
+        let billing = if self.accounting {
+            " TRESBillingWeights=GRES/gpu=1"
+        } else {
+            ""
+        };
+        for line in [
+            "PartitionName=gpu Nodes=n[1-4] Default=YES",
+            "PartitionName=cpu Nodes=n[1-4]",
+            "PartitionName=old Nodes=n[3-4]",
+        ] {
+            conf.push_str(&format!("{line} MaxTime=INFINITE State=UP{billing}\n"));
+        }
         self.write_file("etc/slurm.conf", &conf)
     }
 
@@ -811,13 +854,14 @@ fn acquire_lock(timeout: Duration) -> Result<UnixListener, TestbedError> {
 }
 
 /// Fails if Slurm's test ports are taken (by a cluster this harness did not start).
-fn check_ports_free() -> Result<(), TestbedError> {
+/// `count`: the ports after the controller's that the testbed uses.
+fn check_ports_free(count: u16) -> Result<(), TestbedError> {
     // A testbed stopped a moment ago (the previous test binary's) may still be letting go of
     // its ports: 26.05's slurmd and its slurmstepd take a few seconds to exit.
     let deadline = Instant::now() + Duration::from_secs(45);
     let first = controller_port();
     loop {
-        let taken = (first..=first + NODES.len() as u16).find_map(|port| {
+        let taken = (first..=first + count).find_map(|port| {
             std::net::TcpListener::bind(("0.0.0.0", port))
                 .err()
                 .map(|e| (port, e))

@@ -193,6 +193,7 @@ fn run(a: &Args) -> Result<(), Error> {
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
         machine_config: false,
+        accounting: false,
     })?;
     let gres = ["--gres=gpu:1"];
 

@@ -104,6 +104,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,
         machine_config: false,
+        accounting: false,
     })?;
     let socket = bed.path("run/hadar.sock");
     let decoy = bed.path("run/not-the-sidecar.sock");

@@ -98,6 +98,7 @@ fn up(dir: &Path) -> Result<()> {
         hadar_toml: PLAYGROUND_TOML.to_string(),
         time_zone: None,
         machine_config: false,
+        accounting: false,
     })
     .context("starting the Slurm cluster")?;
     let config = bed.path("etc/hadar.toml");
