@@ -447,13 +447,7 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
     let status = serve.hadar(&["status"]);
     assert!(status.contains("forked: round"), "{status}");
 
-    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 180);
-    assert_eq!(
-        info.field("JobState").as_deref(),
-        Some("COMPLETED"),
-        "{}",
-        info.0
-    );
+    let info = serve::wait_completed(bed, id, 180);
     assert_eq!(info.field("ExitCode").as_deref(), Some("0:0"), "{}", info.0);
     assert!(
         output(bed, id).contains(&format!("{total}/{total} steps")),

@@ -65,6 +65,15 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show the daemon's last round: GPUs per type, prices, queue and running placements.
     Status(StatusArgs),
+    /// Hand the managed jobs hadar holds to Slurm's own scheduling when the daemon is down.
+    ///
+    /// When no round has completed for `[sidecar] fail_open_after` (read from the heartbeat
+    /// file the daemon rewrites each round), every managed job hadar holds gets back the GPU
+    /// request its user wrote and is released, marked failed open; unmanaged jobs, running
+    /// jobs and holds placed by users are untouched. With a live daemon it does nothing. Run
+    /// it from the systemd timer `etc/hadar-fail-open.timer`, or by hand. Safe to repeat and
+    /// to run twice at once; the daemon takes the jobs back when it returns.
+    FailOpen(FailOpenArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
     /// An example training job for `hadar serve` (run it inside a Slurm job).
@@ -96,6 +105,20 @@ pub struct StatusArgs {
     /// Also list finished jobs.
     #[arg(long)]
     pub all: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar fail-open` arguments.
+#[derive(Args, Debug)]
+pub struct FailOpenArgs {
+    /// The configuration file (the same hadar.toml the daemon reads).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+    /// Say what would be released, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

@@ -163,6 +163,18 @@ pub fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo
         .unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
 }
 
+/// Waits up to `secs` for job `id` to end, and fails the test unless it completed.
+pub fn wait_completed(bed: &Testbed, id: u32, secs: u64) -> JobInfo {
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], secs);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    info
+}
+
 pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {

@@ -14,13 +14,14 @@ use crate::config::DaemonConfig;
 use crate::fork::Forker;
 use crate::reconcile::{self, Event};
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
-use crate::{explain, faults, view};
+use crate::{explain, failopen, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
+use hadar_request::FailOpenMark;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
-use hadar_store::{Decision, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
+use hadar_store::{Decision, JobRow, LeaseGrant, NodeGpus, Phase, RoundRow, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +54,10 @@ pub trait SlurmApi {
     fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
     /// Requeues a job held.
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Sets a job's admin comment (the record; used to take back a failed-open job).
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError>;
+    /// Removes a pending job's GPU request, as the plugin does at submission.
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError>;
     /// The Slurm release answering, when known (for the log and `hadar status`).
     fn slurm_release(&self) -> Option<String> {
         None
@@ -92,6 +97,12 @@ impl SlurmApi for Slurm {
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::requeue_hold(self, id)
     }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        Slurm::set_admin_comment(self, id, text)
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::clear_gpu_request(self, id)
+    }
     fn slurm_release(&self) -> Option<String> {
         Slurm::slurm_release(self).ok().map(|r| r.to_string())
     }
@@ -109,6 +120,14 @@ pub enum DaemonError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another daemon holds the leader's lease: this one stands by and does nothing.
+    #[error("standing by: {holder} leads until {expires_unix:.0}")]
+    Standby {
+        /// The leader.
+        holder: String,
+        /// Its lease's expiry, Unix seconds.
+        expires_unix: f64,
+    },
     /// The policy produced a plan that breaks capacity or gang rules (a bug; nothing enforced).
     #[error("the plan is invalid, nothing was enforced: {0}")]
     InvalidPlan(String),
@@ -149,6 +168,10 @@ pub struct Daemon<S: SlurmApi> {
     first_round: u64,
     refused: HashSet<u64>,
     fork: Option<Forker>,
+    /// Who this daemon is in the lease (`host:pid`).
+    holder: String,
+    /// Whether it held the lease at its last check.
+    leading: bool,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -168,17 +191,6 @@ impl<S: SlurmApi> Daemon<S> {
             .meta("round")?
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
-        let open = store.open_intents()?;
-        let now_s = now_unix - epoch;
-        if !open.is_empty() {
-            store.write(|w| {
-                for i in &open {
-                    tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
-                    w.close_intent(i.id, now_s, "interrupted")?;
-                }
-                Ok(())
-            })?;
-        }
         Ok(Daemon {
             slurm,
             store,
@@ -190,7 +202,61 @@ impl<S: SlurmApi> Daemon<S> {
             first_round: round + 1,
             refused: HashSet::new(),
             fork: None,
+            holder: failopen::holder(),
+            leading: false,
         })
+    }
+
+    /// Takes or renews the leader's lease at `now_unix`. On becoming leader it closes the
+    /// intents a previous leader (or run) left open and continues the round count from the
+    /// store; on standby it returns [`DaemonError::Standby`] and must not act.
+    fn lead(&mut self, now_unix: f64) -> Result<(), DaemonError> {
+        let s = &self.config.sidecar;
+        let (ttl, skew) = (s.lease_seconds, s.max_clock_skew_seconds);
+        match self
+            .store
+            .acquire_lease(&self.holder, now_unix, ttl, skew)?
+        {
+            LeaseGrant::Standby(l) => {
+                if self.leading {
+                    tracing::warn!(holder = %l.holder, "lost the leader's lease; standing by");
+                }
+                self.leading = false;
+                Err(DaemonError::Standby {
+                    holder: l.holder,
+                    expires_unix: l.expires_unix,
+                })
+            }
+            LeaseGrant::Leading(l) => {
+                if !self.leading {
+                    tracing::info!(term = l.term, holder = %self.holder, "leading (the leader's lease is ours)");
+                    self.leading = true;
+                    self.round = self
+                        .store
+                        .meta("round")?
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    self.first_round = self.round + 1;
+                    let open = self.store.open_intents()?;
+                    let now_s = now_unix - self.epoch;
+                    if !open.is_empty() {
+                        self.store.write(|w| {
+                            for i in &open {
+                                tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
+                                w.close_intent(i.id, now_s, "interrupted")?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this daemon held the lease at its last check.
+    pub fn is_leading(&self) -> bool {
+        self.leading
     }
 
     /// Runs `fork=yes` jobs as forked copies with this fork pass (`policy = "hadare"`);
@@ -273,10 +339,18 @@ impl<S: SlurmApi> Daemon<S> {
                         "round done"
                     )
                 }
+                Err(DaemonError::Standby { .. }) => {}
+                Err(DaemonError::Store(StoreError::NotLeader { .. })) => {
+                    self.leading = false;
+                    tracing::warn!(
+                        "lost the leader's lease during the round; stopped acting and standing by"
+                    )
+                }
                 Err(e) => tracing::error!(
                     "round failed: {e}; the next round rebuilds its view from Slurm"
                 ),
             }
+            let mut renewed = Instant::now();
             let mut period = self.config.sidecar.round();
             // Sleep in short steps so that a stop request is honoured promptly. A notice
             // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst
@@ -287,6 +361,15 @@ impl<S: SlurmApi> Daemon<S> {
                 let left = period.saturating_sub(started.elapsed());
                 if left.is_zero() {
                     break;
+                }
+                // A leader keeps its lease while it waits (rounds may be longer than it).
+                if self.leading
+                    && renewed.elapsed().as_secs_f64() > self.config.sidecar.lease_seconds / 3.0
+                {
+                    renewed = Instant::now();
+                    if let Err(e) = self.lead(clock()) {
+                        tracing::warn!("{e}");
+                    }
                 }
                 if wake
                     .recv_timeout(left.min(Duration::from_millis(200)))
@@ -301,13 +384,14 @@ impl<S: SlurmApi> Daemon<S> {
 
     /// Runs one round at wall-clock time `now_unix`.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        self.lead(now_unix)?;
         let now_s = now_unix - self.epoch;
         let round_started = Instant::now();
         let nodes = self.slurm.nodes()?;
-        let (slurm_jobs, refused_records) = self.slurm.jobs()?;
+        let (mut slurm_jobs, refused_records) = self.slurm.jobs()?;
         let read_ms = round_started.elapsed().as_secs_f64() * 1000.0;
         faults::reached("round-read");
-        let untrusted: std::collections::BTreeSet<u64> = refused_records
+        let mut untrusted: std::collections::BTreeSet<u64> = refused_records
             .iter()
             .filter_map(|(id, _)| id.parse().ok())
             .collect();
@@ -319,6 +403,16 @@ impl<S: SlurmApi> Daemon<S> {
         let mut rows: BTreeMap<u64, JobRow> =
             self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
         let before = rows.clone();
+        let took_back = self.take_back_failed_open(round, &slurm_jobs, &mut rows)?;
+        if took_back > 0 {
+            // Held again, stripped or unmarked: this round plans from Slurm's state after that.
+            let (jobs, refused) = self.slurm.jobs()?;
+            slurm_jobs = jobs;
+            untrusted = refused
+                .iter()
+                .filter_map(|(id, _)| id.parse().ok())
+                .collect();
+        }
         let events = reconcile::reconcile(
             &mut rows,
             &slurm_jobs,
@@ -742,6 +836,7 @@ impl<S: SlurmApi> Daemon<S> {
             w.set_meta("round", &round.to_string())
         })?;
         faults::reached("round-recorded");
+        self.beat(round, took_back);
         let deferred = commitments
             .values()
             .filter(|c| !c.starts_now(now_s))
@@ -755,6 +850,92 @@ impl<S: SlurmApi> Daemon<S> {
             enforce_ms,
             total_ms: round_started.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+
+    /// Takes back the jobs `hadar fail-open` handed to Slurm while no round completed: one
+    /// Slurm has not started is held again and stripped of its GPU request, as the plugin
+    /// does at submission, and its mark removed; a running one is unmarked and scheduled as
+    /// a running job from here on (never requeued for having run outside the plan). Each is
+    /// an intent in the store. Returns how many jobs carried a mark (0: nothing to re-read).
+    fn take_back_failed_open(
+        &mut self,
+        round: u64,
+        slurm_jobs: &[SlurmJob],
+        rows: &mut BTreeMap<u64, JobRow>,
+    ) -> Result<usize, DaemonError> {
+        let mut marked = 0;
+        for sj in slurm_jobs {
+            let what = failopen::take_back(sj);
+            if what == failopen::TakeBack::Nothing {
+                continue;
+            }
+            marked += 1;
+            let plain = FailOpenMark::strip(sj.admin_comment.as_deref().unwrap_or_default());
+            let t = now_unix() - self.epoch;
+            let action = match what {
+                failopen::TakeBack::Adopt => "adopt",
+                _ => "take-back",
+            };
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, sj.id, action, None, t))?;
+            let outcome = match what {
+                failopen::TakeBack::Manage => {
+                    // Held first: a job Slurm starts meanwhile refuses the hold, keeps its
+                    // mark and is adopted next round.
+                    let held = if sj.is_held() {
+                        Ok(())
+                    } else {
+                        self.slurm.hold(sj.id)
+                    };
+                    held.and_then(|_| self.slurm.clear_gpu_request(sj.id))
+                        .and_then(|_| self.slurm.set_admin_comment(sj.id, &plain))
+                }
+                _ => self.slurm.set_admin_comment(sj.id, &plain),
+            };
+            let text = outcome_text(&outcome.map(|_| "ok".to_string()));
+            tracing::info!(job = sj.id, action, outcome = %text, "a job failed open while the daemon was away");
+            if text == "ok"
+                && let Some(r) = rows.get_mut(&sj.id)
+            {
+                r.record = plain.clone();
+                if what == failopen::TakeBack::Adopt {
+                    r.phase = Phase::Running;
+                    r.placement = Some(reconcile::allocation(sj));
+                } else {
+                    r.phase = Phase::Waiting;
+                    r.placement = None;
+                }
+            }
+            self.close(intent, &text, rows.get(&sj.id))?;
+        }
+        Ok(marked)
+    }
+
+    /// Writes the heartbeat after a completed round (what `hadar fail-open` reads), and
+    /// removes the fail-open state once a round found no failed-open job left to take back.
+    /// A failure is logged, not fatal: the round's work is done; a heartbeat that stays
+    /// unwritten fails the cluster open, which is the safe side.
+    fn beat(&self, round: u64, failed_open_jobs: usize) {
+        let path = self.config.sidecar.heartbeat_path();
+        let hb = failopen::Heartbeat {
+            round,
+            at_unix: now_unix(),
+            holder: failopen::holder(),
+        };
+        if let Err(e) = failopen::write_heartbeat(&path, &hb) {
+            tracing::error!(
+                "could not write the heartbeat (hadar fail-open will take this daemon for dead): {e}"
+            );
+        }
+        if failed_open_jobs == 0 && failopen::state_path(&path).exists() {
+            match failopen::clear_state(&path) {
+                Ok(()) => tracing::info!(
+                    "every failed-open job is back under hadar; the cluster is no longer failed open"
+                ),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
     }
 
     /// Holds again every managed job that left hold without the daemon releasing it (its

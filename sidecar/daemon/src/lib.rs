@@ -11,6 +11,7 @@
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
+//! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
 
 pub mod actions;
@@ -18,6 +19,7 @@ pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod failopen;
 pub mod faults;
 pub mod fork;
 pub mod notices;

@@ -198,6 +198,20 @@ impl SlurmApi for FakeSlurm {
             .push(format!("signal {id} {signal}"));
         Ok(())
     }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("admin-comment {id}"));
+        s.jobs.get_mut(&id).unwrap().admin_comment = Some(text.to_string());
+        Ok(())
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("clear-gpus {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.tres_per_node = None;
+        j.tres_per_job = None;
+        Ok(())
+    }
     fn retypes_pending_jobs(&self) -> bool {
         self.0.borrow().retypes
     }
@@ -305,10 +319,13 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
         s.write(|w| w.add_intent(9, 1, "start", None, 5.0)).unwrap();
     }
     let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    // Left open until the daemon leads (a standby must not touch the leader's intents).
+    assert_eq!(d.store().open_intents().unwrap().len(), 1);
+    let r = d.round(1_000_002.0).unwrap();
     let open = d.store().open_intents().unwrap();
     assert!(
         open.is_empty(),
-        "open intents are closed at start: {open:?}"
+        "open intents are closed when the daemon starts leading: {open:?}"
     );
     assert!(
         d.store()
@@ -317,7 +334,6 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
             .iter()
             .any(|i| i.outcome.as_deref() == Some("interrupted"))
     );
-    let r = d.round(1_000_002.0).unwrap();
     assert!(r.actions.is_empty(), "{r:?}");
     slurm.schedule();
     d.round(1_000_003.0).unwrap();
@@ -629,4 +645,41 @@ fn a_typed_start_binds_the_job_to_its_types_only_where_slurm_keeps_them() {
             assert_eq!(row.bound_types, Some(vec!["v100".to_string()]));
         }
     }
+}
+
+#[test]
+fn a_standby_does_nothing_until_the_leaders_lease_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    // Another daemon holds the lease until 1_000_090 (lease_seconds 90 from 1_000_000).
+    {
+        let mut s = Store::open(&path).unwrap();
+        let g = s.acquire_lease("other:1", 1_000_000.0, 90.0, 5.0).unwrap();
+        assert!(matches!(g, hadar_store::LeaseGrant::Leading(_)));
+    }
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let e = d.round(1_000_050.0).unwrap_err();
+    assert!(e.to_string().contains("standing by: other:1 leads"), "{e}");
+    assert!(!d.is_leading());
+    assert!(
+        slurm.log().is_empty(),
+        "a standby never acts: {:?}",
+        slurm.log()
+    );
+    // Expired, but within the allowed clock skew: still standing by.
+    assert!(d.round(1_000_094.0).is_err());
+    let r = d.round(1_000_096.0).unwrap();
+    assert!(d.is_leading());
+    assert_eq!(started(&r), vec![1], "{r:?}");
+    let l = d.store().lease().unwrap().unwrap();
+    assert_eq!(l.term, 2);
+    assert!(
+        d.store()
+            .all_intents()
+            .unwrap()
+            .iter()
+            .all(|i| i.holder.as_deref() == Some(l.holder.as_str()))
+    );
 }
