@@ -79,7 +79,8 @@ impl Serve {
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\n\
+             restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\
+             lease_seconds = 12\nmax_clock_skew_seconds = 1\n\n\
              [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = {max_failed_rounds}\n",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),

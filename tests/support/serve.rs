@@ -22,7 +22,10 @@ pub struct Serve {
 }
 
 impl Serve {
-    /// Writes a daemon configuration for scenario `name` and starts the daemon.
+    /// Writes a daemon configuration for scenario `name` and starts the daemon. Its lease is
+    /// short (more than the 1 s grace plus the 10 s command timeout): these scenarios kill
+    /// and restart the daemon often, and each new one waits for its killed predecessor's
+    /// lease to expire (the default 90 s would change which crash points a run reaches).
     pub fn start(bed: &Testbed, name: &str) -> Serve {
         Serve::start_with(bed, name, &[])
     }
@@ -35,7 +38,8 @@ impl Serve {
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n",
+             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n\
+             lease_seconds = 12\nmax_clock_skew_seconds = 1\n",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),

@@ -380,6 +380,24 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
         }
+        self.resign();
+    }
+
+    /// Ends this daemon's lease when it stops cleanly, so that the daemon started next (a
+    /// restart, or the standby) leads at once rather than after the lease and the skew.
+    /// A failure only costs that wait.
+    fn resign(&mut self) {
+        if !self.leading {
+            return;
+        }
+        self.leading = false;
+        match self.store.resign_lease(&self.holder) {
+            Ok(true) => tracing::info!("stopped: gave up the leader's lease"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "could not give up the leader's lease (the next daemon waits for it to expire): {e}"
+            ),
+        }
     }
 
     /// Runs one round at wall-clock time `now_unix`.
@@ -450,7 +468,7 @@ impl<S: SlurmApi> Daemon<S> {
                 adopted.len()
             );
         }
-        self.put_back_on_hold(round, &events, &mut rows)?;
+        self.put_back_on_hold(round, &events, &slurm_jobs, &mut rows)?;
         self.make_released_jobs_eligible(now_unix, &slurm_jobs, &rows);
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
@@ -942,11 +960,15 @@ impl<S: SlurmApi> Daemon<S> {
     /// owner ran `scontrol release`; the plugin had stripped its GPUs, so it must not run
     /// outside the plan): a pending one is held (as root: an admin hold its owner cannot
     /// release), a running one requeued held. A job whose last intent is a start that a crash
-    /// cut short was released by the daemon itself and is taken as starting.
+    /// cut short, and that carries that start's placement in Slurm, was released by the
+    /// daemon itself (or by its owner after the placement, which runs it as planned) and is
+    /// taken as starting. One without the placement (the crash came before it) was released
+    /// by someone else and would run with no GPU: it is held again like any other.
     fn put_back_on_hold(
         &mut self,
         round: u64,
         events: &[Event],
+        slurm_jobs: &[SlurmJob],
         rows: &mut BTreeMap<u64, JobRow>,
     ) -> Result<(), DaemonError> {
         for e in events {
@@ -954,8 +976,11 @@ impl<S: SlurmApi> Daemon<S> {
                 continue;
             };
             let last = self.store.last_intent(job)?;
+            let sj = slurm_jobs.iter().find(|j| j.id == job);
             if let Some(i) = last.filter(|i| {
-                i.action == "start" && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+                i.action == "start"
+                    && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+                    && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
             }) {
                 if let Some(r) = rows.get_mut(&job) {
                     r.phase = Phase::Starting;
@@ -1434,6 +1459,19 @@ fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
         s.gpu_types = Some(allowed);
     }
     s
+}
+
+/// Whether Slurm's `job` carries a start's `placement`: a GPU request (the plugin strips the
+/// user's at submission; only a placement gives one back) and, as its required nodes,
+/// exactly the placement's nodes (a requeued job keeps its last run's, which may differ).
+/// Without the start's placement (an intent written before its placement field existed),
+/// any required nodes with a GPU request count.
+fn carries_placement(job: &SlurmJob, placement: Option<&NodeGpus>) -> bool {
+    let has_gpus = job.tres_per_node.is_some() || job.tres_per_job.is_some();
+    let planned: Option<BTreeSet<&str>> =
+        placement.map(|p| p.iter().map(|(n, _)| n.as_str()).collect());
+    let required: BTreeSet<&str> = job.req_nodes.iter().map(String::as_str).collect();
+    has_gpus && !required.is_empty() && planned.is_none_or(|p| p == required)
 }
 
 fn outcome_text(o: &Result<String, SlurmError>) -> String {

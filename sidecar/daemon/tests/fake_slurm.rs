@@ -162,6 +162,10 @@ impl SlurmApi for FakeSlurm {
         let mut s = self.0.borrow_mut();
         s.log.push(format!("place {id}"));
         s.placements.insert(id, spec.clone());
+        // As `scontrol update` shows it: the nodes required and a GPU request.
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.req_nodes = spec.nodes.iter().map(|(n, _)| n.clone()).collect();
+        j.tres_per_node = Some(format!("gres/gpu:{}", spec.per_node_counts()[0]));
         Ok(())
     }
     fn start_now(&self, id: u64) -> Result<(), SlurmError> {
@@ -385,6 +389,43 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     assert_eq!(gpus_of(&slurm.alloc(1)), 2);
     d.round(1_000_006.0).unwrap();
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+}
+
+/// The crash test's other case: a daemon killed after writing a start's intent but before
+/// giving the job its placement, then the job released by its owner with a begin time a day
+/// ahead. The release was not the daemon's: the job has no GPU request, and made eligible it
+/// would run with none. It is held again, then started on a placement of its own.
+#[test]
+fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    {
+        let mut s = Store::open(&path).unwrap();
+        let placement = vec![("n1".to_string(), vec![("v100".to_string(), 2)])];
+        s.write(|w| w.add_intent(1, 1, "start", Some(&placement), 5.0))
+            .unwrap();
+    }
+    slurm.begin_tomorrow(1);
+    slurm.release(1).unwrap();
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let log_before = slurm.log().len();
+    d.round(1_000_005.0).unwrap();
+    let log = slurm.log()[log_before..].to_vec();
+    assert_eq!(log.first().map(String::as_str), Some("hold 1"), "{log:?}");
+    let first = |what: &str| log.iter().position(|l| l == what);
+    if let Some(eligible) = first("start-now 1") {
+        assert!(
+            first("place 1").is_some_and(|p| p < eligible),
+            "made eligible only after a placement: {log:?}"
+        );
+    }
+    slurm.schedule();
+    d.round(1_000_006.0).unwrap();
+    slurm.schedule();
+    assert_eq!(slurm.status(1), JobStatus::Running);
+    assert_eq!(gpus_of(&slurm.alloc(1)), 2);
 }
 
 #[test]
@@ -682,4 +723,25 @@ fn a_standby_does_nothing_until_the_leaders_lease_expires() {
             .iter()
             .all(|i| i.holder.as_deref() == Some(l.holder.as_str()))
     );
+}
+
+#[test]
+fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    let mut first = daemon(&slurm, Store::open(&path).unwrap());
+    first.round(1_000_001.0).unwrap();
+    assert!(first.is_leading());
+    // Stopped before its next round: it leaves its lease behind expired.
+    let (_wake, rx) = std::sync::mpsc::channel();
+    first.run(&std::sync::atomic::AtomicBool::new(true), &rx, &|| 1_000_002.0);
+    assert!(!first.is_leading());
+    slurm.submit(2, "hadar:v1 gpus=2 steps=1000");
+    let mut next = daemon(&slurm, Store::open(&path).unwrap());
+    let r = next.round(1_000_003.0).unwrap();
+    assert!(next.is_leading(), "led well within the 90 s lease");
+    assert_eq!(started(&r), vec![2], "{r:?}");
+    assert_eq!(next.store().lease().unwrap().unwrap().term, 2);
 }

@@ -71,6 +71,17 @@ fn take_over(l: &Lease, me: &str, now: f64, ttl: f64, skew: f64) -> LeaseGrant {
     }
 }
 
+/// The lease `me` leaves behind when it stops cleanly: expired since the epoch, so a daemon
+/// started next (a restart, or the standby) takes it at once instead of waiting out the rest
+/// of its time plus the skew. Same term: the next holder starts the next one. `None` when
+/// `me` does not hold it (a lease another daemon took is not ours to end).
+pub fn resign(current: Option<&Lease>, me: &str) -> Option<Lease> {
+    current.filter(|l| l.holder == me).map(|l| Lease {
+        expires_unix: 0.0,
+        ..l.clone()
+    })
+}
+
 /// Whether `me` may act now under `current` (checked in the transaction of each intent): it
 /// holds the lease and, by its own clock, the lease has not expired.
 pub fn may_act(current: Option<&Lease>, me: &str, now: f64) -> bool {
@@ -116,6 +127,19 @@ mod tests {
         assert_eq!(
             decide(Some(&l), "b:2", 112.5, 10.0, 2.0),
             LeaseGrant::Leading(lease("b:2", 122.5, 5))
+        );
+    }
+
+    #[test]
+    fn a_resigned_lease_is_taken_at_once_and_only_the_holder_resigns() {
+        let l = lease("a:1", 110.0, 4);
+        assert_eq!(resign(Some(&l), "b:2"), None, "not b's to end");
+        assert_eq!(resign(None, "a:1"), None);
+        let left = resign(Some(&l), "a:1").unwrap();
+        assert!(!may_act(Some(&left), "a:1", 100.0), "the resigned holder acts no more");
+        assert_eq!(
+            decide(Some(&left), "b:2", 100.0, 10.0, 2.0),
+            LeaseGrant::Leading(lease("b:2", 110.0, 5))
         );
     }
 

@@ -501,6 +501,25 @@ impl Store {
         Ok(grant)
     }
 
+    /// Ends `me`'s lease on a clean stop ([`lease::resign`]); whether it held it.
+    pub fn resign_lease(&mut self, me: &str) -> Result<bool, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let left = lease::resign(read_lease(&tx).map_err(err)?.as_ref(), me);
+        if let Some(l) = &left {
+            write_lease(&tx, l).map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(left.is_some())
+    }
+
     /// The lease as stored (for `hadar status`).
     pub fn lease(&self) -> Result<Option<Lease>, StoreError> {
         read_lease(&self.conn).map_err(self.err())
