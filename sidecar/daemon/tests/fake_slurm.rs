@@ -302,12 +302,17 @@ fn held_jobs_are_placed_started_and_then_left_alone() {
     );
 }
 
+/// A held 2-GPU job 1 and a folder for the state database (`state.db`).
+fn one_held_job() -> (tempfile::TempDir, FakeSlurm) {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    (tempfile::tempdir().unwrap(), slurm)
+}
+
 /// A 2-GPU job 1 that a daemon (its store in `state.db` of the returned folder) started in
 /// one round before it stopped.
 fn one_job_started_by_a_daemon_that_then_stops() -> (tempfile::TempDir, FakeSlurm) {
-    let dir = tempfile::tempdir().unwrap();
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    let (dir, slurm) = one_held_job();
     let mut d = daemon(&slurm, Store::open(&dir.path().join("state.db")).unwrap());
     d.round(1_000_001.0).unwrap();
     (dir, slurm)
@@ -397,10 +402,8 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
 /// would run with none. It is held again, then started on a placement of its own.
 #[test]
 fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, slurm) = one_held_job();
     let path = dir.path().join("state.db");
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
     {
         let mut s = Store::open(&path).unwrap();
         let placement = vec![("n1".to_string(), vec![("v100".to_string(), 2)])];
@@ -690,10 +693,8 @@ fn a_typed_start_binds_the_job_to_its_types_only_where_slurm_keeps_them() {
 
 #[test]
 fn a_standby_does_nothing_until_the_leaders_lease_expires() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, slurm) = one_held_job();
     let path = dir.path().join("state.db");
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
     // Another daemon holds the lease until 1_000_090 (lease_seconds 90 from 1_000_000).
     {
         let mut s = Store::open(&path).unwrap();
@@ -727,10 +728,8 @@ fn a_standby_does_nothing_until_the_leaders_lease_expires() {
 
 #[test]
 fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, slurm) = one_held_job();
     let path = dir.path().join("state.db");
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
     let mut first = daemon(&slurm, Store::open(&path).unwrap());
     first.round(1_000_001.0).unwrap();
     assert!(first.is_leading());

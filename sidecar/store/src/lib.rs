@@ -478,21 +478,14 @@ impl Store {
         ttl: f64,
         skew: f64,
     ) -> Result<LeaseGrant, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let current = read_lease(&tx).map_err(err)?;
-        let grant = lease::decide(current.as_ref(), me, now_unix, ttl, skew);
-        if let LeaseGrant::Leading(l) = &grant {
-            write_lease(&tx, l).map_err(err)?;
-        }
-        tx.commit().map_err(err)?;
+        let grant = self.change_lease(|current| {
+            let grant = lease::decide(current, me, now_unix, ttl, skew);
+            let write = match &grant {
+                LeaseGrant::Leading(l) => Some(l.clone()),
+                LeaseGrant::Standby(_) => None,
+            };
+            (grant, write)
+        })?;
         self.fence = Some(Fence {
             holder: me.to_string(),
             ttl,
@@ -503,6 +496,18 @@ impl Store {
 
     /// Ends `me`'s lease on a clean stop ([`lease::resign`]); whether it held it.
     pub fn resign_lease(&mut self, me: &str) -> Result<bool, StoreError> {
+        self.change_lease(|current| {
+            let left = lease::resign(current, me);
+            (left.is_some(), left)
+        })
+    }
+
+    /// Reads the lease and writes what `change` makes of it (`None`: left as it is), in one
+    /// immediate transaction, so that two daemons never both change it from the same state.
+    fn change_lease<T>(
+        &mut self,
+        change: impl FnOnce(Option<&Lease>) -> (T, Option<Lease>),
+    ) -> Result<T, StoreError> {
         let path = self.path.clone();
         let err = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -512,12 +517,12 @@ impl Store {
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(err)?;
-        let left = lease::resign(read_lease(&tx).map_err(err)?.as_ref(), me);
-        if let Some(l) = &left {
+        let (out, write) = change(read_lease(&tx).map_err(err)?.as_ref());
+        if let Some(l) = &write {
             write_lease(&tx, l).map_err(err)?;
         }
         tx.commit().map_err(err)?;
-        Ok(left.is_some())
+        Ok(out)
     }
 
     /// The lease as stored (for `hadar status`).
