@@ -431,7 +431,7 @@ impl<S: SlurmApi> Daemon<S> {
                 .filter_map(|(id, _)| id.parse().ok())
                 .collect();
         }
-        let events = reconcile::reconcile(
+        let mut events = reconcile::reconcile(
             &mut rows,
             &slurm_jobs,
             now_s,
@@ -447,6 +447,7 @@ impl<S: SlurmApi> Daemon<S> {
                 r.bound_types = None;
             }
         }
+        events.extend(self.released_after_a_requeue(&before, &rows)?);
         self.log_events(&events);
         if round == self.first_round {
             let adopted: Vec<&SlurmJob> = events
@@ -1018,6 +1019,39 @@ impl<S: SlurmApi> Daemon<S> {
             self.close(action, &text, rows.get(&job))?;
         }
         Ok(())
+    }
+
+    /// Jobs that this daemon's own preemption requeued held and that are now pending but no
+    /// longer held: a daemon killed right after the requeue left the row running, and someone
+    /// (the owner) released the job before this run saw it held. Reconcile takes a running
+    /// job seen pending and released as being started (as after Slurm's own requeue of a
+    /// failed node's job), which would run it on its last placement outside the plan; these
+    /// are holds released by someone else, to be held again.
+    fn released_after_a_requeue(
+        &self,
+        before: &BTreeMap<u64, JobRow>,
+        rows: &BTreeMap<u64, JobRow>,
+    ) -> Result<Vec<Event>, DaemonError> {
+        let mut out = Vec::new();
+        for (&job, r) in rows {
+            let was_running = before
+                .get(&job)
+                .is_some_and(|b| matches!(b.phase, Phase::Running | Phase::Preempting));
+            if r.phase != Phase::Starting || !was_running {
+                continue;
+            }
+            let requeued_by_us = self
+                .store
+                .last_intent(job)?
+                .is_some_and(|i| i.action == "preempt" || i.action == "requeue-hold");
+            if requeued_by_us {
+                out.push(Event::LeftHold {
+                    job,
+                    running: false,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Makes eligible now every job being started that Slurm keeps waiting for a begin time

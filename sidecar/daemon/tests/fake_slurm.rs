@@ -396,6 +396,19 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
 }
 
+/// Checks a round's Slurm log for job 1 released by someone else: held again first, and made
+/// eligible (if at all) only after a placement of the daemon's.
+fn held_again_then_placed(log: &[String]) {
+    assert_eq!(log.first().map(String::as_str), Some("hold 1"), "{log:?}");
+    let first = |what: &str| log.iter().position(|l| l == what);
+    if let Some(eligible) = first("start-now 1") {
+        assert!(
+            first("place 1").is_some_and(|p| p < eligible),
+            "made eligible only after a placement: {log:?}"
+        );
+    }
+}
+
 /// The crash test's other case: a daemon killed after writing a start's intent but before
 /// giving the job its placement, then the job released by its owner with a begin time a day
 /// ahead. The release was not the daemon's: the job has no GPU request, and made eligible it
@@ -415,20 +428,39 @@ fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
     let mut d = daemon(&slurm, Store::open(&path).unwrap());
     let log_before = slurm.log().len();
     d.round(1_000_005.0).unwrap();
-    let log = slurm.log()[log_before..].to_vec();
-    assert_eq!(log.first().map(String::as_str), Some("hold 1"), "{log:?}");
-    let first = |what: &str| log.iter().position(|l| l == what);
-    if let Some(eligible) = first("start-now 1") {
-        assert!(
-            first("place 1").is_some_and(|p| p < eligible),
-            "made eligible only after a placement: {log:?}"
-        );
-    }
+    held_again_then_placed(&slurm.log()[log_before..]);
     slurm.schedule();
     d.round(1_000_006.0).unwrap();
     slurm.schedule();
     assert_eq!(slurm.status(1), JobStatus::Running);
     assert_eq!(gpus_of(&slurm.alloc(1)), 2);
+}
+
+/// The crash test's hold step after a preemption: a daemon killed right after requeueing a
+/// running job held, then the job released by its owner with a begin time a day ahead. The
+/// next run must hold it again, not take it as started on its last placement.
+#[test]
+fn a_job_released_after_a_preemption_cut_short_is_held_again() {
+    let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
+    let path = dir.path().join("state.db");
+    slurm.schedule();
+    {
+        let mut d = daemon(&slurm, Store::open(&path).unwrap());
+        d.round(1_000_002.0).unwrap();
+        assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+    }
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.write(|w| w.add_intent(2, 1, "preempt", None, 3.0))
+            .unwrap();
+    }
+    slurm.requeue_hold(1).unwrap();
+    slurm.begin_tomorrow(1);
+    slurm.release(1).unwrap();
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let log_before = slurm.log().len();
+    d.round(1_000_010.0).unwrap();
+    held_again_then_placed(&slurm.log()[log_before..]);
 }
 
 #[test]
