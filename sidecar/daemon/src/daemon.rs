@@ -1023,7 +1023,8 @@ impl<S: SlurmApi> Daemon<S> {
 
     /// Jobs that this daemon's own preemption requeued held and that are now pending but no
     /// longer held: a daemon killed right after the requeue left the row running, and someone
-    /// (the owner) released the job before this run saw it held. Reconcile takes a running
+    /// (the owner) released the job before this run saw it held; or killed while holding such
+    /// a job again (its last intent a hold), leaving it released. Reconcile takes a running
     /// job seen pending and released as being started (as after Slurm's own requeue of a
     /// failed node's job), which would run it on its last placement outside the plan; these
     /// are holds released by someone else, to be held again.
@@ -1043,7 +1044,7 @@ impl<S: SlurmApi> Daemon<S> {
             let requeued_by_us = self
                 .store
                 .last_intent(job)?
-                .is_some_and(|i| i.action == "preempt" || i.action == "requeue-hold");
+                .is_some_and(|i| ["preempt", "requeue-hold", "hold"].contains(&i.action.as_str()));
             if requeued_by_us {
                 out.push(Event::LeftHold {
                     job,

@@ -438,29 +438,35 @@ fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
 
 /// The crash test's hold step after a preemption: a daemon killed right after requeueing a
 /// running job held, then the job released by its owner with a begin time a day ahead. The
-/// next run must hold it again, not take it as started on its last placement.
+/// next run must hold it again, not take it as started on its last placement; so must the
+/// run after one killed while holding it again (its last intent then a hold).
 #[test]
 fn a_job_released_after_a_preemption_cut_short_is_held_again() {
-    let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
-    let path = dir.path().join("state.db");
-    slurm.schedule();
-    {
+    for last in ["preempt", "hold"] {
+        let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
+        let path = dir.path().join("state.db");
+        slurm.schedule();
+        {
+            let mut d = daemon(&slurm, Store::open(&path).unwrap());
+            d.round(1_000_002.0).unwrap();
+            assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+        }
+        {
+            let mut s = Store::open(&path).unwrap();
+            s.write(|w| w.add_intent(2, 1, "preempt", None, 3.0))
+                .unwrap();
+            if last == "hold" {
+                s.write(|w| w.add_intent(3, 1, "hold", None, 4.0)).unwrap();
+            }
+        }
+        slurm.requeue_hold(1).unwrap();
+        slurm.begin_tomorrow(1);
+        slurm.release(1).unwrap();
         let mut d = daemon(&slurm, Store::open(&path).unwrap());
-        d.round(1_000_002.0).unwrap();
-        assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+        let log_before = slurm.log().len();
+        d.round(1_000_010.0).unwrap();
+        held_again_then_placed(&slurm.log()[log_before..]);
     }
-    {
-        let mut s = Store::open(&path).unwrap();
-        s.write(|w| w.add_intent(2, 1, "preempt", None, 3.0))
-            .unwrap();
-    }
-    slurm.requeue_hold(1).unwrap();
-    slurm.begin_tomorrow(1);
-    slurm.release(1).unwrap();
-    let mut d = daemon(&slurm, Store::open(&path).unwrap());
-    let log_before = slurm.log().len();
-    d.round(1_000_010.0).unwrap();
-    held_again_then_placed(&slurm.log()[log_before..]);
 }
 
 #[test]
@@ -767,7 +773,9 @@ fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
     assert!(first.is_leading());
     // Stopped before its next round: it leaves its lease behind expired.
     let (_wake, rx) = std::sync::mpsc::channel();
-    first.run(&std::sync::atomic::AtomicBool::new(true), &rx, &|| 1_000_002.0);
+    first.run(&std::sync::atomic::AtomicBool::new(true), &rx, &|| {
+        1_000_002.0
+    });
     assert!(!first.is_leading());
     slurm.submit(2, "hadar:v1 gpus=2 steps=1000");
     let mut next = daemon(&slurm, Store::open(&path).unwrap());
