@@ -295,3 +295,58 @@ fn gpus_gavel_did_not_measure_are_estimated_and_said_so() {
     );
     assert!(text.contains("note:    x100 in neither"), "{text}");
 }
+
+/// `--report DIR`: per-job CSV whose JCTs average to the summary's, and the SVG plots.
+#[test]
+fn report_writes_per_job_csv_matching_the_summary_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report");
+    let v = simulate_json(&[
+        "--policy",
+        "gavel,hadar",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let csv = std::fs::read_to_string(report.join("jobs.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let mut jcts: HashMap<String, Vec<f64>> = HashMap::new();
+    for line in lines {
+        // The kind column may hold a quoted name with commas; the run and the numbers do not.
+        let fields: Vec<&str> = line.split(',').collect();
+        let from_end = header.len() - col("jct_s");
+        let jct: f64 = fields[fields.len() - from_end].parse().unwrap();
+        jcts.entry(fields[col("run")].to_string())
+            .or_default()
+            .push(jct);
+    }
+    for result in v["results"].as_array().unwrap() {
+        let policy = result["policy"].as_str().unwrap();
+        let rows = &jcts[policy];
+        assert_eq!(
+            rows.len() as u64,
+            result["jobs"].as_u64().unwrap(),
+            "{policy}: a row per job"
+        );
+        let mean = rows.iter().sum::<f64>() / rows.len() as f64;
+        let summary = result["avg_jct_s"].as_f64().unwrap();
+        assert!(
+            (mean - summary).abs() < 0.01,
+            "{policy}: CSV mean JCT {mean} vs summary {summary}"
+        );
+    }
+    for file in [
+        "jct-cdf.svg",
+        "busy-hadar.svg",
+        "timeline-hadar.svg",
+        "busy-gavel.svg",
+        "timeline-gavel.svg",
+    ] {
+        let svg = std::fs::read_to_string(report.join(file)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{file} is a whole SVG"
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! `hadar bench`: speed figures, measured on this machine, printed for the README.
+//! `hadar bench`: speed figures, measured on this machine, printed for the docs (docs/simulator.md and others).
 
 use crate::Failure;
 use crate::cli::{

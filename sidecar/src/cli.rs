@@ -83,6 +83,31 @@ pub enum Command {
     /// reports progress in its Slurm comment, checkpoints on --signal and waits to be
     /// requeued, and resumes from its checkpoint after a restart.
     Emulate(EmulateArgs),
+    /// Print a shell completion script for hadar.
+    ///
+    /// bash: `hadar completions bash > /etc/bash_completion.d/hadar`; the Debian package
+    /// installs them for bash, zsh and fish.
+    Completions(CompletionsArgs),
+    /// Write hadar's man pages (hadar.1 and one per subcommand) into a folder; the Debian
+    /// package runs it.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+/// `hadar completions` arguments.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `hadar man` arguments.
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The folder to write the pages into (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// `hadar serve` arguments.
@@ -719,6 +744,13 @@ pub struct SimulateArgs {
     /// the aggregated steps and the consolidation weights.
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
+
+    /// Write a report into DIR: jobs.csv (per policy and job: arrival, first start, finish,
+    /// JCT, queueing, restarts), jct-cdf.svg (every policy), and per policy busy-POLICY.svg
+    /// (GPUs busy per type over time) and timeline-POLICY.svg (each job waiting, then running
+    /// on each type).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
 
     #[command(flatten)]
     pub hadar: HadarArgs,

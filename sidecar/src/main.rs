@@ -10,6 +10,8 @@ mod cli;
 mod dry_run;
 mod emulate;
 mod estimate;
+mod generate;
+mod report;
 mod serve;
 mod simulate;
 mod table;
@@ -31,6 +33,8 @@ fn main() -> ExitCode {
         cli::Command::FailOpen(a) => serve::fail_open(a),
         cli::Command::Explain(a) => serve::explain(a),
         cli::Command::Emulate(a) => emulate::run(a),
+        cli::Command::Completions(a) => generate::completions(a),
+        cli::Command::Man(a) => generate::man_pages(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

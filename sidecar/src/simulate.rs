@@ -119,6 +119,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
 
     let mut outcomes = Vec::new();
     let mut tracker_lines = String::new();
+    let mut report_runs = Vec::new();
     for name in names {
         if name.is_bound() {
             let ttd_s = policies::bound(name, &workload.cluster, &workload.jobs)
@@ -143,7 +144,12 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             ),
         };
         let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);
+        let want_report = args.report.is_some();
+        let mut segments = Vec::new();
         let report = simulate_with(&workload, policy.as_mut(), &cfg, beliefs, &mut |round| {
+            if want_report {
+                segments.extend(crate::report::segments_of(cluster, round));
+            }
             if !want_trace {
                 return;
             }
@@ -167,6 +173,9 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         })
         .with_context(|| format!("simulating `{name}`"))
         .map_err(Failure::runtime)?;
+        if want_report {
+            report_runs.push(crate::report::run_of(cluster, &report, segments));
+        }
         outcomes.push(Outcome::Simulated(report));
     }
 
@@ -178,6 +187,11 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
                 + "\n"
         }
     };
+    if let Some(dir) = &args.report {
+        hadar_report::write_report(dir, &report_runs)
+            .context("--report")
+            .map_err(Failure::runtime)?;
+    }
     if let Some(path) = &args.trace_out {
         write_atomically(path, &tracker_lines)
             .with_context(|| format!("writing {}", path.display()))

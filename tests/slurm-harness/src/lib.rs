@@ -43,8 +43,9 @@ pub const NODES: [(&str, &[(&str, u32)]); 4] = [
     ("n4", &[("v100", 2), ("k80", 2)]),
 ];
 
-/// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`.
-const DAEMONS: [&str; 3] = ["slurmctld", "slurmd", "munged"];
+/// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`; `hadar`
+/// is the playground's `hadar serve`, which writes its pid file beside Slurm's.
+const DAEMONS: [&str; 4] = ["slurmctld", "slurmd", "munged", "hadar"];
 
 /// What went wrong while starting or driving the testbed.
 #[derive(Debug)]
@@ -319,7 +320,7 @@ ReturnToService=2
 SlurmdTimeout=20
 MinJobAge=600
 MaxJobCount=100000
-PluginDir={slurm_plugins}:{c}/plugins
+PluginDir={c}/plugins:{slurm_plugins}
 "
         );
         if let Some(p) = plugins {
@@ -578,35 +579,15 @@ PluginDir={slurm_plugins}:{c}/plugins
             // SAFETY: kill(2) on the pid of this node's slurmd.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        // Other checkouts' testbeds use the same node names and job ids: only processes that
-        // carry this testbed's SLURM_CONF (slurmd is started with it, and passes it to the
-        // jobs, and on 22.05 to its slurmstepd) or run in its scratch folder are ours.
         let node_mark = format!("SLURMD_NODENAME={node}");
-        let conf_mark = format!("SLURM_CONF={}", self.path("etc/slurm.conf").display());
-        for entry in io("listing /proc", std::fs::read_dir("/proc"))?.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            let stepd_of_ours = cmdline.starts_with("slurmstepd:")
-                && ids.iter().any(|id| cmdline.contains(&format!("[{id}.")));
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let has = |mark: &str| environ.split(|b| *b == 0).any(|kv| kv == mark.as_bytes());
-            // 26.05's slurmstepd clears its environment; its working folder is in the scratch.
-            let in_scratch = std::fs::read_link(format!("/proc/{pid}/cwd"))
-                .is_ok_and(|cwd| cwd.starts_with(&self.scratch));
-            if !has(&conf_mark) && !in_scratch {
-                continue;
-            }
-            let job_of_ours = has(&node_mark);
-            if stepd_of_ours || job_of_ours {
+        for process in testbed_processes(&self.scratch)? {
+            let stepd_of_ours = process.cmdline.starts_with("slurmstepd:")
+                && ids
+                    .iter()
+                    .any(|id| process.cmdline.contains(&format!("[{id}.")));
+            if stepd_of_ours || process.has_env(&node_mark) {
                 // SAFETY: kill(2) on a slurmstepd or job process of the node being killed.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                unsafe { libc::kill(process.pid, libc::SIGKILL) };
             }
         }
         Ok(())
@@ -638,6 +619,12 @@ PluginDir={slurm_plugins}:{c}/plugins
     /// The time zone the testbed's Slurm daemons run in, if not the test process's.
     pub fn time_zone(&self) -> Option<&str> {
         self.time_zone.as_deref()
+    }
+
+    /// Leaves the cluster running when this value goes away (the playground's `up`): its
+    /// daemons outlive the process, and [`stop_daemons`] on its `run` folder stops them.
+    pub fn keep_running(self) {
+        std::mem::forget(self);
     }
 
     /// Cancels every job (`scancel --user=root`; only the tests submit here).
@@ -861,6 +848,65 @@ pub fn stop_daemons(run_dir: &Path) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// A process that belongs to the testbed in a scratch folder.
+struct TestbedProcess {
+    pid: i32,
+    cmdline: String,
+    environ: Vec<u8>,
+}
+
+impl TestbedProcess {
+    fn has_env(&self, key_value: &str) -> bool {
+        self.environ
+            .split(|b| *b == 0)
+            .any(|kv| kv == key_value.as_bytes())
+    }
+}
+
+/// The processes of the testbed in `scratch`, this one excepted. Other checkouts' testbeds
+/// use the same node names and job ids: only processes that carry this testbed's SLURM_CONF
+/// (slurmd is started with it, and passes it to the jobs, and on 22.05 to its slurmstepd) or
+/// run in its scratch folder (26.05's slurmstepd clears its environment) are ours.
+fn testbed_processes(scratch: &Path) -> Result<Vec<TestbedProcess>, TestbedError> {
+    let conf_mark = format!("SLURM_CONF={}", scratch.join("etc/slurm.conf").display());
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    for entry in io("listing /proc", std::fs::read_dir("/proc"))?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let process = TestbedProcess {
+            pid,
+            cmdline: String::from_utf8_lossy(&cmdline).into_owned(),
+            environ: std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default(),
+        };
+        let in_scratch = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| cwd.starts_with(scratch));
+        if in_scratch || process.has_env(&conf_mark) {
+            found.push(process);
+        }
+    }
+    Ok(found)
+}
+
+/// Kills (SIGKILL) every process left of the testbed in `scratch` once its daemons are
+/// stopped: slurmstepd and the jobs they ran, which outlive a stopped slurmd.
+pub fn kill_leftovers(scratch: &Path) -> Result<(), TestbedError> {
+    for process in testbed_processes(scratch)? {
+        // SAFETY: kill(2) on a process of this testbed.
+        unsafe { libc::kill(process.pid, libc::SIGKILL) };
+    }
+    Ok(())
 }
 
 /// The pids in `run_dir`'s pid files that are live daemons of ours.

@@ -12,7 +12,7 @@
 //! Printed: sbatch latency (median, p99) of both bursts and their difference, the time
 //! inside the plugin per job (from its own log line), and the daemon's rounds while the N
 //! jobs were pending (read nodes and jobs, decide, enforce, total). Not a test: figures go
-//! in the README.
+//! in docs/hardening.md.
 
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
 use std::path::{Path, PathBuf};

@@ -73,7 +73,7 @@ impl Default for HadarEConfig {
 /// HadarE's default weight of the cluster-wide per-type price term. Copies of one job may
 /// run on any type, so a signal of which type is filling lets each job's copies go where
 /// they gain most relative to others; on Gavel's traces it shortened HadarE's TTD on 11 of
-/// 13 runs (README), whereas for gang-scheduled Hadar it did not help (default 0 there).
+/// 13 runs (docs/algorithms.md), whereas for gang-scheduled Hadar it did not help (default 0 there).
 pub const DEFAULT_HADARE_TYPE_PRESSURE: f64 = 1.0;
 
 /// The HadarE policy.

@@ -94,10 +94,10 @@ impl std::str::FromStr for JobOrder {
     }
 }
 
-/// The default exponent of the makespan-aware utility factor (measured in README).
+/// The default exponent of the makespan-aware utility factor (measured in docs/algorithms.md).
 pub const DEFAULT_CRITICALITY: f64 = 30.0;
 
-/// The default weight of the cluster-wide per-type price term (measured in README).
+/// The default weight of the cluster-wide per-type price term (measured in docs/algorithms.md).
 pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
 
 /// The default margin of the makespan guard, in rounds (measured in docs/results-gavel.md).

@@ -608,7 +608,7 @@ fn gap_statistics(cfg: &HadarConfig, seed: u64, runs: usize) -> (f64, f64, f64) 
 ///   of its only placement leaves the round empty);
 /// * by utility per GPU without reservations: 0.5109 / 0.0244, 70%. Reserving running
 ///   jobs' GPUs costs round utility here, but in simulation with a 30 s restart it cuts
-///   restarts several-fold and improves average JCT (see the README).
+///   restarts several-fold and improves average JCT (see docs/algorithms.md).
 ///
 /// The large worst case is the online setting: arrival order admits an early job worth far
 /// less than a later one that then finds its GPUs taken (utilities span orders of
