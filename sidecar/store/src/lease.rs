@@ -136,7 +136,10 @@ mod tests {
         assert_eq!(resign(Some(&l), "b:2"), None, "not b's to end");
         assert_eq!(resign(None, "a:1"), None);
         let left = resign(Some(&l), "a:1").unwrap();
-        assert!(!may_act(Some(&left), "a:1", 100.0), "the resigned holder acts no more");
+        assert!(
+            !may_act(Some(&left), "a:1", 100.0),
+            "the resigned holder acts no more"
+        );
         assert_eq!(
             decide(Some(&left), "b:2", 100.0, 10.0, 2.0),
             LeaseGrant::Leading(lease("b:2", 110.0, 5))
