@@ -379,13 +379,9 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
         s.write(|w| w.add_intent(1, 1, "start", i.placement.as_ref(), 5.0))
             .unwrap();
     }
-    slurm.begin_tomorrow(1);
-    slurm.release(1).unwrap();
-    let mut d = daemon(&slurm, Store::open(&path).unwrap());
-    let log_before = slurm.log().len();
-    d.round(1_000_005.0).unwrap();
+    let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
     assert_eq!(
-        slurm.log()[log_before..],
+        log,
         ["start-now 1".to_string()],
         "made eligible, not placed or released again"
     );
@@ -394,6 +390,22 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     assert_eq!(gpus_of(&slurm.alloc(1)), 2);
     d.round(1_000_006.0).unwrap();
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+}
+
+/// Job 1 released by its owner into a begin time a day ahead, then one round of a daemon
+/// started on `path` at `now`: the daemon, and what it asked of Slurm.
+fn released_for_tomorrow_then_a_round(
+    slurm: &FakeSlurm,
+    path: &std::path::Path,
+    now: f64,
+) -> (Daemon<FakeSlurm>, Vec<String>) {
+    slurm.begin_tomorrow(1);
+    slurm.release(1).unwrap();
+    let mut d = daemon(slurm, Store::open(path).unwrap());
+    let log_before = slurm.log().len();
+    d.round(now).unwrap();
+    let log = slurm.log()[log_before..].to_vec();
+    (d, log)
 }
 
 /// Checks a round's Slurm log for job 1 released by someone else: held again first, and made
@@ -423,12 +435,8 @@ fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
         s.write(|w| w.add_intent(1, 1, "start", Some(&placement), 5.0))
             .unwrap();
     }
-    slurm.begin_tomorrow(1);
-    slurm.release(1).unwrap();
-    let mut d = daemon(&slurm, Store::open(&path).unwrap());
-    let log_before = slurm.log().len();
-    d.round(1_000_005.0).unwrap();
-    held_again_then_placed(&slurm.log()[log_before..]);
+    let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
+    held_again_then_placed(&log);
     slurm.schedule();
     d.round(1_000_006.0).unwrap();
     slurm.schedule();
@@ -460,12 +468,8 @@ fn a_job_released_after_a_preemption_cut_short_is_held_again() {
             }
         }
         slurm.requeue_hold(1).unwrap();
-        slurm.begin_tomorrow(1);
-        slurm.release(1).unwrap();
-        let mut d = daemon(&slurm, Store::open(&path).unwrap());
-        let log_before = slurm.log().len();
-        d.round(1_000_010.0).unwrap();
-        held_again_then_placed(&slurm.log()[log_before..]);
+        let (_, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_010.0);
+        held_again_then_placed(&log);
     }
 }
 
