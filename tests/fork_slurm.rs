@@ -79,7 +79,8 @@ impl Serve {
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\n\
+             restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\
+             lease_seconds = 12\nmax_clock_skew_seconds = 1\n\n\
              [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = {max_failed_rounds}\n",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
@@ -447,13 +448,7 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
     let status = serve.hadar(&["status"]);
     assert!(status.contains("forked: round"), "{status}");
 
-    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 180);
-    assert_eq!(
-        info.field("JobState").as_deref(),
-        Some("COMPLETED"),
-        "{}",
-        info.0
-    );
+    let info = serve::wait_completed(bed, id, 180);
     assert_eq!(info.field("ExitCode").as_deref(), Some("0:0"), "{}", info.0);
     assert!(
         output(bed, id).contains(&format!("{total}/{total} steps")),

@@ -66,6 +66,15 @@ pub enum Command {
     /// Show the daemon's last round: GPUs per partition and type (--nodes: per node), prices,
     /// queue and running placements.
     Status(StatusArgs),
+    /// Hand the managed jobs hadar holds to Slurm's own scheduling when the daemon is down.
+    ///
+    /// When no round has completed for `[sidecar] fail_open_after` (read from the heartbeat
+    /// file the daemon rewrites each round), every managed job hadar holds gets back the GPU
+    /// request its user wrote and is released, marked failed open; unmanaged jobs, running
+    /// jobs and holds placed by users are untouched. With a live daemon it does nothing. Run
+    /// it from the systemd timer `etc/hadar-fail-open.timer`, or by hand. Safe to repeat and
+    /// to run twice at once; the daemon takes the jobs back when it returns.
+    FailOpen(FailOpenArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
     /// Check hadar.toml against the live Slurm cluster and this machine.
@@ -159,6 +168,20 @@ pub struct StatusArgs {
     /// List GPUs node by node instead of per partition and GPU type.
     #[arg(long)]
     pub nodes: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+/// `hadar fail-open` arguments.
+#[derive(Args, Debug)]
+pub struct FailOpenArgs {
+    /// The configuration file (the same hadar.toml the daemon reads).
+    #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
+    pub config: PathBuf,
+    /// Say what would be released, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         cli::Command::Bench(b) => bench::run(b),
         cli::Command::Serve(a) => serve::serve(a),
         cli::Command::Status(a) => serve::status(a),
+        cli::Command::FailOpen(a) => serve::fail_open(a),
         cli::Command::Explain(a) => serve::explain(a),
         cli::Command::CheckConfig(a) => check_config::run(a),
         cli::Command::Emulate(a) => emulate::run(a),

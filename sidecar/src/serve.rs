@@ -1,9 +1,10 @@
 //! `hadar serve`, `hadar status` and `hadar explain`.
 
 use crate::Failure;
-use crate::cli::{ExplainArgs, Format, ServeArgs, StatusArgs};
+use crate::cli::{ExplainArgs, FailOpenArgs, Format, ServeArgs, StatusArgs};
 use anyhow::anyhow;
 use hadar_daemon::daemon::now_unix;
+use hadar_daemon::failopen;
 use hadar_daemon::metrics::Metrics;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{Slurm, SlurmConfig};
@@ -172,16 +173,105 @@ fn listen_for_notices(
     });
 }
 
-fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store, Failure> {
-    let path = match (state, config) {
-        (Some(s), _) => s.clone(),
-        (None, Some(c)) => load_config(c)?.sidecar.state,
-        (None, None) => {
-            load_config(Path::new("/etc/hadar/hadar.toml"))?
-                .sidecar
-                .state
-        }
+/// The state database and heartbeat paths from `--state` or `--config` (a bare `--state`
+/// has the default heartbeat beside it).
+fn state_paths(
+    config: &Option<PathBuf>,
+    state: &Option<PathBuf>,
+) -> Result<(PathBuf, PathBuf), Failure> {
+    let sidecar = match (state, config) {
+        (Some(s), _) => hadar_daemon::config::SidecarConfig {
+            state: s.clone(),
+            ..Default::default()
+        },
+        (None, Some(c)) => load_config(c)?.sidecar,
+        (None, None) => load_config(Path::new("/etc/hadar/hadar.toml"))?.sidecar,
     };
+    Ok((sidecar.state.clone(), sidecar.heartbeat_path()))
+}
+
+/// Whether the cluster is failed open, and why, in words (`None`: it is not).
+fn fail_open_words(heartbeat: &Path) -> Option<(String, failopen::FailOpenState)> {
+    let st = failopen::read_state(heartbeat);
+    let at = st.failed_open_at_unix?;
+    let back = match failopen::read_heartbeat(heartbeat) {
+        failopen::HeartbeatRead::Present(hb) if hb.at_unix > at => Some(hb),
+        _ => None,
+    };
+    let ago = now_unix() - at;
+    let ids: Vec<String> = st.released.iter().map(u64::to_string).collect();
+    let mut text = match back {
+        None => format!(
+            "FAILED OPEN {ago:.0} s ago: {}; managed jobs run under Slurm's own scheduling with their own GPU requests (released: {})",
+            st.reason
+                .as_deref()
+                .unwrap_or("the daemon stopped completing rounds"),
+            if ids.is_empty() {
+                "none".into()
+            } else {
+                ids.join(", ")
+            }
+        ),
+        Some(hb) => format!(
+            "failed open {ago:.0} s ago ({}); the daemon is back (round {}) and is taking the jobs back",
+            st.reason.as_deref().unwrap_or("no rounds"),
+            hb.round
+        ),
+    };
+    if !st.waiting.is_empty() {
+        let w: Vec<String> = st.waiting.iter().map(|(j, _)| j.to_string()).collect();
+        text.push_str(&format!(
+            "; forked jobs waiting for the daemon: {}",
+            w.join(", ")
+        ));
+    }
+    Some((text, st))
+}
+
+/// `hadar fail-open`: one check of the heartbeat, and the hand-over when it is stale.
+pub fn fail_open(a: FailOpenArgs) -> Result<(), Failure> {
+    let config = load_config(&a.config)?;
+    let slurm = Slurm::new(SlurmConfig {
+        conf: config.slurm_conf.clone(),
+        bin_dir: config.sidecar.slurm_bin_dir.clone(),
+        timeout: Duration::from_secs_f64(config.sidecar.command_timeout_seconds),
+    });
+    let report = failopen::run(&config, &slurm, &now_unix, a.dry_run).map_err(Failure::runtime)?;
+    if a.format == Format::Json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(Failure::runtime)?
+        );
+    } else {
+        println!("{}", report.health);
+        if report.failed_open {
+            let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+            let verb = if a.dry_run {
+                "would release"
+            } else {
+                "released"
+            };
+            println!("{verb}: {}", ids(&report.released));
+            for (j, why) in &report.waiting {
+                println!("left held: {j}: {why}");
+            }
+            for (j, e) in &report.errors {
+                println!("failed (tried again next run): {j}: {e}");
+            }
+        }
+    }
+    if report.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::runtime(anyhow!(
+            "{} job(s) could not be failed open",
+            report.errors.len()
+        )))
+    }
+}
+
+fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store, Failure> {
+    let (path, _) = state_paths(config, state)?;
     if !path.exists() {
         return Err(Failure::input(anyhow!(
             "no state database at {}: is `hadar serve` running with this configuration?",
@@ -255,6 +345,14 @@ fn placement_text(r: &JobRow) -> String {
 
 /// Prints the daemon's last round, queue and running placements.
 pub fn status(a: StatusArgs) -> Result<(), Failure> {
+    let (_, heartbeat) = state_paths(&a.config, &a.state)?;
+    let failed_open = fail_open_words(&heartbeat);
+    if a.format == Format::Table
+        && let Some((text, _)) = &failed_open
+    {
+        // First, and before the database is opened: a corrupt database may be why.
+        println!("{text}");
+    }
     let store = open_state(&a.config, &a.state)?;
     let round = store.last_round().map_err(Failure::runtime)?;
     let jobs = store.jobs().map_err(Failure::runtime)?;
@@ -272,12 +370,30 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
             }
             rows.push(v);
         }
-        let v = serde_json::json!({ "round": round, "jobs": rows });
+        let v = serde_json::json!({
+            "round": round,
+            "jobs": rows,
+            "failed_open": failed_open.map(|(text, st)| serde_json::json!({ "text": text, "state": st })),
+        });
         println!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
         );
         return Ok(());
+    }
+    if let Ok(Some(l)) = store.lease() {
+        let left = l.expires_unix - now_unix();
+        if left >= 0.0 {
+            println!(
+                "leader: {} (term {}), lease for {left:.0} s more",
+                l.holder, l.term
+            );
+        } else {
+            println!(
+                "leader: none; the lease of {} (term {}) expired {:.0} s ago",
+                l.holder, l.term, -left
+            );
+        }
     }
     print!(
         "{}",
@@ -290,6 +406,17 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
 
 /// Explains one job's last decision.
 pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
+    let (_, heartbeat) = state_paths(&a.config, &a.state)?;
+    let st = failopen::read_state(&heartbeat);
+    if a.format == Format::Table && st.released.contains(&a.job) {
+        println!(
+            "job {} was failed open (released to Slurm with its own GPU request): {}",
+            a.job,
+            st.reason
+                .as_deref()
+                .unwrap_or("the daemon stopped completing rounds")
+        );
+    }
     let store = open_state(&a.config, &a.state)?;
     let job = store.job(a.job).map_err(Failure::runtime)?.ok_or_else(|| {
         Failure::input(anyhow!(

@@ -22,7 +22,10 @@ pub struct Serve {
 }
 
 impl Serve {
-    /// Writes a daemon configuration for scenario `name` and starts the daemon.
+    /// Writes a daemon configuration for scenario `name` and starts the daemon. Its lease is
+    /// short (more than the 1 s grace plus the 10 s command timeout): these scenarios kill
+    /// and restart the daemon often, and each new one waits for its killed predecessor's
+    /// lease to expire (the default 90 s would change which crash points a run reaches).
     pub fn start(bed: &Testbed, name: &str) -> Serve {
         Serve::start_with(bed, name, &[])
     }
@@ -45,7 +48,8 @@ impl Serve {
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
-             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n{sidecar}",
+             restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n\
+             lease_seconds = 12\nmax_clock_skew_seconds = 1\n{sidecar}",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),
@@ -176,6 +180,18 @@ pub fn allocation(bed: &Testbed, id: u32) -> Vec<(String, String, u32)> {
 pub fn wait_state(bed: &Testbed, id: u32, states: &[&str], secs: u64) -> JobInfo {
     bed.wait_job(id, states, Duration::from_secs(secs))
         .unwrap_or_else(|e| panic!("{e}\nlog: {}", daemon_log(bed)))
+}
+
+/// Waits up to `secs` for job `id` to end, and fails the test unless it completed.
+pub fn wait_completed(bed: &Testbed, id: u32, secs: u64) -> JobInfo {
+    let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], secs);
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}",
+        info.0
+    );
+    info
 }
 
 pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

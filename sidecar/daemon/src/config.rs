@@ -155,6 +155,17 @@ pub struct SidecarConfig {
     /// Rounds of history (rounds and their actions) the state database keeps; whichever of
     /// this and `keep_days` passes them first deletes them.
     pub keep_rounds: u64,
+    /// Seconds without a completed round after which `hadar fail-open` hands the managed
+    /// jobs hadar holds back to Slurm's own scheduling.
+    pub fail_open_after: f64,
+    /// The heartbeat file the daemon rewrites after every completed round; unset: the state
+    /// database's path with `.heartbeat` appended.
+    pub heartbeat: Option<PathBuf>,
+    /// Seconds a leader's lease lasts after its last renewal (renewed every round, before
+    /// every action, and while it waits between rounds); a standby takes over after it.
+    pub lease_seconds: f64,
+    /// The largest difference allowed between the clocks of two daemons' hosts.
+    pub max_clock_skew_seconds: f64,
 }
 
 impl Default for SidecarConfig {
@@ -178,6 +189,10 @@ impl Default for SidecarConfig {
             metrics_textfile: None,
             keep_days: 30.0,
             keep_rounds: 10_000,
+            fail_open_after: 900.0,
+            heartbeat: None,
+            lease_seconds: 90.0,
+            max_clock_skew_seconds: 5.0,
         }
     }
 }
@@ -186,6 +201,16 @@ impl SidecarConfig {
     /// The round length.
     pub fn round(&self) -> Duration {
         Duration::from_secs_f64(self.round_seconds)
+    }
+
+    /// The heartbeat file: `heartbeat`, or the state database's path plus `.heartbeat`
+    /// (beside the database, but a plain file: it can be read when the database cannot).
+    pub fn heartbeat_path(&self) -> PathBuf {
+        self.heartbeat.clone().unwrap_or_else(|| {
+            let mut p = self.state.clone().into_os_string();
+            p.push(".heartbeat");
+            PathBuf::from(p)
+        })
     }
 }
 
@@ -311,6 +336,28 @@ impl DaemonConfig {
             s.keep_rounds >= 1,
             "give at least 1",
         )?;
+        // A round that takes its whole period plus a slow Slurm must not look like a dead
+        // daemon: the limit is at least two rounds.
+        range(
+            "sidecar.fail_open_after",
+            s.fail_open_after,
+            s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
+            "give at least twice sidecar.round_seconds",
+        )?;
+        // Between two renewals a leader waits at most one grace period or one command.
+        range(
+            "sidecar.lease_seconds",
+            s.lease_seconds,
+            s.lease_seconds.is_finite()
+                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
+            "give more than preempt_grace_seconds + command_timeout_seconds",
+        )?;
+        range(
+            "sidecar.max_clock_skew_seconds",
+            s.max_clock_skew_seconds,
+            s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
+            "give 0 or more",
+        )?;
         if s.preempt_signal.is_empty()
             || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())
         {
@@ -430,6 +477,34 @@ mod tests {
         assert_eq!(c.partitions, vec!["gpu"]);
         assert_eq!(c.hadare, HadarEConfig::default());
         assert_eq!(c.fork, ForkConfig::default());
+    }
+
+    #[test]
+    fn fail_open_settings_are_read_and_checked() {
+        let c = DaemonConfig::parse("h.toml", "[sidecar]\nstate = \"/v/s.db\"\n").unwrap();
+        assert_eq!(c.sidecar.fail_open_after, 900.0);
+        assert_eq!(
+            c.sidecar.heartbeat_path(),
+            PathBuf::from("/v/s.db.heartbeat")
+        );
+        let c = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\nround_seconds = 2\nfail_open_after = 6\nheartbeat = \"/run/hb\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.sidecar.fail_open_after, 6.0);
+        assert_eq!(c.sidecar.heartbeat_path(), PathBuf::from("/run/hb"));
+        // Shorter than two rounds would fail a live daemon open.
+        let e = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\nround_seconds = 10\nfail_open_after = 15\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("sidecar.fail_open_after") && e.contains("twice sidecar.round_seconds"),
+            "{e}"
+        );
     }
 
     #[test]

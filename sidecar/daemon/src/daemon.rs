@@ -16,13 +16,16 @@ use crate::metrics::Metrics;
 use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
-use crate::{explain, faults, view};
+use crate::{explain, failopen, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
+use hadar_request::FailOpenMark;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
-use hadar_store::{Decision, Horizon, JobRow, NodeGpus, Phase, RoundRow, Store, StoreError};
+use hadar_store::{
+    Decision, Horizon, JobRow, LeaseGrant, NodeGpus, Phase, RoundRow, Store, StoreError,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +58,10 @@ pub trait SlurmApi {
     fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
     /// Requeues a job held.
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Sets a job's admin comment (the record; used to take back a failed-open job).
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError>;
+    /// Removes a pending job's GPU request, as the plugin does at submission.
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError>;
     /// The Slurm release answering, when known (for the log and `hadar status`).
     fn slurm_release(&self) -> Option<String> {
         None
@@ -94,6 +101,12 @@ impl SlurmApi for Slurm {
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::requeue_hold(self, id)
     }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        Slurm::set_admin_comment(self, id, text)
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::clear_gpu_request(self, id)
+    }
     fn slurm_release(&self) -> Option<String> {
         Slurm::slurm_release(self).ok().map(|r| r.to_string())
     }
@@ -111,6 +124,14 @@ pub enum DaemonError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another daemon holds the leader's lease: this one stands by and does nothing.
+    #[error("standing by: {holder} leads until {expires_unix:.0}")]
+    Standby {
+        /// The leader.
+        holder: String,
+        /// Its lease's expiry, Unix seconds.
+        expires_unix: f64,
+    },
     /// The policy produced a plan that breaks capacity or gang rules (a bug; nothing enforced).
     #[error("the plan is invalid, nothing was enforced: {0}")]
     InvalidPlan(String),
@@ -153,6 +174,10 @@ pub struct Daemon<S: SlurmApi> {
     fork: Option<Forker>,
     metrics: Option<Arc<Metrics>>,
     notifier: Notifier,
+    /// Who this daemon is in the lease (`host:pid`).
+    holder: String,
+    /// Whether it held the lease at its last check.
+    leading: bool,
 }
 
 impl<S: SlurmApi> Daemon<S> {
@@ -172,17 +197,6 @@ impl<S: SlurmApi> Daemon<S> {
             .meta("round")?
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
-        let open = store.open_intents()?;
-        let now_s = now_unix - epoch;
-        if !open.is_empty() {
-            store.write(|w| {
-                for i in &open {
-                    tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
-                    w.close_intent(i.id, now_s, "interrupted")?;
-                }
-                Ok(())
-            })?;
-        }
         Ok(Daemon {
             slurm,
             store,
@@ -196,7 +210,61 @@ impl<S: SlurmApi> Daemon<S> {
             fork: None,
             metrics: None,
             notifier: Notifier::new(None, None, None),
+            holder: failopen::holder(),
+            leading: false,
         })
+    }
+
+    /// Takes or renews the leader's lease at `now_unix`. On becoming leader it closes the
+    /// intents a previous leader (or run) left open and continues the round count from the
+    /// store; on standby it returns [`DaemonError::Standby`] and must not act.
+    fn lead(&mut self, now_unix: f64) -> Result<(), DaemonError> {
+        let s = &self.config.sidecar;
+        let (ttl, skew) = (s.lease_seconds, s.max_clock_skew_seconds);
+        match self
+            .store
+            .acquire_lease(&self.holder, now_unix, ttl, skew)?
+        {
+            LeaseGrant::Standby(l) => {
+                if self.leading {
+                    tracing::warn!(holder = %l.holder, "lost the leader's lease; standing by");
+                }
+                self.leading = false;
+                Err(DaemonError::Standby {
+                    holder: l.holder,
+                    expires_unix: l.expires_unix,
+                })
+            }
+            LeaseGrant::Leading(l) => {
+                if !self.leading {
+                    tracing::info!(term = l.term, holder = %self.holder, "leading (the leader's lease is ours)");
+                    self.leading = true;
+                    self.round = self
+                        .store
+                        .meta("round")?
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(0);
+                    self.first_round = self.round + 1;
+                    let open = self.store.open_intents()?;
+                    let now_s = now_unix - self.epoch;
+                    if !open.is_empty() {
+                        self.store.write(|w| {
+                            for i in &open {
+                                tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
+                                w.close_intent(i.id, now_s, "interrupted")?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this daemon held the lease at its last check.
+    pub fn is_leading(&self) -> bool {
+        self.leading
     }
 
     /// Runs `fork=yes` jobs as forked copies with this fork pass (`policy = "hadare"`);
@@ -291,10 +359,18 @@ impl<S: SlurmApi> Daemon<S> {
                         "round done"
                     )
                 }
+                Err(DaemonError::Standby { .. }) => {}
+                Err(DaemonError::Store(StoreError::NotLeader { .. })) => {
+                    self.leading = false;
+                    tracing::warn!(
+                        "lost the leader's lease during the round; stopped acting and standing by"
+                    )
+                }
                 Err(e) => tracing::error!(
                     "round failed: {e}; the next round rebuilds its view from Slurm"
                 ),
             }
+            let mut renewed = Instant::now();
             let mut period = self.config.sidecar.round();
             // Sleep in short steps so that a stop request is honoured promptly. A notice
             // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst
@@ -307,6 +383,15 @@ impl<S: SlurmApi> Daemon<S> {
                 if left.is_zero() {
                     break;
                 }
+                // A leader keeps its lease while it waits (rounds may be longer than it).
+                if self.leading
+                    && renewed.elapsed().as_secs_f64() > self.config.sidecar.lease_seconds / 3.0
+                {
+                    renewed = Instant::now();
+                    if let Err(e) = self.lead(clock()) {
+                        tracing::warn!("{e}");
+                    }
+                }
                 if wake
                     .recv_timeout(left.min(Duration::from_millis(200)))
                     .is_ok()
@@ -316,6 +401,7 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
         }
+        self.resign();
         self.notifier.stopping();
     }
 
@@ -335,6 +421,9 @@ impl<S: SlurmApi> Daemon<S> {
                     tracing::warn!("pruning old history: {e}");
                 }
             }
+            // A standby is up and doing its job: systemd must see it ready (or it would be
+            // restarted at TimeoutStartSec), and its waiting is not a failed round.
+            Err(DaemonError::Standby { .. }) => self.notifier.ready(),
             Err(e) => {
                 if let Some(m) = &self.metrics {
                     m.round_failed(e);
@@ -364,15 +453,33 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(())
     }
 
+    /// Ends this daemon's lease when it stops cleanly, so that the daemon started next (a
+    /// restart, or the standby) leads at once rather than after the lease and the skew.
+    /// A failure only costs that wait.
+    fn resign(&mut self) {
+        if !self.leading {
+            return;
+        }
+        self.leading = false;
+        match self.store.resign_lease(&self.holder) {
+            Ok(true) => tracing::info!("stopped: gave up the leader's lease"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "could not give up the leader's lease (the next daemon waits for it to expire): {e}"
+            ),
+        }
+    }
+
     /// Runs one round at wall-clock time `now_unix`.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        self.lead(now_unix)?;
         let now_s = now_unix - self.epoch;
         let round_started = Instant::now();
         let nodes = self.slurm.nodes()?;
-        let (slurm_jobs, refused_records) = self.slurm.jobs()?;
+        let (mut slurm_jobs, refused_records) = self.slurm.jobs()?;
         let read_ms = round_started.elapsed().as_secs_f64() * 1000.0;
         faults::reached("round-read");
-        let untrusted: std::collections::BTreeSet<u64> = refused_records
+        let mut untrusted: std::collections::BTreeSet<u64> = refused_records
             .iter()
             .filter_map(|(id, _)| id.parse().ok())
             .collect();
@@ -384,7 +491,17 @@ impl<S: SlurmApi> Daemon<S> {
         let mut rows: BTreeMap<u64, JobRow> =
             self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
         let before = rows.clone();
-        let events = reconcile::reconcile(
+        let took_back = self.take_back_failed_open(round, &slurm_jobs, &mut rows)?;
+        if took_back > 0 {
+            // Held again, stripped or unmarked: this round plans from Slurm's state after that.
+            let (jobs, refused) = self.slurm.jobs()?;
+            slurm_jobs = jobs;
+            untrusted = refused
+                .iter()
+                .filter_map(|(id, _)| id.parse().ok())
+                .collect();
+        }
+        let mut events = reconcile::reconcile(
             &mut rows,
             &slurm_jobs,
             now_s,
@@ -400,6 +517,7 @@ impl<S: SlurmApi> Daemon<S> {
                 r.bound_types = None;
             }
         }
+        events.extend(self.released_after_a_requeue(&before, &rows)?);
         self.log_events(&events);
         if round == self.first_round {
             let adopted: Vec<&SlurmJob> = events
@@ -421,7 +539,7 @@ impl<S: SlurmApi> Daemon<S> {
                 adopted.len()
             );
         }
-        self.put_back_on_hold(round, &events, &mut rows)?;
+        self.put_back_on_hold(round, &events, &slurm_jobs, &mut rows)?;
         self.make_released_jobs_eligible(now_unix, &slurm_jobs, &rows);
 
         // The cluster view: GPUs held by jobs hadar does not manage are not the policy's.
@@ -813,6 +931,7 @@ impl<S: SlurmApi> Daemon<S> {
             w.set_meta("round", &round.to_string())
         })?;
         faults::reached("round-recorded");
+        self.beat(round, took_back);
         let deferred = commitments
             .values()
             .filter(|c| !c.starts_now(now_s))
@@ -828,15 +947,105 @@ impl<S: SlurmApi> Daemon<S> {
         })
     }
 
+    /// Takes back the jobs `hadar fail-open` handed to Slurm while no round completed: one
+    /// Slurm has not started is held again and stripped of its GPU request, as the plugin
+    /// does at submission, and its mark removed; a running one is unmarked and scheduled as
+    /// a running job from here on (never requeued for having run outside the plan). Each is
+    /// an intent in the store. Returns how many jobs carried a mark (0: nothing to re-read).
+    fn take_back_failed_open(
+        &mut self,
+        round: u64,
+        slurm_jobs: &[SlurmJob],
+        rows: &mut BTreeMap<u64, JobRow>,
+    ) -> Result<usize, DaemonError> {
+        let mut marked = 0;
+        for sj in slurm_jobs {
+            let what = failopen::take_back(sj);
+            if what == failopen::TakeBack::Nothing {
+                continue;
+            }
+            marked += 1;
+            let plain = FailOpenMark::strip(sj.admin_comment.as_deref().unwrap_or_default());
+            let t = now_unix() - self.epoch;
+            let action = match what {
+                failopen::TakeBack::Adopt => "adopt",
+                _ => "take-back",
+            };
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, sj.id, action, None, t))?;
+            let outcome = match what {
+                failopen::TakeBack::Manage => {
+                    // Held first: a job Slurm starts meanwhile refuses the hold, keeps its
+                    // mark and is adopted next round.
+                    let held = if sj.is_held() {
+                        Ok(())
+                    } else {
+                        self.slurm.hold(sj.id)
+                    };
+                    held.and_then(|_| self.slurm.clear_gpu_request(sj.id))
+                        .and_then(|_| self.slurm.set_admin_comment(sj.id, &plain))
+                }
+                _ => self.slurm.set_admin_comment(sj.id, &plain),
+            };
+            let text = outcome_text(&outcome.map(|_| "ok".to_string()));
+            tracing::info!(job = sj.id, action, outcome = %text, "a job failed open while the daemon was away");
+            if text == "ok"
+                && let Some(r) = rows.get_mut(&sj.id)
+            {
+                r.record = plain.clone();
+                if what == failopen::TakeBack::Adopt {
+                    r.phase = Phase::Running;
+                    r.placement = Some(reconcile::allocation(sj));
+                } else {
+                    r.phase = Phase::Waiting;
+                    r.placement = None;
+                }
+            }
+            self.close(intent, &text, rows.get(&sj.id))?;
+        }
+        Ok(marked)
+    }
+
+    /// Writes the heartbeat after a completed round (what `hadar fail-open` reads), and
+    /// removes the fail-open state once a round found no failed-open job left to take back.
+    /// A failure is logged, not fatal: the round's work is done; a heartbeat that stays
+    /// unwritten fails the cluster open, which is the safe side.
+    fn beat(&self, round: u64, failed_open_jobs: usize) {
+        let path = self.config.sidecar.heartbeat_path();
+        let hb = failopen::Heartbeat {
+            round,
+            at_unix: now_unix(),
+            holder: failopen::holder(),
+        };
+        if let Err(e) = failopen::write_heartbeat(&path, &hb) {
+            tracing::error!(
+                "could not write the heartbeat (hadar fail-open will take this daemon for dead): {e}"
+            );
+        }
+        if failed_open_jobs == 0 && failopen::state_path(&path).exists() {
+            match failopen::clear_state(&path) {
+                Ok(()) => tracing::info!(
+                    "every failed-open job is back under hadar; the cluster is no longer failed open"
+                ),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+    }
+
     /// Holds again every managed job that left hold without the daemon releasing it (its
     /// owner ran `scontrol release`; the plugin had stripped its GPUs, so it must not run
     /// outside the plan): a pending one is held (as root: an admin hold its owner cannot
     /// release), a running one requeued held. A job whose last intent is a start that a crash
-    /// cut short was released by the daemon itself and is taken as starting.
+    /// cut short, and that carries that start's placement in Slurm, was released by the
+    /// daemon itself (or by its owner after the placement, which runs it as planned) and is
+    /// taken as starting. One without the placement (the crash came before it) was released
+    /// by someone else and would run with no GPU: it is held again like any other.
     fn put_back_on_hold(
         &mut self,
         round: u64,
         events: &[Event],
+        slurm_jobs: &[SlurmJob],
         rows: &mut BTreeMap<u64, JobRow>,
     ) -> Result<(), DaemonError> {
         for e in events {
@@ -844,8 +1053,11 @@ impl<S: SlurmApi> Daemon<S> {
                 continue;
             };
             let last = self.store.last_intent(job)?;
+            let sj = slurm_jobs.iter().find(|j| j.id == job);
             if let Some(i) = last.filter(|i| {
-                i.action == "start" && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+                i.action == "start"
+                    && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+                    && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
             }) {
                 if let Some(r) = rows.get_mut(&job) {
                     r.phase = Phase::Starting;
@@ -883,6 +1095,40 @@ impl<S: SlurmApi> Daemon<S> {
             self.close(action, &text, rows.get(&job))?;
         }
         Ok(())
+    }
+
+    /// Jobs that this daemon's own preemption requeued held and that are now pending but no
+    /// longer held: a daemon killed right after the requeue left the row running, and someone
+    /// (the owner) released the job before this run saw it held; or killed while holding such
+    /// a job again (its last intent a hold), leaving it released. Reconcile takes a running
+    /// job seen pending and released as being started (as after Slurm's own requeue of a
+    /// failed node's job), which would run it on its last placement outside the plan; these
+    /// are holds released by someone else, to be held again.
+    fn released_after_a_requeue(
+        &self,
+        before: &BTreeMap<u64, JobRow>,
+        rows: &BTreeMap<u64, JobRow>,
+    ) -> Result<Vec<Event>, DaemonError> {
+        let mut out = Vec::new();
+        for (&job, r) in rows {
+            let was_running = before
+                .get(&job)
+                .is_some_and(|b| matches!(b.phase, Phase::Running | Phase::Preempting));
+            if r.phase != Phase::Starting || !was_running {
+                continue;
+            }
+            let requeued_by_us = self
+                .store
+                .last_intent(job)?
+                .is_some_and(|i| ["preempt", "requeue-hold", "hold"].contains(&i.action.as_str()));
+            if requeued_by_us {
+                out.push(Event::LeftHold {
+                    job,
+                    running: false,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Makes eligible now every job being started that Slurm keeps waiting for a begin time
@@ -1315,6 +1561,19 @@ fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
         s.gpu_types = Some(allowed);
     }
     s
+}
+
+/// Whether Slurm's `job` carries a start's `placement`: a GPU request (the plugin strips the
+/// user's at submission; only a placement gives one back) and, as its required nodes,
+/// exactly the placement's nodes (a requeued job keeps its last run's, which may differ).
+/// Without the start's placement (an intent written before its placement field existed),
+/// any required nodes with a GPU request count.
+fn carries_placement(job: &SlurmJob, placement: Option<&NodeGpus>) -> bool {
+    let has_gpus = job.tres_per_node.is_some() || job.tres_per_job.is_some();
+    let planned: Option<BTreeSet<&str>> =
+        placement.map(|p| p.iter().map(|(n, _)| n.as_str()).collect());
+    let required: BTreeSet<&str> = job.req_nodes.iter().map(String::as_str).collect();
+    has_gpus && !required.is_empty() && planned.is_none_or(|p| p == required)
 }
 
 fn outcome_text(o: &Result<String, SlurmError>) -> String {

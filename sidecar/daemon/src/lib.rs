@@ -12,6 +12,7 @@
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop with enforcement and crash safety.
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
+//! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
 //! * [`metrics`]: Prometheus metrics over HTTP and as a node_exporter textfile.
 //! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
@@ -22,6 +23,7 @@ pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod failopen;
 pub mod faults;
 pub mod fork;
 pub mod metrics;

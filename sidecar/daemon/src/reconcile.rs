@@ -246,11 +246,12 @@ pub(crate) fn account(row: &mut JobRow, now_s: f64, until: Option<f64>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use hadar_slurm::NodeAlloc;
 
-    fn sj(id: u64, status: JobStatus, held: bool) -> SlurmJob {
+    /// A job as Slurm shows it, managed (`hadar:v1 gpus=2 steps=100`), held or not.
+    pub(crate) fn sj(id: u64, status: JobStatus, held: bool) -> SlurmJob {
         SlurmJob {
             id,
             name: format!("j{id}"),

@@ -173,6 +173,10 @@ impl SlurmApi for FakeSlurm {
         let mut s = self.0.borrow_mut();
         s.log.push(format!("place {id}"));
         s.placements.insert(id, spec.clone());
+        // As `scontrol update` shows it: the nodes required and a GPU request.
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.req_nodes = spec.nodes.iter().map(|(n, _)| n.clone()).collect();
+        j.tres_per_node = Some(format!("gres/gpu:{}", spec.per_node_counts()[0]));
         Ok(())
     }
     fn start_now(&self, id: u64) -> Result<(), SlurmError> {
@@ -207,6 +211,20 @@ impl SlurmApi for FakeSlurm {
             .borrow_mut()
             .log
             .push(format!("signal {id} {signal}"));
+        Ok(())
+    }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("admin-comment {id}"));
+        s.jobs.get_mut(&id).unwrap().admin_comment = Some(text.to_string());
+        Ok(())
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        let mut s = self.0.borrow_mut();
+        s.log.push(format!("clear-gpus {id}"));
+        let j = s.jobs.get_mut(&id).unwrap();
+        j.tres_per_node = None;
+        j.tres_per_job = None;
         Ok(())
     }
     fn retypes_pending_jobs(&self) -> bool {
@@ -295,12 +313,17 @@ fn held_jobs_are_placed_started_and_then_left_alone() {
     );
 }
 
+/// A held 2-GPU job 1 and a folder for the state database (`state.db`).
+fn one_held_job() -> (tempfile::TempDir, FakeSlurm) {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    (tempfile::tempdir().unwrap(), slurm)
+}
+
 /// A 2-GPU job 1 that a daemon (its store in `state.db` of the returned folder) started in
 /// one round before it stopped.
 fn one_job_started_by_a_daemon_that_then_stops() -> (tempfile::TempDir, FakeSlurm) {
-    let dir = tempfile::tempdir().unwrap();
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000");
+    let (dir, slurm) = one_held_job();
     let mut d = daemon(&slurm, Store::open(&dir.path().join("state.db")).unwrap());
     d.round(1_000_001.0).unwrap();
     (dir, slurm)
@@ -316,10 +339,13 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
         s.write(|w| w.add_intent(9, 1, "start", None, 5.0)).unwrap();
     }
     let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    // Left open until the daemon leads (a standby must not touch the leader's intents).
+    assert_eq!(d.store().open_intents().unwrap().len(), 1);
+    let r = d.round(1_000_002.0).unwrap();
     let open = d.store().open_intents().unwrap();
     assert!(
         open.is_empty(),
-        "open intents are closed at start: {open:?}"
+        "open intents are closed when the daemon starts leading: {open:?}"
     );
     assert!(
         d.store()
@@ -328,7 +354,6 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
             .iter()
             .any(|i| i.outcome.as_deref() == Some("interrupted"))
     );
-    let r = d.round(1_000_002.0).unwrap();
     assert!(r.actions.is_empty(), "{r:?}");
     slurm.schedule();
     d.round(1_000_003.0).unwrap();
@@ -365,13 +390,9 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
         s.write(|w| w.add_intent(1, 1, "start", i.placement.as_ref(), 5.0))
             .unwrap();
     }
-    slurm.begin_tomorrow(1);
-    slurm.release(1).unwrap();
-    let mut d = daemon(&slurm, Store::open(&path).unwrap());
-    let log_before = slurm.log().len();
-    d.round(1_000_005.0).unwrap();
+    let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
     assert_eq!(
-        slurm.log()[log_before..],
+        log,
         ["start-now 1".to_string()],
         "made eligible, not placed or released again"
     );
@@ -380,6 +401,87 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     assert_eq!(gpus_of(&slurm.alloc(1)), 2);
     d.round(1_000_006.0).unwrap();
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+}
+
+/// Job 1 released by its owner into a begin time a day ahead, then one round of a daemon
+/// started on `path` at `now`: the daemon, and what it asked of Slurm.
+fn released_for_tomorrow_then_a_round(
+    slurm: &FakeSlurm,
+    path: &std::path::Path,
+    now: f64,
+) -> (Daemon<FakeSlurm>, Vec<String>) {
+    slurm.begin_tomorrow(1);
+    slurm.release(1).unwrap();
+    let mut d = daemon(slurm, Store::open(path).unwrap());
+    let log_before = slurm.log().len();
+    d.round(now).unwrap();
+    let log = slurm.log()[log_before..].to_vec();
+    (d, log)
+}
+
+/// Checks a round's Slurm log for job 1 released by someone else: held again first, and made
+/// eligible (if at all) only after a placement of the daemon's.
+fn held_again_then_placed(log: &[String]) {
+    assert_eq!(log.first().map(String::as_str), Some("hold 1"), "{log:?}");
+    let first = |what: &str| log.iter().position(|l| l == what);
+    if let Some(eligible) = first("start-now 1") {
+        assert!(
+            first("place 1").is_some_and(|p| p < eligible),
+            "made eligible only after a placement: {log:?}"
+        );
+    }
+}
+
+/// The crash test's other case: a daemon killed after writing a start's intent but before
+/// giving the job its placement, then the job released by its owner with a begin time a day
+/// ahead. The release was not the daemon's: the job has no GPU request, and made eligible it
+/// would run with none. It is held again, then started on a placement of its own.
+#[test]
+fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
+    let (dir, slurm) = one_held_job();
+    let path = dir.path().join("state.db");
+    {
+        let mut s = Store::open(&path).unwrap();
+        let placement = vec![("n1".to_string(), vec![("v100".to_string(), 2)])];
+        s.write(|w| w.add_intent(1, 1, "start", Some(&placement), 5.0))
+            .unwrap();
+    }
+    let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
+    held_again_then_placed(&log);
+    slurm.schedule();
+    d.round(1_000_006.0).unwrap();
+    slurm.schedule();
+    assert_eq!(slurm.status(1), JobStatus::Running);
+    assert_eq!(gpus_of(&slurm.alloc(1)), 2);
+}
+
+/// The crash test's hold step after a preemption: a daemon killed right after requeueing a
+/// running job held, then the job released by its owner with a begin time a day ahead. The
+/// next run must hold it again, not take it as started on its last placement; so must the
+/// run after one killed while holding it again (its last intent then a hold).
+#[test]
+fn a_job_released_after_a_preemption_cut_short_is_held_again() {
+    for last in ["preempt", "hold"] {
+        let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
+        let path = dir.path().join("state.db");
+        slurm.schedule();
+        {
+            let mut d = daemon(&slurm, Store::open(&path).unwrap());
+            d.round(1_000_002.0).unwrap();
+            assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
+        }
+        {
+            let mut s = Store::open(&path).unwrap();
+            s.write(|w| w.add_intent(2, 1, "preempt", None, 3.0))
+                .unwrap();
+            if last == "hold" {
+                s.write(|w| w.add_intent(3, 1, "hold", None, 4.0)).unwrap();
+            }
+        }
+        slurm.requeue_hold(1).unwrap();
+        let (_, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_010.0);
+        held_again_then_placed(&log);
+    }
 }
 
 #[test]
@@ -715,4 +817,60 @@ fn many_rounds_of_jobs_coming_and_going_leave_the_database_the_same_size() {
     }
     assert!(!store.decisions_of_round(2400).unwrap().is_empty());
     assert!(store.last_round().unwrap().is_some_and(|r| r.round == 2400));
+}
+
+#[test]
+fn a_standby_does_nothing_until_the_leaders_lease_expires() {
+    let (dir, slurm) = one_held_job();
+    let path = dir.path().join("state.db");
+    // Another daemon holds the lease until 1_000_090 (lease_seconds 90 from 1_000_000).
+    {
+        let mut s = Store::open(&path).unwrap();
+        let g = s.acquire_lease("other:1", 1_000_000.0, 90.0, 5.0).unwrap();
+        assert!(matches!(g, hadar_store::LeaseGrant::Leading(_)));
+    }
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    let e = d.round(1_000_050.0).unwrap_err();
+    assert!(e.to_string().contains("standing by: other:1 leads"), "{e}");
+    assert!(!d.is_leading());
+    assert!(
+        slurm.log().is_empty(),
+        "a standby never acts: {:?}",
+        slurm.log()
+    );
+    // Expired, but within the allowed clock skew: still standing by.
+    assert!(d.round(1_000_094.0).is_err());
+    let r = d.round(1_000_096.0).unwrap();
+    assert!(d.is_leading());
+    assert_eq!(started(&r), vec![1], "{r:?}");
+    let l = d.store().lease().unwrap().unwrap();
+    assert_eq!(l.term, 2);
+    assert!(
+        d.store()
+            .all_intents()
+            .unwrap()
+            .iter()
+            .all(|i| i.holder.as_deref() == Some(l.holder.as_str()))
+    );
+}
+
+#[test]
+fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
+    let (dir, slurm) = one_held_job();
+    let path = dir.path().join("state.db");
+    let mut first = daemon(&slurm, Store::open(&path).unwrap());
+    first.round(1_000_001.0).unwrap();
+    assert!(first.is_leading());
+    // Stopped before its next round: it leaves its lease behind expired.
+    let (_wake, rx) = std::sync::mpsc::channel();
+    first.run(&std::sync::atomic::AtomicBool::new(true), &rx, &|| {
+        1_000_002.0
+    });
+    assert!(!first.is_leading());
+    slurm.submit(2, "hadar:v1 gpus=2 steps=1000");
+    let mut next = daemon(&slurm, Store::open(&path).unwrap());
+    let r = next.round(1_000_003.0).unwrap();
+    assert!(next.is_leading(), "led well within the 90 s lease");
+    assert_eq!(started(&r), vec![2], "{r:?}");
+    assert_eq!(next.store().lease().unwrap().unwrap().term, 2);
 }

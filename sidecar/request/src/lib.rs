@@ -28,7 +28,7 @@ pub use directive::{
 pub use gpu::{GpuCount, GpuRequest, GpuRequestError, Scope, TresFields};
 pub use inventory::{Inventory, InventoryError, NodeGpus};
 pub use notify::{Notice, NoticeError};
-pub use record::{Record, RecordError};
+pub use record::{FailOpenMark, Record, RecordError};
 
 /// The longest piece of user text an error message quotes, in characters.
 pub const EXCERPT_CHARS: usize = 48;

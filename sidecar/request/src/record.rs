@@ -134,6 +134,12 @@ impl Record {
                         return Err(RecordError::Field(crate::excerpt(word)));
                     }
                 }
+                // The fail-open mark is the fail-open command's, not part of the request.
+                FAIL_OPEN_RELEASING | FAIL_OPEN_RELEASED => {
+                    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                        return Err(RecordError::Field(crate::excerpt(word)));
+                    }
+                }
                 _ => directive_words.push(word),
             }
         }
@@ -145,6 +151,67 @@ impl Record {
             het_offset,
             directives: directives.job,
         })
+    }
+}
+
+/// The record word of a job the fail-open command is handing to Slurm: its GPU request is
+/// restored, its release not yet confirmed (`failing-open=UNIX_SECONDS`).
+pub const FAIL_OPEN_RELEASING: &str = "failing-open";
+/// The record word of a job the fail-open command handed to Slurm (`failed-open=UNIX_SECONDS`).
+pub const FAIL_OPEN_RELEASED: &str = "failed-open";
+
+/// Where a managed job stands with the fail-open command, read from the mark it appends to
+/// the job's record (the admin comment, which only root and Slurm's operators can change).
+/// Two steps, because a hold placed by the job's owner after the release must be told apart
+/// from a release the command did not get to do: the command marks the job `Releasing` in
+/// the same update that gives it back its GPU request, releases it, then marks it `Released`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOpenMark {
+    /// GPU request restored; the release may not have happened (a crash in between).
+    Releasing(u64),
+    /// Released to Slurm's own scheduling at this Unix time.
+    Released(u64),
+}
+
+impl FailOpenMark {
+    /// When the job was failed open (Unix seconds).
+    pub fn at(self) -> u64 {
+        match self {
+            FailOpenMark::Releasing(t) | FailOpenMark::Released(t) => t,
+        }
+    }
+
+    /// The mark on a record text, if any.
+    pub fn of(text: &str) -> Option<FailOpenMark> {
+        text.split_whitespace().rev().find_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            let t: u64 = v.parse().ok()?;
+            match k {
+                FAIL_OPEN_RELEASING => Some(FailOpenMark::Releasing(t)),
+                FAIL_OPEN_RELEASED => Some(FailOpenMark::Released(t)),
+                _ => None,
+            }
+        })
+    }
+
+    /// `text` without any fail-open mark: the record as the plugin wrote it.
+    pub fn strip(text: &str) -> String {
+        text.split_whitespace()
+            .filter(|w| {
+                !w.split_once('=')
+                    .is_some_and(|(k, _)| k == FAIL_OPEN_RELEASING || k == FAIL_OPEN_RELEASED)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// `text` carrying this mark (and no other).
+    pub fn apply(self, text: &str) -> String {
+        let (k, t) = match self {
+            FailOpenMark::Releasing(t) => (FAIL_OPEN_RELEASING, t),
+            FailOpenMark::Released(t) => (FAIL_OPEN_RELEASED, t),
+        };
+        format!("{} {k}={t}", Self::strip(text))
     }
 }
 
@@ -238,6 +305,30 @@ mod tests {
         assert!(matches!(
             Record::decode("hadar:v1 gpus=1 color=red"),
             Err(RecordError::Directive(_))
+        ));
+    }
+
+    #[test]
+    fn fail_open_marks_are_read_applied_and_stripped() {
+        let plain = "hadar:v1 gpus=v100:2 steps=10";
+        assert_eq!(FailOpenMark::of(plain), None);
+        let releasing = FailOpenMark::Releasing(1700).apply(plain);
+        assert_eq!(releasing, "hadar:v1 gpus=v100:2 steps=10 failing-open=1700");
+        assert_eq!(
+            FailOpenMark::of(&releasing),
+            Some(FailOpenMark::Releasing(1700))
+        );
+        let released = FailOpenMark::Released(1701).apply(&releasing);
+        assert_eq!(released, "hadar:v1 gpus=v100:2 steps=10 failed-open=1701");
+        assert_eq!(FailOpenMark::strip(&released), plain);
+        // The mark does not change the request; a malformed one is refused like any field.
+        assert_eq!(
+            Record::decode(&released).unwrap(),
+            Record::decode(plain).unwrap()
+        );
+        assert!(matches!(
+            Record::decode("hadar:v1 gpus=1 failed-open=soon"),
+            Err(RecordError::Field(_))
         ));
     }
 

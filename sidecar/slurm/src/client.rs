@@ -378,6 +378,69 @@ impl Slurm {
             .map(|_| ())?)
     }
 
+    /// Gives a pending job back a GPU request (`Gres=...` or `TresPerJob=...`, as
+    /// `request` says; any other kind left from a placement is cleared first, and so is a
+    /// node list a placement set) and sets its admin comment, in one update: the fail-open
+    /// command's hand-over to Slurm, whose mark must never be on a job without its request.
+    pub fn restore_request(
+        &self,
+        id: u64,
+        request: &[String],
+        admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        if let Some(j) = self.job(id)? {
+            let per_node = request.iter().any(|f| f.starts_with("Gres="));
+            let mut clear = Vec::new();
+            if per_node && j.tres_per_job.is_some() {
+                clear.push("TresPerJob=".to_string());
+            }
+            if !per_node && j.tres_per_node.is_some() {
+                clear.push("Gres=".to_string());
+            }
+            if !j.req_nodes.is_empty() {
+                clear.push("ReqNodeList=".to_string());
+            }
+            if !clear.is_empty() {
+                let mut args = vec!["update".to_string(), format!("JobId={id}")];
+                args.extend(clear);
+                self.scontrol(&args)?;
+            }
+        }
+        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        args.extend(request.iter().cloned());
+        args.push(format!("AdminComment={admin_comment}"));
+        self.scontrol(&args).map(|_| ())
+    }
+
+    /// Sets a job's admin comment (root or a Slurm operator only; users cannot).
+    pub fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        self.scontrol(&[
+            "update".into(),
+            format!("JobId={id}"),
+            format!("AdminComment={text}"),
+        ])
+        .map(|_| ())
+    }
+
+    /// Removes a pending job's GPU request, per node and per job, as the plugin does at
+    /// submission (the daemon gives GPUs only with a placement).
+    pub fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        let Some(j) = self.job(id)? else {
+            return Ok(());
+        };
+        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        if j.tres_per_node.is_some() {
+            args.push("Gres=".into());
+        }
+        if j.tres_per_job.is_some() {
+            args.push("TresPerJob=".into());
+        }
+        if args.len() > 2 {
+            self.scontrol(&args)?;
+        }
+        Ok(())
+    }
+
     /// Requeues a running job and holds it.
     pub fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         self.scontrol(&["requeuehold".into(), id.to_string()])

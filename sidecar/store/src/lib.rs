@@ -19,8 +19,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, OuterStep, RoundState};
+pub use lease::{Lease, LeaseGrant};
 pub use prune::{Horizon, Pruned};
 pub use schema::SCHEMA_VERSION;
+
+pub mod lease;
 
 /// What went wrong with the state database.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,19 @@ pub enum StoreError {
         found: i64,
         /// The version this build uses.
         expected: i64,
+    },
+    /// This daemon no longer holds the leader's lease (another daemon took it, or it
+    /// expired while this one was paused): nothing may be done.
+    #[error(
+        "not the leader: the lease is held by {holder} until {expires_unix:.0} (this daemon is {me})"
+    )]
+    NotLeader {
+        /// This daemon.
+        me: String,
+        /// The lease's holder.
+        holder: String,
+        /// Its expiry, Unix seconds.
+        expires_unix: f64,
     },
     /// A stored JSON value could not be read back.
     #[error("state database {path}: corrupt {what} for job {job}: {reason}")]
@@ -224,6 +240,9 @@ pub struct Intent {
     pub done_s: Option<f64>,
     /// What happened (`ok` or the error).
     pub outcome: Option<String>,
+    /// The daemon that wrote it (`host:pid`), when it ran under a lease.
+    #[serde(default)]
+    pub holder: Option<String>,
 }
 
 /// One round's summary, for `hadar status`.
@@ -318,6 +337,49 @@ impl Decision {
 pub struct Store {
     conn: Connection,
     path: String,
+    /// When set, every intent is written only under this daemon's lease (see [`lease`]).
+    fence: Option<Fence>,
+}
+
+/// Who this daemon is and how long a renewal lasts, for the lease check of each intent.
+#[derive(Clone, Debug)]
+struct Fence {
+    holder: String,
+    ttl: f64,
+    /// The daemon's clock minus the system clock at the grant (0 in service; tests drive
+    /// the daemon with their own clock), so each intent's check reads the daemon's time.
+    offset: f64,
+}
+
+fn read_lease(conn: &Connection) -> rusqlite::Result<Option<Lease>> {
+    conn.query_row(
+        "SELECT holder, expires_unix, term FROM lease WHERE id = 1",
+        [],
+        |r| {
+            Ok(Lease {
+                holder: r.get(0)?,
+                expires_unix: r.get(1)?,
+                term: r.get::<_, i64>(2)? as u64,
+            })
+        },
+    )
+    .optional()
+}
+
+fn write_lease(conn: &Connection, l: &Lease) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO lease(id, holder, expires_unix, term) VALUES (1, ?1, ?2, ?3)
+         ON CONFLICT(id) DO UPDATE SET holder = excluded.holder, expires_unix = excluded.expires_unix, term = excluded.term",
+        params![l.holder, l.expires_unix, l.term as i64],
+    )
+    .map(|_| ())
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 impl Store {
@@ -340,7 +402,11 @@ impl Store {
                 path: shown.clone(),
                 source,
             })?;
-        let store = Store { conn, path: shown };
+        let store = Store {
+            conn,
+            path: shown,
+            fence: None,
+        };
         store.check_version()?;
         Ok(store)
     }
@@ -355,7 +421,11 @@ impl Store {
     }
 
     fn init(conn: Connection, path: String) -> Result<Store, StoreError> {
-        let mut store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            fence: None,
+        };
         let p = store.path.clone();
         let err = |source| StoreError::Sqlite {
             path: p.clone(),
@@ -438,6 +508,68 @@ impl Store {
         }
     }
 
+    /// Asks for the leader's lease as `me` at `now_unix` ([`lease::decide`], in one
+    /// immediate transaction, so two daemons never both win). While it leads, every intent
+    /// checks and extends the lease in its own transaction; on standby, intents are refused.
+    pub fn acquire_lease(
+        &mut self,
+        me: &str,
+        now_unix: f64,
+        ttl: f64,
+        skew: f64,
+    ) -> Result<LeaseGrant, StoreError> {
+        let grant = self.change_lease(|current| {
+            let grant = lease::decide(current, me, now_unix, ttl, skew);
+            let write = match &grant {
+                LeaseGrant::Leading(l) => Some(l.clone()),
+                LeaseGrant::Standby(_) => None,
+            };
+            (grant, write)
+        })?;
+        self.fence = Some(Fence {
+            holder: me.to_string(),
+            ttl,
+            offset: now_unix - unix_now(),
+        });
+        Ok(grant)
+    }
+
+    /// Ends `me`'s lease on a clean stop ([`lease::resign`]); whether it held it.
+    pub fn resign_lease(&mut self, me: &str) -> Result<bool, StoreError> {
+        self.change_lease(|current| {
+            let left = lease::resign(current, me);
+            (left.is_some(), left)
+        })
+    }
+
+    /// Reads the lease and writes what `change` makes of it (`None`: left as it is), in one
+    /// immediate transaction, so that two daemons never both change it from the same state.
+    fn change_lease<T>(
+        &mut self,
+        change: impl FnOnce(Option<&Lease>) -> (T, Option<Lease>),
+    ) -> Result<T, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let (out, write) = change(read_lease(&tx).map_err(err)?.as_ref());
+        if let Some(l) = &write {
+            write_lease(&tx, l).map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(out)
+    }
+
+    /// The lease as stored (for `hadar status`).
+    pub fn lease(&self) -> Result<Option<Lease>, StoreError> {
+        read_lease(&self.conn).map_err(self.err())
+    }
+
     /// A value from the `meta` table.
     pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.conn
@@ -471,9 +603,15 @@ impl Store {
         f: impl FnOnce(&mut Writer<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let path = self.path.clone();
+        // Immediate when fenced: the lease read by an intent must not change before commit.
+        let behavior = if self.fence.is_some() {
+            rusqlite::TransactionBehavior::Immediate
+        } else {
+            rusqlite::TransactionBehavior::Deferred
+        };
         let tx = self
             .conn
-            .transaction()
+            .transaction_with_behavior(behavior)
             .map_err(|source| StoreError::Sqlite {
                 path: path.clone(),
                 source,
@@ -481,6 +619,7 @@ impl Store {
         let mut w = Writer {
             tx,
             path: path.clone(),
+            fence: self.fence.clone(),
         };
         let out = f(&mut w)?;
         w.tx.commit()
@@ -569,7 +708,7 @@ impl Store {
 
     fn intents_where(&self, cond: &str) -> Result<Vec<Intent>, StoreError> {
         let sql = format!(
-            "SELECT id, round, job, action, placement, created_s, done_s, outcome FROM intents WHERE {cond} ORDER BY id"
+            "SELECT id, round, job, action, placement, created_s, done_s, outcome, holder FROM intents WHERE {cond} ORDER BY id"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(self.err())?;
         let rows = stmt
@@ -584,6 +723,7 @@ impl Store {
                     created_s: r.get(5)?,
                     done_s: r.get(6)?,
                     outcome: r.get(7)?,
+                    holder: r.get(8)?,
                 })
             })
             .map_err(self.err())?;
@@ -667,6 +807,7 @@ impl Store {
 pub struct Writer<'a> {
     tx: Transaction<'a>,
     path: String,
+    fence: Option<Fence>,
 }
 
 impl Writer<'_> {
@@ -738,10 +879,36 @@ impl Writer<'_> {
         now_s: f64,
     ) -> Result<i64, StoreError> {
         let placement = placement.map(|p| serde_json::to_string(p).unwrap_or_default());
+        // Fenced: no action without the lease, and each intent extends it (a long round,
+        // such as a preemption's grace period, keeps its lease as long as it acts).
+        let holder = match &self.fence {
+            Some(f) => {
+                let now = unix_now() + f.offset;
+                let current = read_lease(&self.tx).map_err(self.err())?;
+                if !lease::may_act(current.as_ref(), &f.holder, now) {
+                    let l = current.unwrap_or(Lease {
+                        holder: "nobody".into(),
+                        expires_unix: 0.0,
+                        term: 0,
+                    });
+                    return Err(StoreError::NotLeader {
+                        me: f.holder.clone(),
+                        holder: l.holder,
+                        expires_unix: l.expires_unix,
+                    });
+                }
+                if let Some(mut l) = current {
+                    l.expires_unix = l.expires_unix.max(now + f.ttl);
+                    write_lease(&self.tx, &l).map_err(self.err())?;
+                }
+                Some(f.holder.clone())
+            }
+            None => None,
+        };
         self.tx
             .execute(
-                "INSERT INTO intents(round, job, action, placement, created_s) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![round as i64, job as i64, action, placement, now_s],
+                "INSERT INTO intents(round, job, action, placement, created_s, holder) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![round as i64, job as i64, action, placement, now_s, holder],
             )
             .map_err(self.err())?;
         Ok(self.tx.last_insert_rowid())

@@ -3,7 +3,7 @@
 //! transaction, when the daemon opens it; a newer one is refused rather than misread.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Creates every table of version 1 (run once, in the transaction that creates the
 /// database; the migrations then bring it to [`SCHEMA_VERSION`]).
@@ -23,15 +23,28 @@ CREATE TABLE decisions (job INTEGER PRIMARY KEY, data TEXT NOT NULL);
 ";
 
 /// `(from version, SQL that brings it to from + 1)`, in order.
-pub const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    // Version 2: the persisted Job Tracker of forked (HadarE) jobs: one row per logical job
-    // (its aggregated steps and latest consolidated checkpoint) and one per (job, round)
-    // (copies, nodes, types, steps, checkpoints, consolidation weights).
-    "
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        // Version 2: the persisted Job Tracker of forked (HadarE) jobs: one row per logical job
+        // (its aggregated steps and latest consolidated checkpoint) and one per (job, round)
+        // (copies, nodes, types, steps, checkpoints, consolidation weights).
+        "
 CREATE TABLE fork_jobs (job INTEGER PRIMARY KEY, state TEXT NOT NULL, data TEXT NOT NULL);
 CREATE TABLE fork_rounds (
     job INTEGER NOT NULL, round INTEGER NOT NULL, state TEXT NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (job, round));
 ",
-)];
+    ),
+    (
+        2,
+        // Version 3: the leader's lease (one row; daemons sharing the database take turns)
+        // and, on each intent, the daemon that wrote it, so the action log shows who acted.
+        "
+CREATE TABLE lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL,
+    expires_unix REAL NOT NULL, term INTEGER NOT NULL);
+ALTER TABLE intents ADD COLUMN holder TEXT;
+",
+    ),
+];

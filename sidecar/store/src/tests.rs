@@ -132,3 +132,43 @@ fn file_database_uses_wal_persists_and_checks_the_version() {
         Err(StoreError::Version { found: 99, .. })
     ));
 }
+
+#[test]
+fn intents_are_written_only_under_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut a = Store::open(&path).unwrap();
+    let mut b = Store::open(&path).unwrap();
+    assert!(matches!(
+        a.acquire_lease("a:1", now, 60.0, 1.0).unwrap(),
+        LeaseGrant::Leading(_)
+    ));
+    assert!(matches!(
+        b.acquire_lease("b:2", now, 60.0, 1.0).unwrap(),
+        LeaseGrant::Standby(_)
+    ));
+    a.write(|w| w.add_intent(1, 7, "start", None, 0.0)).unwrap();
+    let e = b
+        .write(|w| w.add_intent(1, 7, "start", None, 0.0))
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::NotLeader { holder, .. } if holder == "a:1"),
+        "{e}"
+    );
+    // b takes over once a's lease is long expired (b's clock far ahead); a is then refused.
+    assert!(matches!(
+        b.acquire_lease("b:2", now + 100.0, 60.0, 1.0).unwrap(),
+        LeaseGrant::Leading(_)
+    ));
+    let e = a
+        .write(|w| w.add_intent(2, 7, "hold", None, 0.0))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::NotLeader { .. }), "{e}");
+    let intents = a.all_intents().unwrap();
+    assert_eq!(intents.len(), 1);
+    assert_eq!(intents[0].holder.as_deref(), Some("a:1"));
+}
