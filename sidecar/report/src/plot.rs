@@ -83,14 +83,7 @@ pub fn jct_cdf(path: &Path, runs: &[Run]) -> Result<(), ReportError> {
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+    legend_and_present(&mut chart, &root, path)
 }
 
 /// GPUs busy per type over time: one panel per type, busy GPUs filled up to the type's
@@ -212,14 +205,29 @@ pub fn timeline(path: &Path, run: &Run) -> Result<(), ReportError> {
             .label(gpu_type.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
     }
+    legend_and_present(&mut chart, &root, path)
+}
+
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Draws the legend in the lower right corner and writes the file.
+fn legend_and_present<'a>(
+    chart: &mut Chart<'a, 'a>,
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    path: &Path,
+) -> Result<(), ReportError> {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))
+        .map_err(|e| ReportError::plot(path, e))?;
+    root.present().map_err(|e| ReportError::plot(path, e))
 }
 
 /// The run's GPU types: those of the cluster, and any a segment names.
