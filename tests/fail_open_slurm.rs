@@ -275,11 +275,14 @@ fn daemon_back_takes_back_waiting_jobs_and_adopts_running_ones(bed: &mut Testbed
     // Known to the daemon, waiting for GPUs, when it dies.
     let known = train(bed, "--gres=gpu:2", steps);
     // `hadar status --config` (not `Serve::hadar`, which fails the test while the daemon
-    // has not created its database yet).
+    // has not created its database yet), read as JSON: the table's layout is not an interface.
     wait_until("the daemon knows the job", 30, || {
-        hadar_config(bed, &serve.config, &["status"])
-            .1
-            .contains(&format!(" {known} "))
+        let (_, out, _) = hadar_config(bed, &serve.config, &["status", "--format", "json"]);
+        serde_json::from_str::<serde_json::Value>(&out).is_ok_and(|v| {
+            v["jobs"]
+                .as_array()
+                .is_some_and(|jobs| jobs.iter().any(|j| j["id"].as_u64() == Some(known.into())))
+        })
     });
     serve.kill();
     let died = Instant::now();
