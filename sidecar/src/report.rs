@@ -60,10 +60,15 @@ pub fn serve_run(store: &Store) -> Result<Run, StoreError> {
     let end_of_run = last
         .started_s
         .max(jobs.iter().filter_map(|j| j.finished_s).fold(0.0, f64::max));
+    // Each job's intents, in the store's order, gathered in one pass over all of them.
+    let mut by_job: BTreeMap<u64, Vec<&Intent>> = BTreeMap::new();
+    for i in &intents {
+        by_job.entry(i.job).or_default().push(i);
+    }
     let mut segments = Vec::new();
     for job in &jobs {
-        let own: Vec<&Intent> = intents.iter().filter(|i| i.job == job.id).collect();
-        segments.extend(job_segments(job, &own, &node_types, end_of_run));
+        let own = by_job.get(&job.id).map(Vec::as_slice).unwrap_or(&[]);
+        segments.extend(job_segments(job, own, &node_types, end_of_run));
     }
     Ok(Run {
         name: "serve".into(),

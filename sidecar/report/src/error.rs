@@ -9,14 +9,14 @@ pub enum ReportError {
     #[error("no run to report")]
     Empty,
     /// A file or folder could not be written.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// The CSV writer failed.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Csv {
         path: PathBuf,
         #[source]
