@@ -166,6 +166,9 @@ pub struct SidecarConfig {
     pub lease_seconds: f64,
     /// The largest difference allowed between the clocks of two daemons' hosts.
     pub max_clock_skew_seconds: f64,
+    /// Shadow mode: read the cluster and queue every round and record what hadar would do,
+    /// acting on nothing (see [`crate::shadow`]); `hadar serve --shadow` sets it too.
+    pub shadow: bool,
 }
 
 impl Default for SidecarConfig {
@@ -193,6 +196,7 @@ impl Default for SidecarConfig {
             heartbeat: None,
             lease_seconds: 90.0,
             max_clock_skew_seconds: 5.0,
+            shadow: false,
         }
     }
 }
