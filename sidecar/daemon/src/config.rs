@@ -467,6 +467,13 @@ mod tests {
     }
 
     #[test]
+    fn shadow_mode_is_off_unless_asked_for() {
+        assert!(!DaemonConfig::parse("h.toml", "").unwrap().sidecar.shadow);
+        let c = DaemonConfig::parse("h.toml", "[sidecar]\nshadow = true\n").unwrap();
+        assert!(c.sidecar.shadow);
+    }
+
+    #[test]
     fn the_documented_example_file_parses_and_states_the_defaults() {
         let c =
             DaemonConfig::parse("etc/hadar.toml", include_str!("../../../etc/hadar.toml")).unwrap();
