@@ -66,9 +66,12 @@ pub fn request_of(job: &SlurmJob) -> Option<(u32, String)> {
     if held > 0 {
         return Some((held, text));
     }
+    // Slurm writes a count after `:` (`gres/gpu:v100:2`) or, in some forms, after `=`.
+    let per_job = job.tres_per_job.as_deref().map(|t| t.replace('=', ":"));
+    let per_node = job.tres_per_node.as_deref().map(|t| t.replace('=', ":"));
     let fields = TresFields {
-        per_job: job.tres_per_job.as_deref(),
-        per_node: job.tres_per_node.as_deref(),
+        per_job: per_job.as_deref(),
+        per_node: per_node.as_deref(),
         ..TresFields::default()
     };
     let req = hadar_request::gpu::extract(&fields, u32::MAX).ok()?.request?;
@@ -582,6 +585,10 @@ mod tests {
         assert_eq!(
             request_of(&job(1, JobStatus::Pending, "gres/gpu:v100=2")).map(|r| r.0),
             Some(2)
+        );
+        assert_eq!(
+            request_of(&job(1, JobStatus::Pending, "gres:gpu:k80:3")).map(|r| r.0),
+            Some(3)
         );
         let mut two_nodes = job(2, JobStatus::Pending, "gres/gpu=3");
         two_nodes.req_nodes = vec!["n1".into(), "n2".into()];

@@ -146,3 +146,54 @@ pub fn write_shadow(path: &Path, c: &ShadowComparison) -> Result<(), ReportError
     }
     crate::jobs_csv::write_rows(path, &HEADER, rows.into_iter())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JobRecord;
+
+    fn run(name: &str, jobs: &[(u64, f64, Option<f64>)]) -> Run {
+        Run {
+            name: name.into(),
+            jobs: jobs
+                .iter()
+                .map(|(id, arrival, finish)| JobRecord {
+                    id: *id,
+                    kind: format!("job{id}"),
+                    gpus: 1,
+                    arrival_s: *arrival,
+                    first_start_s: Some(*arrival),
+                    finish_s: *finish,
+                    restarts: 0,
+                })
+                .collect(),
+            segments: Vec::new(),
+            capacity: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn jobs_slurm_ran_are_compared_with_the_prediction_and_written() {
+        let slurm = run("slurm", &[(1, 0.0, Some(10.0)), (2, 5.0, Some(30.0)), (3, 1.0, None)]);
+        let hadar = run("hadar", &[(1, 0.0, Some(8.0)), (2, 5.0, Some(20.0))]);
+        let ran_on = BTreeMap::from([(1, "v100".to_string()), (2, "k80".to_string())]);
+        let runtime = BTreeMap::from([(1, 10.0), (2, 25.0)]);
+        let c = ShadowComparison::new(&slurm, &hadar, &ran_on, &runtime);
+        assert_eq!(c.rows.len(), 2, "the unfinished job is left out");
+        assert_eq!(c.rows[1].slurm_jct_s, 25.0);
+        assert_eq!(c.rows[1].hadar_jct_s, Some(15.0));
+        assert_eq!(c.slurm_makespan_s, 30.0);
+        assert_eq!(c.hadar_makespan_s, Some(20.0));
+        assert_eq!(c.mean_jct_s(), (17.5, Some(11.5)));
+        let dir = std::env::temp_dir().join(format!("hadar-shadow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("shadow.csv");
+        write_shadow(&path, &c).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("job,name,gpus,slurm_gpu_type"), "{text}");
+        assert_eq!(lines[2], "2,job2,1,k80,25.000,25.000,15.000,0.600");
+        assert_eq!(lines[3], "makespan,,,,,30.000,20.000,0.667");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
