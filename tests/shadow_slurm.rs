@@ -149,7 +149,12 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
 
     // Slurm alone scheduled every job: as submitted, never held, updated or requeued.
     for ((id, info), (_, gres, _)) in ids.iter().zip(&infos).zip(&workload) {
-        assert_eq!(info.field("Restarts").as_deref(), Some("0"), "job {id}: {}", info.0);
+        assert_eq!(
+            info.field("Restarts").as_deref(),
+            Some("0"),
+            "job {id}: {}",
+            info.0
+        );
         assert!(
             info.field("AdminComment")
                 .is_none_or(|c| c.is_empty() || c == "(null)"),

@@ -74,7 +74,9 @@ pub fn request_of(job: &SlurmJob) -> Option<(u32, String)> {
         per_node: per_node.as_deref(),
         ..TresFields::default()
     };
-    let req = hadar_request::gpu::extract(&fields, u32::MAX).ok()?.request?;
+    let req = hadar_request::gpu::extract(&fields, u32::MAX)
+        .ok()?
+        .request?;
     let per = u32::try_from(req.total()).ok()?;
     let gpus = match req.scope {
         Scope::PerJob => per,
@@ -292,10 +294,7 @@ impl<S: SlurmApi> Shadow<S> {
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
         store.set_meta(MODE_KEY, SHADOW)?;
-        store.set_meta(
-            ROUND_SECONDS_KEY,
-            &config.sidecar.round_seconds.to_string(),
-        )?;
+        store.set_meta(ROUND_SECONDS_KEY, &config.sidecar.round_seconds.to_string())?;
         store.set_meta(
             RESTART_SECONDS_KEY,
             &config.sidecar.restart_seconds.to_string(),
@@ -401,10 +400,7 @@ impl<S: SlurmApi> Shadow<S> {
         })?;
         Ok(ShadowRound {
             round,
-            active: rows
-                .values()
-                .filter(|r| r.phase != Phase::Finished)
-                .count(),
+            active: rows.values().filter(|r| r.phase != Phase::Finished).count(),
             would,
             total_ms: started.elapsed().as_secs_f64() * 1000.0,
         })
@@ -483,8 +479,12 @@ impl<S: SlurmApi> Shadow<S> {
                 _ => "Slurm keeps it pending".to_string(),
             };
             d.text = match (w, plan) {
-                (Would::Start, Some(p)) => format!("(shadow) Hadar would start it on {}; {slurm}", words(p)),
-                (Would::Move, Some(p)) => format!("(shadow) Hadar would move it to {}; {slurm}", words(p)),
+                (Would::Start, Some(p)) => {
+                    format!("(shadow) Hadar would start it on {}; {slurm}", words(p))
+                }
+                (Would::Move, Some(p)) => {
+                    format!("(shadow) Hadar would move it to {}; {slurm}", words(p))
+                }
                 (Would::Keep, _) => format!("(shadow) Hadar would leave it where it runs; {slurm}"),
                 (Would::Preempt, _) => format!("(shadow) Hadar would preempt it; {slurm}"),
                 _ => format!("(shadow) Hadar would keep it waiting; {slurm}"),

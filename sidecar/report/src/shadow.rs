@@ -174,7 +174,10 @@ mod tests {
 
     #[test]
     fn jobs_slurm_ran_are_compared_with_the_prediction_and_written() {
-        let slurm = run("slurm", &[(1, 0.0, Some(10.0)), (2, 5.0, Some(30.0)), (3, 1.0, None)]);
+        let slurm = run(
+            "slurm",
+            &[(1, 0.0, Some(10.0)), (2, 5.0, Some(30.0)), (3, 1.0, None)],
+        );
         let hadar = run("hadar", &[(1, 0.0, Some(8.0)), (2, 5.0, Some(20.0))]);
         let ran_on = BTreeMap::from([(1, "v100".to_string()), (2, "k80".to_string())]);
         let runtime = BTreeMap::from([(1, 10.0), (2, 25.0)]);
@@ -191,7 +194,10 @@ mod tests {
         write_shadow(&path, &c).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].starts_with("job,name,gpus,slurm_gpu_type"), "{text}");
+        assert!(
+            lines[0].starts_with("job,name,gpus,slurm_gpu_type"),
+            "{text}"
+        );
         assert_eq!(lines[2], "2,job2,1,k80,25.000,25.000,15.000,0.600");
         assert_eq!(lines[3], "makespan,,,,,30.000,20.000,0.667");
         std::fs::remove_dir_all(&dir).unwrap();
