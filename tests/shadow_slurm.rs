@@ -213,6 +213,14 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
     );
     let status = hadar(&["status", "--state", state.to_str().unwrap()]);
     assert!(status.contains("mode: SHADOW"), "{status}");
+    // It beats as an acting daemon does: the fail-open check finds it alive.
+    let health = hadar(&[
+        "fail-open",
+        "--dry-run",
+        "--config",
+        bed.path("etc/serve-shadow.toml").to_str().unwrap(),
+    ]);
+    assert!(health.contains("the daemon is alive"), "{health}");
 
     // The report: every job, Slurm's JCT (as scontrol shows it) and a predicted one.
     let dir = bed.path("shadow-report");

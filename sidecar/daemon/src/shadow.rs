@@ -398,12 +398,28 @@ impl<S: SlurmApi> Shadow<S> {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &round.to_string())
         })?;
+        self.beat(round, now_unix);
         Ok(ShadowRound {
             round,
             active: rows.values().filter(|r| r.phase != Phase::Finished).count(),
             would,
             total_ms: started.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+
+    /// Writes the heartbeat, as an acting daemon does after each round, so that the
+    /// fail-open timer (which finds nothing to release in shadow mode) sees a live daemon and
+    /// `hadar status` reports no failed-open cluster.
+    fn beat(&self, round: u64, now_unix: f64) {
+        let hb = crate::failopen::Heartbeat {
+            round,
+            at_unix: now_unix,
+            holder: crate::failopen::holder(),
+        };
+        if let Err(e) = crate::failopen::write_heartbeat(&self.config.sidecar.heartbeat_path(), &hb)
+        {
+            tracing::warn!("could not write the heartbeat: {e}");
+        }
     }
 
     /// Hadar's plan for the active shadowed jobs on the managed partitions' usable GPUs (those
