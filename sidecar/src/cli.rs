@@ -143,6 +143,10 @@ pub struct ServeArgs {
     /// The configuration file (the same hadar.toml the plugin reads).
     #[arg(long, value_name = "FILE", default_value = "/etc/hadar/hadar.toml")]
     pub config: PathBuf,
+    /// Shadow mode: read the cluster and queue every round and record what hadar would do,
+    /// acting on nothing (Slurm schedules as usual); as `[sidecar] shadow = true`.
+    #[arg(long)]
+    pub shadow: bool,
 }
 
 /// `hadar check-config` arguments.

@@ -144,3 +144,161 @@ fn job_segments(
     }
     out
 }
+
+/// A shadow-mode serve run (see `hadar_daemon::shadow`) compared with Hadar's prediction:
+/// the run Slurm made (`slurm`), the same jobs played through the simulator under Hadar on
+/// the last round's cluster (`hadar-predicted`), and the per-job comparison.
+///
+/// Each job's amount of work is derived from what Slurm measured: its runtime on the GPU type
+/// it ran on times its rate there (steps/s), the rate coming from the throughput table for
+/// the job type its Slurm job name names (`resnet50`, `transformer-b128`, ...) and being the
+/// default rate, equal on every type, for any other job (whose predicted JCT then differs
+/// from Slurm's by queueing only). A gang over several types is taken to run at its slowest
+/// type's rate. The simulator then runs that work at the table's rates on every type.
+pub fn shadow_comparison(
+    store: &Store,
+) -> anyhow::Result<(Run, Run, hadar_report::ShadowComparison)> {
+    use anyhow::Context;
+    let table = hadar_formats::embedded::throughputs()?;
+    let last = store.last_round()?.unwrap_or_default();
+    let node_types = node_types(&last);
+    let cluster = last_cluster(&last).context("the last shadow round recorded no GPU node")?;
+    let types: Vec<String> = cluster
+        .types()
+        .map(|t| cluster.type_name(t).to_string())
+        .collect();
+    let priors = hadar_daemon::spec::Priors {
+        default_rate_per_gpu: 1.0,
+        throughput_scale: 1.0,
+    };
+    let rows: Vec<JobRow> = store
+        .jobs()?
+        .into_iter()
+        .filter(|j| j.finished_s.is_some() && j.first_start_s.is_some())
+        .collect();
+    let mut jobs = Vec::new();
+    let mut ran_on = BTreeMap::new();
+    let mut runtime = BTreeMap::new();
+    let mut segments = Vec::new();
+    for r in &rows {
+        let (Some(start), Some(end), Some(placement)) =
+            (r.first_start_s, r.finished_s, r.placement.as_ref())
+        else {
+            continue;
+        };
+        let spec = hadar_daemon::shadow::spec_of(r, &table);
+        let (throughput, origins) =
+            hadar_daemon::spec::profile(&spec, &types, &[], &table, &priors);
+        let mut ran: Vec<String> = Vec::new();
+        for (node, parts) in placement {
+            for (t, gpus) in parts {
+                let t = match (t.is_empty(), node_types.get(node)) {
+                    (true, Some(nt)) => nt.clone(),
+                    _ => t.clone(),
+                };
+                if !ran.contains(&t) {
+                    ran.push(t.clone());
+                }
+                segments.push(Segment {
+                    job: r.id,
+                    start_s: start,
+                    end_s: end,
+                    node: node.clone(),
+                    gpu_type: t,
+                    gpus: *gpus,
+                });
+            }
+        }
+        let rate = ran
+            .iter()
+            .filter_map(|t| {
+                origins
+                    .iter()
+                    .find(|(u, _, _)| u.eq_ignore_ascii_case(t))
+                    .and_then(|(_, r, _)| *r)
+            })
+            .reduce(f64::min)
+            .unwrap_or(priors.default_rate_per_gpu * r.workers as f64);
+        let seconds = (end - start).max(0.0);
+        jobs.push(hadar_core::Job {
+            id: hadar_core::JobId(r.id),
+            kind: r.name.clone(),
+            arrival_s: r.arrival_s,
+            workers: r.workers,
+            total_steps: (seconds * rate).max(1e-6),
+            weight: 1.0,
+            throughput,
+        });
+        ran_on.insert(r.id, ran.join("+"));
+        runtime.insert(r.id, seconds);
+    }
+    if jobs.is_empty() {
+        anyhow::bail!("no shadowed job has run to its end yet: nothing to compare");
+    }
+    let slurm = Run {
+        name: "slurm".into(),
+        jobs: rows
+            .iter()
+            .filter(|r| ran_on.contains_key(&r.id))
+            .map(job_record)
+            .collect(),
+        segments,
+        capacity: last.capacity.clone(),
+    };
+    let meta = |k: &str, d: f64| {
+        store
+            .meta(k)
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(d)
+    };
+    let round_s = meta(hadar_daemon::shadow::ROUND_SECONDS_KEY, 360.0);
+    let cfg = hadar_sim::SimConfig {
+        round_s,
+        restart_s: meta(hadar_daemon::shadow::RESTART_SECONDS_KEY, 0.0).min(round_s / 2.0),
+        ..Default::default()
+    };
+    let mut policy = hadar_core::policies::build(
+        hadar_core::policies::PolicyName::Hadar,
+        &hadar_core::policies::PolicyOptions::default(),
+    )
+    .context("the Hadar policy is not in this build")?;
+    let workload = hadar_sim::Workload {
+        cluster: cluster.clone(),
+        jobs,
+    };
+    let mut sim_segments = Vec::new();
+    let report = hadar_sim::simulate_observed(&workload, policy.as_mut(), &cfg, &mut |round| {
+        sim_segments.extend(segments_of(&cluster, round))
+    })
+    .context("simulating the shadowed jobs under Hadar")?;
+    let mut hadar = run_of(&cluster, &report, sim_segments);
+    hadar.name = "hadar-predicted".into();
+    let comparison = hadar_report::ShadowComparison::new(&slurm, &hadar, &ran_on, &runtime);
+    Ok((slurm, hadar, comparison))
+}
+
+/// The cluster of the last round's nodes (every node with GPUs, usable or not).
+fn last_cluster(round: &RoundRow) -> Option<Cluster> {
+    let mut types: Vec<String> = Vec::new();
+    for n in &round.nodes {
+        for t in n.gpus.keys() {
+            if !types.contains(t) {
+                types.push(t.clone());
+            }
+        }
+    }
+    let nodes = round
+        .nodes
+        .iter()
+        .map(|n| hadar_core::Node {
+            name: n.name.clone(),
+            gpus: types
+                .iter()
+                .map(|t| n.gpus.get(t).copied().unwrap_or(0))
+                .collect(),
+        })
+        .collect();
+    Cluster::new(types, nodes).ok()
+}

@@ -6,6 +6,7 @@ use anyhow::anyhow;
 use hadar_daemon::daemon::now_unix;
 use hadar_daemon::failopen;
 use hadar_daemon::metrics::Metrics;
+use hadar_daemon::shadow;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{Slurm, SlurmConfig};
 use hadar_store::{JobRow, Phase, Store};
@@ -26,7 +27,8 @@ fn load_config(path: &Path) -> Result<DaemonConfig, Failure> {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn serve(a: ServeArgs) -> Result<(), Failure> {
-    let config = load_config(&a.config)?;
+    let mut config = load_config(&a.config)?;
+    config.sidecar.shadow |= a.shadow;
     // Every estimate of this process (rounds, explain) rates the site's GPU type names alike.
     hadar_core::estimate::install_catalog(config.gpu_catalog());
     if let Some(point) = hadar_daemon::faults::arm_from_env().map_err(Failure::input)? {
@@ -52,7 +54,12 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
             config.sidecar.state.display()
         );
     }
-    let store = Store::open(&config.sidecar.state).map_err(Failure::runtime)?;
+    let mut store = Store::open(&config.sidecar.state).map_err(Failure::runtime)?;
+    if !config.sidecar.shadow {
+        store
+            .set_meta(shadow::MODE_KEY, shadow::ACTING)
+            .map_err(Failure::runtime)?;
+    }
     // SAFETY: handlers only store to an atomic.
     unsafe {
         libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
@@ -78,6 +85,9 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
             tracing::warn!("cannot tell the Slurm release yet ({e}); asking again each round")
         }
     }
+    if config.sidecar.shadow {
+        return serve_shadow(slurm, store, config, &wake_rx);
+    }
     let forker = (config.sidecar.policy == hadar_daemon::config::PolicyChoice::Hadare).then(|| {
         let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));
         hadar_daemon::fork::Forker::new(Box::new(slurm.clone()), &config, me)
@@ -99,6 +109,25 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     daemon = daemon.with_notifier(hadar_daemon::sd_notify::Notifier::from_env());
     tracing::info!("hadar serve: started");
     daemon.run(&STOP, &wake_rx, &now_unix);
+    tracing::info!("hadar serve: stopped");
+    Ok(())
+}
+
+/// Runs the daemon in shadow mode until SIGTERM or SIGINT: it records what it would do and
+/// acts on nothing.
+fn serve_shadow(
+    slurm: Slurm,
+    store: Store,
+    config: DaemonConfig,
+    wake: &std::sync::mpsc::Receiver<()>,
+) -> Result<(), Failure> {
+    let mut daemon = shadow::Shadow::new(slurm, store, config, now_unix())
+        .map_err(Failure::runtime)?
+        .with_notifier(hadar_daemon::sd_notify::Notifier::from_env());
+    tracing::info!(
+        "hadar serve: started in SHADOW mode: it records what it would do each round and acts on nothing (no release, hold, update, requeue or cancel)"
+    );
+    daemon.run(&STOP, wake, &now_unix);
     tracing::info!("hadar serve: stopped");
     Ok(())
 }
@@ -284,6 +313,9 @@ fn open_state(config: &Option<PathBuf>, state: &Option<PathBuf>) -> Result<Store
 /// Writes the report of a serve run (`hadar report`).
 pub fn report(a: crate::cli::ReportArgs) -> Result<(), Failure> {
     let store = open_state(&a.config, &a.state)?;
+    if shadow::is_shadow(&store) {
+        return shadow_report(&store, &a.out);
+    }
     let run = crate::report::serve_run(&store).map_err(Failure::runtime)?;
     let files = hadar_report::write_report(&a.out, &[run])
         .map_err(anyhow::Error::from)
@@ -292,6 +324,78 @@ pub fn report(a: crate::cli::ReportArgs) -> Result<(), Failure> {
         println!("{}", f.display());
     }
     Ok(())
+}
+
+/// The report of a shadow run: Slurm's run beside Hadar's predicted one (CSV, plots), the
+/// comparison in `shadow.csv`, and printed as a table.
+fn shadow_report(store: &Store, out: &Path) -> Result<(), Failure> {
+    let (slurm, hadar, c) = crate::report::shadow_comparison(store).map_err(Failure::runtime)?;
+    let mut files = hadar_report::write_report(out, &[slurm, hadar])
+        .map_err(anyhow::Error::from)
+        .map_err(Failure::runtime)?;
+    let csv = out.join("shadow.csv");
+    hadar_report::write_shadow(&csv, &c)
+        .map_err(anyhow::Error::from)
+        .map_err(Failure::runtime)?;
+    files.push(csv);
+    print!("{}", shadow_table(&c));
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+/// The comparison as a table for people: a row per job, then the makespans and mean JCTs.
+fn shadow_table(c: &hadar_report::ShadowComparison) -> String {
+    let mut t = crate::table::Table::new(&[
+        "JOB",
+        "NAME",
+        "GPUS",
+        "SLURM RAN ON",
+        "RUNTIME S",
+        "SLURM JCT S",
+        "HADAR JCT S",
+        "RATIO",
+    ]);
+    let num = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    let ratio = |h: Option<f64>, s: f64| {
+        h.filter(|_| s > 0.0)
+            .map(|h| format!("{:.2}", h / s))
+            .unwrap_or_else(|| "-".into())
+    };
+    for r in &c.rows {
+        t.row(vec![
+            r.job.to_string(),
+            hadar_request::excerpt_of(&r.name, 40),
+            r.gpus.to_string(),
+            r.slurm_gpu_type.clone(),
+            num(Some(r.runtime_s)),
+            num(Some(r.slurm_jct_s)),
+            num(r.hadar_jct_s),
+            ratio(r.hadar_jct_s, r.slurm_jct_s),
+        ]);
+    }
+    let (slurm_mean, hadar_mean) = c.mean_jct_s();
+    for (what, s, h) in [
+        ("makespan", c.slurm_makespan_s, c.hadar_makespan_s),
+        ("mean JCT", slurm_mean, hadar_mean),
+    ] {
+        t.row(vec![
+            what.into(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            num(Some(s)),
+            num(h),
+            ratio(h, s),
+        ]);
+    }
+    format!(
+        "shadow run: {} job(s) Slurm ran, beside Hadar's predicted JCT (simulated; work = runtime x table rate on the type it ran on)\n{}",
+        c.rows.len(),
+        t.render()
+    )
 }
 
 /// A forked job's tracker and rounds, for `status` and `explain`.
@@ -371,6 +475,7 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
             rows.push(v);
         }
         let v = serde_json::json!({
+            "mode": if shadow::is_shadow(&store) { shadow::SHADOW } else { shadow::ACTING },
             "round": round,
             "jobs": rows,
             "failed_open": failed_open.map(|(text, st)| serde_json::json!({ "text": text, "state": st })),
@@ -380,6 +485,11 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)?
         );
         return Ok(());
+    }
+    if shadow::is_shadow(&store) {
+        println!(
+            "mode: SHADOW: hadar records what it would do and acts on nothing; Slurm schedules every job (`hadar explain JOB` says what hadar would do, `hadar report --state DB` compares)"
+        );
     }
     if let Ok(Some(l)) = store.lease() {
         let left = l.expires_unix - now_unix();

@@ -166,6 +166,9 @@ pub struct SidecarConfig {
     pub lease_seconds: f64,
     /// The largest difference allowed between the clocks of two daemons' hosts.
     pub max_clock_skew_seconds: f64,
+    /// Shadow mode: read the cluster and queue every round and record what hadar would do,
+    /// acting on nothing (see [`crate::shadow`]); `hadar serve --shadow` sets it too.
+    pub shadow: bool,
 }
 
 impl Default for SidecarConfig {
@@ -193,6 +196,7 @@ impl Default for SidecarConfig {
             heartbeat: None,
             lease_seconds: 90.0,
             max_clock_skew_seconds: 5.0,
+            shadow: false,
         }
     }
 }
@@ -460,6 +464,13 @@ mod tests {
         let c =
             DaemonConfig::parse("h.toml", "[sidecar]\nearliest_finish_types = false\n").unwrap();
         assert!(!c.sidecar.earliest_finish_types);
+    }
+
+    #[test]
+    fn shadow_mode_is_off_unless_asked_for() {
+        assert!(!DaemonConfig::parse("h.toml", "").unwrap().sidecar.shadow);
+        let c = DaemonConfig::parse("h.toml", "[sidecar]\nshadow = true\n").unwrap();
+        assert!(c.sidecar.shadow);
     }
 
     #[test]

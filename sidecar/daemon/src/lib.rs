@@ -15,6 +15,7 @@
 //! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
 //! * [`metrics`]: Prometheus metrics over HTTP and as a node_exporter textfile.
+//! * [`shadow`]: shadow mode, recording what Hadar would do and acting on nothing.
 //! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
 
 pub mod actions;
@@ -31,6 +32,7 @@ pub mod notices;
 pub mod progress;
 pub mod reconcile;
 pub mod sd_notify;
+pub mod shadow;
 pub mod shared;
 pub mod spec;
 pub mod view;

@@ -65,7 +65,7 @@ pub fn write_segments(path: &Path, runs: &[Run]) -> Result<(), ReportError> {
 }
 
 /// Writes the rows to a temporary file beside `path`, then renames it into place.
-fn write_rows<const N: usize>(
+pub(crate) fn write_rows<const N: usize>(
     path: &Path,
     header: &[&str; N],
     rows: impl Iterator<Item = [String; N]>,

@@ -7,8 +7,10 @@ mod error;
 mod jobs_csv;
 mod plot;
 pub mod series;
+pub mod shadow;
 
 pub use error::ReportError;
+pub use shadow::{ShadowComparison, ShadowRow, write_shadow};
 
 use serde::Serialize;
 use std::collections::BTreeMap;

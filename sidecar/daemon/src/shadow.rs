@@ -1,0 +1,673 @@
+//! Shadow mode (`hadar serve --shadow`, `[sidecar] shadow = true`): the daemon reads the live
+//! cluster and queue every round and records what Hadar would do, and acts on nothing. Slurm
+//! schedules as usual: no job is released, held, updated, requeued, signalled or cancelled,
+//! no copy job is submitted, and no intent is written.
+//!
+//! The job_submit plugin is not enabled in shadow mode, so jobs carry no hadar record: every
+//! pending or running GPU job of the managed partitions is shadowed, with its request read
+//! from Slurm's own fields ([`request_of`]). Per round the store gets:
+//!
+//! * one [`JobRow`] per shadowed job with what Slurm did: submit, first start, end (its
+//!   `SubmitTime`, `StartTime`, `EndTime`), the GPUs it held by node and type, its final state;
+//! * a [`RoundRow`] (no actions) and one [`Decision`] per active job saying what Hadar would
+//!   have done with it this round (start it where, move it, preempt it, leave it waiting).
+//!
+//! `hadar status` says the daemon is in shadow mode (the store's `mode` meta value), and
+//! `hadar report --state DB` compares, for the jobs that ran, Slurm's measured JCTs with
+//! those Hadar predicts through the simulator.
+
+use crate::config::DaemonConfig;
+use crate::daemon::{DaemonError, SlurmApi};
+use crate::sd_notify::Notifier;
+use crate::spec::{self, JobSpec, Priors};
+use crate::{explain, view};
+use hadar_core::policies::hadar::plan_round;
+use hadar_core::{Cluster, Job, JobId, JobState, RoundInput};
+use hadar_formats::ThroughputTable;
+use hadar_request::gpu::{Scope, TresFields};
+use hadar_slurm::{JobStatus, NodeInfo, SlurmJob};
+use hadar_store::{Decision, Horizon, JobRow, NodeGpus, Phase, RoundRow, Store};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+/// The store's meta key naming the mode the daemon last ran in.
+pub const MODE_KEY: &str = "mode";
+/// Its value in shadow mode.
+pub const SHADOW: &str = "shadow";
+/// Its value when the daemon acts.
+pub const ACTING: &str = "acting";
+/// The meta key keeping the shadow daemon's round length (the report simulates with it).
+pub const ROUND_SECONDS_KEY: &str = "shadow_round_seconds";
+/// The meta key keeping the shadow daemon's restart cost.
+pub const RESTART_SECONDS_KEY: &str = "shadow_restart_seconds";
+/// The final state of a shadowed job that left Slurm's list before its end was seen.
+pub const GONE: &str = "GONE";
+
+/// Whether the store was last written by a daemon in shadow mode.
+pub fn is_shadow(store: &Store) -> bool {
+    store.meta(MODE_KEY).ok().flatten().as_deref() == Some(SHADOW)
+}
+
+/// A GPU job's request as Slurm holds it: `(GPUs in all, the request as text)`. A running
+/// job's GPUs are those it holds; a pending one's come from `TresPerJob`, or `TresPerNode`
+/// times its requested node list's length (at least one node; Slurm's node count of a
+/// pending job is not read). `None` for a job with no GPUs.
+pub fn request_of(job: &SlurmJob) -> Option<(u32, String)> {
+    let text = [&job.tres_per_job, &job.tres_per_node]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",");
+    let held: u32 = job.gpu_parts().iter().map(|(_, _, c)| c).sum();
+    if held > 0 {
+        return Some((held, text));
+    }
+    // Slurm writes a count after `:` (`gres/gpu:v100:2`) or, in some forms, after `=`.
+    let per_job = job.tres_per_job.as_deref().map(|t| t.replace('=', ":"));
+    let per_node = job.tres_per_node.as_deref().map(|t| t.replace('=', ":"));
+    let fields = TresFields {
+        per_job: per_job.as_deref(),
+        per_node: per_node.as_deref(),
+        ..TresFields::default()
+    };
+    let req = hadar_request::gpu::extract(&fields, u32::MAX)
+        .ok()?
+        .request?;
+    let per = u32::try_from(req.total()).ok()?;
+    let gpus = match req.scope {
+        Scope::PerJob => per,
+        Scope::PerNode => per * (job.req_nodes.len().max(1) as u32),
+    };
+    (gpus > 0).then_some((gpus, text))
+}
+
+/// Whether a job is in the managed partitions (`partitions` empty: all); a pending job may
+/// name several.
+fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
+    partitions.is_empty()
+        || job
+            .partition
+            .as_deref()
+            .is_some_and(|p| p.split(',').any(|p| partitions.iter().any(|q| q == p)))
+}
+
+/// Where a job ran: its GPUs by node and type, or, when Slurm no longer lists them (a job
+/// that ended between two rounds), its nodes with its GPUs spread evenly and the type left
+/// blank (the report takes it from the node).
+fn placement_of(job: &SlurmJob, gpus: u32) -> Option<NodeGpus> {
+    let held = crate::reconcile::allocation(job);
+    if !held.is_empty() {
+        return Some(held);
+    }
+    if job.nodes.is_empty() {
+        return None;
+    }
+    let each = (gpus / job.nodes.len() as u32).max(1);
+    Some(
+        job.nodes
+            .iter()
+            .map(|n| (n.clone(), vec![(String::new(), each)]))
+            .collect(),
+    )
+}
+
+/// Brings the shadowed jobs' rows in line with Slurm at `now_s` (seconds since `epoch`):
+/// new GPU jobs of the managed partitions are added, and each row follows what Slurm did
+/// (started, requeued, ended, or left the list). Pure.
+pub fn observe(
+    rows: &mut BTreeMap<u64, JobRow>,
+    jobs: &[SlurmJob],
+    partitions: &[String],
+    now_s: f64,
+    epoch: f64,
+) {
+    let at = |t: Option<i64>| t.map(|t| t as f64 - epoch);
+    for j in jobs {
+        if j.het_job_id.is_some() || !in_scope(j, partitions) {
+            continue;
+        }
+        let Some((gpus, request)) = request_of(j) else {
+            continue;
+        };
+        let row = rows.entry(j.id).or_insert_with(|| {
+            let mut r = JobRow::new(
+                j.id,
+                j.name.clone(),
+                format!("slurm request: {request}"),
+                gpus,
+                0.0,
+                at(j.submit_time).unwrap_or(now_s),
+            );
+            r.user_id = j.user_id;
+            r.group_id = j.group_id;
+            r
+        });
+        if row.phase == Phase::Finished {
+            continue;
+        }
+        match &j.status {
+            JobStatus::Pending | JobStatus::Requeued => {
+                if row.phase == Phase::Running {
+                    row.preemptions += 1;
+                }
+                row.phase = Phase::Waiting;
+            }
+            JobStatus::Running | JobStatus::Suspended => {
+                if row.phase != Phase::Running {
+                    row.starts += 1;
+                }
+                row.phase = Phase::Running;
+                row.workers = gpus;
+                row.placement = placement_of(j, gpus).or(row.placement.take());
+                let start = at(j.start_time).unwrap_or(now_s);
+                row.first_start_s.get_or_insert(start);
+                row.run_s = (now_s - start).max(0.0);
+            }
+            s => {
+                let end = at(j.end_time).unwrap_or(now_s);
+                if let Some(start) = at(j.start_time).filter(|s| *s < end) {
+                    row.first_start_s.get_or_insert(start);
+                    row.run_s = end - start;
+                    if row.placement.is_none() {
+                        row.placement = placement_of(j, gpus);
+                    }
+                }
+                row.phase = Phase::Finished;
+                row.finished_s = Some(end);
+                row.final_state = Some(s.as_str().to_uppercase());
+            }
+        }
+    }
+    for r in rows.values_mut() {
+        if r.phase != Phase::Finished && !jobs.iter().any(|j| j.id == r.id) {
+            r.phase = Phase::Finished;
+            r.finished_s = Some(now_s);
+            r.final_state = Some(GONE.into());
+        }
+    }
+}
+
+/// The spec a shadowed job is planned with: its GPUs, and its job type when its Slurm job
+/// name names one of the throughput table's (`resnet50-b64`, `transformer`, ...); any other
+/// job runs at the default rate on every type. The GPU types its request names do not bind
+/// Hadar (as for managed jobs without `gpu-types=`).
+pub fn spec_of(row: &JobRow, table: &ThroughputTable) -> JobSpec {
+    JobSpec {
+        workers: row.workers,
+        steps: None,
+        job_type: spec::resolve_job_type(table, &row.name),
+        hints: Vec::new(),
+        gpu_types: None,
+        fork: false,
+        model: None,
+        outer: None,
+    }
+}
+
+/// What Hadar would do with one job this round, against what Slurm does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Would {
+    /// Start a waiting job.
+    Start,
+    /// Leave a running job where it runs.
+    Keep,
+    /// Move a running job elsewhere.
+    Move,
+    /// Preempt a running job.
+    Preempt,
+    /// Leave a waiting job waiting.
+    Wait,
+}
+
+impl Would {
+    /// The word for the report and the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Would::Start => "start",
+            Would::Keep => "keep",
+            Would::Move => "move",
+            Would::Preempt => "preempt",
+            Would::Wait => "wait",
+        }
+    }
+
+    /// Whether acting on it would have changed what Slurm does.
+    pub fn is_action(self) -> bool {
+        matches!(self, Would::Start | Would::Move | Would::Preempt)
+    }
+}
+
+/// What Hadar would do with a job now at `now` (its current placement) given `planned`.
+pub fn would(now: Option<&NodeGpus>, running: bool, planned: Option<&NodeGpus>) -> Would {
+    match (running, planned) {
+        (false, Some(_)) => Would::Start,
+        (false, None) => Would::Wait,
+        (true, None) => Would::Preempt,
+        (true, Some(p)) => match now {
+            Some(here) if view::same_counts(here, p) => Would::Keep,
+            _ => Would::Move,
+        },
+    }
+}
+
+/// One shadow round's outcome.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShadowRound {
+    /// The round number.
+    pub round: u64,
+    /// Shadowed jobs pending or running.
+    pub active: usize,
+    /// What Hadar would have done, per job.
+    pub would: Vec<(u64, Would)>,
+    /// Milliseconds the whole round took.
+    pub total_ms: f64,
+}
+
+/// The daemon in shadow mode.
+pub struct Shadow<S: SlurmApi> {
+    slurm: S,
+    store: Store,
+    config: DaemonConfig,
+    table: ThroughputTable,
+    epoch: f64,
+    round: u64,
+    notifier: Notifier,
+}
+
+impl<S: SlurmApi> Shadow<S> {
+    /// A shadow daemon over this Slurm and store; marks the store as written in shadow mode.
+    pub fn new(
+        slurm: S,
+        mut store: Store,
+        config: DaemonConfig,
+        now_unix: f64,
+    ) -> Result<Self, DaemonError> {
+        let table = hadar_formats::embedded::throughputs()
+            .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+        let epoch = store.epoch(now_unix)?;
+        let round = store
+            .meta("round")?
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        store.set_meta(MODE_KEY, SHADOW)?;
+        store.set_meta(ROUND_SECONDS_KEY, &config.sidecar.round_seconds.to_string())?;
+        store.set_meta(
+            RESTART_SECONDS_KEY,
+            &config.sidecar.restart_seconds.to_string(),
+        )?;
+        Ok(Shadow {
+            slurm,
+            store,
+            config,
+            table,
+            epoch,
+            round,
+            notifier: Notifier::new(None, None, None),
+        })
+    }
+
+    /// Tells systemd of readiness and the watchdog through `notifier`.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = notifier;
+        self
+    }
+
+    /// The state database.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Runs rounds every `round_seconds` until `stop` (a notice only shortens nothing: there
+    /// is no plugin to send one, but the channel is drained).
+    pub fn run(&mut self, stop: &AtomicBool, wake: &Receiver<()>, clock: &dyn Fn() -> f64) {
+        while !stop.load(Ordering::SeqCst) {
+            let started = Instant::now();
+            match self.round(clock()) {
+                Ok(r) => {
+                    self.notifier.ready();
+                    let count = |w: Would| r.would.iter().filter(|(_, x)| *x == w).count();
+                    tracing::info!(
+                        round = r.round,
+                        active = r.active,
+                        would_start = count(Would::Start),
+                        would_move = count(Would::Move),
+                        would_preempt = count(Would::Preempt),
+                        total_ms = r.total_ms,
+                        "shadow round done (nothing acted on)"
+                    );
+                    if let Err(e) = self.prune(clock()) {
+                        tracing::warn!("pruning old history: {e}");
+                    }
+                }
+                Err(e) => tracing::error!("shadow round failed: {e}"),
+            }
+            self.notifier.tick();
+            let period = self.config.sidecar.round();
+            while !stop.load(Ordering::SeqCst) {
+                self.notifier.tick();
+                let left = period.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                let _ = wake.recv_timeout(left.min(Duration::from_millis(200)));
+            }
+        }
+        self.notifier.stopping();
+    }
+
+    fn prune(&mut self, now_unix: f64) -> Result<(), DaemonError> {
+        let s = &self.config.sidecar;
+        let horizon = Horizon {
+            before_s: now_unix - self.epoch - s.keep_days * 86_400.0,
+            through_round: self.round.saturating_sub(s.keep_rounds),
+        };
+        self.store.prune(horizon)?;
+        Ok(())
+    }
+
+    /// One round: read Slurm, record what it did, plan as Hadar would, record that. Acts on
+    /// nothing.
+    pub fn round(&mut self, now_unix: f64) -> Result<ShadowRound, DaemonError> {
+        let started = Instant::now();
+        let now_s = now_unix - self.epoch;
+        let nodes = self.slurm.nodes()?;
+        let (slurm_jobs, _) = self.slurm.jobs()?;
+        self.round += 1;
+        let round = self.round;
+        let mut rows: BTreeMap<u64, JobRow> =
+            self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
+        let before = rows.clone();
+        observe(
+            &mut rows,
+            &slurm_jobs,
+            &self.config.partitions,
+            now_s,
+            self.epoch,
+        );
+        let (summary, decisions, would) = self.plan(round, now_s, &nodes, &slurm_jobs, &rows);
+        self.store.write(|w| {
+            for r in rows.values() {
+                if before.get(&r.id) != Some(r) {
+                    w.put_job(r)?;
+                }
+            }
+            w.put_round(&summary, &decisions)?;
+            w.set_meta("round", &round.to_string())
+        })?;
+        self.beat(round, now_unix);
+        Ok(ShadowRound {
+            round,
+            active: rows.values().filter(|r| r.phase != Phase::Finished).count(),
+            would,
+            total_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Writes the heartbeat, as an acting daemon does after each round, so that the
+    /// fail-open timer (which finds nothing to release in shadow mode) sees a live daemon and
+    /// `hadar status` reports no failed-open cluster.
+    fn beat(&self, round: u64, now_unix: f64) {
+        let hb = crate::failopen::Heartbeat {
+            round,
+            at_unix: now_unix,
+            holder: crate::failopen::holder(),
+        };
+        if let Err(e) = crate::failopen::write_heartbeat(&self.config.sidecar.heartbeat_path(), &hb)
+        {
+            tracing::warn!("could not write the heartbeat: {e}");
+        }
+    }
+
+    /// Hadar's plan for the active shadowed jobs on the managed partitions' usable GPUs (those
+    /// held by jobs outside the shadow taken out), as a round summary and decisions.
+    fn plan(
+        &self,
+        round: u64,
+        now_s: f64,
+        nodes: &[NodeInfo],
+        slurm_jobs: &[SlurmJob],
+        rows: &BTreeMap<u64, JobRow>,
+    ) -> (RoundRow, Vec<Decision>, Vec<(u64, Would)>) {
+        let running_now =
+            |j: &&SlurmJob| matches!(j.status, JobStatus::Running | JobStatus::Suspended);
+        let foreign: Vec<(String, String, u32)> = slurm_jobs
+            .iter()
+            .filter(running_now)
+            .filter(|j| rows.get(&j.id).is_none_or(|r| r.phase == Phase::Finished))
+            .flat_map(|j| j.gpu_parts())
+            .collect();
+        let held: Vec<(String, String, u32)> = slurm_jobs
+            .iter()
+            .filter(running_now)
+            .flat_map(|j| j.gpu_parts())
+            .collect();
+        let cv = view::build(nodes, &self.config.partitions, &foreign);
+        let active: Vec<&JobRow> = rows
+            .values()
+            .filter(|r| r.phase != Phase::Finished)
+            .collect();
+        let t0 = Instant::now();
+        let planned: BTreeMap<u64, NodeGpus> = match &cv.cluster {
+            Some(cluster) => self.planned(cluster, &cv.types, now_s, &active),
+            None => BTreeMap::new(),
+        };
+        let mut summary = RoundRow {
+            round,
+            started_s: now_s,
+            decision_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            policy: "hadar (shadow)".into(),
+            slurm_release: self.slurm.slurm_release(),
+            unusable_nodes: cv.unusable.clone(),
+            ..Default::default()
+        };
+        if let Some(cluster) = &cv.cluster {
+            for t in cluster.types() {
+                summary
+                    .capacity
+                    .insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
+            }
+        }
+        for p in planned.values() {
+            for (t, c) in view::per_type(p) {
+                *summary.planned_use.entry(t).or_default() += c;
+            }
+        }
+        for (_, t, c) in &held {
+            *summary.busy.entry(t.clone()).or_default() += c;
+        }
+        summary.nodes = view::node_rows(nodes, &self.config.partitions, planned.values(), &held);
+        let mut decisions = Vec::new();
+        let mut woulds = Vec::new();
+        for r in &active {
+            let running = r.phase == Phase::Running;
+            let plan = planned.get(&r.id);
+            let w = would(r.placement.as_ref(), running, plan);
+            let mut d = Decision::new(r.id, round);
+            d.runs = plan.is_some();
+            d.placement = plan.cloned();
+            let words = |p: &NodeGpus| explain::placement_words(p);
+            let slurm = match (running, &r.placement) {
+                (true, Some(p)) => format!("Slurm runs it on {}", words(p)),
+                _ => "Slurm keeps it pending".to_string(),
+            };
+            d.text = match (w, plan) {
+                (Would::Start, Some(p)) => {
+                    format!("(shadow) Hadar would start it on {}; {slurm}", words(p))
+                }
+                (Would::Move, Some(p)) => {
+                    format!("(shadow) Hadar would move it to {}; {slurm}", words(p))
+                }
+                (Would::Keep, _) => format!("(shadow) Hadar would leave it where it runs; {slurm}"),
+                (Would::Preempt, _) => format!("(shadow) Hadar would preempt it; {slurm}"),
+                _ => format!("(shadow) Hadar would keep it waiting; {slurm}"),
+            };
+            decisions.push(d);
+            woulds.push((r.id, w));
+        }
+        (summary, decisions, woulds)
+    }
+
+    /// The placements Hadar's round planner gives the active jobs.
+    fn planned(
+        &self,
+        cluster: &Cluster,
+        types: &[String],
+        now_s: f64,
+        active: &[&JobRow],
+    ) -> BTreeMap<u64, NodeGpus> {
+        let priors = Priors {
+            default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
+            throughput_scale: self.config.sidecar.throughput_scale,
+        };
+        let steps = self.config.sidecar.default_steps as f64;
+        let mut states: Vec<JobState> = active
+            .iter()
+            .map(|r| {
+                let spec = spec_of(r, &self.table);
+                let (throughput, _) = spec::profile(&spec, types, &[], &self.table, &priors);
+                let job = Arc::new(Job {
+                    id: JobId(r.id),
+                    kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
+                    arrival_s: r.arrival_s,
+                    workers: r.workers,
+                    total_steps: steps,
+                    weight: 1.0,
+                    throughput,
+                });
+                let mut js = JobState::arrived(job, types.len());
+                js.placement = r
+                    .placement
+                    .as_ref()
+                    .filter(|_| r.phase == Phase::Running)
+                    .and_then(|p| view::to_placement(cluster, p));
+                js.run_s = r.run_s;
+                js.first_start_s = r.first_start_s;
+                js
+            })
+            .collect();
+        states.sort_by(|a, b| a.job.arrival_order(&b.job));
+        let input = RoundInput {
+            now_s,
+            round_s: self.config.sidecar.round_seconds,
+            restart_s: self.config.sidecar.restart_seconds,
+            cluster,
+            jobs: &states,
+        };
+        let (plan, _) = plan_round(&self.config.hadar, &input);
+        plan.assignments
+            .iter()
+            .map(|a| (a.job.0, view::to_node_gpus(cluster, &a.placement)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hadar_slurm::NodeAlloc;
+
+    fn job(id: u64, status: JobStatus, gres: &str) -> SlurmJob {
+        SlurmJob {
+            id,
+            name: "resnet50".into(),
+            user_id: Some(1000),
+            group_id: Some(1000),
+            status,
+            reason: None,
+            priority: Some(1),
+            admin_comment: None,
+            comment: None,
+            partition: Some("gpu".into()),
+            nodes: vec![],
+            req_nodes: vec![],
+            tres_per_node: Some(gres.into()),
+            tres_per_job: None,
+            alloc: vec![],
+            restarts: 0,
+            het_job_id: None,
+            submit_time: Some(1_000),
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+        }
+    }
+
+    #[test]
+    fn a_gpu_jobs_request_comes_from_slurms_fields() {
+        assert_eq!(
+            request_of(&job(1, JobStatus::Pending, "gres/gpu:v100=2")).map(|r| r.0),
+            Some(2)
+        );
+        assert_eq!(
+            request_of(&job(1, JobStatus::Pending, "gres:gpu:k80:3")).map(|r| r.0),
+            Some(3)
+        );
+        let mut two_nodes = job(2, JobStatus::Pending, "gres/gpu=3");
+        two_nodes.req_nodes = vec!["n1".into(), "n2".into()];
+        assert_eq!(request_of(&two_nodes).map(|r| r.0), Some(6));
+        assert_eq!(request_of(&job(3, JobStatus::Pending, "cpu=4")), None);
+        let mut running = job(4, JobStatus::Running, "gres/gpu=1");
+        running.alloc = vec![NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![("v100".into(), 4)],
+        }];
+        assert_eq!(request_of(&running).map(|r| r.0), Some(4), "what it holds");
+    }
+
+    #[test]
+    fn rows_follow_what_slurm_did() {
+        let mut rows = BTreeMap::new();
+        let parts = vec!["gpu".to_string()];
+        let mut j = job(7, JobStatus::Pending, "gres/gpu:p100=1");
+        observe(&mut rows, &[j.clone()], &parts, 10.0, 0.0);
+        assert_eq!(rows[&7].phase, Phase::Waiting);
+        assert_eq!(rows[&7].arrival_s, 1_000.0);
+        j.status = JobStatus::Running;
+        j.start_time = Some(1_020);
+        j.nodes = vec!["n2".into()];
+        j.alloc = vec![NodeAlloc {
+            node: "n2".into(),
+            gpus: vec![("p100".into(), 1)],
+        }];
+        observe(&mut rows, &[j.clone()], &parts, 1_030.0, 0.0);
+        assert_eq!(rows[&7].phase, Phase::Running);
+        assert_eq!(rows[&7].first_start_s, Some(1_020.0));
+        j.status = JobStatus::Completed;
+        j.end_time = Some(1_100);
+        j.alloc.clear();
+        observe(&mut rows, &[j], &parts, 1_105.0, 0.0);
+        let r = &rows[&7];
+        assert_eq!(r.phase, Phase::Finished);
+        assert_eq!(r.finished_s, Some(1_100.0));
+        assert_eq!(r.final_state.as_deref(), Some("COMPLETED"));
+        assert_eq!(
+            r.placement,
+            Some(vec![("n2".into(), vec![("p100".into(), 1)])]),
+            "where it ran is kept"
+        );
+        // Another partition's job is not shadowed; a vanished one is gone.
+        let mut other = job(8, JobStatus::Pending, "gres/gpu=1");
+        other.partition = Some("cpu".into());
+        let waiting = job(9, JobStatus::Pending, "gres/gpu=1");
+        observe(&mut rows, &[other, waiting], &parts, 1_110.0, 0.0);
+        assert!(!rows.contains_key(&8));
+        observe(&mut rows, &[], &parts, 1_120.0, 0.0);
+        assert_eq!(rows[&9].final_state.as_deref(), Some(GONE));
+    }
+
+    #[test]
+    fn would_compares_the_plan_with_slurm() {
+        let here: NodeGpus = vec![("n1".into(), vec![("v100".into(), 1)])];
+        let there: NodeGpus = vec![("n2".into(), vec![("p100".into(), 1)])];
+        assert_eq!(would(None, false, Some(&here)), Would::Start);
+        assert_eq!(would(None, false, None), Would::Wait);
+        assert_eq!(would(Some(&here), true, Some(&here)), Would::Keep);
+        assert_eq!(would(Some(&here), true, Some(&there)), Would::Move);
+        assert_eq!(would(Some(&here), true, None), Would::Preempt);
+        assert!(!Would::Keep.is_action() && Would::Preempt.is_action());
+    }
+}
