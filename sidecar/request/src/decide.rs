@@ -32,6 +32,8 @@ pub struct Submission<'a> {
     pub num_tasks: Option<u32>,
     /// Whether this is a job array (`--array`).
     pub array: bool,
+    /// Whether the user submitted the job held (`--hold`: priority 0 before the plugin).
+    pub user_hold: bool,
 }
 
 /// What to do with a valid managed job.
@@ -193,6 +195,7 @@ pub fn decide(
     };
     directives.job.tasks = sub.num_tasks;
     directives.job.gpus_per_task = gpus_per_task;
+    directives.job.user_hold = sub.user_hold;
     let partitions = job_partitions(sub.partition, config);
     check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
     Ok(Decision::Managed(Box::new(Managed {

@@ -234,6 +234,9 @@ pub struct JobDirectives {
     /// GPUs per task (`--gpus-per-task`), given back to the job with its placement. Set by
     /// the plugin, never from a `#HADAR` line.
     pub gpus_per_task: Option<u32>,
+    /// The user submitted the job held (`sbatch --hold`): hadar leaves it alone until its
+    /// user releases it. Set by the plugin, never from a `#HADAR` line.
+    pub user_hold: bool,
 }
 
 /// Where a directive was written, for error messages.

@@ -94,6 +94,9 @@ impl Record {
         if let Some(g) = d.gpus_per_task {
             out.push_str(&format!(" gpus-per-task={g}"));
         }
+        if d.user_hold {
+            out.push_str(&format!(" {USER_HOLD}"));
+        }
         out
     }
 
@@ -110,7 +113,12 @@ impl Record {
         let mut tasks = None;
         let mut gpus_per_task = None;
         let mut directive_words = Vec::new();
+        let mut user_hold = false;
         for word in words {
+            if word == USER_HOLD {
+                user_hold = true;
+                continue;
+            }
             let (key, value) = word
                 .split_once('=')
                 .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
@@ -156,6 +164,7 @@ impl Record {
         directives.add_words(&directive_words.join(" "), Origin::Record)?;
         directives.job.tasks = tasks;
         directives.job.gpus_per_task = gpus_per_task;
+        directives.job.user_hold = user_hold;
         Ok(Record {
             gpus: gpus.ok_or(RecordError::NoGpus)?,
             nodes,
@@ -164,6 +173,9 @@ impl Record {
         })
     }
 }
+
+/// The record word of a job its user submitted held (`sbatch --hold`).
+pub const USER_HOLD: &str = "hold=user";
 
 /// The record word of a job the fail-open command is handing to Slurm: its GPU request is
 /// restored, its release not yet confirmed (`failing-open=UNIX_SECONDS`).
@@ -286,12 +298,13 @@ mod tests {
                 }),
                 tasks: Some(4),
                 gpus_per_task: Some(1),
+                user_hold: true,
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 hold=user"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -420,6 +433,7 @@ mod tests {
                     },
                     tasks: steps.map(|s| (s % 5) as u32 + 1),
                     gpus_per_task: None,
+                    user_hold: steps.is_some_and(|s| s % 2 == 0),
                 }
             });
         (
