@@ -35,8 +35,10 @@ pub fn blocked(job: &SlurmJob, now_unix: f64) -> Option<Blocked> {
     if let Some(d) = job.site.dependency.as_deref().filter(|d| !d.trim().is_empty()) {
         return Some(Blocked::Dependency(d.to_string()));
     }
+    // A requeued job's eligible time is Slurm's own delay after the requeue (the daemon
+    // starts it at once when it places it); only a never-run job's is its user's `--begin`.
     match job.site.eligible_time {
-        Some(t) if t as f64 > now_unix => Some(Blocked::Begin(t)),
+        Some(t) if job.restarts == 0 && t as f64 > now_unix => Some(Blocked::Begin(t)),
         _ => None,
     }
 }
@@ -113,6 +115,8 @@ mod tests {
         j.site.eligible_time = Some(1000);
         assert_eq!(blocked(&j, 999.0), Some(Blocked::Begin(1000)));
         assert_eq!(blocked(&j, 1000.0), None);
+        j.restarts = 1;
+        assert_eq!(blocked(&j, 999.0), None);
     }
 
     #[test]
