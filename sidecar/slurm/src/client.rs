@@ -581,6 +581,16 @@ mod tests {
     }
 
     #[test]
+    fn a_users_task_count_is_kept_and_raised_to_the_node_count_only() {
+        let one = spec(&[("n1", &[("v100", 2)])]);
+        assert_eq!(one.update_fields_keeping(Some(2))[2], "NumTasks=2");
+        let two = spec(&[("n1", &[("v100", 1)]), ("n2", &[("v100", 1)])]);
+        assert_eq!(two.update_fields_keeping(Some(1))[2], "NumTasks=2");
+        assert_eq!(two.update_fields_keeping(Some(4))[2], "NumTasks=4");
+        assert_eq!(two.update_fields_keeping(None)[2], "NumTasks=2");
+    }
+
+    #[test]
     fn typed_placements_name_their_types() {
         let mut s = spec(&[("n4", &[("v100", 1)]), ("n5", &[("v100", 1)])]);
         s.typed = true;

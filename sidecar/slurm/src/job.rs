@@ -428,6 +428,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn site_fields_durations_and_amounts_are_read() {
+        assert_eq!(parse_minutes("1-02:00:00"), Some(1560));
+        assert_eq!(parse_minutes("00:30:30"), Some(31));
+        assert_eq!(parse_minutes("45"), Some(45));
+        assert_eq!(parse_minutes("UNLIMITED"), None);
+        assert_eq!(parse_mb("4G"), Some(4096));
+        assert_eq!(parse_mb("1000M"), Some(1000));
+        assert_eq!(parse_mb("12X"), None);
+        let text = "JobId=9 JobName=a\n   Priority=0 Account=proj QOS=high JobState=PENDING Reason=JobHeldUser Dependency=afterok:8(unfulfilled)\n   TimeLimit=02:00:00\n   SubmitTime=2026-12-01T10:00:00 EligibleTime=2026-12-01T11:00:00\n   NumNodes=1 NumCPUs=4 NumTasks=2 CPUs/Task=1\n   MinCPUsNode=4 MinMemoryNode=0\n   AdminComment=hadar:v1 gpus=2 tasks=2 gpus-per-task=1\n";
+        let j = parse_jobs(text).0.remove(0);
+        assert_eq!(j.site.dependency.as_deref(), Some("afterok:8(unfulfilled)"));
+        assert_eq!(j.site.account.as_deref(), Some("proj"));
+        assert_eq!(j.site.qos.as_deref(), Some("high"));
+        assert_eq!(j.site.time_limit_min, Some(120));
+        assert_eq!(j.site.cpus, Some(4));
+        assert_eq!(j.site.mem_per_node_mb, None);
+        assert_eq!(j.site.tasks, Some(2));
+        assert_eq!(j.site.eligible_time, parse_time("2026-12-01T11:00:00"));
+        assert_eq!(j.recorded_tasks(), Some(2));
+    }
+
+    #[test]
     fn times_parse_as_utc_seconds() {
         assert_eq!(parse_time("1970-01-01T00:00:00"), Some(0));
         assert_eq!(parse_time("2000-03-01T00:00:01"), Some(951_868_801));
