@@ -162,6 +162,8 @@ fn a_job_array_is_refused_in_one_line_and_runs_unmanaged(bed: &mut Testbed) {
     let ours: Vec<&str> = message.lines().filter(|l| l.contains("hadar:")).collect();
     assert_eq!(ours.len(), 1, "{message}");
     assert!(ours[0].contains("job arrays are not supported"), "{message}");
+    let sub = bed.sbatch(&["-p", "gpu", "--gres=gpu:1", "--exclusive"], Some(&short_job("true")));
+    assert!(!sub.ok && sub.stderr.contains("hadar: --exclusive is not supported"), "{}", sub.stderr);
     // The same array opted out runs under Slurm alone, each element with its GPU.
     let out = output_args(bed);
     let id = submit(

@@ -178,6 +178,8 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         num_tasks: (desc.num_tasks != NO_VAL && desc.num_tasks != 0).then_some(desc.num_tasks),
         array: array.is_some_and(|a| !a.is_empty()),
         user_hold: desc.priority == 0,
+        // JOB_SHARED_NONE: `--exclusive` (whole nodes).
+        exclusive: desc.shared == 0,
     };
     match decide(&submission, &loaded.config, &loaded.inventory) {
         Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,

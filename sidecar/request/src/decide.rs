@@ -34,6 +34,8 @@ pub struct Submission<'a> {
     pub array: bool,
     /// Whether the user submitted the job held (`--hold`: priority 0 before the plugin).
     pub user_hold: bool,
+    /// Whether the job asks for whole nodes to itself (`--exclusive`).
+    pub exclusive: bool,
 }
 
 /// What to do with a valid managed job.
@@ -142,6 +144,11 @@ pub enum RequestError {
     /// `--gpus-per-task` without a task count.
     #[error("--gpus-per-task needs --ntasks (-n) for a Hadar-managed job; add --ntasks=N")]
     PerTaskWithoutTasks,
+    /// `--exclusive`: the job would hold GPUs hadar plans for other jobs.
+    #[error(
+        "--exclusive is not supported for Hadar-managed jobs yet; ask for all the GPUs of the nodes you need (--gres=gpu:N with -N), or add `#HADAR off`"
+    )]
+    Exclusive,
     /// A partition list mixing managed and unmanaged partitions.
     #[error(
         "partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`"
@@ -180,6 +187,9 @@ pub fn decide(
 
     if sub.array {
         return Err(RequestError::Array);
+    }
+    if sub.exclusive {
+        return Err(RequestError::Exclusive);
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
@@ -509,6 +519,9 @@ mod tests {
         sub.array = true;
         let e = refused(&sub);
         assert!(e.contains("job arrays are not supported") && !e.contains('\n'), "{e}");
+        sub.array = false;
+        sub.exclusive = true;
+        assert!(refused(&sub).contains("--exclusive is not supported"));
         sub.script = Some("#!/bin/sh\n#HADAR off\n");
         assert!(matches!(
             decide(&sub, &config(), &inventory()),
