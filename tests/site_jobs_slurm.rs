@@ -92,13 +92,20 @@ fn gpus_per_task_job_runs_one_srun_task_per_gpu(bed: &mut Testbed) {
     assert_eq!(tasks.len(), 2, "{text}");
     for t in &tasks {
         let gpus = t.rsplit(' ').next().unwrap_or("");
-        assert!(gpus != "none" && !gpus.contains(','), "one GPU per task: {text}");
+        assert!(
+            gpus != "none" && !gpus.contains(','),
+            "one GPU per task: {text}"
+        );
     }
 }
 
 fn a_job_its_user_held_is_left_alone_until_released(bed: &mut Testbed) {
     let _serve = Serve::start(bed, "user-hold");
-    let id = submit(bed, &["-p", "gpu", "--gpus=1", "--hold"], &short_job("true"));
+    let id = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "--hold"],
+        &short_job("true"),
+    );
     assert!(field(bed, id, "AdminComment").contains("hold=user"));
     // The daemon has seen it (it says why it waits) and has not placed it.
     wait_until("the daemon notes the user's hold", 60, || {
@@ -129,7 +136,10 @@ fn a_dependent_job_is_not_planned_before_its_dependency_completes(bed: &mut Test
     // It started after its dependency ended.
     let ended = field(bed, first, "EndTime");
     let started = info.field("StartTime").unwrap_or_default();
-    assert!(started >= ended, "started {started}, dependency ended {ended}");
+    assert!(
+        started >= ended,
+        "started {started}, dependency ended {ended}"
+    );
 }
 
 fn squeue_shows_why_a_managed_job_waits(bed: &mut Testbed) {
@@ -161,9 +171,19 @@ fn a_job_array_is_refused_in_one_line_and_runs_unmanaged(bed: &mut Testbed) {
     // One line of hadar's (sbatch adds its own "Batch job submission failed" line).
     let ours: Vec<&str> = message.lines().filter(|l| l.contains("hadar:")).collect();
     assert_eq!(ours.len(), 1, "{message}");
-    assert!(ours[0].contains("job arrays are not supported"), "{message}");
-    let sub = bed.sbatch(&["-p", "gpu", "--gres=gpu:1", "--exclusive"], Some(&short_job("true")));
-    assert!(!sub.ok && sub.stderr.contains("hadar: --exclusive is not supported"), "{}", sub.stderr);
+    assert!(
+        ours[0].contains("job arrays are not supported"),
+        "{message}"
+    );
+    let sub = bed.sbatch(
+        &["-p", "gpu", "--gres=gpu:1", "--exclusive"],
+        Some(&short_job("true")),
+    );
+    assert!(
+        !sub.ok && sub.stderr.contains("hadar: --exclusive is not supported"),
+        "{}",
+        sub.stderr
+    );
     // The same array opted out runs under Slurm alone, each element with its GPU.
     let out = output_args(bed);
     let id = submit(
@@ -173,7 +193,18 @@ fn a_job_array_is_refused_in_one_line_and_runs_unmanaged(bed: &mut Testbed) {
     );
     wait_until("the array's elements complete", 90, || {
         let text = bed
-            .client("sacct", &["-n", "-X", "-P", "-j", &id.to_string(), "-o", "State,AllocTRES"])
+            .client(
+                "sacct",
+                &[
+                    "-n",
+                    "-X",
+                    "-P",
+                    "-j",
+                    &id.to_string(),
+                    "-o",
+                    "State,AllocTRES",
+                ],
+            )
             .unwrap_or_default();
         text.lines().count() == 4
             && text
@@ -187,14 +218,29 @@ fn a_managed_job_is_billed_to_its_account_and_qos(bed: &mut Testbed) {
     for args in [
         vec!["add", "qos", "siteq"],
         vec!["add", "account", "siteacct"],
-        vec!["add", "user", "root", "account=siteacct", "qos=normal,siteq"],
+        vec![
+            "add",
+            "user",
+            "root",
+            "account=siteacct",
+            "qos=normal,siteq",
+        ],
     ] {
         bed.sacctmgr(&args)
             .unwrap_or_else(|e| panic!("sacctmgr {args:?}: {e}"));
     }
     wait_until("slurmctld knows root in siteacct", 30, || {
-        bed.sshare(&["-n", "-P", "-A", "siteacct", "-u", "root", "-o", "Account,User"])
-            .is_ok_and(|o| o.lines().any(|l| l.trim() == "siteacct|root"))
+        bed.sshare(&[
+            "-n",
+            "-P",
+            "-A",
+            "siteacct",
+            "-u",
+            "root",
+            "-o",
+            "Account,User",
+        ])
+        .is_ok_and(|o| o.lines().any(|l| l.trim() == "siteacct|root"))
     });
     let id = submit(
         bed,
@@ -205,7 +251,15 @@ fn a_managed_job_is_billed_to_its_account_and_qos(bed: &mut Testbed) {
     let mut record = String::new();
     wait_until("sacct has the job's record", 30, || {
         record = bed
-            .sacct(&["-n", "-X", "-P", "-j", &id.to_string(), "-o", "Account,QOS,State,AllocTRES"])
+            .sacct(&[
+                "-n",
+                "-X",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "Account,QOS,State,AllocTRES",
+            ])
             .unwrap_or_default();
         record.contains("COMPLETED")
     });

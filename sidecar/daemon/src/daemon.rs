@@ -649,9 +649,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows.values().filter(|r| {
-                r.phase != Phase::Finished
-                    && !owned.contains(&r.id)
-                    && !blocked.contains_key(&r.id)
+                r.phase != Phase::Finished && !owned.contains(&r.id) && !blocked.contains_key(&r.id)
             }) {
                 let Some(spec) = specs.get(&r.id) else {
                     continue;

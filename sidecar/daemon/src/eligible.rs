@@ -32,7 +32,12 @@ pub fn blocked(job: &SlurmJob, now_unix: f64) -> Option<Blocked> {
     if user_hold && job.restarts == 0 && job.reason.as_deref() == Some("JobHeldUser") {
         return Some(Blocked::UserHold);
     }
-    if let Some(d) = job.site.dependency.as_deref().filter(|d| !d.trim().is_empty()) {
+    if let Some(d) = job
+        .site
+        .dependency
+        .as_deref()
+        .filter(|d| !d.trim().is_empty())
+    {
         return Some(Blocked::Dependency(d.to_string()));
     }
     // A requeued job's eligible time is Slurm's own delay after the requeue (the daemon

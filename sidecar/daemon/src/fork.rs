@@ -1102,11 +1102,17 @@ fn copy_options(sj: Option<&SlurmJob>, workers: u32) -> String {
     }
     let w = u64::from(workers.max(1));
     if let Some(c) = j.site.cpus {
-        out.push_str(&format!(" --cpus-per-gpu={}", u64::from(c).div_ceil(w).max(1)));
+        out.push_str(&format!(
+            " --cpus-per-gpu={}",
+            u64::from(c).div_ceil(w).max(1)
+        ));
     }
     if let Some(m) = j.site.mem_per_node_mb {
         let nodes = j.nodes.len().max(1) as u64;
-        out.push_str(&format!(" --mem-per-gpu={}M", (m * nodes).div_ceil(w).max(1)));
+        out.push_str(&format!(
+            " --mem-per-gpu={}M",
+            (m * nodes).div_ceil(w).max(1)
+        ));
     }
     out
 }

@@ -518,7 +518,10 @@ mod tests {
         let mut sub = node_gres("gres:gpu:1");
         sub.array = true;
         let e = refused(&sub);
-        assert!(e.contains("job arrays are not supported") && !e.contains('\n'), "{e}");
+        assert!(
+            e.contains("job arrays are not supported") && !e.contains('\n'),
+            "{e}"
+        );
         sub.array = false;
         sub.exclusive = true;
         assert!(refused(&sub).contains("--exclusive is not supported"));

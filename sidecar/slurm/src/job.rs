@@ -196,7 +196,10 @@ pub fn parse_minutes(text: &str) -> Option<u64> {
 
 /// MiB of a Slurm memory amount (`1000M`, `2G`, `512`, `1T`).
 pub fn parse_mb(text: &str) -> Option<u64> {
-    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
     let n: u64 = digits.parse().ok()?;
     match unit {
         "" | "M" => Some(n),
@@ -385,7 +388,10 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
             qos: r.value("QOS").map(str::to_string),
             time_limit_min: r.value("TimeLimit").and_then(parse_minutes),
             cpus: r.value("NumCPUs").and_then(|v| v.parse().ok()),
-            mem_per_node_mb: r.value("MinMemoryNode").and_then(parse_mb).filter(|m| *m > 0),
+            mem_per_node_mb: r
+                .value("MinMemoryNode")
+                .and_then(parse_mb)
+                .filter(|m| *m > 0),
             tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
         },
     })
