@@ -122,11 +122,12 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
     };
     let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
     // SAFETY: the strings of a job description are NUL-terminated or NULL.
-    let (partition, comment, own_script) = unsafe {
+    let (partition, comment, own_script, array) = unsafe {
         (
             cstr::read(desc.partition),
             cstr::read(desc.comment),
             cstr::read(desc.script),
+            cstr::read(desc.array_inx),
         )
     };
     let leader_script: Option<String>;
@@ -174,6 +175,11 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         min_nodes: (desc.min_nodes != NO_VAL && desc.min_nodes != 0).then_some(desc.min_nodes),
         het_offset,
         interactive: script.is_none(),
+        num_tasks: (desc.num_tasks != NO_VAL && desc.num_tasks != 0).then_some(desc.num_tasks),
+        array: array.is_some_and(|a| !a.is_empty()),
+        user_hold: desc.priority == 0,
+        // JOB_SHARED_NONE: `--exclusive` (whole nodes).
+        exclusive: desc.shared == 0,
     };
     match decide(&submission, &loaded.config, &loaded.inventory) {
         Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,
@@ -194,6 +200,9 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
                 cstr::replace(&mut desc.admin_comment, &record);
                 cstr::replace_opt(&mut desc.tres_per_job, managed.tres_per_job.as_deref());
                 cstr::replace_opt(&mut desc.tres_per_node, managed.tres_per_node.as_deref());
+                if managed.record.directives.gpus_per_task.is_some() {
+                    cstr::replace_opt(&mut desc.tres_per_task, managed.tres_per_task.as_deref());
+                }
             }
             desc.priority = 0;
             let notice = Notice {

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
-use crate::{explain, failopen, faults, view};
+use crate::{eligible, explain, failopen, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
@@ -66,6 +66,10 @@ pub trait SlurmApi {
     fn slurm_release(&self) -> Option<String> {
         None
     }
+    /// Sets a waiting job's `Comment` (why it waits, for `squeue`); test doubles ignore it.
+    fn set_comment(&self, _id: u64, _text: &str) -> Result<(), SlurmError> {
+        Ok(())
+    }
     /// Whether updating a pending job's GPU types replaces them (24.11 and later) rather than
     /// adding to them for the job's life (22.05, and the default).
     fn retypes_pending_jobs(&self) -> bool {
@@ -76,6 +80,9 @@ pub trait SlurmApi {
 impl SlurmApi for Slurm {
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         Slurm::nodes(self)
+    }
+    fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        Slurm::set_comment(self, id, text)
     }
     fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
         Slurm::jobs(self)
@@ -629,15 +636,21 @@ impl<S: SlurmApi> Daemon<S> {
         })?;
         faults::reached("round-reconciled");
 
+        // Waiting jobs Slurm would not start yet (user hold, dependency, --begin).
+        let blocked: BTreeMap<u64, eligible::Blocked> = slurm_jobs
+            .iter()
+            .filter(|j| rows.get(&j.id).is_some_and(|r| r.phase == Phase::Waiting))
+            .filter_map(|j| Some((j.id, eligible::blocked(j, now_unix)?)))
+            .collect();
+
         // Plan.
         let mut origins_by_job: BTreeMap<u64, RateOrigins> = BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         if let Some(cluster) = &cv.cluster {
-            for r in rows
-                .values()
-                .filter(|r| r.phase != Phase::Finished && !owned.contains(&r.id))
-            {
+            for r in rows.values().filter(|r| {
+                r.phase != Phase::Finished && !owned.contains(&r.id) && !blocked.contains_key(&r.id)
+            }) {
                 let Some(spec) = specs.get(&r.id) else {
                     continue;
                 };
@@ -778,6 +791,7 @@ impl<S: SlurmApi> Daemon<S> {
                 .unwrap_or(usize::MAX)
         });
         faults::reached("round-planned");
+        self.say_why_jobs_wait(&slurm_jobs, &rows, &planned, &blocked, &specs, &owned);
         let enforce_started = Instant::now();
         let mut done = self.enforce(round, &todo, &mut rows, &typed)?;
         let enforce_ms = enforce_started.elapsed().as_secs_f64() * 1000.0;
@@ -1233,6 +1247,44 @@ impl<S: SlurmApi> Daemon<S> {
             js.placement = view::to_placement(cluster, &gpus);
         }
         Ok(commitments)
+    }
+
+    /// Writes in each waiting job's `Comment` why it waits (see [`eligible::reason_words`]);
+    /// best effort: a failed update is logged and retried next round.
+    fn say_why_jobs_wait(
+        &self,
+        slurm_jobs: &[SlurmJob],
+        rows: &BTreeMap<u64, JobRow>,
+        planned: &BTreeMap<u64, NodeGpus>,
+        blocked: &BTreeMap<u64, eligible::Blocked>,
+        specs: &BTreeMap<u64, JobSpec>,
+        owned: &BTreeSet<u64>,
+    ) {
+        let mut queue: Vec<&JobRow> = rows
+            .values()
+            .filter(|r| r.phase == Phase::Waiting && !owned.contains(&r.id))
+            .filter(|r| !planned.contains_key(&r.id) && !blocked.contains_key(&r.id))
+            .collect();
+        queue.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        for j in slurm_jobs {
+            let Some(r) = rows.get(&j.id).filter(|r| r.phase == Phase::Waiting) else {
+                continue;
+            };
+            if owned.contains(&r.id) {
+                continue;
+            }
+            let position = queue.iter().position(|q| q.id == r.id).map_or(0, |p| p + 1);
+            let types = specs.get(&r.id).and_then(|s| s.gpu_types.as_deref());
+            let words = match planned.get(&r.id) {
+                Some(gpus) => format!("hadar: starting on {}", explain::placement_words(gpus)),
+                None => eligible::reason_words(blocked.get(&r.id), r.workers, types, position),
+            };
+            if eligible::may_write(j.comment.as_deref(), &words)
+                && let Err(e) = self.slurm.set_comment(r.id, &words)
+            {
+                tracing::warn!(job = r.id, "could not write why the job waits: {e}");
+            }
+        }
     }
 
     fn log_events(&mut self, events: &[Event]) {

@@ -756,13 +756,12 @@ impl Forker {
             message: None,
             outer: outer_step(outer, fj, &job_dir, r),
         };
-        let partition = sj.and_then(|j| j.partition.clone());
         let text = copy_script(
             &round,
             &self.config.runner,
             &script,
             fj.steps_done as u64,
-            partition.as_deref(),
+            &copy_options(sj, row.workers),
             &round_dir,
         );
         let copy_script_path = round_dir.join("copies.sbatch");
@@ -1078,6 +1077,46 @@ fn describe(fj: &ForkJob, open: Option<&ForkRound>) -> ForkDecision {
     }
 }
 
+/// The `#SBATCH` options every copy job of a logical job carries from it, so that the site's
+/// accounting bills the copies as it would the job: its partition, account, QOS and time
+/// limit, and its CPUs and memory per GPU (the job's CPUs and memory over its `workers`
+/// GPUs, rounded up). Each option only when Slurm shows the job's value; values are Slurm's
+/// own names and numbers, which hold no spaces.
+fn copy_options(sj: Option<&SlurmJob>, workers: u32) -> String {
+    let Some(j) = sj else {
+        return String::new();
+    };
+    let safe = |v: &str| !v.is_empty() && !v.contains(char::is_whitespace);
+    let mut out = String::new();
+    for (key, value) in [
+        ("partition", j.partition.as_deref()),
+        ("account", j.site.account.as_deref()),
+        ("qos", j.site.qos.as_deref()),
+    ] {
+        if let Some(v) = value.filter(|v| safe(v)) {
+            out.push_str(&format!(" --{key}={v}"));
+        }
+    }
+    if let Some(t) = j.site.time_limit_min {
+        out.push_str(&format!(" --time={t}"));
+    }
+    let w = u64::from(workers.max(1));
+    if let Some(c) = j.site.cpus {
+        out.push_str(&format!(
+            " --cpus-per-gpu={}",
+            u64::from(c).div_ceil(w).max(1)
+        ));
+    }
+    if let Some(m) = j.site.mem_per_node_mb {
+        let nodes = j.nodes.len().max(1) as u64;
+        out.push_str(&format!(
+            " --mem-per-gpu={}M",
+            (m * nodes).div_ceil(w).max(1)
+        ));
+    }
+    out
+}
+
 /// The heterogeneous batch script that runs one round's copies: one component per copy
 /// (its node, its GPUs of one type), each running the fork runner with the user's script
 /// as the program. `#HADAR off` keeps the plugin from managing it.
@@ -1086,7 +1125,7 @@ fn copy_script(
     runner: &Path,
     user_script: &Path,
     steps_done: u64,
-    partition: Option<&str>,
+    options: &str,
     dir: &Path,
 ) -> String {
     let mut s = String::from("#!/bin/sh\n");
@@ -1095,11 +1134,8 @@ fn copy_script(
         if k > 0 {
             s.push_str("#SBATCH hetjob\n");
         }
-        let part = partition
-            .map(|p| format!(" --partition={p}"))
-            .unwrap_or_default();
         s.push_str(&format!(
-            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{part} --export=ALL --output={}\n",
+            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{options} --export=ALL --output={}\n",
             round.copy_job_name,
             c.node,
             c.gpu_type,
@@ -1262,7 +1298,7 @@ mod tests {
             Path::new("/r/hadar-fork-run"),
             Path::new("/sp/1/job.sh"),
             7,
-            Some("gpu"),
+            " --partition=gpu",
             Path::new("/sp/1/round-0"),
         );
         assert_eq!(s.matches("#SBATCH hetjob").count(), 1, "{s}");
@@ -1293,11 +1329,22 @@ mod tests {
             Path::new("/r/run"),
             Path::new("/sp/1/job.sh"),
             0,
-            None,
+            "",
             Path::new("/d"),
         );
         assert!(!s.contains("hetjob") && !s.contains("--het-group"), "{s}");
         assert!(s.contains("srun --ntasks=1 env HADAR_GPU_TYPE='v100' HADAR_GPUS=2 '/r/run' --index 0 --copies 1"), "{s}");
+    }
+
+    #[test]
+    fn copies_carry_the_jobs_partition_accounting_and_per_gpu_cpus_and_memory() {
+        let text = "JobId=5 JobName=a\n   Priority=0 Account=proj QOS=high JobState=PENDING Reason=JobHeldAdmin\n   TimeLimit=1-02:00:00 TimeMin=N/A\n   Partition=gpu\n   NumNodes=1 NumCPUs=8 NumTasks=1 CPUs/Task=1\n   MinCPUsNode=8 MinMemoryNode=4G MinTmpDiskNode=0\n";
+        let j = hadar_slurm::job::parse_jobs(text).0.remove(0);
+        assert_eq!(
+            copy_options(Some(&j), 2),
+            " --partition=gpu --account=proj --qos=high --time=1560 --cpus-per-gpu=4 --mem-per-gpu=2048M"
+        );
+        assert_eq!(copy_options(None, 2), "");
     }
 
     #[test]

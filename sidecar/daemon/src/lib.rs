@@ -23,6 +23,7 @@ pub mod check;
 pub mod commit;
 pub mod config;
 pub mod daemon;
+pub mod eligible;
 pub mod explain;
 pub mod failopen;
 pub mod faults;

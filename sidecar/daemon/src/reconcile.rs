@@ -278,6 +278,7 @@ pub(crate) mod tests {
             start_time: None,
             end_time: None,
             exit_code: None,
+            site: Default::default(),
         }
     }
 

@@ -74,6 +74,7 @@ impl FakeSlurm {
             start_time: None,
             end_time: None,
             exit_code: None,
+            site: Default::default(),
         };
         self.0.borrow_mut().jobs.insert(id, job);
     }

@@ -28,6 +28,14 @@ pub struct Submission<'a> {
     /// Whether this is an interactive allocation (`salloc`, `srun` without `sbatch`): it has
     /// no batch script (nor has its het leader).
     pub interactive: bool,
+    /// `--ntasks`, if given.
+    pub num_tasks: Option<u32>,
+    /// Whether this is a job array (`--array`).
+    pub array: bool,
+    /// Whether the user submitted the job held (`--hold`: priority 0 before the plugin).
+    pub user_hold: bool,
+    /// Whether the job asks for whole nodes to itself (`--exclusive`).
+    pub exclusive: bool,
 }
 
 /// What to do with a valid managed job.
@@ -39,6 +47,9 @@ pub struct Managed {
     pub tres_per_job: Option<String>,
     /// The new `tres_per_node` (GPU entries removed).
     pub tres_per_node: Option<String>,
+    /// The new `tres_per_task` (GPU entries removed; the daemon gives them back with the
+    /// placement).
+    pub tres_per_task: Option<String>,
 }
 
 /// Why a job is left alone.
@@ -124,6 +135,20 @@ pub enum RequestError {
         /// Nodes that qualify.
         have: usize,
     },
+    /// A job array: its elements share one job record until Slurm starts them, so hadar
+    /// cannot give each element its own GPUs.
+    #[error(
+        "job arrays are not supported for Hadar-managed jobs yet; submit the elements as separate jobs (a loop of sbatch), or add `#HADAR off`"
+    )]
+    Array,
+    /// `--gpus-per-task` without a task count.
+    #[error("--gpus-per-task needs --ntasks (-n) for a Hadar-managed job; add --ntasks=N")]
+    PerTaskWithoutTasks,
+    /// `--exclusive`: the job would hold GPUs hadar plans for other jobs.
+    #[error(
+        "--exclusive is not supported for Hadar-managed jobs yet; ask for all the GPUs of the nodes you need (--gres=gpu:N with -N), or add `#HADAR off`"
+    )]
+    Exclusive,
     /// A partition list mixing managed and unmanaged partitions.
     #[error(
         "partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`"
@@ -160,8 +185,27 @@ pub fn decide(
         }
     }
 
-    let extracted = gpu::extract(&sub.tres, config.plugin.max_gpus_per_job)?;
-    let request = extracted.request.ok_or(RequestError::NoGpus)?;
+    if sub.array {
+        return Err(RequestError::Array);
+    }
+    if sub.exclusive {
+        return Err(RequestError::Exclusive);
+    }
+    let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
+    let mut tres = sub.tres;
+    if per_task.is_some() {
+        tres.per_task = None;
+    }
+    let extracted = gpu::extract(&tres, config.plugin.max_gpus_per_job)?;
+    let (request, gpus_per_task, tres_per_task) = match (extracted.request, per_task) {
+        (Some(_), Some(_)) => return Err(gpu::GpuRequestError::BothScopes.into()),
+        (Some(r), None) => (r, None, None),
+        (None, Some(p)) => (p.request, Some(p.per_task), p.rest),
+        (None, None) => return Err(RequestError::NoGpus),
+    };
+    directives.job.tasks = sub.num_tasks;
+    directives.job.gpus_per_task = gpus_per_task;
+    directives.job.user_hold = sub.user_hold;
     let partitions = job_partitions(sub.partition, config);
     check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
     Ok(Decision::Managed(Box::new(Managed {
@@ -173,7 +217,66 @@ pub fn decide(
         },
         tres_per_job: extracted.per_job_rest,
         tres_per_node: extracted.per_node_rest,
+        tres_per_task,
     })))
+}
+
+/// A `--gpus-per-task` request read as the job's whole request.
+struct PerTask {
+    /// GPUs per task times the task count, per job.
+    request: GpuRequest,
+    /// GPUs per task.
+    per_task: u32,
+    /// `tres_per_task` without its GPU entry.
+    rest: Option<String>,
+}
+
+/// Reads `--gpus-per-task=N` (with `--ntasks=T`) as a per-job request of N x T GPUs; `None`
+/// when the job gives no GPUs per task. One untyped or typed count only.
+fn per_task_request(sub: &Submission<'_>, max_gpus: u32) -> Result<Option<PerTask>, RequestError> {
+    let field = sub.tres.per_task;
+    if !field.is_some_and(gpu::mentions_gpu) {
+        return Ok(None);
+    }
+    // Newer releases write `gres/gpu=N` (and `cpu=N` beside it) where older ones write
+    // `gres:gpu:N`; both read as the same count.
+    let normal: Option<String> = field.map(|f| {
+        f.split(',')
+            .map(|e| match e.trim().strip_prefix("gres/gpu=") {
+                Some(n) => format!("gres/gpu:{n}"),
+                None => e.trim().to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    let (counts, rest) = gpu::split_field(normal.as_deref(), gpu::PER_TASK_OPTION, max_gpus)?;
+    let tasks = sub.num_tasks.ok_or(RequestError::PerTaskWithoutTasks)?;
+    let [count] = counts.as_slice() else {
+        return Err(gpu::GpuRequestError::Unsupported {
+            option: gpu::PER_TASK_OPTION,
+        }
+        .into());
+    };
+    let total = u64::from(count.count) * u64::from(tasks);
+    if total > u64::from(max_gpus) {
+        return Err(gpu::GpuRequestError::Absurd {
+            option: gpu::PER_TASK_OPTION,
+            count: total,
+            limit: max_gpus,
+        }
+        .into());
+    }
+    Ok(Some(PerTask {
+        request: GpuRequest {
+            scope: Scope::PerJob,
+            counts: vec![gpu::GpuCount {
+                gpu_type: count.gpu_type.clone(),
+                count: total as u32,
+            }],
+        },
+        per_task: count.count,
+        rest,
+    }))
 }
 
 /// Whether the job's partitions are all managed (an error if only some are).
@@ -385,6 +488,51 @@ mod tests {
     }
 
     #[test]
+    fn gpus_per_task_is_the_tasks_times_the_gpus_and_keeps_the_tasks() {
+        let mut sub = Submission {
+            tres: TresFields {
+                per_task: Some("cpu=2,gres/gpu=1"),
+                ..Default::default()
+            },
+            num_tasks: Some(2),
+            ..Default::default()
+        };
+        let m = managed(&sub);
+        assert_eq!(m.record.gpus.to_string(), "2");
+        assert_eq!(m.record.gpus.scope, Scope::PerJob);
+        assert_eq!(m.record.directives.tasks, Some(2));
+        assert_eq!(m.record.directives.gpus_per_task, Some(1));
+        assert_eq!(m.tres_per_task.as_deref(), Some("cpu=2"));
+        assert!(m.record.encode().ends_with(" tasks=2 gpus-per-task=1"));
+        sub.tres.per_task = Some("gres:gpu:v100:2");
+        assert_eq!(managed(&sub).record.gpus.to_string(), "v100:4");
+        sub.num_tasks = None;
+        assert!(refused(&sub).contains("--gpus-per-task needs --ntasks"));
+        sub.num_tasks = Some(2);
+        sub.tres.per_node = Some("gres:gpu:1");
+        assert!(refused(&sub).contains("use only one of them"));
+    }
+
+    #[test]
+    fn job_arrays_are_refused_with_what_to_do() {
+        let mut sub = node_gres("gres:gpu:1");
+        sub.array = true;
+        let e = refused(&sub);
+        assert!(
+            e.contains("job arrays are not supported") && !e.contains('\n'),
+            "{e}"
+        );
+        sub.array = false;
+        sub.exclusive = true;
+        assert!(refused(&sub).contains("--exclusive is not supported"));
+        sub.script = Some("#!/bin/sh\n#HADAR off\n");
+        assert!(matches!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
+        ));
+    }
+
+    #[test]
     fn interactive_allocations_are_left_to_slurm() {
         let mut sub = node_gres("gres:gpu:a100:99");
         sub.interactive = true;
@@ -536,6 +684,7 @@ mod tests {
                 min_nodes,
                 het_offset: None,
                 interactive: false,
+                ..Default::default()
             };
             if let Ok(Decision::Managed(m)) = decide(&sub, &config(), &inventory()) {
                 // Whatever is accepted must be recorded faithfully and stripped of GPUs.

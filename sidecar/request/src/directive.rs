@@ -227,6 +227,16 @@ pub struct JobDirectives {
     /// How its copies are consolidated when it runs forked (`outer=`); `None`: the
     /// daemon's `[fork] outer`.
     pub outer: Option<Outer>,
+    /// The task count the user gave (`--ntasks`), kept in the job when hadar places it (an
+    /// `srun` per task, per GPU, needs it). Set by the plugin from the job description, never
+    /// from a `#HADAR` line.
+    pub tasks: Option<u32>,
+    /// GPUs per task (`--gpus-per-task`), given back to the job with its placement. Set by
+    /// the plugin, never from a `#HADAR` line.
+    pub gpus_per_task: Option<u32>,
+    /// The user submitted the job held (`sbatch --hold`): hadar leaves it alone until its
+    /// user releases it. Set by the plugin, never from a `#HADAR` line.
+    pub user_hold: bool,
 }
 
 /// Where a directive was written, for error messages.

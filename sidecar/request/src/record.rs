@@ -88,6 +88,15 @@ impl Record {
         if let Some(o) = &d.outer {
             out.push_str(&format!(" outer={o}"));
         }
+        if let Some(t) = d.tasks {
+            out.push_str(&format!(" tasks={t}"));
+        }
+        if let Some(g) = d.gpus_per_task {
+            out.push_str(&format!(" gpus-per-task={g}"));
+        }
+        if d.user_hold {
+            out.push_str(&format!(" {USER_HOLD}"));
+        }
         out
     }
 
@@ -101,8 +110,15 @@ impl Record {
         let mut gpus = None;
         let mut nodes = None;
         let mut het_offset = None;
+        let mut tasks = None;
+        let mut gpus_per_task = None;
         let mut directive_words = Vec::new();
+        let mut user_hold = false;
         for word in words {
+            if word == USER_HOLD {
+                user_hold = true;
+                continue;
+            }
             let (key, value) = word
                 .split_once('=')
                 .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
@@ -121,14 +137,15 @@ impl Record {
                             .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?,
                     );
                 }
-                "nodes" | "het" => {
+                "nodes" | "het" | "tasks" | "gpus-per-task" => {
                     let n: u32 = value
                         .parse()
                         .map_err(|_| RecordError::Field(crate::excerpt(word)))?;
-                    let slot = if key == "nodes" {
-                        &mut nodes
-                    } else {
-                        &mut het_offset
+                    let slot = match key {
+                        "nodes" => &mut nodes,
+                        "het" => &mut het_offset,
+                        "tasks" => &mut tasks,
+                        _ => &mut gpus_per_task,
                     };
                     if slot.replace(n).is_some() {
                         return Err(RecordError::Field(crate::excerpt(word)));
@@ -145,6 +162,9 @@ impl Record {
         }
         let mut directives = Directives::default();
         directives.add_words(&directive_words.join(" "), Origin::Record)?;
+        directives.job.tasks = tasks;
+        directives.job.gpus_per_task = gpus_per_task;
+        directives.job.user_hold = user_hold;
         Ok(Record {
             gpus: gpus.ok_or(RecordError::NoGpus)?,
             nodes,
@@ -153,6 +173,9 @@ impl Record {
         })
     }
 }
+
+/// The record word of a job its user submitted held (`sbatch --hold`).
+pub const USER_HOLD: &str = "hold=user";
 
 /// The record word of a job the fail-open command is handing to Slurm: its GPU request is
 /// restored, its release not yet confirmed (`failing-open=UNIX_SECONDS`).
@@ -273,12 +296,15 @@ mod tests {
                     lr: 0.7,
                     momentum: 0.9,
                 }),
+                tasks: Some(4),
+                gpus_per_task: Some(1),
+                user_hold: true,
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 hold=user"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -405,6 +431,9 @@ mod tests {
                         }),
                         _ => None,
                     },
+                    tasks: steps.map(|s| (s % 5) as u32 + 1),
+                    gpus_per_task: None,
+                    user_hold: steps.is_some_and(|s| s % 2 == 0),
                 }
             });
         (

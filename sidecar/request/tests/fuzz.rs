@@ -292,6 +292,7 @@ proptest! {
             min_nodes: None,
             het_offset: None,
             interactive: false,
+            ..Default::default()
         };
         match decide(&sub, &config, &inventory) {
             Ok(hadar_request::Decision::Managed(m)) => {

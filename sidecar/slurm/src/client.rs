@@ -100,12 +100,21 @@ impl GpuSpec {
     /// so the request must be `typed`, and the job keeps those types for its life. Slurm
     /// refuses per-job totals of several types, so a typed placement must be uniform.
     pub fn update_fields(&self) -> Vec<String> {
+        self.update_fields_keeping(None)
+    }
+
+    /// [`GpuSpec::update_fields`] for a job whose user gave a task count (`--ntasks`, kept
+    /// in the plugin's record as `tasks=`): the job keeps that count (so an `srun` per task,
+    /// one per GPU, still runs as many tasks), raised to the node count if it is lower
+    /// (Slurm needs a task per node).
+    pub fn update_fields_keeping(&self, tasks: Option<u32>) -> Vec<String> {
         let names: Vec<&str> = self.nodes.iter().map(|(n, _)| n.as_str()).collect();
         let k = self.nodes.len();
+        let tasks = tasks.map_or(k, |t| (t as usize).max(k));
         let mut f = vec![
             format!("ReqNodeList={}", names.join(",")),
             format!("NumNodes={k}-{k}"),
-            format!("NumTasks={k}"),
+            format!("NumTasks={tasks}"),
         ];
         let typed = |gpus: &[(String, u32)], prefix: &str| {
             gpus.iter()
@@ -336,8 +345,9 @@ impl Slurm {
                 clear.to_string(),
             ])?;
         }
+        let tasks = current.as_ref().and_then(|j| j.recorded_tasks());
         let mut args = vec!["update".to_string(), format!("JobId={id}")];
-        args.extend(spec.update_fields());
+        args.extend(spec.update_fields_keeping(tasks));
         self.scontrol(&args)?;
         Ok(())
     }
@@ -568,6 +578,16 @@ mod tests {
             ["ReqNodeList=n4", "NumNodes=1-1", "NumTasks=1", "Gres=gpu:4"]
         );
         assert_eq!(s.total(), 4);
+    }
+
+    #[test]
+    fn a_users_task_count_is_kept_and_raised_to_the_node_count_only() {
+        let one = spec(&[("n1", &[("v100", 2)])]);
+        assert_eq!(one.update_fields_keeping(Some(2))[2], "NumTasks=2");
+        let two = spec(&[("n1", &[("v100", 1)]), ("n2", &[("v100", 1)])]);
+        assert_eq!(two.update_fields_keeping(Some(1))[2], "NumTasks=2");
+        assert_eq!(two.update_fields_keeping(Some(4))[2], "NumTasks=4");
+        assert_eq!(two.update_fields_keeping(None)[2], "NumTasks=2");
     }
 
     #[test]

@@ -146,6 +146,68 @@ pub struct SlurmJob {
     pub end_time: Option<i64>,
     /// `ExitCode` (`0:0`).
     pub exit_code: Option<String>,
+    /// What the site's Slurm knows of the job besides its placement: eligibility and
+    /// accounting (see [`JobSite`]).
+    #[serde(default)]
+    pub site: JobSite,
+}
+
+/// A job's eligibility and accounting fields, as Slurm reports them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobSite {
+    /// `Dependency` (`afterok:12(unfulfilled)`), `None` when it has none left.
+    pub dependency: Option<String>,
+    /// `EligibleTime` (seconds since 1970): a `--begin` time, or when it became eligible.
+    pub eligible_time: Option<i64>,
+    /// `Account`.
+    pub account: Option<String>,
+    /// `QOS`.
+    pub qos: Option<String>,
+    /// `TimeLimit` in minutes, `None` when unlimited or unknown.
+    pub time_limit_min: Option<u64>,
+    /// `NumCPUs`.
+    pub cpus: Option<u32>,
+    /// `MinMemoryNode` in MiB, `None` when not set per node (0 counts as not set).
+    pub mem_per_node_mb: Option<u64>,
+    /// `NumTasks`.
+    pub tasks: Option<u32>,
+}
+
+/// Minutes of a Slurm duration `[D-]HH:MM:SS` (or `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, ...).
+pub fn parse_minutes(text: &str) -> Option<u64> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let (h, m, s) = match (text.contains('-'), parts.as_slice()) {
+        (true, [h]) => (*h, 0, 0),
+        (true, [h, m]) => (*h, *m, 0),
+        (_, [h, m, s]) => (*h, *m, *s),
+        (false, [m]) => (0, *m, 0),
+        (false, [m, s]) => (0, *m, *s),
+        _ => return None,
+    };
+    Some(days * 1440 + h * 60 + m + s.div_ceil(60))
+}
+
+/// MiB of a Slurm memory amount (`1000M`, `2G`, `512`, `1T`).
+pub fn parse_mb(text: &str) -> Option<u64> {
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "" | "M" => Some(n),
+        "K" => Some(n.div_ceil(1024)),
+        "G" => Some(n * 1024),
+        "T" => Some(n * 1024 * 1024),
+        _ => None,
+    }
 }
 
 impl SlurmJob {
@@ -181,6 +243,18 @@ impl SlurmJob {
         types.sort();
         types.dedup();
         types
+    }
+
+    /// The task count the plugin recorded for the job (`tasks=N` in its hadar record): the
+    /// `--ntasks` its user gave, which a placement keeps.
+    pub fn recorded_tasks(&self) -> Option<u32> {
+        let record = self.admin_comment.as_deref()?;
+        if !record.starts_with("hadar:v1 ") {
+            return None;
+        }
+        record
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("tasks=")?.parse().ok())
     }
 
     /// GPUs held by the job, by node and type, as `(node, type, count)`.
@@ -307,6 +381,19 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         start_time: r.value("StartTime").and_then(parse_time),
         end_time: r.value("EndTime").and_then(parse_time),
         exit_code: r.value("ExitCode").map(str::to_string),
+        site: JobSite {
+            dependency: r.value("Dependency").map(str::to_string),
+            eligible_time: r.value("EligibleTime").and_then(parse_time),
+            account: r.value("Account").map(str::to_string),
+            qos: r.value("QOS").map(str::to_string),
+            time_limit_min: r.value("TimeLimit").and_then(parse_minutes),
+            cpus: r.value("NumCPUs").and_then(|v| v.parse().ok()),
+            mem_per_node_mb: r
+                .value("MinMemoryNode")
+                .and_then(parse_mb)
+                .filter(|m| *m > 0),
+            tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
+        },
     })
 }
 
@@ -345,6 +432,28 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn site_fields_durations_and_amounts_are_read() {
+        assert_eq!(parse_minutes("1-02:00:00"), Some(1560));
+        assert_eq!(parse_minutes("00:30:30"), Some(31));
+        assert_eq!(parse_minutes("45"), Some(45));
+        assert_eq!(parse_minutes("UNLIMITED"), None);
+        assert_eq!(parse_mb("4G"), Some(4096));
+        assert_eq!(parse_mb("1000M"), Some(1000));
+        assert_eq!(parse_mb("12X"), None);
+        let text = "JobId=9 JobName=a\n   Priority=0 Account=proj QOS=high JobState=PENDING Reason=JobHeldUser Dependency=afterok:8(unfulfilled)\n   TimeLimit=02:00:00\n   SubmitTime=2026-12-01T10:00:00 EligibleTime=2026-12-01T11:00:00\n   NumNodes=1 NumCPUs=4 NumTasks=2 CPUs/Task=1\n   MinCPUsNode=4 MinMemoryNode=0\n   AdminComment=hadar:v1 gpus=2 tasks=2 gpus-per-task=1\n";
+        let j = parse_jobs(text).0.remove(0);
+        assert_eq!(j.site.dependency.as_deref(), Some("afterok:8(unfulfilled)"));
+        assert_eq!(j.site.account.as_deref(), Some("proj"));
+        assert_eq!(j.site.qos.as_deref(), Some("high"));
+        assert_eq!(j.site.time_limit_min, Some(120));
+        assert_eq!(j.site.cpus, Some(4));
+        assert_eq!(j.site.mem_per_node_mb, None);
+        assert_eq!(j.site.tasks, Some(2));
+        assert_eq!(j.site.eligible_time, parse_time("2026-12-01T11:00:00"));
+        assert_eq!(j.recorded_tasks(), Some(2));
+    }
 
     #[test]
     fn times_parse_as_utc_seconds() {

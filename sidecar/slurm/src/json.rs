@@ -250,6 +250,22 @@ struct JsonJob {
     end_time: Number,
     #[serde(default)]
     exit_code: Option<ExitCode>,
+    #[serde(default)]
+    dependency: Text,
+    #[serde(default)]
+    eligible_time: Number,
+    #[serde(default)]
+    account: Text,
+    #[serde(default)]
+    qos: Text,
+    #[serde(default)]
+    time_limit: Number,
+    #[serde(default)]
+    cpus: Number,
+    #[serde(default)]
+    memory_per_node: Number,
+    #[serde(default)]
+    tasks: Number,
 }
 
 #[derive(Deserialize)]
@@ -397,5 +413,19 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         start_time: j.start_time.0.filter(|t| *t > 0),
         end_time: j.end_time.0.filter(|t| *t > 0),
         exit_code,
+        site: crate::job::JobSite {
+            dependency: j.dependency.get(),
+            eligible_time: j.eligible_time.0.filter(|t| *t > 0),
+            account: j.account.get(),
+            qos: j.qos.get(),
+            time_limit_min: j.time_limit.0.and_then(|t| u64::try_from(t).ok()),
+            cpus: j.cpus.0.and_then(|c| u32::try_from(c).ok()),
+            mem_per_node_mb: j
+                .memory_per_node
+                .0
+                .and_then(|m| u64::try_from(m).ok())
+                .filter(|m| *m > 0),
+            tasks: j.tasks.0.and_then(|t| u32::try_from(t).ok()),
+        },
     })
 }

@@ -1,0 +1,140 @@
+//! Which waiting managed jobs Slurm itself would not start yet, whatever their GPUs: a job
+//! its user submitted held (`sbatch --hold`), a job whose dependency is unmet, a job whose
+//! `--begin` time is ahead. hadar does not plan them (as the site's Slurm would keep them
+//! pending), and says why in the job's `Comment`, where `squeue -o %k` shows it. Pure.
+
+use hadar_slurm::{JobStatus, SlurmJob};
+
+/// Why a waiting job is not planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// Submitted held by its user and not released since.
+    UserHold,
+    /// Its dependency (as Slurm shows it) is not satisfied.
+    Dependency(String),
+    /// Not eligible before this Unix time (`--begin`).
+    Begin(i64),
+}
+
+/// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not.
+///
+/// A user hold is the record's `hold=user` with Slurm still showing the user's hold
+/// (`JobHeldUser`) on a job never run (the daemon's own holds are an operator's,
+/// `JobHeldAdmin`; a requeue-hold of the daemon's counts a restart).
+pub fn blocked(job: &SlurmJob, now_unix: f64) -> Option<Blocked> {
+    if job.status != JobStatus::Pending {
+        return None;
+    }
+    let user_hold = job.admin_comment.as_deref().is_some_and(|c| {
+        c.split_whitespace()
+            .any(|w| w == hadar_request::record::USER_HOLD)
+    });
+    if user_hold && job.restarts == 0 && job.reason.as_deref() == Some("JobHeldUser") {
+        return Some(Blocked::UserHold);
+    }
+    if let Some(d) = job
+        .site
+        .dependency
+        .as_deref()
+        .filter(|d| !d.trim().is_empty())
+    {
+        return Some(Blocked::Dependency(d.to_string()));
+    }
+    // A requeued job's eligible time is Slurm's own delay after the requeue (the daemon
+    // starts it at once when it places it); only a never-run job's is its user's `--begin`.
+    match job.site.eligible_time {
+        Some(t) if job.restarts == 0 && t as f64 > now_unix => Some(Blocked::Begin(t)),
+        _ => None,
+    }
+}
+
+/// The words a waiting job's `Comment` carries: why it is blocked, or what it waits for
+/// (`workers` GPUs, `types` when restricted) and its place among the waiting jobs.
+pub fn reason_words(
+    blocked: Option<&Blocked>,
+    workers: u32,
+    types: Option<&[String]>,
+    position: usize,
+) -> String {
+    match blocked {
+        Some(Blocked::UserHold) => {
+            "hadar: held by its user; `scontrol release` it to queue it".to_string()
+        }
+        Some(Blocked::Dependency(d)) => format!("hadar: waiting for its dependency {d}"),
+        Some(Blocked::Begin(t)) => format!("hadar: not before its begin time ({t} Unix)"),
+        None => {
+            let of = types
+                .map(|t| format!(" of {}", t.join("/")))
+                .unwrap_or_default();
+            let s = if workers == 1 { "" } else { "s" };
+            format!("hadar: waiting for {workers} GPU{s}{of} (queue position {position})")
+        }
+    }
+}
+
+/// Whether hadar may write `words` over a job's current `Comment`: it has none, or one of
+/// hadar's own (`hadar: ...`, also the form of a directive comment the plugin already read
+/// into the record), and it differs.
+pub fn may_write(current: Option<&str>, words: &str) -> bool {
+    match current {
+        None => true,
+        Some(c) => c.starts_with("hadar:") && c != words,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(reason: &str, comment: &str) -> SlurmJob {
+        let text = format!(
+            "JobId=7 JobName=a\n   Priority=0 JobState=PENDING Reason={reason} Dependency=(null)\n   AdminComment={comment}\n"
+        );
+        hadar_slurm::job::parse_jobs(&text).0.remove(0)
+    }
+
+    #[test]
+    fn a_user_hold_blocks_only_while_the_user_holds_it() {
+        let held = job("JobHeldUser", "hadar:v1 gpus=1 hold=user");
+        assert_eq!(blocked(&held, 0.0), Some(Blocked::UserHold));
+        // Released by its user and held again by the daemon (an operator's hold).
+        let admin = job("JobHeldAdmin", "hadar:v1 gpus=1 hold=user");
+        assert_eq!(blocked(&admin, 0.0), None);
+        // The plugin's own hold of a job submitted without --hold.
+        let plain = job("JobHeldUser", "hadar:v1 gpus=1");
+        assert_eq!(blocked(&plain, 0.0), None);
+        let mut requeued = held.clone();
+        requeued.restarts = 1;
+        assert_eq!(blocked(&requeued, 0.0), None);
+    }
+
+    #[test]
+    fn dependencies_and_begin_times_block() {
+        let mut j = job("JobHeldAdmin", "hadar:v1 gpus=1");
+        j.site.dependency = Some("afterok:5(unfulfilled)".into());
+        assert_eq!(
+            blocked(&j, 0.0),
+            Some(Blocked::Dependency("afterok:5(unfulfilled)".into()))
+        );
+        j.site.dependency = None;
+        j.site.eligible_time = Some(1000);
+        assert_eq!(blocked(&j, 999.0), Some(Blocked::Begin(1000)));
+        assert_eq!(blocked(&j, 1000.0), None);
+        j.restarts = 1;
+        assert_eq!(blocked(&j, 999.0), None);
+    }
+
+    #[test]
+    fn words_and_when_they_may_be_written() {
+        let types = vec!["a100".to_string()];
+        assert_eq!(
+            reason_words(None, 2, Some(&types), 3),
+            "hadar: waiting for 2 GPUs of a100 (queue position 3)"
+        );
+        assert!(reason_words(Some(&Blocked::UserHold), 1, None, 1).contains("held by its user"));
+        assert!(may_write(None, "hadar: x"));
+        assert!(may_write(Some("hadar: type=resnet50"), "hadar: x"));
+        assert!(!may_write(Some("hadar: x"), "hadar: x"));
+        assert!(!may_write(Some("my own note"), "hadar: x"));
+    }
+}
