@@ -593,6 +593,7 @@ mod tests {
             start_time: None,
             end_time: None,
             exit_code: None,
+            site: Default::default(),
         }
     }
 
