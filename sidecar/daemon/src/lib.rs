@@ -32,6 +32,7 @@ pub mod progress;
 pub mod reconcile;
 pub mod sd_notify;
 pub mod shared;
+pub mod site;
 pub mod spec;
 pub mod view;
 
