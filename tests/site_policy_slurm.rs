@@ -187,13 +187,13 @@ fn the_under_served_account_gets_the_contested_gpu(bed: &mut Testbed) {
 fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed) {
     sacctmgr(bed, &["add", "qos", "gpu4", "MaxTRESPerUser=gres/gpu=4"]);
     account(bed, "lim_a", &["root", USER.2], &["gpu4"]);
-    // Five GPUs free (n2's four p100s and one k80 of n4); nobody asks for five GPUs in five
-    // jobs, root for one, last.
+    // Five v100s free (n1's four and one of n4's: one type, so no job waits for a faster
+    // one); the user asks for five GPUs in five jobs, root for one, last.
     occupy(
         bed,
-        &[("n1", "gpu:v100:4"), ("n3", "gpu:k80:4"), ("n4", "gpu:v100:2,gpu:k80:1")],
+        &[("n2", "gpu:p100:4"), ("n3", "gpu:k80:4"), ("n4", "gpu:v100:1,gpu:k80:2")],
     );
-    let steps = (gavel_rate("resnet50-b64", "k80", 1) * TIME_SCALE * 120.0) as u64;
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
     let text = script("resnet50-b64", steps, "");
     let common = ["-A", "lim_a", "--qos=gpu4", "--gpus=1", "-o", "/dev/null"];
     let uid = format!("--uid={}", USER.0);
@@ -205,7 +205,7 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
     let mine = submit(bed, &common, &text);
     let serve = Serve::start(bed, "qos-limit");
     wait_state(bed, mine, &["RUNNING"], 60);
-    wait_until("four of nobody's jobs run", 60, || {
+    wait_until("four of the user's jobs run", 60, || {
         theirs
             .iter()
             .filter(|id| bed.job(**id).unwrap().field("JobState").as_deref() == Some("RUNNING"))
@@ -217,11 +217,11 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
     let fifth = *theirs
         .iter()
         .find(|id| bed.job(**id).unwrap().field("JobState").as_deref() == Some("PENDING"))
-        .expect("one of nobody's jobs pending");
+        .expect("one of the user's jobs pending");
     let info = bed.job(fifth).unwrap();
     let explained = serve.hadar(&["explain", &fifth.to_string()]);
     println!(
-        "nobody's fifth job {fifth}: Reason={} ; explain: {explained}",
+        "the user's fifth job {fifth}: Reason={} ; explain: {explained}",
         info.field("Reason").unwrap_or_default()
     );
     assert!(

@@ -643,6 +643,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut origins_by_job: BTreeMap<u64, RateOrigins> = BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
+        let mut site_blocked = Vec::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows
                 .values()
@@ -681,6 +682,8 @@ impl<S: SlurmApi> Daemon<S> {
                 states.push(js);
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
+            site_blocked = crate::site::blocked(&site, &states, &slurm_jobs);
+            states.retain(|s| !site_blocked.iter().any(|(j, _)| *j == s.id()));
             if self.config.sidecar.earliest_finish_types {
                 commitments = self.commit_first_starts(
                     cluster,
@@ -704,7 +707,7 @@ impl<S: SlurmApi> Daemon<S> {
                     cluster,
                     jobs: &states,
                 };
-                let (plan, stats) = crate::site::plan(&site, &hadar_config, &input, &slurm_jobs);
+                let (plan, stats) = crate::site::plan(&site, &hadar_config, &input, &slurm_jobs, &site_blocked);
                 plan.validate(cluster, &states)
                     .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
                 (Some(plan), Some(stats))

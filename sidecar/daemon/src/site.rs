@@ -8,7 +8,7 @@ use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan};
 use hadar_slurm::site::SiteFigures;
 use hadar_slurm::{JobStatus, SlurmJob};
 use hadar_store::Decision;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The site's rules as Slurm reports them this round; none (every job weighs 1, no limits)
 /// when they cannot be read, with a warning.
@@ -28,6 +28,50 @@ fn total_gpus(cluster: &Cluster) -> u32 {
     cluster.types().map(|t| cluster.total_of_type(t)).sum()
 }
 
+fn holds_gpus(j: &SlurmJob) -> bool {
+    matches!(
+        j.status,
+        JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+    )
+}
+
+/// The jobs of `states` running in Slurm.
+fn running(states: &[JobState], slurm_jobs: &[SlurmJob]) -> BTreeSet<JobId> {
+    let ids: HashSet<u64> = states.iter().map(|j| j.id().0).collect();
+    slurm_jobs
+        .iter()
+        .filter(|j| ids.contains(&j.id) && holds_gpus(j))
+        .map(|j| JobId(j.id))
+        .collect()
+}
+
+/// The jobs holding GPUs outside `states` (not managed, or forked), as the limits see them.
+fn held(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<SiteJob> {
+    let planned: HashSet<u64> = states.iter().map(|j| j.id().0).collect();
+    slurm_jobs
+        .iter()
+        .filter(|j| !planned.contains(&j.id) && holds_gpus(j))
+        .filter_map(|j| site.site_job(j.id, j.gpu_parts().iter().map(|p| p.2).sum()))
+        .collect()
+}
+
+/// The waiting jobs of `states` (in arrival order) that a limit keeps from starting even if
+/// only the jobs before them started ([`hadar_core::site::limits::over_limits`]), with the
+/// limit. The daemon leaves them out of the look-ahead and the plan, and they wait for it.
+pub fn blocked(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<(JobId, String)> {
+    if site.limits().is_empty() {
+        return Vec::new();
+    }
+    let (site_jobs, _) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+    hadar_core::site::limits::over_limits(
+        states,
+        &site_jobs,
+        &held(site, states, slurm_jobs),
+        site.limits(),
+        &running(states, slurm_jobs),
+    )
+}
+
 /// Plans the round with Hadar within the site's limits and time limits
 /// ([`hadar_core::site::plan_within_site`]). The jobs holding GPUs outside the plan (not
 /// managed, or forked) count against the limits.
@@ -36,19 +80,10 @@ pub fn plan(
     config: &HadarConfig,
     input: &RoundInput<'_>,
     slurm_jobs: &[SlurmJob],
+    blocked: &[(JobId, String)],
 ) -> (RoundPlan, RoundStats) {
-    let planned: HashSet<u64> = input.jobs.iter().map(|j| j.id().0).collect();
-    let held: Vec<SiteJob> = slurm_jobs
-        .iter()
-        .filter(|j| {
-            !planned.contains(&j.id)
-                && matches!(
-                    j.status,
-                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
-                )
-        })
-        .filter_map(|j| site.site_job(j.id, j.gpu_parts().iter().map(|p| p.2).sum()))
-        .collect();
+    let held = held(site, input.jobs, slurm_jobs);
+    let running = running(input.jobs, slurm_jobs);
     let (site_jobs, time_limits) =
         site.for_jobs(input.jobs.iter().map(|j| (j.id().0, j.job.workers)));
     let mut stats = RoundStats::default();
@@ -60,12 +95,21 @@ pub fn plan(
         &site_jobs,
         &held,
         site.limits(),
+        &running,
         |jobs| {
             let (p, s) = plan_round(config, &RoundInput { jobs, ..*input });
             stats = s;
             p
         },
     );
+    let mut plan = plan;
+    plan.waiting
+        .extend(blocked.iter().map(|(job, limit)| hadar_core::Waiting {
+            job: *job,
+            reason: hadar_core::WaitReason::SiteLimit {
+                limit: limit.clone(),
+            },
+        }));
     (plan, stats)
 }
 

@@ -197,23 +197,47 @@ pub fn filter(
     out
 }
 
+/// The jobs of `states` (in their order) that would go over a limit if every job before
+/// them started too: the `running` ones and `held` count first. A pre-pass for look-aheads
+/// that do not know the limits (so they do not keep GPUs for a job Slurm would not start).
+pub fn over_limits(
+    states: &[JobState],
+    jobs: &HashMap<JobId, SiteJob>,
+    held: &[SiteJob],
+    limits: &[Limit],
+    running: &BTreeSet<JobId>,
+) -> Vec<(JobId, String)> {
+    let mut ledger = Ledger::default();
+    for j in held {
+        ledger.charge(limits, j);
+    }
+    let site = |s: &JobState| jobs.get(&s.id());
+    for j in states.iter().filter(|s| running.contains(&s.id())).filter_map(site) {
+        ledger.charge(limits, j);
+    }
+    let mut out = Vec::new();
+    for j in states.iter().filter(|s| !running.contains(&s.id())).filter_map(site) {
+        match ledger.blocking(limits, j) {
+            Some(l) => out.push((j.id, l.label.clone())),
+            None => ledger.charge(limits, j),
+        }
+    }
+    out
+}
+
 /// Plans the round with `plan` over `states`, within the limits: jobs no plan can run
 /// ([`never_runs`]) are left out first; then each plan is [`filter`]ed and, while that
 /// takes jobs out, the round is planned again without them, so the GPUs they would have had
-/// go to other jobs. Jobs that were running are never left out. Returns the last plan, with
-/// every job left out waiting for its limit.
+/// go to other jobs. `running` jobs (running in Slurm) are never left out. Returns the last
+/// plan, with every job left out waiting for its limit.
 pub fn plan_within(
     states: &[JobState],
     jobs: &HashMap<JobId, SiteJob>,
     held: &[SiteJob],
     limits: &[Limit],
+    running: &BTreeSet<JobId>,
     mut plan: impl FnMut(&[JobState]) -> RoundPlan,
 ) -> RoundPlan {
-    let running: BTreeSet<JobId> = states
-        .iter()
-        .filter(|s| s.placement.is_some())
-        .map(JobState::id)
-        .collect();
     let mut out: HashMap<JobId, String> = states
         .iter()
         .filter(|s| !running.contains(&s.id()))
@@ -225,7 +249,7 @@ pub fn plan_within(
             .filter(|s| !out.contains_key(&s.id()))
             .cloned()
             .collect();
-        let mut p = filter(plan(&left), jobs, held, limits, &running);
+        let mut p = filter(plan(&left), jobs, held, limits, running);
         let taken: Vec<(JobId, String)> = p
             .waiting
             .iter()

@@ -28,10 +28,11 @@ pub fn plan_within_site(
     site_jobs: &HashMap<JobId, SiteJob>,
     held: &[SiteJob],
     limits: &[Limit],
+    running: &std::collections::BTreeSet<JobId>,
     plan: impl FnMut(&[JobState]) -> RoundPlan,
 ) -> RoundPlan {
     let (jobs, restricted) = time_limit::restrict(jobs, cluster, time_limits_s, restart_s);
-    let mut out = limits::plan_within(&jobs, site_jobs, held, limits, plan);
+    let mut out = limits::plan_within(&jobs, site_jobs, held, limits, running, plan);
     time_limit::explain_waits(&mut out, &restricted);
     out
 }

@@ -88,7 +88,7 @@ fn a_users_fifth_gpu_is_never_planned_and_goes_to_another_user() {
         (1..=5).map(|i| (JobId(i), site_job(i, "alice", 1))).collect();
     jobs.insert(JobId(6), site_job(6, "bob", 1));
     let states: Vec<JobState> = (1..=6).map(|i| state(i, 1)).collect();
-    let plan = plan_within(&states, &jobs, &[], &per_user(4), fcfs(5));
+    let plan = plan_within(&states, &jobs, &[], &per_user(4), &BTreeSet::new(), fcfs(5));
     let placed: Vec<u64> = plan.assignments.iter().map(|a| a.job.0).collect();
     assert_eq!(placed, vec![1, 2, 3, 4, 6]);
     let w = plan.waiting.iter().find(|w| w.job == JobId(5)).unwrap();
@@ -105,7 +105,7 @@ fn a_users_fifth_gpu_is_never_planned_and_goes_to_another_user() {
 fn gpus_held_outside_the_plan_count() {
     let jobs = HashMap::from([(JobId(1), site_job(1, "alice", 2))]);
     let held = vec![site_job(9, "alice", 3)];
-    let plan = plan_within(&[state(1, 2)], &jobs, &held, &per_user(4), fcfs(8));
+    let plan = plan_within(&[state(1, 2)], &jobs, &held, &per_user(4), &BTreeSet::new(), fcfs(8));
     assert!(plan.assignments.is_empty());
     assert_eq!(plan.waiting.len(), 1);
 }
@@ -127,7 +127,7 @@ fn running_jobs_are_never_taken_out_and_wall_limits_forbid() {
         bound: Bound::WallSeconds(3600.0),
         label: "partition gpu MaxTime=01:00:00".into(),
     });
-    let plan = plan_within(&[running, state(2, 1)], &jobs, &[], &limits, fcfs(8));
+    let plan = plan_within(&[running, state(2, 1)], &jobs, &[], &limits, &BTreeSet::from([JobId(1)]), fcfs(8));
     assert_eq!(plan.assignments.len(), 1);
     assert_eq!(plan.assignments[0].job, JobId(1));
     assert!(matches!(&plan.waiting[0].reason, WaitReason::SiteLimit { limit } if limit.contains("MaxTime")));
@@ -153,7 +153,8 @@ fn job_count_and_group_limits() {
         },
     ];
     let states: Vec<JobState> = (1..=3).map(|i| state(i, 1)).collect();
-    let plan = plan_within(&states, &jobs, &[], &limits, fcfs(8));
+    let plan = plan_within(&states, &jobs, &[], &limits, &BTreeSet::new(), fcfs(8));
+    assert_eq!(over_limits(&states, &jobs, &[], &limits, &BTreeSet::new()).len(), 1);
     assert_eq!(plan.assignments.len(), 2);
 }
 
@@ -171,7 +172,7 @@ proptest! {
             .map(|(i, (u, g))| (JobId(i as u64), site_job(i as u64, users[*u], *g)))
             .collect();
         let states: Vec<JobState> = sizes.iter().enumerate().map(|(i, (_, g))| state(i as u64, *g)).collect();
-        let plan = plan_within(&states, &jobs, &[], &per_user(limit), fcfs(capacity));
+        let plan = plan_within(&states, &jobs, &[], &per_user(limit), &BTreeSet::new(), fcfs(capacity));
         for u in users {
             let used: u32 = plan.assignments.iter().filter(|a| jobs[&a.job].user == u).map(|a| jobs[&a.job].gpus).sum();
             prop_assert!(used <= limit);
