@@ -76,7 +76,16 @@ fn account(bed: &Testbed, account: &str, users: &[&str], qos: &[&str]) {
 /// root's FairShare in `account`.
 fn fairshare(bed: &Testbed, account: &str) -> f64 {
     let out = bed
-        .sshare(&["-n", "-P", "-A", account, "-u", "root", "-o", "Account,User,FairShare"])
+        .sshare(&[
+            "-n",
+            "-P",
+            "-A",
+            account,
+            "-u",
+            "root",
+            "-o",
+            "Account,User,FairShare",
+        ])
         .unwrap_or_default();
     out.lines()
         .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
@@ -136,7 +145,11 @@ fn race(bed: &Testbed, name: &str, first: &str, second: &str) -> (u32, u32, Stri
     let winner = contender(bed, first, 6.0);
     let serve = Serve::start(bed, name);
     wait_state(bed, winner, &["RUNNING", "COMPLETED"], 60);
-    let loser_state = bed.job(loser).unwrap().field("JobState").unwrap_or_default();
+    let loser_state = bed
+        .job(loser)
+        .unwrap()
+        .field("JobState")
+        .unwrap_or_default();
     let explained = serve.hadar(&["explain", &winner.to_string()]);
     wait_completed(bed, winner, 90);
     wait_completed(bed, loser, 90);
@@ -175,7 +188,10 @@ fn the_under_served_account_gets_the_contested_gpu(bed: &mut Testbed) {
         fairshare(bed, "fs_a") < fairshare(bed, "fs_b")
     });
     let (_, _, explained) = race(bed, "fs-first", "fs_b", "fs_a");
-    assert!(explained.contains("fair-share 1.000 x 10000"), "{explained}");
+    assert!(
+        explained.contains("fair-share 1.000 x 10000"),
+        "{explained}"
+    );
     // fs_b now uses far more than fs_a did: the order reverses.
     use_gpus(bed, "fs_b", 4, 8);
     wait_until("fs_b's fair-share falls below fs_a's", 30, || {
@@ -191,7 +207,11 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
     // one); the user asks for five GPUs in five jobs, root for one, last.
     occupy(
         bed,
-        &[("n2", "gpu:p100:4"), ("n3", "gpu:k80:4"), ("n4", "gpu:v100:1,gpu:k80:2")],
+        &[
+            ("n2", "gpu:p100:4"),
+            ("n3", "gpu:k80:4"),
+            ("n4", "gpu:v100:1,gpu:k80:2"),
+        ],
     );
     let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
     let text = script("resnet50-b64", steps, "");
@@ -225,7 +245,9 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
         info.field("Reason").unwrap_or_default()
     );
     assert!(
-        info.field("Reason").unwrap_or_default().starts_with("JobHeld"),
+        info.field("Reason")
+            .unwrap_or_default()
+            .starts_with("JobHeld"),
         "{}",
         info.0
     );
@@ -245,7 +267,11 @@ fn a_job_waits_for_a_type_that_finishes_within_its_time_limit(bed: &mut Testbed)
     // limit) on a k80.
     let fillers = occupy(
         bed,
-        &[("n1", "gpu:v100:4"), ("n2", "gpu:p100:4"), ("n4", "gpu:v100:2,gpu:k80:2")],
+        &[
+            ("n1", "gpu:v100:4"),
+            ("n2", "gpu:p100:4"),
+            ("n4", "gpu:v100:2,gpu:k80:2"),
+        ],
     );
     let v100 = gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE;
     let k80 = gavel_rate("resnet50-b64", "k80", 1) * TIME_SCALE;

@@ -86,7 +86,10 @@ impl std::fmt::Display for WaitReason {
                 f.write_str("waiting for running jobs to release GPUs")
             }
             WaitReason::SiteLimit { limit } => {
-                write!(f, "Slurm would keep it pending for the site's limit {limit}")
+                write!(
+                    f,
+                    "Slurm would keep it pending for the site's limit {limit}"
+                )
             }
             WaitReason::TimeLimit { limit_s, too_slow } => write!(
                 f,

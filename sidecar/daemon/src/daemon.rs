@@ -707,7 +707,8 @@ impl<S: SlurmApi> Daemon<S> {
                     cluster,
                     jobs: &states,
                 };
-                let (plan, stats) = crate::site::plan(&site, &hadar_config, &input, &slurm_jobs, &site_blocked);
+                let (plan, stats) =
+                    crate::site::plan(&site, &hadar_config, &input, &slurm_jobs, &site_blocked);
                 plan.validate(cluster, &states)
                     .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
                 (Some(plan), Some(stats))

@@ -125,7 +125,7 @@ impl Site {
     /// The rules of these figures.
     pub fn new(figures: SiteFigures) -> Site {
         let c = &figures.config;
-        let weights = c.multifactor.then(|| PriorityWeights {
+        let weights = c.multifactor.then_some(PriorityWeights {
             fairshare: c.weight_fairshare,
             qos: c.weight_qos,
             age: c.weight_age,
@@ -171,7 +171,12 @@ impl Site {
                 .find(|q| q.name == name)
                 .map_or(0.0, |q| q.priority)
         };
-        let max_qos = self.figures.qos.iter().map(|q| q.priority).fold(0.0, f64::max);
+        let max_qos = self
+            .figures
+            .qos
+            .iter()
+            .map(|q| q.priority)
+            .fold(0.0, f64::max);
         let part_of = |name: &str| {
             self.figures
                 .partitions
@@ -221,7 +226,8 @@ impl Site {
                 continue;
             };
             if let Some(d) = decisions.iter_mut().find(|d| d.job == js.id().0) {
-                d.text.push_str(&format!(" Priority: {}.", f.describe(w, strength)));
+                d.text
+                    .push_str(&format!(" Priority: {}.", f.describe(w, strength)));
             }
         }
     }
@@ -297,13 +303,19 @@ fn limits_of(f: &SiteFigures) -> Vec<Limit> {
     for q in &f.qos {
         let n = &q.name;
         out.extend(gpus(
-            format!("QOS {n} MaxTRESPerUser=gres/gpu={}", q.max_gpus_per_user.unwrap_or(0)),
+            format!(
+                "QOS {n} MaxTRESPerUser=gres/gpu={}",
+                q.max_gpus_per_user.unwrap_or(0)
+            ),
             Scope::QosPerUser(n.clone()),
             q.max_gpus_per_user,
             false,
         ));
         out.extend(gpus(
-            format!("QOS {n} MaxTRESPerAccount=gres/gpu={}", q.max_gpus_per_account.unwrap_or(0)),
+            format!(
+                "QOS {n} MaxTRESPerAccount=gres/gpu={}",
+                q.max_gpus_per_account.unwrap_or(0)
+            ),
             Scope::QosPerAccount(n.clone()),
             q.max_gpus_per_account,
             false,
@@ -315,7 +327,10 @@ fn limits_of(f: &SiteFigures) -> Vec<Limit> {
             false,
         ));
         out.extend(gpus(
-            format!("QOS {n} MaxTRESPerJob=gres/gpu={}", q.max_gpus_per_job.unwrap_or(0)),
+            format!(
+                "QOS {n} MaxTRESPerJob=gres/gpu={}",
+                q.max_gpus_per_job.unwrap_or(0)
+            ),
             Scope::Qos(n.clone()),
             q.max_gpus_per_job,
             true,

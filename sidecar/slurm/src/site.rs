@@ -122,7 +122,12 @@ fn bad(what: &'static str, detail: String) -> SlurmError {
 /// `Ok(None)` for unlimited or unset.
 pub fn parse_duration(text: &str) -> Result<Option<f64>, String> {
     let t = text.trim();
-    if t.is_empty() || matches!(t, "UNLIMITED" | "INFINITE" | "NOT_SET" | "Partition_Limit" | "NONE") {
+    if t.is_empty()
+        || matches!(
+            t,
+            "UNLIMITED" | "INFINITE" | "NOT_SET" | "Partition_Limit" | "NONE"
+        )
+    {
         return Ok(None);
     }
     let err = || format!("not a Slurm duration: {t:?}");
@@ -170,7 +175,9 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
     };
     let enforce = map.get("AccountingStorageEnforce").copied().unwrap_or("");
     Ok(SiteConfig {
-        multifactor: map.get("PriorityType").is_some_and(|v| *v == "priority/multifactor"),
+        multifactor: map
+            .get("PriorityType")
+            .is_some_and(|v| *v == "priority/multifactor"),
         weight_fairshare: num("PriorityWeightFairShare")?,
         weight_qos: num("PriorityWeightQOS")?,
         weight_age: num("PriorityWeightAge")?,
@@ -222,7 +229,9 @@ pub fn parse_fairshare(text: &str) -> HashMap<(String, String), f64> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('|').map(str::trim).collect();
-            let [account, user, fs] = f[..] else { return None };
+            let [account, user, fs] = f[..] else {
+                return None;
+            };
             Some(((account.to_string(), user.to_string()), fs.parse().ok()?))
         })
         .collect()
@@ -239,7 +248,10 @@ pub fn parse_qos(text: &str) -> Result<Vec<QosFigures>, SlurmError> {
         .map(|l| {
             let f: Vec<&str> = l.split('|').map(str::trim).collect();
             let [name, prio, pu, pa, grp, per_job, jobs, wall] = f[..] else {
-                return Err(bad("sacctmgr show qos", format!("expected 8 fields: {l:?}")));
+                return Err(bad(
+                    "sacctmgr show qos",
+                    format!("expected 8 fields: {l:?}"),
+                ));
             };
             Ok(QosFigures {
                 name: name.into(),
@@ -263,7 +275,10 @@ pub fn parse_assocs(text: &str) -> Result<Vec<AssocFigures>, SlurmError> {
     for l in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = l.split('|').map(str::trim).collect();
         let [account, user, grp, per_job, grp_jobs, max_jobs, wall] = f[..] else {
-            return Err(bad("sacctmgr show assoc", format!("expected 7 fields: {l:?}")));
+            return Err(bad(
+                "sacctmgr show assoc",
+                format!("expected 7 fields: {l:?}"),
+            ));
         };
         let a = AssocFigures {
             account: account.into(),
@@ -324,14 +339,23 @@ impl Slurm {
         let partitions =
             parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
         let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {
-            parse_fairshare(&self.text("sshare", &["-n", "-P", "-a", "-o", "Account,User,FairShare"])?)
+            parse_fairshare(&self.text(
+                "sshare",
+                &["-n", "-P", "-a", "-o", "Account,User,FairShare"],
+            )?)
         } else {
             HashMap::new()
         };
         let qos = if config.enforce_limits || (config.multifactor && config.weight_qos > 0.0) {
             parse_qos(&self.text(
                 "sacctmgr",
-                &["-n", "-P", "show", "qos", "format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall"],
+                &[
+                    "-n",
+                    "-P",
+                    "show",
+                    "qos",
+                    "format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall",
+                ],
             )?)?
         } else {
             Vec::new()
@@ -339,7 +363,13 @@ impl Slurm {
         let assocs = if config.enforce_limits {
             parse_assocs(&self.text(
                 "sacctmgr",
-                &["-n", "-P", "show", "assoc", "format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall"],
+                &[
+                    "-n",
+                    "-P",
+                    "show",
+                    "assoc",
+                    "format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall",
+                ],
             )?)?
         } else {
             Vec::new()
@@ -365,7 +395,10 @@ mod tests {
         assert_eq!(parse_duration("1:00"), Ok(Some(60.0)));
         assert_eq!(parse_duration("01:00:00"), Ok(Some(3600.0)));
         assert_eq!(parse_duration("1-00:00:00"), Ok(Some(86400.0)));
-        assert_eq!(parse_duration("2-3"), Ok(Some(2.0 * 86400.0 + 3.0 * 3600.0)));
+        assert_eq!(
+            parse_duration("2-3"),
+            Ok(Some(2.0 * 86400.0 + 3.0 * 3600.0))
+        );
         assert_eq!(parse_duration("30"), Ok(Some(1800.0)));
         assert!(parse_duration("soon").is_err());
     }
@@ -377,20 +410,26 @@ mod tests {
         )
         .unwrap();
         assert!(c.multifactor && c.enforce_limits && !c.favor_small);
-        assert_eq!((c.weight_fairshare, c.weight_qos, c.weight_age), (10000.0, 5000.0, 0.0));
+        assert_eq!(
+            (c.weight_fairshare, c.weight_qos, c.weight_age),
+            (10000.0, 5000.0, 0.0)
+        );
         assert_eq!(c.max_age_s, 86400.0);
         assert!(parse_config("PriorityWeightQOS = lots\n").is_err());
     }
 
     #[test]
     fn tables() {
-        let j = parse_jobs("12|alice|phys|normal|gpu|1:00\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED\n").unwrap();
+        let j =
+            parse_jobs("12|alice|phys|normal|gpu|1:00\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED\n")
+                .unwrap();
         assert_eq!(j.len(), 1);
         assert_eq!(j[&12].time_limit_s, Some(60.0));
         assert!(parse_jobs("12|alice\n").is_err());
         let f = parse_fairshare("root||1.000000\n fs_a||0.5\n  fs_a|root|0.250000\n");
         assert_eq!(f[&("fs_a".to_string(), "root".to_string())], 0.25);
-        let q = parse_qos("normal|0||||||\ngpu4|10|gres/gpu=4|||cpu=2,gres/gpu=8|3|01:00:00\n").unwrap();
+        let q = parse_qos("normal|0||||||\ngpu4|10|gres/gpu=4|||cpu=2,gres/gpu=8|3|01:00:00\n")
+            .unwrap();
         assert_eq!(q[1].max_gpus_per_user, Some(4));
         assert_eq!(q[1].max_gpus_per_job, Some(8));
         assert_eq!(q[1].max_jobs_per_user, Some(3));
@@ -399,7 +438,10 @@ mod tests {
         assert_eq!(a.len(), 2);
         assert_eq!(a[0].grp_gpus, Some(6));
         assert_eq!(a[1].user.as_deref(), Some("alice"));
-        let p = parse_partitions("PartitionName=gpu AllowGroups=ALL PriorityJobFactor=2 MaxTime=01:00:00 State=UP\n").unwrap();
+        let p = parse_partitions(
+            "PartitionName=gpu AllowGroups=ALL PriorityJobFactor=2 MaxTime=01:00:00 State=UP\n",
+        )
+        .unwrap();
         assert_eq!(p[0].priority_job_factor, 2.0);
         assert_eq!(p[0].max_time_s, Some(3600.0));
     }

@@ -212,11 +212,19 @@ pub fn over_limits(
         ledger.charge(limits, j);
     }
     let site = |s: &JobState| jobs.get(&s.id());
-    for j in states.iter().filter(|s| running.contains(&s.id())).filter_map(site) {
+    for j in states
+        .iter()
+        .filter(|s| running.contains(&s.id()))
+        .filter_map(site)
+    {
         ledger.charge(limits, j);
     }
     let mut out = Vec::new();
-    for j in states.iter().filter(|s| !running.contains(&s.id())).filter_map(site) {
+    for j in states
+        .iter()
+        .filter(|s| !running.contains(&s.id()))
+        .filter_map(site)
+    {
         match ledger.blocking(limits, j) {
             Some(l) => out.push((j.id, l.label.clone())),
             None => ledger.charge(limits, j),
@@ -241,7 +249,12 @@ pub fn plan_within(
     let mut out: HashMap<JobId, String> = states
         .iter()
         .filter(|s| !running.contains(&s.id()))
-        .filter_map(|s| Some((s.id(), never_runs(limits, jobs.get(&s.id())?)?.label.clone())))
+        .filter_map(|s| {
+            Some((
+                s.id(),
+                never_runs(limits, jobs.get(&s.id())?)?.label.clone(),
+            ))
+        })
         .collect();
     loop {
         let left: Vec<JobState> = states
@@ -264,10 +277,11 @@ pub fn plan_within(
             p.waiting.retain(|w| !out.contains_key(&w.job));
             let mut ids: Vec<_> = out.into_iter().collect();
             ids.sort();
-            p.waiting.extend(ids.into_iter().map(|(job, limit)| Waiting {
-                job,
-                reason: WaitReason::SiteLimit { limit },
-            }));
+            p.waiting
+                .extend(ids.into_iter().map(|(job, limit)| Waiting {
+                    job,
+                    reason: WaitReason::SiteLimit { limit },
+                }));
             return p;
         }
         out.extend(taken);

@@ -85,7 +85,11 @@ pub struct Factors {
 }
 
 fn unit(x: f64) -> f64 {
-    if x.is_finite() { x.clamp(0.0, 1.0) } else { 0.0 }
+    if x.is_finite() {
+        x.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
 }
 
 fn ratio(x: f64, of: f64) -> f64 {

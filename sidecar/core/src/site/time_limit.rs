@@ -108,7 +108,10 @@ mod tests {
     fn cluster() -> Cluster {
         Cluster::new(
             vec!["fast".into(), "slow".into()],
-            vec![Node { name: "n1".into(), gpus: vec![1, 1] }],
+            vec![Node {
+                name: "n1".into(),
+                gpus: vec![1, 1],
+            }],
         )
         .unwrap()
     }
@@ -141,7 +144,11 @@ mod tests {
         // The restart counts.
         assert!(!too_slow(&job(100.0), &c, 120.0, 30.0).is_empty());
         let mut running = job(600.0);
-        running.placement = Some(Placement::gang([crate::placement::Part { node: c.node_ids().next().unwrap(), gpu_type: GpuType(1), gpus: 1 }]));
+        running.placement = Some(Placement::gang([crate::placement::Part {
+            node: c.node_ids().next().unwrap(),
+            gpu_type: GpuType(1),
+            gpus: 1,
+        }]));
         assert!(too_slow(&running, &c, 120.0, 0.0).is_empty());
     }
 

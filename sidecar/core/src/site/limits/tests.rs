@@ -84,8 +84,9 @@ fn fcfs(capacity: u32) -> impl FnMut(&[JobState]) -> RoundPlan {
 fn a_users_fifth_gpu_is_never_planned_and_goes_to_another_user() {
     let _ = cluster(8);
     // alice: five 1-GPU jobs; bob: one 1-GPU job, last in line; 6 GPUs.
-    let mut jobs: HashMap<JobId, SiteJob> =
-        (1..=5).map(|i| (JobId(i), site_job(i, "alice", 1))).collect();
+    let mut jobs: HashMap<JobId, SiteJob> = (1..=5)
+        .map(|i| (JobId(i), site_job(i, "alice", 1)))
+        .collect();
     jobs.insert(JobId(6), site_job(6, "bob", 1));
     let states: Vec<JobState> = (1..=6).map(|i| state(i, 1)).collect();
     let plan = plan_within(&states, &jobs, &[], &per_user(4), &BTreeSet::new(), fcfs(5));
@@ -105,7 +106,14 @@ fn a_users_fifth_gpu_is_never_planned_and_goes_to_another_user() {
 fn gpus_held_outside_the_plan_count() {
     let jobs = HashMap::from([(JobId(1), site_job(1, "alice", 2))]);
     let held = vec![site_job(9, "alice", 3)];
-    let plan = plan_within(&[state(1, 2)], &jobs, &held, &per_user(4), &BTreeSet::new(), fcfs(8));
+    let plan = plan_within(
+        &[state(1, 2)],
+        &jobs,
+        &held,
+        &per_user(4),
+        &BTreeSet::new(),
+        fcfs(8),
+    );
     assert!(plan.assignments.is_empty());
     assert_eq!(plan.waiting.len(), 1);
 }
@@ -127,16 +135,26 @@ fn running_jobs_are_never_taken_out_and_wall_limits_forbid() {
         bound: Bound::WallSeconds(3600.0),
         label: "partition gpu MaxTime=01:00:00".into(),
     });
-    let plan = plan_within(&[running, state(2, 1)], &jobs, &[], &limits, &BTreeSet::from([JobId(1)]), fcfs(8));
+    let plan = plan_within(
+        &[running, state(2, 1)],
+        &jobs,
+        &[],
+        &limits,
+        &BTreeSet::from([JobId(1)]),
+        fcfs(8),
+    );
     assert_eq!(plan.assignments.len(), 1);
     assert_eq!(plan.assignments[0].job, JobId(1));
-    assert!(matches!(&plan.waiting[0].reason, WaitReason::SiteLimit { limit } if limit.contains("MaxTime")));
+    assert!(
+        matches!(&plan.waiting[0].reason, WaitReason::SiteLimit { limit } if limit.contains("MaxTime"))
+    );
 }
 
 #[test]
 fn job_count_and_group_limits() {
-    let jobs: HashMap<JobId, SiteJob> =
-        (1..=3).map(|i| (JobId(i), site_job(i, "alice", 1))).collect();
+    let jobs: HashMap<JobId, SiteJob> = (1..=3)
+        .map(|i| (JobId(i), site_job(i, "alice", 1)))
+        .collect();
     let limits = vec![
         Limit {
             scope: Scope::User {
@@ -154,7 +172,10 @@ fn job_count_and_group_limits() {
     ];
     let states: Vec<JobState> = (1..=3).map(|i| state(i, 1)).collect();
     let plan = plan_within(&states, &jobs, &[], &limits, &BTreeSet::new(), fcfs(8));
-    assert_eq!(over_limits(&states, &jobs, &[], &limits, &BTreeSet::new()).len(), 1);
+    assert_eq!(
+        over_limits(&states, &jobs, &[], &limits, &BTreeSet::new()).len(),
+        1
+    );
     assert_eq!(plan.assignments.len(), 2);
 }
 
