@@ -229,6 +229,69 @@ mod tests {
         assert_eq!(f.fraction(&PriorityWeights::default()), 0.0);
     }
 
+    /// Two equal jobs, one GPU: Hadar's plan gives it to the job of higher weight, whichever
+    /// arrived first.
+    #[test]
+    fn hadar_gives_a_contested_gpu_to_the_higher_weight() {
+        use crate::cluster::{Cluster, Node};
+        use crate::job::{Job, JobId, JobState};
+        use crate::policies::hadar::{HadarConfig, plan_round};
+        use crate::policy::RoundInput;
+        use crate::throughput::{RateCurve, ThroughputProfile};
+        use std::sync::Arc;
+        let cluster = Cluster::new(
+            vec!["p100".into()],
+            vec![Node {
+                name: "n".into(),
+                gpus: vec![1],
+            }],
+        )
+        .unwrap();
+        let w = site();
+        let weight = |fs: f64| {
+            Factors::from_inputs(
+                &w,
+                &PriorityInputs {
+                    fairshare: fs,
+                    gpus: 1,
+                    total_gpus: 1,
+                    ..Default::default()
+                },
+            )
+            .weight(&w, 1.0)
+        };
+        for (first, second) in [(0.25, 1.0), (1.0, 0.25)] {
+            let jobs: Vec<JobState> = [(1, first), (2, second)]
+                .into_iter()
+                .map(|(id, fs)| {
+                    JobState::arrived(
+                        Arc::new(Job {
+                            id: JobId(id),
+                            kind: "t".into(),
+                            arrival_s: id as f64,
+                            workers: 1,
+                            total_steps: 600.0,
+                            weight: weight(fs),
+                            throughput: ThroughputProfile::new(vec![RateCurve::new([(1, 100.0)])]),
+                        }),
+                        1,
+                    )
+                })
+                .collect();
+            let input = RoundInput {
+                now_s: 10.0,
+                round_s: 2.0,
+                restart_s: 2.0,
+                cluster: &cluster,
+                jobs: &jobs,
+            };
+            let (plan, _) = plan_round(&HadarConfig::default(), &input);
+            let winner = if first > second { 1 } else { 2 };
+            assert_eq!(plan.assignments.len(), 1);
+            assert_eq!(plan.assignments[0].job, JobId(winner));
+        }
+    }
+
     proptest! {
         #[test]
         fn weights_are_finite_at_least_one_and_monotone_in_fairshare(
