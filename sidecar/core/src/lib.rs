@@ -16,6 +16,7 @@
 //! * [`policy`]: the one trait every scheduling policy implements.
 //! * [`policies`]: Hadar, HadarE and the baselines.
 //! * [`tracker`]: the Job Tracker's per-round records of forked copies.
+//! * [`site`]: a site's own rules (priority weights, limits, time limits) as pure passes.
 //! * [`bounds`]: fluid lower bounds on the makespan.
 //! * [`lp`]: the linear-programming layer the LP-based policies and bounds share.
 
@@ -29,6 +30,7 @@ pub mod placement;
 pub mod plan;
 pub mod policies;
 pub mod policy;
+pub mod site;
 pub mod throughput;
 pub mod tracker;
 

@@ -46,6 +46,18 @@ pub enum WaitReason {
     TimeShare,
     /// Non-preemptive policies keep it waiting until GPUs free up.
     WaitingForRelease,
+    /// A limit of the site (QOS, association, partition) would keep it pending in Slurm.
+    SiteLimit {
+        /// The limit in the admin's words: `QOS gpu4 MaxTRESPerUser=gres/gpu=4`.
+        limit: String,
+    },
+    /// Its time limit is too short to finish on the free types; it waits for a faster one.
+    TimeLimit {
+        /// Its time limit, seconds.
+        limit_s: f64,
+        /// The types it would not finish on, by name.
+        too_slow: String,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -73,6 +85,16 @@ impl std::fmt::Display for WaitReason {
             WaitReason::WaitingForRelease => {
                 f.write_str("waiting for running jobs to release GPUs")
             }
+            WaitReason::SiteLimit { limit } => {
+                write!(
+                    f,
+                    "Slurm would keep it pending for the site's limit {limit}"
+                )
+            }
+            WaitReason::TimeLimit { limit_s, too_slow } => write!(
+                f,
+                "its time limit of {limit_s:.0} s is too short to finish on {too_slow}; it waits for a type fast enough"
+            ),
         }
     }
 }

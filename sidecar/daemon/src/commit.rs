@@ -23,7 +23,7 @@
 
 use hadar_core::{Cluster, JobState};
 use hadar_store::{JobRow, Phase};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One node's GPUs per type, in Slurm's names.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,6 +57,9 @@ pub struct Queued {
     pub workers: u32,
     /// Steps left.
     pub remaining_steps: f64,
+    /// Its weight from the site's priority ([`crate::site`]): the look-ahead's score counts
+    /// its finish time this many times, so of equal jobs the higher-priority one goes first.
+    pub weight: f64,
     /// Its steps/s with all its workers on each type it may use (missing or non-positive:
     /// it cannot run there).
     pub rates: Vec<(String, f64)>,
@@ -199,7 +202,21 @@ pub const SEARCH_BUDGET: usize = 2_000_000;
 /// finish times plus [`MAKESPAN_WEIGHT`] times the predicted makespan (busy GPUs' ends
 /// included), in seconds from `now_s`.
 pub fn schedule_score(choices: &BTreeMap<u64, Choice>, busy: &[Busy], now_s: f64) -> f64 {
-    let sum: f64 = choices.values().map(|c| c.finish_s - now_s).sum();
+    weighted_score(choices, busy, now_s, &HashMap::new())
+}
+
+/// [`schedule_score`] with each job's finish time counted `weights[job]` times (1 when
+/// missing).
+fn weighted_score(
+    choices: &BTreeMap<u64, Choice>,
+    busy: &[Busy],
+    now_s: f64,
+    weights: &HashMap<u64, f64>,
+) -> f64 {
+    let sum: f64 = choices
+        .iter()
+        .map(|(j, c)| weights.get(j).copied().unwrap_or(1.0) * (c.finish_s - now_s))
+        .sum();
     let last = choices
         .values()
         .map(|c| c.finish_s)
@@ -252,10 +269,15 @@ pub fn best_schedule(
         .sum();
     let max_evaluations = SEARCH_BUDGET / (queue.len().max(1) * pools.max(1));
     let mut evaluations = 0usize;
+    let weights: HashMap<u64, f64> = queue
+        .iter()
+        .filter(|q| q.weight.is_finite() && q.weight > 0.0)
+        .map(|q| (q.job, q.weight))
+        .collect();
     let evaluate = |order: &[Queued], evaluations: &mut usize| {
         *evaluations += 1;
         let c = look_ahead(nodes, busy, order, now_s, next_round_s);
-        let score = schedule_score(&c, busy, now_s);
+        let score = weighted_score(&c, busy, now_s, &weights);
         (score, c)
     };
     let mut best: Option<(f64, Vec<Queued>, BTreeMap<u64, Choice>)> = None;
@@ -371,6 +393,7 @@ pub fn inputs(
                 job: row.id,
                 workers,
                 remaining_steps: js.remaining_steps,
+                weight: js.job.weight,
                 rates: cluster
                     .types()
                     .map(|t| {
@@ -410,6 +433,7 @@ mod tests {
             job: id,
             workers,
             remaining_steps: steps,
+            weight: 1.0,
             rates: vec![("v100".into(), v100), ("k80".into(), k80)],
         }
     }
@@ -528,6 +552,7 @@ mod tests {
             job: id,
             workers,
             remaining_steps: 10.0,
+            weight: 1.0,
             rates: vec![("k80".into(), 1.0)],
         };
         let c = look_ahead(&nodes, &[], &[k80_only(1, 2), k80_only(2, 4)], 0.0, 3.0);
@@ -625,6 +650,7 @@ mod tests {
             job: id,
             workers: 1,
             remaining_steps: steps,
+            weight: 1.0,
             rates: vec![("v100".into(), 1.0)],
         };
         let queue = vec![only_v100(1, 100.0), only_v100(2, 10.0)];
@@ -680,6 +706,7 @@ mod tests {
                     job: i as u64,
                     workers: *w,
                     remaining_steps: *steps,
+                    weight: 1.0,
                     rates: vec![("v100".into(), *v), ("p100".into(), *p), ("k80".into(), *k)],
                 })
                 .collect();

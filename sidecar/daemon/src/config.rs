@@ -373,6 +373,7 @@ impl DaemonConfig {
             });
         }
         let f = &file.fork;
+        let priority_strength = file.hadar.priority_strength;
         // The margin only matters when jobs are forked; other daemons may keep short rounds.
         range(
             "fork.deadline_margin_seconds",
@@ -382,6 +383,12 @@ impl DaemonConfig {
                 && (s.policy != PolicyChoice::Hadare
                     || f.deadline_margin_seconds < s.round_seconds),
             "give 0 or more, below sidecar.round_seconds",
+        )?;
+        range(
+            "hadar.priority_strength",
+            priority_strength,
+            priority_strength.is_finite() && priority_strength >= 0.0,
+            "give 0 or more",
         )?;
         range(
             "fork.max_failed_rounds",

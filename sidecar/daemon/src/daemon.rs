@@ -17,7 +17,7 @@ use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
 use crate::{eligible, explain, failopen, faults, view};
-use hadar_core::policies::hadar::{HadarConfig, plan_round, prices::PriceBook};
+use hadar_core::policies::hadar::{HadarConfig, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::FailOpenMark;
@@ -75,9 +75,17 @@ pub trait SlurmApi {
     fn retypes_pending_jobs(&self) -> bool {
         false
     }
+    /// The site's priority settings, job accounts and limits ([`crate::site`]); none by
+    /// default.
+    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
+        Ok(Default::default())
+    }
 }
 
 impl SlurmApi for Slurm {
+    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
+        Slurm::site_figures(self)
+    }
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         Slurm::nodes(self)
     }
@@ -562,6 +570,8 @@ impl<S: SlurmApi> Daemon<S> {
             .flat_map(|j| j.gpu_parts())
             .collect();
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
+        let site = crate::site::read(&self.slurm);
+        let strength = self.config.hadar.priority_strength;
 
         // Specs, learned rates and profiles of the active jobs.
         let mut specs: BTreeMap<u64, JobSpec> = BTreeMap::new();
@@ -647,6 +657,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut origins_by_job: BTreeMap<u64, RateOrigins> = BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
         let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
+        let mut site_blocked = Vec::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows.values().filter(|r| {
                 r.phase != Phase::Finished && !owned.contains(&r.id) && !blocked.contains_key(&r.id)
@@ -663,7 +674,7 @@ impl<S: SlurmApi> Daemon<S> {
                     arrival_s: r.arrival_s,
                     workers: r.workers,
                     total_steps: r.total_steps,
-                    weight: 1.0,
+                    weight: site.weight(r.id, r.workers, now_s - r.arrival_s, cluster, strength),
                     throughput,
                 });
                 let mut js = JobState::arrived(job, cv.types.len());
@@ -684,6 +695,8 @@ impl<S: SlurmApi> Daemon<S> {
                 states.push(js);
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
+            site_blocked = crate::site::blocked(&site, &states, &slurm_jobs);
+            states.retain(|s| !site_blocked.iter().any(|(j, _)| *j == s.id()));
             if self.config.sidecar.earliest_finish_types {
                 commitments = self.commit_first_starts(
                     cluster,
@@ -707,7 +720,8 @@ impl<S: SlurmApi> Daemon<S> {
                     cluster,
                     jobs: &states,
                 };
-                let (plan, stats) = plan_round(&hadar_config, &input);
+                let (plan, stats) =
+                    crate::site::plan(&site, &hadar_config, &input, &slurm_jobs, &site_blocked);
                 plan.validate(cluster, &states)
                     .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
                 (Some(plan), Some(stats))
@@ -939,6 +953,9 @@ impl<S: SlurmApi> Daemon<S> {
                 d.text =
                     explain::committed(&c.gpu_type, c.start_s - now_s, c.finish_s - now_s, &rates);
             }
+        }
+        if let Some(cluster) = &cv.cluster {
+            site.explain(&mut decisions, &states, now_s, cluster, strength);
         }
         self.store.write(|w| {
             w.put_round(&summary, &decisions)?;

@@ -35,6 +35,7 @@ pub mod reconcile;
 pub mod sd_notify;
 pub mod shadow;
 pub mod shared;
+pub mod site;
 pub mod spec;
 pub mod view;
 

@@ -199,7 +199,7 @@ impl Slurm {
         env
     }
 
-    fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
+    pub(crate) fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
         let env = self.slurm_env();
         Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
     }

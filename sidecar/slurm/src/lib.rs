@@ -24,6 +24,7 @@ pub mod json;
 pub mod node;
 pub mod record;
 pub mod release;
+pub mod site;
 
 pub use client::{GpuSpec, Slurm, SlurmConfig};
 pub use command::CommandError;

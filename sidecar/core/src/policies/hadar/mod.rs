@@ -156,6 +156,12 @@ pub struct HadarConfig {
     /// ([`guard::Fluid::efficient_types`]); work conservation may still use the others.
     /// Infinite: no such restriction.
     pub guard_type_tolerance: f64,
+    /// How strongly the site's multifactor priority weighs against throughput: a job's
+    /// weight in the utility is `exp(priority_strength × priority fraction)`
+    /// ([`crate::site::priority`]); 0: priority is ignored. Read by the daemon (and the
+    /// simulator for traces with accounts), which set each job's weight; the plan only sees
+    /// the weights.
+    pub priority_strength: f64,
 }
 
 impl Default for HadarConfig {
@@ -177,6 +183,7 @@ impl Default for HadarConfig {
             makespan_guard: true,
             guard_margin_rounds: DEFAULT_GUARD_MARGIN_ROUNDS,
             guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
+            priority_strength: 1.0,
         }
     }
 }

@@ -1,0 +1,448 @@
+//! A site's own rules as Slurm reports them: the multifactor priority settings
+//! (`scontrol show config`), each job's user, account, QOS, partition and time limit
+//! (`squeue`), fair-share (`sshare`), QOS and association limits (`sacctmgr`) and partition
+//! limits and priorities (`scontrol show partition`). Read once per round by the daemon,
+//! which turns them into the scheduling core's priority weights and limits. Every parser is
+//! a pure function of the command's text.
+
+use crate::{Slurm, SlurmError};
+use std::collections::HashMap;
+
+/// The priority and enforcement settings of `scontrol show config`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SiteConfig {
+    /// `PriorityType=priority/multifactor`.
+    pub multifactor: bool,
+    /// `PriorityWeightFairshare`, `QOS`, `Age`, `Partition`, `JobSize`.
+    pub weight_fairshare: f64,
+    /// `PriorityWeightQOS`.
+    pub weight_qos: f64,
+    /// `PriorityWeightAge`.
+    pub weight_age: f64,
+    /// `PriorityWeightPartition`.
+    pub weight_partition: f64,
+    /// `PriorityWeightJobSize`.
+    pub weight_job_size: f64,
+    /// `PriorityMaxAge`, seconds.
+    pub max_age_s: f64,
+    /// `PriorityFavorSmall=Yes`.
+    pub favor_small: bool,
+    /// `AccountingStorageEnforce` includes `limits` (or `safe`): Slurm enforces limits.
+    pub enforce_limits: bool,
+}
+
+/// What a limit needs to know of one job (`squeue`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobAccount {
+    /// User name.
+    pub user: String,
+    /// Account.
+    pub account: String,
+    /// QOS.
+    pub qos: String,
+    /// Partition.
+    pub partition: String,
+    /// Time limit in seconds; `None`: unlimited.
+    pub time_limit_s: Option<f64>,
+}
+
+/// A QOS's priority and GPU and job limits (`sacctmgr show qos`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QosFigures {
+    /// Name.
+    pub name: String,
+    /// `Priority`.
+    pub priority: f64,
+    /// `MaxTRESPerUser` on `gres/gpu`.
+    pub max_gpus_per_user: Option<u32>,
+    /// `MaxTRESPerAccount` on `gres/gpu`.
+    pub max_gpus_per_account: Option<u32>,
+    /// `GrpTRES` on `gres/gpu`.
+    pub grp_gpus: Option<u32>,
+    /// `MaxTRES` (per job) on `gres/gpu`.
+    pub max_gpus_per_job: Option<u32>,
+    /// `MaxJobsPerUser`.
+    pub max_jobs_per_user: Option<u32>,
+    /// `MaxWall`, seconds.
+    pub max_wall_s: Option<f64>,
+}
+
+/// An association's limits (`sacctmgr show assoc`): an account's when `user` is `None`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AssocFigures {
+    /// Account.
+    pub account: String,
+    /// User, for a user's association.
+    pub user: Option<String>,
+    /// `GrpTRES` on `gres/gpu`.
+    pub grp_gpus: Option<u32>,
+    /// `MaxTRES` (per job) on `gres/gpu`.
+    pub max_gpus_per_job: Option<u32>,
+    /// `GrpJobs`.
+    pub grp_jobs: Option<u32>,
+    /// `MaxJobs`.
+    pub max_jobs: Option<u32>,
+    /// `MaxWall`, seconds.
+    pub max_wall_s: Option<f64>,
+}
+
+/// A partition's priority factor and time limit (`scontrol show partition`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PartitionFigures {
+    /// Name.
+    pub name: String,
+    /// `PriorityJobFactor`.
+    pub priority_job_factor: f64,
+    /// `MaxTime`, seconds; `None`: unlimited.
+    pub max_time_s: Option<f64>,
+}
+
+/// Everything of the site's rules that hadar reads in a round.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SiteFigures {
+    /// Priority and enforcement settings.
+    pub config: SiteConfig,
+    /// Per job id.
+    pub jobs: HashMap<u64, JobAccount>,
+    /// `sshare`'s FairShare per (account, user); empty without multifactor.
+    pub fairshare: HashMap<(String, String), f64>,
+    /// QOS; empty without accounting.
+    pub qos: Vec<QosFigures>,
+    /// Associations with a limit; empty without enforced limits.
+    pub assocs: Vec<AssocFigures>,
+    /// Partitions.
+    pub partitions: Vec<PartitionFigures>,
+}
+
+fn bad(what: &'static str, detail: String) -> SlurmError {
+    SlurmError::Parse { what, detail }
+}
+
+/// A Slurm duration (`UNLIMITED`, `5:00`, `01:00:00`, `1-00:00:00`, `30`) in seconds;
+/// `Ok(None)` for unlimited or unset.
+pub fn parse_duration(text: &str) -> Result<Option<f64>, String> {
+    let t = text.trim();
+    if t.is_empty()
+        || matches!(
+            t,
+            "UNLIMITED" | "INFINITE" | "NOT_SET" | "Partition_Limit" | "NONE"
+        )
+    {
+        return Ok(None);
+    }
+    let err = || format!("not a Slurm duration: {t:?}");
+    let (days, rest) = match t.split_once('-') {
+        Some((d, r)) => (d.parse::<f64>().map_err(|_| err())?, r),
+        None => (0.0, t),
+    };
+    let parts: Vec<f64> = rest
+        .split(':')
+        .map(|p| p.parse::<f64>().map_err(|_| err()))
+        .collect::<Result<_, _>>()?;
+    let s = match (parts.as_slice(), t.contains('-')) {
+        ([h], true) => h * 3600.0,
+        ([m], false) => m * 60.0,
+        ([m, s], false) => m * 60.0 + s,
+        ([h, m], true) => h * 3600.0 + m * 60.0,
+        ([h, m, s], _) => h * 3600.0 + m * 60.0 + s,
+        _ => return Err(err()),
+    };
+    Ok(Some(days * 86400.0 + s))
+}
+
+/// The `gres/gpu` count of a TRES list (`cpu=4,gres/gpu=8`); typed GPUs are not counted.
+pub fn tres_gpus(text: &str) -> Option<u32> {
+    text.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| k.trim() == "gres/gpu")
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
+
+/// `scontrol show config`'s `Key = Value` lines.
+pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
+    let map: HashMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.split_once(" = "))
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .collect();
+    let num = |k: &str| -> Result<f64, SlurmError> {
+        match map.get(k) {
+            None => Ok(0.0),
+            Some(v) => v
+                .parse()
+                .map_err(|_| bad("scontrol show config", format!("{k} = {v}"))),
+        }
+    };
+    let enforce = map.get("AccountingStorageEnforce").copied().unwrap_or("");
+    Ok(SiteConfig {
+        multifactor: map
+            .get("PriorityType")
+            .is_some_and(|v| *v == "priority/multifactor"),
+        weight_fairshare: num("PriorityWeightFairShare")?,
+        weight_qos: num("PriorityWeightQOS")?,
+        weight_age: num("PriorityWeightAge")?,
+        weight_partition: num("PriorityWeightPartition")?,
+        weight_job_size: num("PriorityWeightJobSize")?,
+        max_age_s: match map.get("PriorityMaxAge") {
+            Some(v) => parse_duration(v)
+                .map_err(|e| bad("scontrol show config", format!("PriorityMaxAge: {e}")))?
+                .unwrap_or(0.0),
+            None => 0.0,
+        },
+        favor_small: map
+            .get("PriorityFavorSmall")
+            .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+        enforce_limits: enforce
+            .split(',')
+            .any(|e| matches!(e.trim(), "limits" | "safe")),
+    })
+}
+
+/// `squeue -h -a -o %i|%u|%a|%q|%P|%l` rows.
+pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
+    let mut out = HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [id, user, account, qos, partition, limit] = f[..] else {
+            return Err(bad("squeue", format!("expected 6 fields: {line:?}")));
+        };
+        // Array elements (`12_3`) and pending arrays (`12_[1-4]`) are not managed jobs.
+        let Ok(id) = id.parse::<u64>() else { continue };
+        let time_limit_s =
+            parse_duration(limit).map_err(|e| bad("squeue", format!("job {id}: {e}")))?;
+        out.insert(
+            id,
+            JobAccount {
+                user: user.into(),
+                account: account.into(),
+                qos: qos.into(),
+                partition: partition.into(),
+                time_limit_s,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `sshare -n -P -a -o Account,User,FairShare` rows (rows are indented by depth).
+pub fn parse_fairshare(text: &str) -> HashMap<(String, String), f64> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            let [account, user, fs] = f[..] else {
+                return None;
+            };
+            Some(((account.to_string(), user.to_string()), fs.parse().ok()?))
+        })
+        .collect()
+}
+
+fn opt_u32(v: &str) -> Option<u32> {
+    v.trim().parse().ok()
+}
+
+/// `sacctmgr -n -P show qos format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall`.
+pub fn parse_qos(text: &str) -> Result<Vec<QosFigures>, SlurmError> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            let [name, prio, pu, pa, grp, per_job, jobs, wall] = f[..] else {
+                return Err(bad(
+                    "sacctmgr show qos",
+                    format!("expected 8 fields: {l:?}"),
+                ));
+            };
+            Ok(QosFigures {
+                name: name.into(),
+                priority: prio.parse().unwrap_or(0.0),
+                max_gpus_per_user: tres_gpus(pu),
+                max_gpus_per_account: tres_gpus(pa),
+                grp_gpus: tres_gpus(grp),
+                max_gpus_per_job: tres_gpus(per_job),
+                max_jobs_per_user: opt_u32(jobs),
+                max_wall_s: parse_duration(wall)
+                    .map_err(|e| bad("sacctmgr show qos", format!("QOS {name}: {e}")))?,
+            })
+        })
+        .collect()
+}
+
+/// `sacctmgr -n -P show assoc format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall`;
+/// only associations with a limit are kept.
+pub fn parse_assocs(text: &str) -> Result<Vec<AssocFigures>, SlurmError> {
+    let mut out = Vec::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = l.split('|').map(str::trim).collect();
+        let [account, user, grp, per_job, grp_jobs, max_jobs, wall] = f[..] else {
+            return Err(bad(
+                "sacctmgr show assoc",
+                format!("expected 7 fields: {l:?}"),
+            ));
+        };
+        let a = AssocFigures {
+            account: account.into(),
+            user: (!user.is_empty()).then(|| user.to_string()),
+            grp_gpus: tres_gpus(grp),
+            max_gpus_per_job: tres_gpus(per_job),
+            grp_jobs: opt_u32(grp_jobs),
+            max_jobs: opt_u32(max_jobs),
+            max_wall_s: parse_duration(wall)
+                .map_err(|e| bad("sacctmgr show assoc", format!("{account}/{user}: {e}")))?,
+        };
+        let limited = a.grp_gpus.is_some()
+            || a.max_gpus_per_job.is_some()
+            || a.grp_jobs.is_some()
+            || a.max_jobs.is_some()
+            || a.max_wall_s.is_some();
+        if limited {
+            out.push(a);
+        }
+    }
+    Ok(out)
+}
+
+/// `scontrol show partition --oneliner` records.
+pub fn parse_partitions(text: &str) -> Result<Vec<PartitionFigures>, SlurmError> {
+    let mut out = Vec::new();
+    for l in text.lines().filter(|l| l.contains("PartitionName=")) {
+        let get = |k: &str| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+        };
+        let name = get("PartitionName").unwrap_or("").to_string();
+        let max_time_s = parse_duration(get("MaxTime").unwrap_or("UNLIMITED"))
+            .map_err(|e| bad("scontrol show partition", format!("{name}: {e}")))?;
+        out.push(PartitionFigures {
+            priority_job_factor: get("PriorityJobFactor")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0),
+            name,
+            max_time_s,
+        });
+    }
+    Ok(out)
+}
+
+impl Slurm {
+    fn text(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Ok(self.run(program, &args)?)
+    }
+
+    /// The site's rules as Slurm reports them. Fair-share is read only under
+    /// `priority/multifactor`; QOS and associations only with accounting (when the site
+    /// enforces limits, or for QOS priorities under multifactor).
+    pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
+        let config = parse_config(&self.text("scontrol", &["show", "config"])?)?;
+        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%i|%u|%a|%q|%P|%l"])?)?;
+        let partitions =
+            parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
+        let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {
+            parse_fairshare(&self.text(
+                "sshare",
+                &["-n", "-P", "-a", "-o", "Account,User,FairShare"],
+            )?)
+        } else {
+            HashMap::new()
+        };
+        let qos = if config.enforce_limits || (config.multifactor && config.weight_qos > 0.0) {
+            parse_qos(&self.text(
+                "sacctmgr",
+                &[
+                    "-n",
+                    "-P",
+                    "show",
+                    "qos",
+                    "format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall",
+                ],
+            )?)?
+        } else {
+            Vec::new()
+        };
+        let assocs = if config.enforce_limits {
+            parse_assocs(&self.text(
+                "sacctmgr",
+                &[
+                    "-n",
+                    "-P",
+                    "show",
+                    "assoc",
+                    "format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall",
+                ],
+            )?)?
+        } else {
+            Vec::new()
+        };
+        Ok(SiteFigures {
+            config,
+            jobs,
+            fairshare,
+            qos,
+            assocs,
+            partitions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("UNLIMITED"), Ok(None));
+        assert_eq!(parse_duration("1:00"), Ok(Some(60.0)));
+        assert_eq!(parse_duration("01:00:00"), Ok(Some(3600.0)));
+        assert_eq!(parse_duration("1-00:00:00"), Ok(Some(86400.0)));
+        assert_eq!(
+            parse_duration("2-3"),
+            Ok(Some(2.0 * 86400.0 + 3.0 * 3600.0))
+        );
+        assert_eq!(parse_duration("30"), Ok(Some(1800.0)));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn config_lines() {
+        let c = parse_config(
+            "PriorityType            = priority/multifactor\nPriorityWeightFairShare = 10000\nPriorityWeightQOS       = 5000\nPriorityMaxAge          = 1-00:00:00\nAccountingStorageEnforce = associations,limits,qos\nPriorityFavorSmall      = No\n",
+        )
+        .unwrap();
+        assert!(c.multifactor && c.enforce_limits && !c.favor_small);
+        assert_eq!(
+            (c.weight_fairshare, c.weight_qos, c.weight_age),
+            (10000.0, 5000.0, 0.0)
+        );
+        assert_eq!(c.max_age_s, 86400.0);
+        assert!(parse_config("PriorityWeightQOS = lots\n").is_err());
+    }
+
+    #[test]
+    fn tables() {
+        let j =
+            parse_jobs("12|alice|phys|normal|gpu|1:00\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED\n")
+                .unwrap();
+        assert_eq!(j.len(), 1);
+        assert_eq!(j[&12].time_limit_s, Some(60.0));
+        assert!(parse_jobs("12|alice\n").is_err());
+        let f = parse_fairshare("root||1.000000\n fs_a||0.5\n  fs_a|root|0.250000\n");
+        assert_eq!(f[&("fs_a".to_string(), "root".to_string())], 0.25);
+        let q = parse_qos("normal|0||||||\ngpu4|10|gres/gpu=4|||cpu=2,gres/gpu=8|3|01:00:00\n")
+            .unwrap();
+        assert_eq!(q[1].max_gpus_per_user, Some(4));
+        assert_eq!(q[1].max_gpus_per_job, Some(8));
+        assert_eq!(q[1].max_jobs_per_user, Some(3));
+        assert_eq!(q[1].max_wall_s, Some(3600.0));
+        let a = parse_assocs("root||||||\nphys||gres/gpu=6||||\nphys|alice|||||2\n").unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].grp_gpus, Some(6));
+        assert_eq!(a[1].user.as_deref(), Some("alice"));
+        let p = parse_partitions(
+            "PartitionName=gpu AllowGroups=ALL PriorityJobFactor=2 MaxTime=01:00:00 State=UP\n",
+        )
+        .unwrap();
+        assert_eq!(p[0].priority_job_factor, 2.0);
+        assert_eq!(p[0].max_time_s, Some(3600.0));
+    }
+}
