@@ -698,9 +698,8 @@ fn forked_job_completes_with_its_spool_hidden_from_the_daemon(bed: &mut Testbed)
     let pid = serve.child.id();
     wait_until(bed, "the daemon's spool is hidden", 20, || {
         std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {
-            m.lines().any(|l| {
-                l.contains(&format!(" {} ", serve.spool.display())) && l.contains("tmpfs")
-            })
+            m.lines()
+                .any(|l| l.contains(&format!(" {} ", serve.spool.display())) && l.contains("tmpfs"))
         })
     });
     let total = 400;
@@ -749,7 +748,11 @@ fn forked_job_completes_with_its_spool_hidden_from_the_daemon(bed: &mut Testbed)
     }
     let tracker = serve.spool.join(id.to_string()).join("tracker.jsonl");
     let lines = std::fs::read_to_string(&tracker).expect("the job's tracker file");
-    assert_eq!(lines.lines().count(), counted.len(), "one line per round: {lines}");
+    assert_eq!(
+        lines.lines().count(),
+        counted.len(),
+        "one line per round: {lines}"
+    );
     assert_eq!(
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&tracker).unwrap()),
         USER.0

@@ -42,10 +42,12 @@ pub fn run(a: ForkConsolidateArgs) -> Result<(), Failure> {
         round.ended_s = Some(now - plan.epoch);
         let done: f64 = steps.iter().sum();
         let remaining = (plan.total_steps - plan.steps_done - done).max(0.0);
-        let tracker = Path::new(&round.consolidated)
-            .with_file_name("tracker.jsonl");
+        let tracker = Path::new(&round.consolidated).with_file_name("tracker.jsonl");
         if let Err(e) = append_tracker_line(&tracker, &round, remaining) {
-            eprintln!("hadar fork-consolidate: cannot append to {}: {e}", tracker.display());
+            eprintln!(
+                "hadar fork-consolidate: cannot append to {}: {e}",
+                tracker.display()
+            );
         }
     }
     println!("{}", report(&round, averaged).encode());

@@ -357,7 +357,10 @@ impl Forker {
             Some(RoundReport::Ran { averaged, copies }) if apply(&mut round, &copies) => {
                 (averaged, copy_errors(&round))
             }
-            Some(RoundReport::Error(why)) => (false, vec![format!("the copy job could not run the round: {why}")]),
+            Some(RoundReport::Error(why)) => (
+                false,
+                vec![format!("the copy job could not run the round: {why}")],
+            ),
             _ => (
                 false,
                 vec![format!(

@@ -99,10 +99,17 @@ impl RoundReport {
                 "fail" => false,
                 _ => return None,
             };
-            let steps: f64 = steps.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0)?;
+            let steps: f64 = steps
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)?;
             let seconds = match *secs {
                 "" => None,
-                t => Some(t.parse::<f64>().ok().filter(|t| t.is_finite() && *t > 0.0)?),
+                t => Some(
+                    t.parse::<f64>()
+                        .ok()
+                        .filter(|t| t.is_finite() && *t > 0.0)?,
+                ),
             };
             let exit_code = match *exit {
                 "" => None,
@@ -233,11 +240,7 @@ pub fn apply(round: &mut ForkRound, copies: &[CopyReport]) -> bool {
 /// so that `hadar average --weights-from tracker.jsonl --job J --round R` repeats the
 /// consolidation. Written once per round (a rerun copy job finds its line). The daemon's
 /// store stays the authority; the file is a convenience for users.
-pub fn append_tracker_line(
-    path: &Path,
-    round: &ForkRound,
-    remaining: f64,
-) -> std::io::Result<()> {
+pub fn append_tracker_line(path: &Path, round: &ForkRound, remaining: f64) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     if let Ok(text) = std::fs::read_to_string(path) {
@@ -331,10 +334,7 @@ mod tests {
             ],
         };
         let text = r.encode();
-        assert_eq!(
-            text,
-            "hadar-round:v1;avg=ok;c0=ok:120:6.5:0;c1=fail:0::"
-        );
+        assert_eq!(text, "hadar-round:v1;avg=ok;c0=ok:120:6.5:0;c1=fail:0::");
         assert!(!text.contains(' '));
         assert_eq!(RoundReport::decode(&text), Some(r));
         let e = RoundReport::Error("the spool folder is not mine".into());

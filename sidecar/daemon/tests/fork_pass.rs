@@ -118,7 +118,9 @@ fn reported(
     owner: (u32, u32),
     comment: Option<&str>,
 ) -> SlurmJob {
-    let comment = comment.map(|c| format!("   Comment={c}\n")).unwrap_or_default();
+    let comment = comment
+        .map(|c| format!("   Comment={c}\n"))
+        .unwrap_or_default();
     let text = format!(
         "JobId={id} JobName={name}\n   UserId=u({}) GroupId=g({}) \n   Priority={} JobState={} Reason={}\n{comment}",
         owner.0,
@@ -326,7 +328,8 @@ fn copies_failing_round_after_round_fail_the_job() {
         }
         .encode();
         let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
-        advance(&mut b, &[logical, ended(&b, 900 + attempt, attempt, Some(&report))]);
+        let copies = ended(&b, 900 + attempt, attempt, Some(&report));
+        advance(&mut b, &[logical, copies]);
     }
     let fj = b.store.fork_job(JOB).unwrap().unwrap();
     assert_eq!((fj.state, fj.steps_done), (ForkState::Failed, 0.0));
@@ -389,7 +392,10 @@ fn unreported_lost_and_unaveraged_rounds_count_nothing() {
     for (case, copy_job) in [
         ("unreported", Some(None)),
         ("lost", None),
-        ("unaveraged", Some(Some("hadar-round:v1;avg=failed;c0=ok:30:5:0;c1=ok:20:5:0"))),
+        (
+            "unaveraged",
+            Some(Some("hadar-round:v1;avg=failed;c0=ok:30:5:0;c1=ok:20:5:0")),
+        ),
     ] {
         let mut b = bench();
         let r = round(&b, RoundState::Running, Some(900));
@@ -409,6 +415,9 @@ fn unreported_lost_and_unaveraged_rounds_count_nothing() {
         };
         assert_eq!(round.state, expect, "{case}: {round:?}");
         assert_eq!(fj.failed_rounds, u32::from(case != "lost"), "{case}");
-        assert!(!b.spool.exists(), "{case}: the daemon never touches the spool");
+        assert!(
+            !b.spool.exists(),
+            "{case}: the daemon never touches the spool"
+        );
     }
 }
