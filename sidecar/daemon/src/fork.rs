@@ -1,8 +1,10 @@
 //! Forked (HadarE) jobs on Slurm: each round, a `fork=yes` job runs as its copies, one
 //! heterogeneous Slurm job with one component per node (that node's GPU type and count),
 //! submitted as the job's own user; after the round its copies' checkpoints are averaged
-//! (`hadar average`, weighted by steps, run as the job's user) and the persisted Job Tracker
-//! ([`hadar_store::fork`]) is updated.
+//! (weighted by steps) by the copy job itself, on its node, as the job's user, which reports
+//! the round in its `Comment` ([`crate::fork_consolidate`]); the daemon reads that report and
+//! updates the persisted Job Tracker ([`hadar_store::fork`]). The daemon never reads or writes
+//! the spool: its host need not mount it.
 //!
 //! The user sees one logical job: the job they submitted stays in Slurm's queue, held, while
 //! its copies run; its `Comment` shows its progress
@@ -22,7 +24,9 @@
 //! is submitted, and its steps are added to the job's aggregate only in the transaction that
 //! marks it consolidated. A restarted daemon adopts a copy job it submitted but did not
 //! record (found by name), completes a round whose copies ran while it was down, and gives
-//! up (redoes from the last consolidated checkpoint) a round it cannot account for.
+//! up (redoes from the last consolidated checkpoint) a round it cannot account for,
+//! including one whose ended copy job Slurm no longer shows. The averaging runs once, in the
+//! copy job, whatever happens to the daemon; a restarted daemon reads the same report.
 
 use crate::config::{DaemonConfig, ForkConfig};
 use crate::fork_consolidate::{RoundPlan, RoundReport, apply};
