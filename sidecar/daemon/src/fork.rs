@@ -1259,6 +1259,26 @@ mod tests {
         );
         assert!(s.contains("--nodelist=n3 --gres=gpu:k80:2"), "{s}");
         assert!(s.contains("#HADAR off"));
+        // The user's script rides along as base64: none of its directives reach sbatch or
+        // the plugin; the copy job makes the user's folder, refusing one not its user's, and
+        // averages after its copies, reporting in its own Comment.
+        assert!(
+            !s.contains("#HADAR fork") && !s.contains("--gres=gpu:1\n"),
+            "{s}"
+        );
+        assert!(s.contains(&crate::fork_consolidate::base64(
+            test_in_job().user_script.as_bytes()
+        )));
+        assert!(s.contains("[ ! -O '/sp/1' ]"), "{s}");
+        assert!(s.contains("--output=/dev/null"), "{s}");
+        assert!(
+            s.contains("wait\nreport=$('/usr/bin/hadar' fork-consolidate round.json)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"$1\""),
+            "{s}"
+        );
         assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
         // Copy 1 gets the inner optimizer state of the previous round's copy 1; copy 0 none.
