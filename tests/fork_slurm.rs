@@ -36,6 +36,10 @@ const SCENARIOS: &[Scenario] = &[
         daemon_killed_mid_round_counts_every_round_once,
     ),
     (
+        "forked_job_completes_with_its_spool_hidden_from_the_daemon",
+        forked_job_completes_with_its_spool_hidden_from_the_daemon,
+    ),
+    (
         "pytorch_example_trains_forked_with_the_outer_step",
         pytorch_example_trains_forked_with_the_outer_step,
     ),
@@ -61,6 +65,8 @@ struct Serve {
     config: PathBuf,
     state: PathBuf,
     spool: PathBuf,
+    /// The daemon runs in its own mount namespace with an empty tmpfs over the spool.
+    hidden: bool,
 }
 
 impl Serve {
@@ -71,11 +77,28 @@ impl Serve {
     /// A daemon with rounds of `round_s` seconds that fails a forked job after
     /// `max_failed_rounds` rounds in a row without a successful copy.
     fn start_with_rounds(bed: &Testbed, name: &str, round_s: u32, max_failed_rounds: u32) -> Serve {
+        Serve::start_opts(bed, name, round_s, max_failed_rounds, false)
+    }
+
+    /// `hidden`: the daemon cannot see the spool (its own mount namespace, an empty tmpfs
+    /// over it), as on a controller host that mounts no user filesystems.
+    fn start_opts(
+        bed: &Testbed,
+        name: &str,
+        round_s: u32,
+        max_failed_rounds: u32,
+        hidden: bool,
+    ) -> Serve {
         let config = bed.path(&format!("etc/fork-{name}.toml"));
         let state = bed.path(&format!("state-fork-{name}.db"));
         let spool = bed.path(&format!("spool-{name}"));
         let _ = std::fs::remove_file(&state);
         let _ = std::fs::remove_dir_all(&spool);
+        // The spool's root, shared by every user's jobs (sticky, like /tmp): each job's
+        // copy job makes its own folder in it, as its user.
+        std::fs::create_dir_all(&spool).expect("make the spool");
+        std::fs::set_permissions(&spool, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .expect("chmod the spool");
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\npreempt_grace_seconds = 1\n\
@@ -89,12 +112,13 @@ impl Serve {
             runner = runner().display(),
         );
         std::fs::write(&config, text).expect("write the daemon's config");
-        let child = spawn(bed, &config, None);
+        let child = spawn_in(bed, &config, None, hidden.then_some(spool.as_path()));
         Serve {
             child,
             config,
             state,
             spool,
+            hidden,
         }
     }
 
@@ -106,7 +130,8 @@ impl Serve {
 
     fn restart(&mut self, bed: &Testbed) {
         self.kill();
-        self.child = spawn(bed, &self.config, None);
+        let hide = self.hidden.then_some(self.spool.as_path());
+        self.child = spawn_in(bed, &self.config, None, hide);
     }
 
     /// Restarts the daemon armed to kill itself at crash point `point`
@@ -152,12 +177,30 @@ impl Drop for Serve {
 }
 
 fn spawn(bed: &Testbed, config: &Path, crash_at: Option<&str>) -> Child {
+    spawn_in(bed, config, crash_at, None)
+}
+
+/// Starts the daemon; with `hide`, in its own mount namespace with an empty tmpfs mounted
+/// over that folder (`unshare --mount`, then `mount -t tmpfs`; unshare and sh exec, so the
+/// child's id is the daemon's).
+fn spawn_in(bed: &Testbed, config: &Path, crash_at: Option<&str>, hide: Option<&Path>) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(bed.path("log/hadar-serve-fork.log"))
         .expect("open the daemon's log");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hadar"));
+    let mut cmd = match hide {
+        None => Command::new(env!("CARGO_BIN_EXE_hadar")),
+        Some(dir) => {
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                .arg("mount -t tmpfs hadar-hidden \"$1\" && shift && exec \"$@\"")
+                .arg("sh")
+                .arg(dir)
+                .arg(env!("CARGO_BIN_EXE_hadar"));
+            c
+        }
+    };
     if let Some(point) = crash_at {
         cmd.env("HADAR_FAULT_KILL_AT", point);
     }
@@ -642,6 +685,87 @@ fn daemon_killed_mid_round_counts_every_round_once(bed: &mut Testbed) {
     assert!(
         serve.spool.join(id.to_string()).join("round-0").is_dir(),
         "the spool holds the rounds"
+    );
+}
+
+/// Consolidation where the data is: the daemon runs with the spool hidden from it (an empty
+/// tmpfs over it in its own mount namespace), so it can neither write the copies' script
+/// nor read their results nor average them; the forked job still completes exactly, its
+/// rounds averaged inside Slurm, on a compute node, as its user, the daemon learning each
+/// round's result from its copy job's Comment.
+fn forked_job_completes_with_its_spool_hidden_from_the_daemon(bed: &mut Testbed) {
+    let serve = Serve::start_opts(bed, "hidden", ROUND_S, 2, true);
+    let pid = serve.child.id();
+    wait_until(bed, "the daemon's spool is hidden", 20, || {
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {
+            m.lines()
+                .any(|l| l.contains(&format!(" {} ", serve.spool.display())) && l.contains("tmpfs"))
+        })
+    });
+    let total = 400;
+    let id = submit_forked(bed, total, 1, "", "");
+    let info = serve::wait_completed(bed, id, 180);
+    assert_eq!(info.field("ExitCode").as_deref(), Some("0:0"), "{}", info.0);
+    // check_tracker reads each averaged checkpoint (here, outside the daemon's namespace)
+    // and checks its weights against the copies' steps.
+    let fork = serve.status(id)["fork"].clone();
+    let counted = check_tracker(&fork, total);
+    assert!(!counted.is_empty(), "{fork:#}");
+    // The averaging ran in the copy jobs, on compute nodes, as the job's user: the copy
+    // jobs report it in their comments, and the files are the user's.
+    let all = bed.client("scontrol", &["show", "job"]).unwrap();
+    let (jobs, _) = hadar_slurm::job::parse_jobs(&all);
+    let nodes = bed.client("sinfo", &["-h", "-N", "-o", "%N"]).unwrap();
+    for r in &counted {
+        let name = format!("hadar-fork-{id}-r{}", r["round"]);
+        let leader = jobs
+            .iter()
+            .find(|j| j.name == name && j.het_job_id.is_none_or(|h| h == j.id))
+            .unwrap_or_else(|| panic!("copy job {name} in Slurm: {all}"));
+        assert_eq!(leader.user_id, Some(USER.0), "{name}");
+        let comment = leader.comment.as_deref().unwrap_or_default();
+        assert!(
+            comment.starts_with("hadar-round:v1;avg=ok;c0=ok:"),
+            "{name}: {comment}"
+        );
+        // Its batch script (which averaged) ran on one of the compute nodes.
+        let host = bed
+            .job(leader.id as u32)
+            .ok()
+            .and_then(|j| j.field("BatchHost"))
+            .unwrap_or_default();
+        assert!(
+            nodes.lines().any(|n| n.trim() == host),
+            "{name} ran on a compute node: {host:?} not in {nodes}"
+        );
+        let consolidated = r["consolidated"].as_str().unwrap();
+        let meta = std::fs::metadata(consolidated).expect("the averaged checkpoint exists");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            USER.0,
+            "{consolidated} was written by the job's user"
+        );
+    }
+    let tracker = serve.spool.join(id.to_string()).join("tracker.jsonl");
+    let lines = std::fs::read_to_string(&tracker).expect("the job's tracker file");
+    assert_eq!(
+        lines.lines().count(),
+        counted.len(),
+        "one line per round: {lines}"
+    );
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&tracker).unwrap()),
+        USER.0
+    );
+    // And the daemon's namespace still shows an empty spool.
+    let seen = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-m", "ls", "-A"])
+        .arg(&serve.spool)
+        .output()
+        .unwrap();
+    assert!(
+        seen.status.success() && seen.stdout.is_empty(),
+        "the daemon sees an empty spool: {seen:?}"
     );
 }
 

@@ -105,6 +105,20 @@ pub enum Command {
     /// package runs it.
     #[command(hide = true)]
     Man(ManArgs),
+    /// Consolidate one round of a forked job inside its copy job (run by the copy job's
+    /// script on a compute node, as the job's user): read the copies' results, average
+    /// their checkpoints, append the round to the job's tracker.jsonl, and print the round's
+    /// report for the copy job's Comment.
+    #[command(hide = true)]
+    ForkConsolidate(ForkConsolidateArgs),
+}
+
+/// `hadar fork-consolidate` arguments.
+#[derive(Args, Debug)]
+pub struct ForkConsolidateArgs {
+    /// The round's plan, as the daemon wrote it into the copy job's script.
+    #[arg(value_name = "ROUND_JSON")]
+    pub plan: PathBuf,
 }
 
 /// `hadar report` arguments.

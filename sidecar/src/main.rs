@@ -11,6 +11,7 @@ mod cli;
 mod dry_run;
 mod emulate;
 mod estimate;
+mod fork_consolidate;
 mod generate;
 mod logging;
 mod report;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         cli::Command::Report(a) => serve::report(a),
         cli::Command::Completions(a) => generate::completions(a),
         cli::Command::Man(a) => generate::man_pages(a),
+        cli::Command::ForkConsolidate(a) => fork_consolidate::run(a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

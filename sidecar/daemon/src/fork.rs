@@ -1,8 +1,10 @@
 //! Forked (HadarE) jobs on Slurm: each round, a `fork=yes` job runs as its copies, one
 //! heterogeneous Slurm job with one component per node (that node's GPU type and count),
 //! submitted as the job's own user; after the round its copies' checkpoints are averaged
-//! (`hadar average`, weighted by steps, run as the job's user) and the persisted Job Tracker
-//! ([`hadar_store::fork`]) is updated.
+//! (weighted by steps) by the copy job itself, on its node, as the job's user, which reports
+//! the round in its `Comment` ([`crate::fork_consolidate`]); the daemon reads that report and
+//! updates the persisted Job Tracker ([`hadar_store::fork`]). The daemon never reads or writes
+//! the spool: its host need not mount it.
 //!
 //! The user sees one logical job: the job they submitted stays in Slurm's queue, held, while
 //! its copies run; its `Comment` shows its progress
@@ -22,9 +24,12 @@
 //! is submitted, and its steps are added to the job's aggregate only in the transaction that
 //! marks it consolidated. A restarted daemon adopts a copy job it submitted but did not
 //! record (found by name), completes a round whose copies ran while it was down, and gives
-//! up (redoes from the last consolidated checkpoint) a round it cannot account for.
+//! up (redoes from the last consolidated checkpoint) a round it cannot account for,
+//! including one whose ended copy job Slurm no longer shows. The averaging runs once, in the
+//! copy job, whatever happens to the daemon; a restarted daemon reads the same report.
 
 use crate::config::{DaemonConfig, ForkConfig};
+use crate::fork_consolidate::{RoundPlan, RoundReport, apply};
 use crate::spec::{self, JobSpec, Priors};
 use crate::view;
 use hadar_core::policies::hadare::{HadarEConfig, plan_round};
@@ -108,26 +113,6 @@ pub enum ForkError {
     /// The logical job's owner is unknown (Slurm did not show a user and group id).
     #[error("job {0}: Slurm shows no user or group id, so its copies cannot run as its owner")]
     NoOwner(u64),
-}
-
-fn spool_err(path: &Path) -> impl Fn(std::io::Error) -> ForkError + '_ {
-    move |e| ForkError::Spool {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    }
-}
-
-/// The fork runner's one-line result (see `wrappers/README.md`).
-#[derive(Clone, Debug, serde::Deserialize)]
-struct RunnerResult {
-    steps: f64,
-    /// Absent from results of runners older than this field.
-    #[serde(default)]
-    seconds: Option<f64>,
-    exit_code: i32,
-    ok: bool,
-    #[serde(default)]
-    error: String,
 }
 
 /// What the fork pass did, as `(job, action, outcome)`.
@@ -306,7 +291,7 @@ impl Forker {
                         done.push((id, "fork-redo".into(), format!("round {}", round.round)));
                     }
                 } else {
-                    self.consolidate(store, &mut fj, round, &row, now_s, done)?;
+                    self.consolidate(store, &mut fj, round, &row, slurm_jobs, now_s, done)?;
                     fj = store.fork_job(id)?.unwrap_or(fj);
                 }
             }
@@ -345,44 +330,52 @@ impl Forker {
         Ok(())
     }
 
-    /// Collects a finished round's results, averages the successful copies as the job's
-    /// user, and counts the round (or records it failed).
+    /// Counts a finished round from what its copy job reported (its `Comment`, set by the
+    /// job itself after it averaged the copies on its node; see [`crate::fork_consolidate`]),
+    /// or records it failed. The daemon never reads the spool.
+    #[allow(clippy::too_many_arguments)]
     fn consolidate(
         &mut self,
         store: &mut Store,
         fj: &mut ForkJob,
         mut round: ForkRound,
         row: &JobRow,
+        slurm_jobs: &[SlurmJob],
         now_s: f64,
         done: &mut Vec<(u64, String, String)>,
     ) -> Result<(), ForkError> {
-        let mut errors = Vec::new();
-        for c in round.copies.iter_mut() {
-            let result = std::fs::read_to_string(&c.result)
-                .ok()
-                .and_then(|t| serde_json::from_str::<RunnerResult>(t.trim()).ok());
-            match result {
-                Some(r) if r.ok && Path::new(&c.checkpoint).is_file() => {
-                    c.ok = Some(true);
-                    c.steps = Some(r.steps.max(0.0));
-                    c.seconds = r.seconds.filter(|t| t.is_finite() && *t > 0.0);
-                    c.exit_code = Some(r.exit_code);
-                }
-                Some(r) => {
-                    c.ok = Some(false);
-                    c.steps = Some(0.0);
-                    c.exit_code = Some(r.exit_code);
-                    errors.push(format!("copy on {}: {}", c.node, r.error));
-                }
-                None => {
-                    c.ok = Some(false);
-                    c.steps = Some(0.0);
-                    errors.push(format!(
-                        "copy on {}: no result (killed or never started)",
-                        c.node
-                    ));
-                }
+        let copy = round.copy_job.unwrap_or(0);
+        let Some(leader) = slurm_jobs.iter().find(|j| j.id == copy) else {
+            // Slurm forgot the copy job (MinJobAge) before the daemon read its report.
+            round.state = RoundState::Abandoned;
+            round.ended_s = Some(now_s);
+            round.message = Some(format!(
+                "copy job {copy} left Slurm before its report was read; redone"
+            ));
+            store.write(|w| w.put_fork_round(&round))?;
+            done.push((row.id, "fork-redo".into(), format!("round {}", round.round)));
+            return Ok(());
+        };
+        let report = leader.comment.as_deref().and_then(RoundReport::decode);
+        let (averaged, errors) = match report {
+            Some(RoundReport::Ran { averaged, copies }) if apply(&mut round, &copies) => {
+                (averaged, copy_errors(&round))
             }
+            Some(RoundReport::Error(why)) => (
+                false,
+                vec![format!("the copy job could not run the round: {why}")],
+            ),
+            _ => (
+                false,
+                vec![format!(
+                    "copy job {copy} ended ({}) without reporting its round",
+                    leader.status.as_str()
+                )],
+            ),
+        };
+        for c in round.copies.iter_mut().filter(|c| c.ok.is_none()) {
+            c.ok = Some(false);
+            c.steps = Some(0.0);
         }
         let good: Vec<usize> = (0..round.copies.len())
             .filter(|k| round.copies[*k].ok == Some(true))
@@ -416,15 +409,15 @@ impl Forker {
         for (k, w) in good.iter().zip(&weights) {
             round.copies[*k].weight = Some(*w);
         }
-        let inputs: Vec<String> = good
-            .iter()
-            .map(|k| {
-                let c = &round.copies[*k];
-                format!("{}:{}", c.checkpoint, c.steps.unwrap_or(0.0) as u64)
-            })
-            .collect();
-        let (uid, gid) = owner(row)?;
-        match self.average_as(uid, gid, &round, &inputs) {
+        let averaging = if averaged {
+            Ok(())
+        } else {
+            Err(format!(
+                "averaging failed on the compute node (see {}/copies.out)",
+                round_dir(&round).display()
+            ))
+        };
+        match averaging {
             Ok(()) => {
                 crate::faults::reached("fork-averaged");
                 // The copies' measured rates are learned in the transaction that counts the
@@ -453,27 +446,6 @@ impl Forker {
                     );
                 }
                 crate::faults::reached("fork-counted");
-                if counted {
-                    let dir = Path::new(&round.consolidated)
-                        .parent()
-                        .map(Path::to_path_buf)
-                        .unwrap_or_default();
-                    let (total_after, total) = store
-                        .fork_job(row.id)?
-                        .map(|f| (f.steps_done, f.total_steps))
-                        .unwrap_or((0.0, 0.0));
-                    if let Err(e) = append_tracker_line(
-                        &dir.join("tracker.jsonl"),
-                        &round,
-                        (total - total_after).max(0.0),
-                        (uid, gid),
-                    ) {
-                        tracing::warn!(
-                            job = row.id,
-                            "cannot append to the job's tracker file: {e}"
-                        );
-                    }
-                }
                 let total: f64 = steps.iter().sum();
                 done.push((
                     row.id,
@@ -488,7 +460,7 @@ impl Forker {
             }
             Err(why) => {
                 round.state = RoundState::Failed;
-                round.message = Some(format!("averaging failed: {why}"));
+                round.message = Some(why.clone());
                 fj.failed_rounds += 1;
                 fj.next_round = fj.next_round.max(round.round + 1);
                 if fj.failed_rounds >= self.config.max_failed_rounds {
@@ -503,36 +475,6 @@ impl Forker {
             }
         }
         Ok(())
-    }
-
-    /// Runs `hadar average --out OUT [OUTER STEP] INPUTS...` as the job's user. The outer
-    /// step's files were fixed when the round was planned (the velocity read is the previous
-    /// round's, the one written is this round's own), so repeating this after a crash writes
-    /// the same files and applies the momentum once.
-    fn average_as(
-        &self,
-        uid: u32,
-        gid: u32,
-        round: &ForkRound,
-        inputs: &[String],
-    ) -> Result<(), String> {
-        use std::os::unix::process::CommandExt;
-        let output = std::process::Command::new(&self.hadar_bin)
-            .arg("average")
-            .arg("--out")
-            .arg(&round.consolidated)
-            .args(outer_args(round))
-            .args(inputs)
-            .uid(uid)
-            .gid(gid)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.hadar_bin.display()))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
-        }
     }
 
     /// Plans the forked jobs that have no open round with HadarE, over the GPUs nothing
@@ -686,14 +628,10 @@ impl Forker {
         let r = fj.next_round;
         let job_dir = self.config.spool.join(id.to_string());
         let round_dir = job_dir.join(format!("round-{r}"));
-        make_dir(&self.config.spool, 0o755, None)?;
-        make_dir(&job_dir, 0o700, Some((uid, gid)))?;
-        make_dir(&round_dir, 0o700, Some((uid, gid)))?;
+        // The spool is only written by the copy job, on its node, as the job's user: the
+        // user's script goes to it inside the copy job's own script.
         let script = job_dir.join("job.sh");
-        if !script.is_file() {
-            let text = self.api.batch_script(id)?;
-            write_file(&script, &text, 0o700, (uid, gid))?;
-        }
+        let user_script = self.api.batch_script(id)?;
         // Each copy's share of the remaining steps, in proportion to its expected rate: the
         // budgets add up to exactly what is left, so no round overshoots the total.
         let remaining = (fj.total_steps - fj.steps_done).ceil().max(0.0) as u64;
@@ -756,6 +694,18 @@ impl Forker {
             message: None,
             outer: outer_step(outer, fj, &job_dir, r),
         };
+        let plan = RoundPlan {
+            round: round.clone(),
+            epoch,
+            steps_done: fj.steps_done,
+            total_steps: fj.total_steps,
+        };
+        let in_job = InJob {
+            hadar_bin: &self.hadar_bin,
+            job_dir: &job_dir,
+            user_script: &user_script,
+            plan: &serde_json::to_string(&plan).unwrap_or_default(),
+        };
         let text = copy_script(
             &round,
             &self.config.runner,
@@ -763,9 +713,10 @@ impl Forker {
             fj.steps_done as u64,
             &copy_options(sj, row.workers),
             &round_dir,
+            &in_job,
         );
-        let copy_script_path = round_dir.join("copies.sbatch");
-        write_file(&copy_script_path, &text, 0o600, (uid, gid))?;
+        // sbatch reads the script on the daemon's host: a private temporary file.
+        let tmp = private_script(&text, uid, gid)?;
         let mut next = fj.clone();
         next.next_round = r + 1;
         store.write(|w| {
@@ -773,7 +724,10 @@ impl Forker {
             w.put_fork_job(&next)
         })?;
         crate::faults::reached("fork-round-written");
-        match self.api.submit_as(uid, gid, &copy_script_path, &round_dir) {
+        // Slurm changes to the spool on the node; the script makes the round's folder.
+        let submitted = self.api.submit_as(uid, gid, tmp.path(), &self.config.spool);
+        drop(tmp);
+        match submitted {
             Ok(copy) => {
                 crate::faults::reached("fork-copies-submitted");
                 round.copy_job = Some(copy);
@@ -790,51 +744,6 @@ impl Forker {
             }
         }
     }
-}
-
-/// Appends a consolidated round to the job's `tracker.jsonl` in the Job Tracker's JSON-lines
-/// form (as `hadar simulate --trace-out` writes it), with each successful copy's checkpoint,
-/// so that `hadar average --weights-from tracker.jsonl --job J --round R` repeats the
-/// consolidation. The store stays the authority; the file is a convenience for users.
-fn append_tracker_line(
-    path: &Path,
-    round: &ForkRound,
-    remaining: f64,
-    owner: (u32, u32),
-) -> Result<(), ForkError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let copies: Vec<serde_json::Value> = round
-        .copies
-        .iter()
-        .filter(|c| c.ok == Some(true))
-        .map(|c| {
-            serde_json::json!({
-                "node": c.node, "gpu_type": c.gpu_type, "gpus": c.gpus,
-                "steps": c.steps, "weight": c.weight, "checkpoint": c.checkpoint,
-            })
-        })
-        .collect();
-    let line = serde_json::json!({
-        "round": round.round, "job": round.job, "kind": "forked", "policy": "hadare",
-        "start_s": round.started_s, "end_s": round.ended_s,
-        "copies": copies,
-        "aggregated_steps": round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
-        "remaining_steps": remaining,
-        "consolidated": round.consolidated,
-        "outer": round.outer.as_ref().map(|o| serde_json::json!({
-            "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
-            "start": round.start_from, "momentum_from": o.momentum_from, "momentum_state": o.momentum_out,
-        })),
-    });
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(spool_err(path))?;
-    writeln!(f, "{line}").map_err(spool_err(path))?;
-    std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1)).map_err(spool_err(path))
 }
 
 /// A forked job's throughput for copies of every size up to its worker count (1, 2, 4, ...
@@ -889,6 +798,49 @@ fn observed_rates(round: &ForkRound) -> Vec<(String, u32, f64)> {
         .into_iter()
         .map(|((t, g), (steps, secs))| (t, g, steps / secs))
         .collect()
+}
+
+/// Writes a copy job's script to a temporary file for sbatch (mode 0600, owned by the job's
+/// user, removed when dropped).
+fn private_script(text: &str, uid: u32, gid: u32) -> Result<tempfile::NamedTempFile, ForkError> {
+    use std::io::Write;
+    let io = |e: std::io::Error| ForkError::Spool {
+        path: std::env::temp_dir().display().to_string(),
+        reason: format!("cannot write a copy job's script: {e}"),
+    };
+    let mut f = tempfile::Builder::new()
+        .prefix("hadar-copies-")
+        .suffix(".sbatch")
+        .tempfile()
+        .map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.flush().map_err(io)?;
+    // Readable by the user too, in case sbatch reads it after taking the user's identity.
+    let _ = std::os::unix::fs::chown(f.path(), Some(uid), Some(gid));
+    Ok(f)
+}
+
+/// The failed copies of a reported round, in words.
+fn copy_errors(round: &ForkRound) -> Vec<String> {
+    round
+        .copies
+        .iter()
+        .filter(|c| c.ok == Some(false))
+        .map(|c| match c.exit_code {
+            Some(e) => format!("copy on {}: failed (exit code {e})", c.node),
+            None => format!("copy on {}: no result (killed or never started)", c.node),
+        })
+        .collect()
+}
+
+/// A round's folder in the spool (the folder of its copies' checkpoints).
+fn round_dir(round: &ForkRound) -> PathBuf {
+    round
+        .copies
+        .first()
+        .and_then(|c| Path::new(&c.checkpoint).parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// True while any component of copy job `id` has not ended.
@@ -951,7 +903,7 @@ fn outer_step(outer: Outer, fj: &ForkJob, job_dir: &Path, r: u64) -> Option<Oute
 }
 
 /// `hadar average`'s options for a round's outer step (none for the plain mean).
-fn outer_args(round: &ForkRound) -> Vec<String> {
+pub fn outer_args(round: &ForkRound) -> Vec<String> {
     let (Some(o), Some(start)) = (&round.outer, &round.start_from) else {
         return Vec::new();
     };
@@ -1117,9 +1069,25 @@ fn copy_options(sj: Option<&SlurmJob>, workers: u32) -> String {
     out
 }
 
+/// What a copy job's script carries besides its copies: it makes the spool's folders, writes
+/// the user's script and the round's plan there, and after the copies averages them.
+struct InJob<'a> {
+    /// `hadar` on the compute nodes.
+    hadar_bin: &'a Path,
+    /// The job's folder in the spool.
+    job_dir: &'a Path,
+    /// The logical job's batch script.
+    user_script: &'a str,
+    /// The round's [`RoundPlan`] as JSON.
+    plan: &'a str,
+}
+
 /// The heterogeneous batch script that runs one round's copies: one component per copy
 /// (its node, its GPUs of one type), each running the fork runner with the user's script
-/// as the program. `#HADAR off` keeps the plugin from managing it.
+/// as the program, and then, on the first copy's node, `hadar fork-consolidate`, whose
+/// report the script puts in its job's `Comment` (see [`crate::fork_consolidate`]).
+/// `#HADAR off` keeps the plugin from managing it; the embedded files are base64, so no
+/// line of theirs reads as a directive.
 fn copy_script(
     round: &ForkRound,
     runner: &Path,
@@ -1127,6 +1095,7 @@ fn copy_script(
     steps_done: u64,
     options: &str,
     dir: &Path,
+    in_job: &InJob,
 ) -> String {
     let mut s = String::from("#!/bin/sh\n");
     let n = round.copies.len();
@@ -1135,12 +1104,8 @@ fn copy_script(
             s.push_str("#SBATCH hetjob\n");
         }
         s.push_str(&format!(
-            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{options} --export=ALL --output={}\n",
-            round.copy_job_name,
-            c.node,
-            c.gpu_type,
-            c.gpus,
-            dir.join("copies.out").display()
+            "#SBATCH --job-name={} --nodes=1 --ntasks=1 --nodelist={} --gres=gpu:{}:{}{options} --export=ALL --output=/dev/null\n",
+            round.copy_job_name, c.node, c.gpu_type, c.gpus,
         ));
     }
     s.push_str("#HADAR off\n");
@@ -1148,6 +1113,7 @@ fn copy_script(
         "# hadar: round {} of job {} ({n} copies); written by hadar serve\n",
         round.round, round.job
     ));
+    s.push_str(&in_job_setup(in_job, user_script, dir));
     for (k, c) in round.copies.iter().enumerate() {
         // A single copy is an ordinary job: srun refuses --het-group there.
         let group = if n > 1 {
@@ -1176,32 +1142,43 @@ fn copy_script(
             quote(&user_script.display().to_string()),
         ));
     }
-    s.push_str("wait\nexit 0\n");
+    s.push_str(&format!(
+        "wait\nreport=$({} fork-consolidate round.json) || report='{TAG};error=consolidation-did-not-run'\nhadar_report \"$report\"\nexit 0\n",
+        quote(&in_job.hadar_bin.display().to_string()),
+        TAG = crate::fork_consolidate::TAG,
+    ));
     s
+}
+
+/// The copy job's first lines: the job's folder (made by the user, refused when someone
+/// else owns it), the round's folder as the working directory and output, the user's script
+/// (once) and the round's plan.
+fn in_job_setup(in_job: &InJob, user_script: &Path, dir: &Path) -> String {
+    let tag = crate::fork_consolidate::TAG;
+    let job_dir = quote(&in_job.job_dir.display().to_string());
+    let script = quote(&user_script.display().to_string());
+    format!(
+        "set -u\numask 077\n\
+         hadar_report() {{ scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"$1\" || true; }}\n\
+         mkdir -p {job_dir} 2>/dev/null\n\
+         if [ ! -d {job_dir} ] || [ ! -O {job_dir} ]; then hadar_report '{tag};error=spool-folder-missing-or-not-the-users'; exit 1; fi\n\
+         chmod 0700 {job_dir}\n\
+         mkdir -p {dir} && cd {dir} || {{ hadar_report '{tag};error=cannot-make-the-round-folder'; exit 1; }}\n\
+         exec >>copies.out 2>&1\n\
+         if [ ! -f {script} ]; then\n\
+         base64 -d >{script}.tmp <<'HADAR_EOF'\n{}\nHADAR_EOF\n\
+         chmod 0700 {script}.tmp && mv -f {script}.tmp {script}\n\
+         fi\n\
+         base64 -d >round.json <<'HADAR_EOF'\n{}\nHADAR_EOF\n",
+        crate::fork_consolidate::base64(in_job.user_script.as_bytes()),
+        crate::fork_consolidate::base64(in_job.plan.as_bytes()),
+        dir = quote(&dir.display().to_string()),
+    )
 }
 
 /// Single-quotes a word for the shell.
 fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
-}
-
-fn make_dir(path: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<(), ForkError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(spool_err(path))?;
-    if let Some((u, g)) = owner {
-        std::os::unix::fs::chown(path, Some(u), Some(g)).map_err(spool_err(path))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(spool_err(path))
-}
-
-fn write_file(path: &Path, text: &str, mode: u32, owner: (u32, u32)) -> Result<(), ForkError> {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(spool_err(&tmp))?;
-    std::os::unix::fs::chown(&tmp, Some(owner.0), Some(owner.1)).map_err(spool_err(&tmp))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
-        .map_err(spool_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(spool_err(path))
 }
 
 #[cfg(test)]
@@ -1261,6 +1238,15 @@ mod tests {
         assert!(comment(&fj, None).contains("state=done"));
     }
 
+    fn test_in_job() -> InJob<'static> {
+        InJob {
+            hadar_bin: Path::new("/usr/bin/hadar"),
+            job_dir: Path::new("/sp/1"),
+            user_script: "#!/bin/sh\n#HADAR fork=yes\n#SBATCH --gres=gpu:1\n",
+            plan: "{}",
+        }
+    }
+
     #[test]
     fn the_copy_script_has_one_component_per_copy_and_quotes_paths() {
         let copy = |node: &str, t: &str, k: usize| ForkCopy {
@@ -1300,6 +1286,7 @@ mod tests {
             7,
             " --partition=gpu",
             Path::new("/sp/1/round-0"),
+            &test_in_job(),
         );
         assert_eq!(s.matches("#SBATCH hetjob").count(), 1, "{s}");
         assert!(
@@ -1308,6 +1295,26 @@ mod tests {
         );
         assert!(s.contains("--nodelist=n3 --gres=gpu:k80:2"), "{s}");
         assert!(s.contains("#HADAR off"));
+        // The user's script rides along as base64: none of its directives reach sbatch or
+        // the plugin; the copy job makes the user's folder, refusing one not its user's, and
+        // averages after its copies, reporting in its own Comment.
+        assert!(
+            !s.contains("#HADAR fork") && !s.contains("--gres=gpu:1\n"),
+            "{s}"
+        );
+        assert!(s.contains(&crate::fork_consolidate::base64(
+            test_in_job().user_script.as_bytes()
+        )));
+        assert!(s.contains("[ ! -O '/sp/1' ]"), "{s}");
+        assert!(s.contains("--output=/dev/null"), "{s}");
+        assert!(
+            s.contains("wait\nreport=$('/usr/bin/hadar' fork-consolidate round.json)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("scontrol update JobId=\"$SLURM_JOB_ID\" Comment=\"$1\""),
+            "{s}"
+        );
         assert!(s.contains("srun --het-group=1 --ntasks=1 env HADAR_GPU_TYPE='k80' HADAR_GPUS=2 '/r/hadar-fork-run' --index 1 --copies 2 --round 0"), "{s}");
         assert!(s.contains("--start-from '/sp/it'\\''s.safetensors'"), "{s}");
         // Copy 1 gets the inner optimizer state of the previous round's copy 1; copy 0 none.
@@ -1331,6 +1338,7 @@ mod tests {
             0,
             "",
             Path::new("/d"),
+            &test_in_job(),
         );
         assert!(!s.contains("hetjob") && !s.contains("--het-group"), "{s}");
         assert!(s.contains("srun --ntasks=1 env HADAR_GPU_TYPE='v100' HADAR_GPUS=2 '/r/run' --index 0 --copies 1"), "{s}");

@@ -28,6 +28,7 @@ pub mod explain;
 pub mod failopen;
 pub mod faults;
 pub mod fork;
+pub mod fork_consolidate;
 pub mod metrics;
 pub mod notices;
 pub mod progress;

@@ -1,9 +1,12 @@
 //! The fork pass's state machine without Slurm: a stand-in records what it is asked to do,
-//! the store is in memory, the spool a temporary folder and `hadar average` a small script.
+//! the store is in memory, and the copy jobs' reports (which the real copy jobs put in their
+//! Comment after averaging on their node) are written into the stand-in jobs' records. The
+//! daemon never touches the spool: the tests' spool folder does not exist.
 //! The real-cluster scenarios are in the workspace's `tests/fork_slurm.rs`.
 
 use hadar_daemon::DaemonConfig;
 use hadar_daemon::fork::{ForkSlurm, Forker};
+use hadar_daemon::fork_consolidate::{CopyReport, RoundReport};
 use hadar_slurm::{JobStatus, SlurmError, SlurmJob};
 use hadar_store::{
     ForkCopy, ForkJob, ForkRound, ForkState, JobRow, OuterStep, Phase, RoundState, Store,
@@ -64,15 +67,7 @@ fn bench() -> Bench {
     let meta = std::fs::metadata(dir.path()).unwrap();
     let owner = (meta.uid(), meta.gid());
     let spool = dir.path().join("spool");
-    // `hadar average --out OUT [OPTIONS] IN:STEPS...` stand-in: logs its arguments to
-    // `average.log` beside it and copies the first input.
-    let avg = dir.path().join("fake-hadar");
-    std::fs::write(
-        &avg,
-        "#!/bin/sh\n[ \"$1\" = average ] || exit 9\necho \"$@\" >> \"$(dirname \"$0\")/average.log\"\nout=$3\nfor a in \"$@\"; do case $a in *:[0-9]*) in=${a%:*}; break ;; esac; done\ncp \"$in\" \"$out\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&avg, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let avg = PathBuf::from("/usr/bin/hadar");
     let config = DaemonConfig::parse(
         "t.toml",
         &format!(
@@ -111,8 +106,23 @@ fn bench() -> Bench {
 }
 
 fn slurm_job(id: u64, name: &str, status: JobStatus, held: bool, owner: (u32, u32)) -> SlurmJob {
+    reported(id, name, status, held, owner, None)
+}
+
+/// A job as Slurm shows it, with its `Comment` when given.
+fn reported(
+    id: u64,
+    name: &str,
+    status: JobStatus,
+    held: bool,
+    owner: (u32, u32),
+    comment: Option<&str>,
+) -> SlurmJob {
+    let comment = comment
+        .map(|c| format!("   Comment={c}\n"))
+        .unwrap_or_default();
     let text = format!(
-        "JobId={id} JobName={name}\n   UserId=u({}) GroupId=g({}) \n   Priority={} JobState={} Reason={}\n",
+        "JobId={id} JobName={name}\n   UserId=u({}) GroupId=g({}) \n   Priority={} JobState={} Reason={}\n{comment}",
         owner.0,
         owner.1,
         if held { 0 } else { 1 },
@@ -128,7 +138,6 @@ fn slurm_job(id: u64, name: &str, status: JobStatus, held: bool, owner: (u32, u3
 
 fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
     let dir = b.spool.join(JOB.to_string()).join("round-0");
-    std::fs::create_dir_all(&dir).unwrap();
     let copy = |k: usize, node: &str| ForkCopy {
         node: node.into(),
         gpu_type: "v100".into(),
@@ -169,20 +178,28 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
     }
 }
 
-/// Writes what the fork runner leaves for copies that succeeded: a checkpoint and a result
-/// with `(steps, seconds)` (no `seconds` field when `None`, as older runners wrote).
-fn copies_succeeded(r: &ForkRound, results: &[(u64, Option<f64>)]) {
-    for (k, (steps, secs)) in results.iter().enumerate() {
-        std::fs::write(&r.copies[k].checkpoint, "ckpt").unwrap();
-        let secs = secs
-            .map(|t| format!("\"seconds\":{t},"))
-            .unwrap_or_default();
-        std::fs::write(
-            &r.copies[k].result,
-            format!("{{\"fork_index\":{k},\"copies\":{},\"round\":0,\"steps\":{steps},{secs}\"exit_code\":0,\"ok\":true,\"error\":\"\"}}\n", results.len()),
-        )
-        .unwrap();
+/// What a copy job whose copies succeeded with `(steps, seconds)` and were averaged on
+/// its node reports in its Comment.
+fn copies_succeeded(results: &[(u64, Option<f64>)]) -> String {
+    RoundReport::Ran {
+        averaged: true,
+        copies: results
+            .iter()
+            .map(|(steps, secs)| CopyReport {
+                ok: true,
+                steps: *steps as f64,
+                seconds: *secs,
+                exit_code: Some(0),
+            })
+            .collect(),
     }
+    .encode()
+}
+
+/// The ended copy job `id` of round `r`, with `comment`.
+fn ended(b: &Bench, id: u64, r: u64, comment: Option<&str>) -> SlurmJob {
+    let name = format!("hadar-fork-{JOB}-r{r}");
+    reported(id, &name, JobStatus::Completed, false, b.owner, comment)
 }
 
 fn advance(b: &mut Bench, slurm: &[SlurmJob]) {
@@ -246,16 +263,16 @@ fn finished_copies_are_consolidated_once_and_a_done_job_is_released() {
     let mut b = bench();
     let r = round(&b, RoundState::Running, Some(900));
     b.store.write(|w| w.put_fork_round(&r)).unwrap();
-    copies_succeeded(&r, &[(60, Some(12.0)), (40, Some(10.0))]);
+    let report = copies_succeeded(&[(60, Some(12.0)), (40, Some(10.0))]);
     let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
-    let done = slurm_job(900, "hadar-fork-7-r0", JobStatus::Completed, false, b.owner);
+    let done = ended(&b, 900, 0, Some(&report));
     advance(&mut b, &[logical.clone(), done.clone()]);
     let fj = b.store.fork_job(JOB).unwrap().unwrap();
     assert_eq!((fj.state, fj.steps_done), (ForkState::Done, 100.0));
     let counted = &b.store.fork_rounds(JOB).unwrap()[0];
     assert_eq!(counted.state, RoundState::Consolidated);
     assert_eq!(counted.copies[0].weight, Some(0.6));
-    assert!(Path::new(&counted.consolidated).is_file());
+    assert!(!b.spool.exists(), "the daemon never touches the spool");
     let log = b.calls.log();
     assert!(
         log.iter()
@@ -284,9 +301,9 @@ fn results_without_timing_count_steps_and_learn_nothing() {
     let mut b = bench();
     let r = round(&b, RoundState::Running, Some(900));
     b.store.write(|w| w.put_fork_round(&r)).unwrap();
-    copies_succeeded(&r, &[(30, None), (20, None)]);
+    let report = copies_succeeded(&[(30, None), (20, None)]);
     let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
-    let done = slurm_job(900, "hadar-fork-7-r0", JobStatus::Completed, false, b.owner);
+    let done = ended(&b, 900, 0, Some(&report));
     advance(&mut b, &[logical, done]);
     assert_eq!(b.store.fork_job(JOB).unwrap().unwrap().steps_done, 50.0);
     assert!(b.store.learned_rates(JOB).unwrap().is_empty());
@@ -299,30 +316,34 @@ fn copies_failing_round_after_round_fail_the_job() {
         let mut r = round(&b, RoundState::Running, Some(900 + attempt));
         r.round = attempt;
         b.store.write(|w| w.put_fork_round(&r)).unwrap();
-        for k in 0..2 {
-            std::fs::write(
-                &r.copies[k].result,
-                format!("{{\"fork_index\":{k},\"copies\":2,\"round\":{attempt},\"steps\":0,\"exit_code\":3,\"ok\":false,\"error\":\"program exited with status 3\"}}\n"),
-            )
-            .unwrap();
+        let failed = CopyReport {
+            ok: false,
+            steps: 0.0,
+            seconds: None,
+            exit_code: Some(3),
+        };
+        let report = RoundReport::Ran {
+            averaged: false,
+            copies: vec![failed.clone(), failed],
         }
+        .encode();
         let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
-        advance(&mut b, &[logical]);
+        let copies = ended(&b, 900 + attempt, attempt, Some(&report));
+        advance(&mut b, &[logical, copies]);
     }
     let fj = b.store.fork_job(JOB).unwrap().unwrap();
     assert_eq!((fj.state, fj.steps_done), (ForkState::Failed, 0.0));
-    assert!(fj.message.unwrap().contains("status 3"));
+    assert!(fj.message.unwrap().contains("exit code 3"));
     let log = b.calls.log();
     assert!(log.iter().any(|c| c.contains("state=failed")), "{log:?}");
     assert!(log.contains(&format!("release {JOB}")), "{log:?}");
 }
 
-/// A round planned with the outer step hands it to `hadar average` (the velocity explicitly
-/// zero in the job's first round with momentum, so that a file left by an earlier attempt of
-/// this round is not read), and counting the round moves the job's velocity with its
-/// checkpoint.
+/// Counting a round planned with the outer step moves the job's velocity with its checkpoint
+/// (the step itself is taken in the copy job; its options are `fork::outer_args`, tested
+/// beside it).
 #[test]
-fn an_outer_round_passes_its_step_to_average_and_moves_the_velocity() {
+fn an_outer_round_counted_moves_the_velocity() {
     let mut b = bench();
     let job_dir = b.spool.join(JOB.to_string());
     let start = job_dir
@@ -353,19 +374,50 @@ fn an_outer_round_passes_its_step_to_average_and_moves_the_velocity() {
             w.put_fork_round(&r)
         })
         .unwrap();
-    copies_succeeded(&r, &[(30, Some(5.0)), (20, Some(5.0))]);
+    let report = copies_succeeded(&[(30, Some(5.0)), (20, Some(5.0))]);
     let logical = slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner);
-    let done = slurm_job(901, "hadar-fork-7-r1", JobStatus::Completed, false, b.owner);
+    let done = ended(&b, 901, 1, Some(&report));
     advance(&mut b, &[logical, done]);
-    let log = std::fs::read_to_string(b.spool.parent().unwrap().join("average.log")).unwrap();
-    assert!(
-        log.contains(&format!(
-            "--outer nesterov --start {start} --outer-lr 1 --outer-momentum 0.5 --momentum-state {velocity} --momentum-zero "
-        )),
-        "{log}"
-    );
     let fj = b.store.fork_job(JOB).unwrap().unwrap();
     assert_eq!(fj.steps_done, 50.0);
     assert_eq!(fj.checkpoint.as_deref(), Some(r.consolidated.as_str()));
     assert_eq!(fj.momentum.as_deref(), Some(velocity.as_str()));
+}
+
+/// A copy job that ended without a report (killed before it averaged) fails its round; one
+/// Slurm no longer shows (its record expired while the daemon was down) is redone; a report
+/// whose averaging failed counts nothing.
+#[test]
+fn unreported_lost_and_unaveraged_rounds_count_nothing() {
+    for (case, copy_job) in [
+        ("unreported", Some(None)),
+        ("lost", None),
+        (
+            "unaveraged",
+            Some(Some("hadar-round:v1;avg=failed;c0=ok:30:5:0;c1=ok:20:5:0")),
+        ),
+    ] {
+        let mut b = bench();
+        let r = round(&b, RoundState::Running, Some(900));
+        b.store.write(|w| w.put_fork_round(&r)).unwrap();
+        let mut slurm = vec![slurm_job(JOB, "forked", JobStatus::Pending, true, b.owner)];
+        if let Some(comment) = copy_job {
+            slurm.push(ended(&b, 900, 0, comment));
+        }
+        advance(&mut b, &slurm);
+        let fj = b.store.fork_job(JOB).unwrap().unwrap();
+        assert_eq!(fj.steps_done, 0.0, "{case}");
+        let round = &b.store.fork_rounds(JOB).unwrap()[0];
+        let expect = if case == "lost" {
+            RoundState::Abandoned
+        } else {
+            RoundState::Failed
+        };
+        assert_eq!(round.state, expect, "{case}: {round:?}");
+        assert_eq!(fj.failed_rounds, u32::from(case != "lost"), "{case}");
+        assert!(
+            !b.spool.exists(),
+            "{case}: the daemon never touches the spool"
+        );
+    }
 }
