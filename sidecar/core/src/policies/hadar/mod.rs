@@ -677,13 +677,23 @@ fn primal_dual_pass(
         owners: &mut owners,
         waiting,
     };
-    packing::pack(config.packing, input, ready, book, plan, |book, assignments, k, o| {
-        stats.filled += 1;
-        let p = &ready[k];
-        admit(book, assignments, stats, p, &input.jobs[p.index], o);
-    });
+    let packed = packing::pack(
+        config.packing,
+        input,
+        ready,
+        book,
+        plan,
+        |book, assignments, k, o| {
+            stats.filled += 1;
+            let p = &ready[k];
+            admit(book, assignments, stats, p, &input.jobs[p.index], o);
+        },
+    );
     if config.swap_improvement {
         swap::improve(ready, assignments, &owners);
+    }
+    // Swaps change rates, and packing removes yielding jobs: count the round again.
+    if config.swap_improvement || packed > 0 {
         stats.objective = 0.0;
         stats.kept = 0;
         for (a, &k) in assignments.iter().zip(&owners) {

@@ -18,8 +18,8 @@ use super::dual::{DualJob, DualOutcome, Offer, best_offer};
 use super::{Prepared, dual_job};
 use crate::job::JobId;
 use crate::plan::{Assignment, WaitReason, Waiting};
-use crate::policy::RoundInput;
 use crate::policies::hadar::prices::PriceBook;
+use crate::policy::RoundInput;
 use serde::{Deserialize, Serialize};
 
 /// Whether, and to whom, smaller admitted jobs yield so that a waiting gang fits.
@@ -106,14 +106,10 @@ pub(super) fn pack(
         // Remove the yielding jobs, highest index first so the others keep theirs.
         let mut victims = victims;
         victims.sort_unstable_by(|a, b| b.cmp(a));
+        let mut yielded = Vec::with_capacity(victims.len());
         for i in victims {
-            let a = assignments.remove(i);
-            let v = owners.remove(i);
-            is_placed[v] = false;
-            waiting.push(Waiting {
-                job: a.job,
-                reason: WaitReason::TimeShare,
-            });
+            assignments.remove(i);
+            yielded.push(owners.remove(i));
         }
         let id: JobId = input.jobs[p.index].id();
         waiting.retain(|w| w.job != id);
@@ -121,6 +117,19 @@ pub(super) fn pack(
         owners.push(k);
         admit(book, assignments, k, offer);
         placed += 1;
+        // A yielding job that still fits in what the gang left runs after all.
+        for v in yielded {
+            if let DualOutcome::Offer(o) = best_offer(book, &dual_job(&ready[v])) {
+                owners.push(v);
+                admit(book, assignments, v, o);
+            } else {
+                is_placed[v] = false;
+                waiting.push(Waiting {
+                    job: input.jobs[ready[v].index].id(),
+                    reason: WaitReason::TimeShare,
+                });
+            }
+        }
     }
     placed
 }
