@@ -112,7 +112,12 @@ pub fn assess(
     tolerance: f64,
 ) -> Guard {
     let fluid = fluid(capacity, jobs);
-    let margin_s = margin_s + margin_share.max(0.0) * fluid.horizon_s.max(0.0);
+    let share = if margin_share.is_finite() {
+        margin_share.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let margin_s = margin_s + share * fluid.horizon_s.max(0.0);
     let urgency = jobs
         .iter()
         .map(|j| urgency(j, fluid.horizon_s, margin_s))
