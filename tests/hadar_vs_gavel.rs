@@ -11,7 +11,7 @@
 //!   the few-jobs scenario).
 //! * Hadar's mean TTD over the fluid bound stays at most [`MEAN_TTD_OVER_BOUND`].
 //!
-//! About 5 s in a debug build (26 simulations and 13 bounds), once the test is compiled.
+//! About 3.5 s in a debug build (26 simulations and 13 bounds), once the test is compiled.
 
 #[path = "support/gavel.rs"]
 mod gavel;
