@@ -323,6 +323,7 @@ impl<'a> Report<'a> {
                 "makespan_guard": cfg.makespan_guard,
                 "guard_margin_rounds": cfg.guard_margin_rounds,
                 "guard_margin_share": cfg.guard_margin_share,
+                "packing": cfg.packing.as_str(),
                 "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
                 "horizon_s": stats.horizon_s.map(round6),
                 "urgent": stats.urgent,
@@ -385,6 +386,9 @@ fn describe_config(cfg: &HadarConfig) -> String {
             "makespan guard (margin {} rounds + {} of the horizon, type tolerance {})",
             cfg.guard_margin_rounds, cfg.guard_margin_share, cfg.guard_type_tolerance
         ));
+    }
+    if !cfg.exact {
+        parts.push(format!("gang packing {}", cfg.packing.as_str()));
     }
     if cfg.exact {
         parts.push("exact".into());
