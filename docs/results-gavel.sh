@@ -6,14 +6,16 @@
 #   cargo build --release -p hadar && docs/results-gavel.sh > /tmp/tables.md
 #
 # Columns: the fluid lower bound, Gavel (max-min fairness), Gavel's makespan policy, Hadar
-# before the makespan guard (`--no-makespan-guard --order arrival`, the defaults until
-# then), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
+# before the makespan guard (`--no-makespan-guard --order arrival --packing off`, the defaults until
+# then), Hadar with the guard but before gang packing and the guard's margin share
+# (`--packing off --guard-margin-share 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
 # average JCT hours [/ restarts]. Needs jq.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 data="$root/data/gavel"
-before=(--no-makespan-guard --order arrival)
+before=(--no-makespan-guard --order arrival --packing off)
+guard=(--packing off --guard-margin-share 0)
 
 runs=()
 for t in static_40jobs_seed10 static_120jobs_seed11 static_multigpu_40jobs_seed10 \
@@ -34,8 +36,8 @@ for restart in 0 30; do
     echo
     echo "#### Restart cost ${restart} s"
     echo
-    echo "| trace | cluster | bound | gavel | gavel-makespan | hadar before | **hadar** | hadare |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| trace | cluster | bound | gavel | gavel-makespan | hadar before the guard | hadar with the guard, before packing | **hadar** | hadare |"
+    echo "|---|---|---|---|---|---|---|---|---|"
     stats=""
     for run in "${runs[@]}"; do
         IFS='|' read -r name shape args <<<"$run"
@@ -43,25 +45,29 @@ for restart in 0 30; do
         after=$(results $args --restart-s "$restart" --policy lower-bound,gavel,gavel-makespan,hadar,hadare)
         # shellcheck disable=SC2086
         old=$(results $args --restart-s "$restart" --policy hadar "${before[@]}")
-        row=$(jq -rn --argjson a "$after" --argjson b "$old" --arg r "$restart" '
+        # shellcheck disable=SC2086
+        mid=$(results $args --restart-s "$restart" --policy hadar "${guard[@]}")
+        row=$(jq -rn --argjson a "$after" --argjson b "$old" --argjson m "$mid" --arg r "$restart" '
             def fixed($d): (pow(10; $d)) as $p | (. * $p | round) as $x
                 | "\($x / $p | floor)" + (if $d > 0 then "." + ("\($x % $p)" | ("0" * ($d - length)) + .) else "" end);
             ($a["lower-bound"].ttd) as $lb
             | def cell($x): "\($x.ttd / 3600 | fixed(1)) (\($x.ttd / $lb | fixed(2))) / \($x.jct / 3600 | fixed(1))"
                 + (if $r == "0" then "" else " / \($x.restarts)" end);
-            "\($lb / 3600 | fixed(1)) | \(cell($a.gavel)) | \(cell($a["gavel-makespan"])) | \(cell($b.hadar)) | **\(cell($a.hadar))** | \(cell($a.hadare))"
-                + "\t\($a.hadar.ttd / $lb) \($b.hadar.ttd / $lb) \($a.hadar.ttd / $a.gavel.ttd) \($a.gavel.jct / $a.hadar.jct) \($a.gavel.jct / $b.hadar.jct)"')
+            "\($lb / 3600 | fixed(1)) | \(cell($a.gavel)) | \(cell($a["gavel-makespan"])) | \(cell($b.hadar)) | \(cell($m.hadar)) | **\(cell($a.hadar))** | \(cell($a.hadare))"
+                + "\t\($a.hadar.ttd / $lb) \($b.hadar.ttd / $lb) \($a.hadar.ttd / $a.gavel.ttd) \($a.gavel.jct / $a.hadar.jct) \($a.gavel.jct / $b.hadar.jct) \($m.hadar.ttd / $lb) \($a.gavel.jct / $m.hadar.jct) \($m.hadar.ttd / $a.gavel.ttd)"')
         echo "| $name | $shape | ${row%%$'\t'*} |"
         stats+="$name ($shape)"$'\t'"${row##*$'\t'}"$'\n'
     done
     echo
     # Summary: mean TTD/bound, TTD against Gavel, JCT gain over Gavel (after and before).
     awk -F'\t' 'NF < 2 { next }
-         { split($2, v, " "); n++; r += v[1]; rb += v[2]; g += v[4]; gb += v[5]
+         { split($2, v, " "); n++; r += v[1]; rb += v[2]; g += v[4]; gb += v[5]; rm += v[6]; gm += v[7]
+           if (v[8] > 1 + 1e-9) latem++
            if (v[3] > 1 + 1e-9) { late++; lst = lst sprintf("%s %.3fx; ", $1, v[3]) }
            if (v[4] <= 1) { slow++; sl = sl sprintf("%s %.3fx; ", $1, v[4]) }
            if (min == "" || v[4] < min) min = v[4] }
-         END { printf "Hadar: mean TTD / bound %.3f (before %.3f); mean JCT gain over Gavel %.3fx (before %.3fx), lowest %.3fx.\n", r/n, rb/n, g/n, gb/n, min
+         END { printf "Hadar: mean TTD / bound %.3f (before the guard %.3f, before packing %.3f); mean JCT gain over Gavel %.3fx (before the guard %.3fx, before packing %.3fx), lowest %.3fx.\n", r/n, rb/n, rm/n, g/n, gb/n, gm/n, min
+               printf "Before packing, TTD above Gavel on %d of %d runs.\n", latem, n
                printf "TTD above Gavel on %d of %d runs%s\n", late, n, (late ? " (Hadar TTD / Gavel TTD): " lst : ".")
                printf "JCT not below Gavel on %d of %d runs%s\n", slow, n, (slow ? " (Gavel JCT / Hadar JCT): " sl : ".") }' <<<"$stats"
 done

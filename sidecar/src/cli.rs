@@ -309,11 +309,21 @@ pub struct HadarArgs {
     /// remaining work is under this many rounds runs this round, on types fast enough.
     #[arg(long, value_name = "ROUNDS", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_ROUNDS, help_heading = "Hadar")]
     pub guard_margin: f64,
+    /// A further margin of the makespan guard, as a share of the fluid bound of the
+    /// remaining work: a job is urgent once its slack is under the margin in rounds plus
+    /// this share of the bound.
+    #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_SHARE, help_heading = "Hadar")]
+    pub guard_margin_share: f64,
     /// The makespan guard's type tolerance: the priced pass offers a job only the GPU types
     /// whose cost per step, at the fluid bound's shadow prices, is within this share of its
     /// cheapest (work conservation may use the others). `inf` turns it off.
     #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_TYPE_TOLERANCE, help_heading = "Hadar")]
     pub guard_type_tolerance: f64,
+    /// Hadar's gang packing: when GPUs idle because every waiting gang is larger than what
+    /// is free, smaller admitted jobs with slack yield this round so one fits (only when a
+    /// restart costs under half a round).
+    #[arg(long, value_enum, default_value_t = PackingArg::Any, help_heading = "Hadar")]
+    pub packing: PackingArg,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -428,10 +438,20 @@ impl HadarArgs {
             } else {
                 0.0
             },
+            guard_margin_share: if self.guard_margin_share.is_finite() {
+                self.guard_margin_share.clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
             guard_type_tolerance: if self.guard_type_tolerance.is_nan() {
                 f64::INFINITY
             } else {
                 self.guard_type_tolerance.max(0.0)
+            },
+            packing: match self.packing {
+                PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
+                PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,
+                PackingArg::Any => hadar_core::policies::hadar::Packing::Any,
             },
             ..HadarConfig::default()
         }
@@ -461,6 +481,17 @@ pub enum OrderArg {
     /// Jobs that would otherwise set the makespan first (longest first), then the rest by
     /// utility per GPU.
     CriticalFirst,
+}
+
+/// `--packing` values: whether smaller admitted jobs yield so that a waiting gang fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PackingArg {
+    /// Idle GPUs stay idle when no waiting job fits.
+    Off,
+    /// Jobs yield only to a gang with less remaining time than theirs.
+    Shorter,
+    /// Jobs with slack yield to any waiting gang.
+    Any,
 }
 
 /// `hadar dry-run` arguments.

@@ -322,6 +322,8 @@ impl<'a> Report<'a> {
                 "type_pressure": cfg.type_pressure,
                 "makespan_guard": cfg.makespan_guard,
                 "guard_margin_rounds": cfg.guard_margin_rounds,
+                "guard_margin_share": cfg.guard_margin_share,
+                "packing": cfg.packing.as_str(),
                 "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
                 "horizon_s": stats.horizon_s.map(round6),
                 "urgent": stats.urgent,
@@ -381,9 +383,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
     }
     if cfg.makespan_guard && !cfg.exact {
         parts.push(format!(
-            "makespan guard (margin {} rounds, type tolerance {})",
-            cfg.guard_margin_rounds, cfg.guard_type_tolerance
+            "makespan guard (margin {} rounds + {} of the horizon, type tolerance {})",
+            cfg.guard_margin_rounds, cfg.guard_margin_share, cfg.guard_type_tolerance
         ));
+    }
+    if !cfg.exact {
+        parts.push(format!("gang packing {}", cfg.packing.as_str()));
     }
     if cfg.exact {
         parts.push("exact".into());

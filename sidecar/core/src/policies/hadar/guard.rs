@@ -98,12 +98,26 @@ pub struct Guard {
     pub efficient: Vec<Vec<bool>>,
 }
 
-/// Judges every job against the fluid horizon of all of them: urgent when its slack is
-/// under `margin_s`; and marks the types each job's work is worth doing on, within
+/// Judges every job against the fluid horizon `H` of all of them: urgent when its slack is
+/// under `margin_s + margin_share * H` (the share covers what the fluid model misses:
+/// gangs that must find all their GPUs at once, mixed-type gangs at the slowest type's
+/// rate, so the real end slips past `H` in proportion to it); and marks the types each job's work is worth doing on, within
 /// `tolerance` (relative) of its cheapest at the LP's shadow prices. `capacity[t]` is the
 /// cluster's GPUs of type `t`.
-pub fn assess(capacity: &[u32], jobs: &[GuardJob<'_>], margin_s: f64, tolerance: f64) -> Guard {
+pub fn assess(
+    capacity: &[u32],
+    jobs: &[GuardJob<'_>],
+    margin_s: f64,
+    margin_share: f64,
+    tolerance: f64,
+) -> Guard {
     let fluid = fluid(capacity, jobs);
+    let share = if margin_share.is_finite() {
+        margin_share.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let margin_s = margin_s + share * fluid.horizon_s.max(0.0);
     let urgency = jobs
         .iter()
         .map(|j| urgency(j, fluid.horizon_s, margin_s))
@@ -413,7 +427,7 @@ mod tests {
             job(1, 200.0, &r),
             job(1, 200.0, &r),
         ];
-        let g = assess(&[1, 1], &jobs, 360.0, 0.0);
+        let g = assess(&[1, 1], &jobs, 360.0, 0.0, 0.0);
         assert!(close(g.horizon_s, 1000.0));
         match g.urgency[0] {
             Urgency::Urgent { min_rate, slack_s } => {
@@ -452,7 +466,7 @@ mod tests {
             let spread: f64 = jobs.iter().map(|j| j.best_time_s() * f64::from(j.workers)).sum::<f64>()
                 / f64::from(cap[0] + cap[1]);
             prop_assert!(h >= spread * (1.0 - 1e-4));
-            let g = assess(&cap, &jobs, 360.0, 0.0);
+            let g = assess(&cap, &jobs, 360.0, 0.0, 0.0);
             for (j, u) in jobs.iter().zip(&g.urgency) {
                 if let Urgency::Urgent { min_rate, .. } = u {
                     prop_assert!(*min_rate <= j.best_rate() * (1.0 + 1e-12));

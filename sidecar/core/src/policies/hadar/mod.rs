@@ -30,11 +30,13 @@
 pub mod dual;
 pub mod exact;
 pub mod guard;
+mod packing;
 pub mod prices;
 mod swap;
 pub mod synthetic;
 pub mod utility;
 
+pub use packing::Packing;
 pub use utility::Objective;
 
 use crate::job::{JobId, JobState};
@@ -103,6 +105,10 @@ pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
 /// The default margin of the makespan guard, in rounds (measured in docs/results-gavel.md).
 pub const DEFAULT_GUARD_MARGIN_ROUNDS: f64 = 1.0;
 
+/// The default margin of the makespan guard as a share of its horizon (measured in
+/// docs/results-gavel.md).
+pub const DEFAULT_GUARD_MARGIN_SHARE: f64 = 0.05;
+
 /// The default type tolerance of the makespan guard (measured in docs/results-gavel.md).
 pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.0;
 
@@ -151,6 +157,10 @@ pub struct HadarConfig {
     pub makespan_guard: bool,
     /// The makespan guard's margin, in rounds.
     pub guard_margin_rounds: f64,
+    /// A further margin of the makespan guard, as a share of its horizon: a job is urgent
+    /// once its slack is under `guard_margin_rounds` rounds plus this share of the fluid
+    /// horizon of the remaining work.
+    pub guard_margin_share: f64,
     /// With the makespan guard, the priced pass offers each job only the types whose cost
     /// per step at the fluid LP's shadow prices is within this share of its cheapest
     /// ([`guard::Fluid::efficient_types`]); work conservation may still use the others.
@@ -162,6 +172,9 @@ pub struct HadarConfig {
     /// simulator for traces with accounts), which set each job's weight; the plan only sees
     /// the weights.
     pub priority_strength: f64,
+    /// Gang packing ([`packing`]): when GPUs idle because every waiting gang is larger than
+    /// what is free, smaller admitted jobs with slack yield this round so one fits.
+    pub packing: Packing,
 }
 
 impl Default for HadarConfig {
@@ -182,8 +195,10 @@ impl Default for HadarConfig {
             type_pressure: DEFAULT_TYPE_PRESSURE,
             makespan_guard: true,
             guard_margin_rounds: DEFAULT_GUARD_MARGIN_ROUNDS,
+            guard_margin_share: DEFAULT_GUARD_MARGIN_SHARE,
             guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
             priority_strength: 1.0,
+            packing: Packing::default(),
         }
     }
 }
@@ -354,7 +369,13 @@ fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepar
         })
         .collect();
     let margin_s = config.guard_margin_rounds.max(0.0) * input.round_s;
-    let g = guard::assess(&capacity, &jobs, margin_s, config.guard_type_tolerance);
+    let g = guard::assess(
+        &capacity,
+        &jobs,
+        margin_s,
+        config.guard_margin_share,
+        config.guard_type_tolerance,
+    );
     for ((p, u), ok) in ready.iter_mut().zip(g.urgency).zip(g.efficient) {
         p.urgency = u;
         if ok.iter().zip(&p.rates).any(|(ok, r)| !ok && *r > 0.0) {
@@ -658,8 +679,28 @@ fn primal_dual_pass(
         let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
         waiting.retain(|w| !filled.contains(&w.job));
     }
+    let plan = packing::Admitted {
+        assignments,
+        owners: &mut owners,
+        waiting,
+    };
+    let packed = packing::pack(
+        config.packing,
+        input,
+        ready,
+        book,
+        plan,
+        |book, assignments, k, o| {
+            stats.filled += 1;
+            let p = &ready[k];
+            admit(book, assignments, stats, p, &input.jobs[p.index], o);
+        },
+    );
     if config.swap_improvement {
         swap::improve(ready, assignments, &owners);
+    }
+    // Swaps change rates, and packing removes yielding jobs: count the round again.
+    if config.swap_improvement || packed > 0 {
         stats.objective = 0.0;
         stats.kept = 0;
         for (a, &k) in assignments.iter().zip(&owners) {
