@@ -358,38 +358,10 @@ fn shadow_table(c: &hadar_report::ShadowComparison) -> String {
         "RATIO",
     ]);
     let num = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
-    let ratio = |h: Option<f64>, s: f64| {
-        h.filter(|_| s > 0.0)
-            .map(|h| format!("{:.2}", h / s))
-            .unwrap_or_else(|| "-".into())
-    };
-    for r in &c.rows {
-        t.row(vec![
-            r.job.to_string(),
-            hadar_request::excerpt_of(&r.name, 40),
-            r.gpus.to_string(),
-            r.slurm_gpu_type.clone(),
-            num(Some(r.runtime_s)),
-            num(Some(r.slurm_jct_s)),
-            num(r.hadar_jct_s),
-            ratio(r.hadar_jct_s, r.slurm_jct_s),
-        ]);
-    }
-    let (slurm_mean, hadar_mean) = c.mean_jct_s();
-    for (what, s, h) in [
-        ("makespan", c.slurm_makespan_s, c.hadar_makespan_s),
-        ("mean JCT", slurm_mean, hadar_mean),
-    ] {
-        t.row(vec![
-            what.into(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            num(Some(s)),
-            num(h),
-            ratio(h, s),
-        ]);
+    let ratio = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+    for mut row in c.cells(["makespan", "mean JCT"], num, ratio) {
+        row[1] = hadar_request::excerpt_of(&row[1], 40);
+        t.row(row.to_vec());
     }
     format!(
         "shadow run: {} job(s) Slurm ran, beside Hadar's predicted JCT (simulated; work = runtime x table rate on the type it ran on)\n{}",

@@ -195,6 +195,22 @@ pub struct Daemon<S: SlurmApi> {
     leading: bool,
 }
 
+/// What a daemon (acting or shadow) reads as it opens its store: the embedded throughput
+/// table, the store's epoch and the last round it recorded (0 for a new store).
+pub(crate) fn opening(
+    store: &mut Store,
+    now_unix: f64,
+) -> Result<(ThroughputTable, f64, u64), DaemonError> {
+    let table = hadar_formats::embedded::throughputs()
+        .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+    let epoch = store.epoch(now_unix)?;
+    let round = store
+        .meta("round")?
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    Ok((table, epoch, round))
+}
+
 impl<S: SlurmApi> Daemon<S> {
     /// A daemon over this Slurm and store, fixing the store's epoch at `now_unix` on first use
     /// and closing intents a previous run left open.
@@ -205,13 +221,7 @@ impl<S: SlurmApi> Daemon<S> {
         decode: Decoder,
         now_unix: f64,
     ) -> Result<Self, DaemonError> {
-        let table = hadar_formats::embedded::throughputs()
-            .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
-        let epoch = store.epoch(now_unix)?;
-        let round = store
-            .meta("round")?
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
+        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix)?;
         Ok(Daemon {
             slurm,
             store,

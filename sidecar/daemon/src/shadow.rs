@@ -286,13 +286,7 @@ impl<S: SlurmApi> Shadow<S> {
         config: DaemonConfig,
         now_unix: f64,
     ) -> Result<Self, DaemonError> {
-        let table = hadar_formats::embedded::throughputs()
-            .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
-        let epoch = store.epoch(now_unix)?;
-        let round = store
-            .meta("round")?
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
+        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix)?;
         store.set_meta(MODE_KEY, SHADOW)?;
         store.set_meta(ROUND_SECONDS_KEY, &config.sidecar.round_seconds.to_string())?;
         store.set_meta(

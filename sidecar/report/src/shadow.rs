@@ -79,6 +79,48 @@ impl ShadowComparison {
         let hadar: Option<f64> = self.rows.iter().map(|r| r.hadar_jct_s).sum();
         (slurm, hadar.map(|h| h / n))
     }
+
+    /// The comparison as rows of eight cells: per job its id, name, GPUs, the type Slurm ran
+    /// it on, runtime, Slurm's JCT, Hadar's JCT and their ratio; then a makespan row and a
+    /// mean-JCT row, named by `summary`. `num` writes a figure and `ratio` a ratio (`None`:
+    /// no figure).
+    pub fn cells(
+        &self,
+        summary: [&str; 2],
+        num: impl Fn(Option<f64>) -> String,
+        ratio: impl Fn(Option<f64>) -> String,
+    ) -> Vec<[String; 8]> {
+        let over = |h: Option<f64>, s: f64| h.filter(|_| s > 0.0).map(|h| h / s);
+        let mut rows: Vec<[String; 8]> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    r.job.to_string(),
+                    r.name.clone(),
+                    r.gpus.to_string(),
+                    r.slurm_gpu_type.clone(),
+                    num(Some(r.runtime_s)),
+                    num(Some(r.slurm_jct_s)),
+                    num(r.hadar_jct_s),
+                    ratio(over(r.hadar_jct_s, r.slurm_jct_s)),
+                ]
+            })
+            .collect();
+        let (slurm_mean, hadar_mean) = self.mean_jct_s();
+        for (what, s, h) in [
+            (summary[0], self.slurm_makespan_s, self.hadar_makespan_s),
+            (summary[1], slurm_mean, hadar_mean),
+        ] {
+            let mut row: [String; 8] = Default::default();
+            row[0] = what.into();
+            row[5] = num(Some(s));
+            row[6] = num(h);
+            row[7] = ratio(over(h, s));
+            rows.push(row);
+        }
+        rows
+    }
 }
 
 /// First arrival to last finish of a run's jobs among `rows`; `None` if one did not finish.
@@ -111,39 +153,7 @@ const HEADER: [&str; 8] = [
 /// Writes `shadow.csv`: one row per job, then a `makespan` row and a `mean_jct` row.
 pub fn write_shadow(path: &Path, c: &ShadowComparison) -> Result<(), ReportError> {
     let num = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
-    let ratio = |h: Option<f64>, s: f64| h.filter(|_| s > 0.0).map(|h| h / s);
-    let mut rows: Vec<[String; 8]> = c
-        .rows
-        .iter()
-        .map(|r| {
-            [
-                r.job.to_string(),
-                r.name.clone(),
-                r.gpus.to_string(),
-                r.slurm_gpu_type.clone(),
-                num(Some(r.runtime_s)),
-                num(Some(r.slurm_jct_s)),
-                num(r.hadar_jct_s),
-                num(ratio(r.hadar_jct_s, r.slurm_jct_s)),
-            ]
-        })
-        .collect();
-    let (slurm_mean, hadar_mean) = c.mean_jct_s();
-    for (what, s, h) in [
-        ("makespan", c.slurm_makespan_s, c.hadar_makespan_s),
-        ("mean_jct", slurm_mean, hadar_mean),
-    ] {
-        rows.push([
-            what.into(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            num(Some(s)),
-            num(h),
-            num(ratio(h, s)),
-        ]);
-    }
+    let rows = c.cells(["makespan", "mean_jct"], num, num);
     crate::jobs_csv::write_rows(path, &HEADER, rows.into_iter())
 }
 
