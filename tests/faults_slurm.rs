@@ -230,7 +230,7 @@ fn run_armed(bed: &Testbed, serve: &mut Serve, point: &str, nth: u32, secs: u64)
 /// during holds, preemptions (before the signal, in the grace time, after the requeue) and
 /// starts (before the placement, between placement and release, after the release), and after
 /// recording. Preemptions are provoked by draining a node under a running job, holds by
-/// releasing a held job into a far begin time (as a user's `scontrol release` would), starts
+/// releasing a held job into a later begin time (as a user's `scontrol release` would), starts
 /// by jobs waiting for GPUs. Between kills the workload goes on; at the end every job has
 /// completed exactly once and resumed only from its own last checkpoint.
 fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbed) {
@@ -286,12 +286,15 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
             }
             resume(bed, &node);
         }
-        // Holds: a held job released into a far begin time must be held again.
+        // Holds: a held job released into a later begin time must be held again (Slurm
+        // would start it then, on the GPUs it asked for). The daemon then keeps the begin
+        // time, as Slurm would (a begin time ahead is not planned), so it is a few minutes:
+        // long enough for a killed daemon to come back first, short enough to end the run.
         for point in ["hold-intent", "hold-done"] {
             if let Some(id) = a_held_job(bed, &jobs) {
                 bed.client(
                     "scontrol",
-                    &["update", &format!("JobId={id}"), "StartTime=now+1day"],
+                    &["update", &format!("JobId={id}"), "StartTime=now+180"],
                 )
                 .unwrap();
                 bed.client("scontrol", &["release", &id.to_string()])
