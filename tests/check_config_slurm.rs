@@ -4,6 +4,7 @@
 //! `harness = false`: arguments are name filters.
 
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -28,6 +29,7 @@ const SCENARIOS: &[Scenario] = &[
         "missing_fork_runner_and_state_under_a_file_are_named",
         bad_paths_under_hadare,
     ),
+    ("without_slurm_the_file_is_still_checked", without_slurm),
 ];
 
 fn main() -> std::process::ExitCode {
@@ -55,13 +57,23 @@ state = "{scratch}/state/hadar.db"
 
 /// Runs `hadar check-config` on `text` (`{scratch}` replaced); its exit code, output and file.
 fn check(bed: &Testbed, name: &str, text: &str) -> (Option<i32>, String, String) {
+    check_against(bed, name, text, &bed.path("etc/slurm.conf"))
+}
+
+/// [`check`] with the Slurm configuration `slurm_conf`.
+fn check_against(
+    bed: &Testbed,
+    name: &str,
+    text: &str,
+    slurm_conf: &std::path::Path,
+) -> (Option<i32>, String, String) {
     let path = bed.path(&format!("etc/{name}.toml"));
     let text = text.replace("{scratch}", &bed.scratch().display().to_string());
     std::fs::write(&path, &text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hadar"))
         .args(["check-config", "--config"])
         .arg(&path)
-        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .env("SLURM_CONF", slurm_conf)
         .output()
         .expect("run hadar check-config");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -145,7 +157,6 @@ fn an_unknown_partition(bed: &mut Testbed) {
 }
 
 fn an_open_socket_folder(bed: &mut Testbed) {
-    use std::os::unix::fs::PermissionsExt;
     let open = bed.path("open");
     std::fs::create_dir_all(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -176,6 +187,10 @@ fn bad_paths_under_hadare(bed: &mut Testbed) {
         "{scratch}/state/hadar.db",
         "{scratch}/etc/slurm.conf/hadar.db",
     ) + "policy = \"hadare\"\nround_seconds = 60\n\n[fork]\nrunner = \"{scratch}/no/hadar-fork-run\"\nspool = \"{scratch}/spool/fork\"\n";
+    // A spool only its owner can write: copy jobs could not make their users' folders.
+    let spool = bed.path("spool/fork");
+    std::fs::create_dir_all(&spool).unwrap();
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_problems(
         bed,
         "hadare",
@@ -187,6 +202,35 @@ fn bad_paths_under_hadare(bed: &mut Testbed) {
                 "runner =",
                 "is not an executable file on this machine",
             ),
+            (
+                "fork.spool",
+                "spool =",
+                "has mode 755: copy jobs make each job's folder there",
+            ),
         ],
     );
+}
+
+/// Slurm not answering (here: no slurm.conf where SLURM_CONF points): the file's own problems
+/// are still named at their lines, with one problem saying what could not be checked.
+fn without_slurm(bed: &mut Testbed) {
+    let text = GOOD.replace(
+        "state = \"{scratch}/state/hadar.db\"",
+        "state = \"{scratch}/etc/slurm.conf/hadar.db\"\ncommand_timeout_seconds = 3",
+    );
+    let (code, out, file) =
+        check_against(bed, "no-slurm", &text, &bed.path("etc/no-such-slurm.conf"));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("without the live cluster"), "{out}");
+    let state = format!(
+        "{file}:{}: problem: sidecar.state: ",
+        line_of(&text, "state =")
+    );
+    assert!(out.lines().any(|l| l.starts_with(&state)), "{out}");
+    assert!(
+        out.contains("problem: cannot read the live cluster")
+            && out.contains("partitions and GPU types were not checked"),
+        "{out}"
+    );
+    assert!(out.contains("2 problem(s)"), "{out}");
 }

@@ -6,8 +6,8 @@ use crate::cli::CheckConfigArgs;
 use crate::table::Table;
 use anyhow::anyhow;
 use hadar_daemon::DaemonConfig;
-use hadar_daemon::check::{self, Report, Severity};
-use hadar_slurm::{NodeInfo, Slurm, SlurmConfig};
+use hadar_daemon::check::{self, Live, Report, Severity};
+use hadar_slurm::{Slurm, SlurmConfig};
 use std::time::Duration;
 
 /// Checks the file; exit status 1 when it has a problem.
@@ -16,13 +16,30 @@ pub fn run(a: CheckConfigArgs) -> Result<(), Failure> {
     let text = std::fs::read_to_string(&a.config)
         .map_err(|e| Failure::input(anyhow!("cannot read {shown}: {e}")))?;
     let slurm = slurm_for(DaemonConfig::parse(&shown, &text).ok());
-    let nodes = live_nodes(&slurm)?;
-    let report = check::check(&shown, &text, &nodes, &check::LocalFs);
-    let release = slurm
-        .slurm_release()
-        .map(|r| r.to_string())
-        .unwrap_or_else(|_| "(release unknown)".into());
-    print!("{}", render(&shown, &release, &nodes, &report));
+    // Without Slurm the file's own problems are still worth reporting; the report then
+    // names the checks it could not make.
+    let (nodes, unreachable) = match slurm.nodes() {
+        Ok(nodes) => (nodes, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let live = match &unreachable {
+        None => Live::Nodes(&nodes),
+        Some(why) => Live::Unreachable(why),
+    };
+    let report = check::check(&shown, &text, live, &check::LocalFs);
+    let against = match unreachable {
+        None => format!(
+            "against Slurm {}: {} nodes, {} GPU types",
+            slurm
+                .slurm_release()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "(release unknown)".into()),
+            nodes.len(),
+            report.types.len()
+        ),
+        Some(_) => "without the live cluster (Slurm did not answer)".to_string(),
+    };
+    print!("{}", render(&shown, &against, &report));
     if report.has_problems() {
         return Err(Failure::runtime(anyhow!(
             "{shown} has problems (above); hadar would not work as configured"
@@ -49,21 +66,9 @@ fn slurm_for(config: Option<DaemonConfig>) -> Slurm {
     })
 }
 
-fn live_nodes(slurm: &Slurm) -> Result<Vec<NodeInfo>, Failure> {
-    slurm.nodes().map_err(|e| {
-        Failure::runtime(anyhow!(
-            "cannot read the live cluster's nodes ({e}); check-config needs Slurm"
-        ))
-    })
-}
-
 /// The report as printed: the cluster, its GPU types and their rating, then the findings.
-fn render(shown: &str, release: &str, nodes: &[NodeInfo], report: &Report) -> String {
-    let mut out = format!(
-        "{shown} against Slurm {release}: {} nodes, {} GPU types\n\n",
-        nodes.len(),
-        report.types.len()
-    );
+fn render(shown: &str, against: &str, report: &Report) -> String {
+    let mut out = format!("{shown} {against}\n\n");
     let mut t = Table::new(&["GPU type", "GPUs", "nodes", "rated as"]);
     for ty in &report.types {
         t.row(vec![
@@ -73,8 +78,10 @@ fn render(shown: &str, release: &str, nodes: &[NodeInfo], report: &Report) -> St
             ty.rating.words(),
         ]);
     }
-    out += &t.render();
-    out.push('\n');
+    if !report.types.is_empty() {
+        out += &t.render();
+        out.push('\n');
+    }
     for f in &report.findings {
         let at = f
             .line

@@ -147,13 +147,38 @@ pub trait Probe {
     fn facts(&self, path: &Path) -> Option<PathFacts>;
 }
 
-/// Checks `text` (the file at `shown`) against the live `nodes` and this machine.
-pub fn check(shown: &str, text: &str, nodes: &[NodeInfo], probe: &dyn Probe) -> Report {
+/// What `check-config` learnt of the live cluster.
+#[derive(Clone, Copy, Debug)]
+pub enum Live<'a> {
+    /// The nodes Slurm reports.
+    Nodes(&'a [NodeInfo]),
+    /// Slurm could not be read (why): the file's own problems are still reported, and the
+    /// checks that need the cluster are named as not done.
+    Unreachable(&'a str),
+}
+
+/// Checks `text` (the file at `shown`) against the `live` cluster and this machine.
+pub fn check(shown: &str, text: &str, live: Live<'_>, probe: &dyn Probe) -> Report {
     let lines = Lines::new(text);
     let mut out = Findings::default();
+    let nodes = match live {
+        Live::Nodes(nodes) => nodes,
+        Live::Unreachable(why) => {
+            out.problem(
+                None,
+                "",
+                format!(
+                    "cannot read the live cluster ({why}): partitions and GPU types were not checked; run check-config where Slurm answers"
+                ),
+            );
+            &[]
+        }
+    };
     let (catalog, site, partitions) = match DaemonConfig::parse(shown, text) {
         Ok(config) => {
-            check_slurm(&config, nodes, &lines, probe, &mut out);
+            if let Live::Nodes(nodes) = live {
+                check_slurm(&config, nodes, &lines, probe, &mut out);
+            }
             check_paths(&config, &lines, probe, &mut out);
             (config.gpu_catalog(), config.gpu_types, config.partitions)
         }
@@ -187,7 +212,9 @@ pub fn check(shown: &str, text: &str, nodes: &[NodeInfo], probe: &dyn Probe) -> 
             ),
         );
     }
-    check_unused_site_types(&site, &types, &lines, &mut out);
+    if let Live::Nodes(_) = live {
+        check_unused_site_types(&site, &types, &lines, &mut out);
+    }
     let mut findings = out.0;
     findings.sort_by_key(|f| (f.severity, f.line.unwrap_or(usize::MAX)));
     Report { findings, types }
@@ -340,7 +367,10 @@ fn check_socket_dir(socket: &Path, line: Option<usize>, probe: &dyn Probe, out: 
     }
 }
 
-/// `[fork]` under `policy = "hadare"`: the runner and hadar binary, and the spool.
+/// `[fork]` under `policy = "hadare"`: the runner and hadar binary, and the spool. All three
+/// are used on the compute nodes by each round's copy job, so they are checked where they are
+/// seen from this machine: the file must be a program, and the spool a folder users can make
+/// their job's folder in.
 fn check_fork(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mut Findings) {
     let f = &config.fork;
     let programs = [
@@ -354,21 +384,43 @@ fn check_fork(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mut
             out.problem(
                 lines.key(&["fork", key]),
                 &format!("fork.{key}"),
-                format!("{} is not an executable file on this machine", p.display()),
+                format!(
+                    "{} is not an executable file on this machine; copy jobs run it on the compute nodes, so install it at this path there",
+                    p.display()
+                ),
             );
         }
     }
-    let line = lines.key(&["fork", "spool"]);
-    match probe.facts(&f.spool) {
-        None => {
-            if let Some(why) = creatable_dir(probe, f.spool.parent()) {
-                out.problem(line, "fork.spool", format!("{}: {why}", f.spool.display()));
-            }
-        }
+    check_spool(&f.spool, lines.key(&["fork", "spool"]), probe, out);
+}
+
+/// The fork spool: copy jobs make each job's folder there as the job's user, so it must be a
+/// folder every user may write, sticky like `/tmp`, at the same path on every node. The
+/// daemon never opens it, so its absence on this machine is only a warning.
+fn check_spool(spool: &Path, line: Option<usize>, probe: &dyn Probe, out: &mut Findings) {
+    let create = format!("install -d -m 1777 {}", spool.display());
+    match probe.facts(spool) {
+        None => out.warning(
+            line,
+            "fork.spool",
+            format!(
+                "{} is not on this machine: the daemon's host need not mount it, but every compute node must, at this path (create it once: {create})",
+                spool.display()
+            ),
+        ),
         Some(x) if !x.dir => out.problem(
             line,
             "fork.spool",
-            format!("{} is not a directory", f.spool.display()),
+            format!("{} is not a directory", spool.display()),
+        ),
+        Some(x) if x.mode & 0o1777 != 0o1777 => out.problem(
+            line,
+            "fork.spool",
+            format!(
+                "{} has mode {:o}: copy jobs make each job's folder there as the job's user, so it must be writable by users and sticky ({create})",
+                spool.display(),
+                x.mode & 0o7777
+            ),
         ),
         Some(x) => {
             if let Some(fs) = x.local_fs {
@@ -377,7 +429,7 @@ fn check_fork(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mut
                     "fork.spool",
                     format!(
                         "{} is on a local file system ({fs}); every node must see it at the same path (a shared file system), unless all slurmd run on this machine",
-                        f.spool.display()
+                        spool.display()
                     ),
                 );
             }
@@ -664,7 +716,7 @@ mod tests {
 
     #[test]
     fn a_good_file_has_no_finding_and_every_type_is_rated() {
-        let r = check("h.toml", GOOD, &cluster(), &machine());
+        let r = check("h.toml", GOOD, Live::Nodes(&cluster()), &machine());
         assert_eq!(r.findings, vec![], "{r:?}");
         let rated: Vec<(&str, u32, usize, String)> = r
             .types
@@ -699,7 +751,7 @@ mod tests {
     #[test]
     fn unknown_partitions_are_named_on_their_line() {
         let text = "[slurm]\nmanaged_partitions = [\n  \"gpu\",\n  \"nosuch\",\n]\ndefault_partition = \"gpx\"\n";
-        let r = check("h.toml", text, &cluster(), &machine());
+        let r = check("h.toml", text, Live::Nodes(&cluster()), &machine());
         let found = lines_and_keys(&r);
         assert_eq!(
             found,
@@ -720,7 +772,7 @@ mod tests {
         let mut nodes = cluster();
         nodes.push(node("n8", &[("zq8", 2)], &["cpu"]));
         nodes.push(node("n9", &[("zq7", 8)], &["gpu"]));
-        let r = check("h.toml", GOOD, &nodes, &machine());
+        let r = check("h.toml", GOOD, Live::Nodes(&nodes), &machine());
         assert_eq!(r.findings.len(), 1, "only zq7 is scheduled: {r:?}");
         assert!(
             r.types
@@ -734,7 +786,7 @@ mod tests {
         );
         let text =
             format!("{GOOD}[gpu_types]\nzq7 = {{ model = \"a100\", speed = 1.5 }}\nzz = \"k80\"\n");
-        let r = check("h.toml", &text, &nodes, &machine());
+        let r = check("h.toml", &text, Live::Nodes(&nodes), &machine());
         let zq7 = r.types.iter().find(|t| t.name == "zq7").unwrap();
         assert_eq!(zq7.rating.words(), "estimated as 1.5 x a100 ([gpu_types])");
         assert!(!r.has_problems(), "{r:?}");
@@ -744,7 +796,7 @@ mod tests {
             (Some(6), Severity::Warning)
         );
         let text = format!("{GOOD}[gpu_types]\nzq7 = \"rtx9090\"\n");
-        let r = check("h.toml", &text, &nodes, &machine());
+        let r = check("h.toml", &text, Live::Nodes(&nodes), &machine());
         let bad = r
             .findings
             .iter()
@@ -761,7 +813,7 @@ mod tests {
         let r = check(
             "h.toml",
             "[slurm]\n\n[sidecar]\nround_second = 3\n",
-            &cluster(),
+            Live::Nodes(&cluster()),
             &machine(),
         );
         assert_eq!(r.findings.len(), 1);
@@ -780,7 +832,7 @@ mod tests {
             .exe("/opt/slurm/bin/sbatch");
         let mut fake = fake;
         fake.0.get_mut(Path::new("/")).unwrap().writable = false;
-        let r = check("h.toml", text, &cluster(), &fake);
+        let r = check("h.toml", text, Live::Nodes(&cluster()), &fake);
         let found = lines_and_keys(&r);
         assert_eq!(
             found,
@@ -793,6 +845,11 @@ mod tests {
             "{r:?}"
         );
         assert!(r.findings[1].message.contains("mode 1777"));
+        assert_eq!(r.findings[3].severity, Severity::Warning, "{r:?}");
+        assert!(
+            r.findings[3].message.contains("every compute node must"),
+            "{r:?}"
+        );
         let fake = machine()
             .dir("/srv/spool/fork", 0o755)
             .exe("/usr/libexec/hadar/hadar-fork-run")
@@ -803,7 +860,7 @@ mod tests {
             .get_mut(Path::new("/srv/spool/fork"))
             .unwrap()
             .local_fs = Some("ext4");
-        let r = check("h.toml", text, &cluster(), &fake);
+        let r = check("h.toml", text, Live::Nodes(&cluster()), &fake);
         let found: Vec<(&str, Severity)> = r
             .findings
             .iter()
@@ -815,9 +872,45 @@ mod tests {
                 ("sidecar.slurm_bin_dir", Severity::Problem),
                 ("sidecar.slurm_bin_dir", Severity::Problem),
                 ("sidecar.slurm_bin_dir", Severity::Problem),
-                ("fork.spool", Severity::Warning),
+                ("fork.spool", Severity::Problem),
             ],
             "{r:?}"
         );
+        assert!(r.findings[3].message.contains("mode 755"), "{r:?}");
+        let spool = fake.0.get_mut(Path::new("/srv/spool/fork")).unwrap();
+        spool.mode = 0o41777;
+        let r = check("h.toml", text, Live::Nodes(&cluster()), &fake);
+        let spool_findings: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.key == "fork.spool")
+            .collect();
+        assert_eq!(spool_findings.len(), 1, "{r:?}");
+        assert_eq!(spool_findings[0].severity, Severity::Warning);
+        assert!(
+            spool_findings[0]
+                .message
+                .contains("local file system (ext4)")
+        );
+    }
+
+    #[test]
+    fn without_slurm_the_file_is_still_checked() {
+        let text = "[sidecar]\nstate = \"/nowhere/x/state.db\"\n[slurm]\nmanaged_partitions = [\"nosuch\"]\n";
+        let mut fake = machine();
+        fake.0.get_mut(Path::new("/")).unwrap().writable = false;
+        let r = check(
+            "h.toml",
+            text,
+            Live::Unreachable("slurmctld not responding"),
+            &fake,
+        );
+        assert_eq!(
+            lines_and_keys(&r),
+            vec![(Some(2), "sidecar.state"), (None, "")],
+            "the state path is named; the partition is not judged without the cluster: {r:?}"
+        );
+        assert!(r.findings[1].message.contains("slurmctld not responding"));
+        assert!(r.has_problems());
     }
 }
