@@ -14,10 +14,30 @@
 //! * [`fluid_makespan`] (`lower-bound`): job `i` runs with its own `N_i` workers at rate
 //!   `X[type][N_i]` and, at any moment, at most once: the sum over types of its time in an
 //!   interval is at most the interval's length. Gangs are not required to be whole and time
-//!   may be split across types at once, so no non-forking schedule can beat it.
+//!   may be split across types at once, so no non-forking schedule can beat it. Where a
+//!   type's GPU count is not a multiple of a gang size, it also counts whole gangs (see
+//!   [gang cuts](#gang-cuts)).
 //! * [`fluid_makespan_forking`] (`lower-bound-fork`): a job may use any number of GPUs at
 //!   once; each GPU-second of type `j` gives it the best per-GPU rate it has there,
 //!   `max over measured g of X[j][g] / g`. This bounds forking schedules (HadarE) too.
+//!
+//! # Gang cuts
+//!
+//! Capacity alone lets a type of 6 GPUs hold one and a half 4-worker gangs at once; a real
+//! schedule holds one. For every type `t` and gang size `w` with `G_t` not a multiple of
+//! `w`, at any moment at most `floor(G_t / w)` gangs of `w` or more workers run wholly on
+//! `t` (each takes at least `w` of its `G_t` GPUs), so their time on `t` in an interval is
+//! at most `floor(G_t / w)` times its length. A gang may also mix types; it then runs at
+//! its slowest type's rate (`min over used types of X[type][N_i]`), which is at most the
+//! job's second-best rate over the cluster's types, `X2_i`. So when any cut applies, the
+//! LP splits a job's time into *whole* time on one type (rate `X[t][N_i]`, counted by the
+//! cuts) and *mixed* time (rate `X2_i`, using `N_i` GPU-seconds per second spread over any
+//! types the job can run on, not counted by the cuts). Every gang schedule maps into this
+//! LP: a mixed gang with `g_t` GPUs on type `t` for `dt` is mixed time `g_t / N_i * dt` on
+//! each `t`, using the same GPU-seconds and crediting at least its real progress. The
+//! result is still a lower bound and never below the LP without cuts. When no cut applies
+//! (every type's count a multiple of every gang size that can run on it, as on Gavel's
+//! 4+4+4 and 16+16+16 clusters) the LP is exactly the one without them.
 //!
 //! When there are more distinct arrival times than [`MAX_INTERVALS`], arrivals are rounded
 //! down onto that many breakpoints (quantiles of the arrival times). Rounding an arrival
@@ -114,6 +134,65 @@ fn breakpoints(arrivals: &[f64], max: usize) -> Vec<f64> {
     picked
 }
 
+/// A gang cut: on type `ti`, the jobs of at least `workers` workers run whole gangs at
+/// most `gangs` at a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GangCut {
+    ti: usize,
+    workers: u32,
+    gangs: u32,
+}
+
+/// The gang cuts that are not implied by capacity: a type whose GPU count is not a multiple
+/// of a gang size `w`, where more jobs of `w` or more workers can run whole than
+/// `floor(G_t / w)`.
+fn gang_cuts(cluster: &Cluster, jobs: &[Job], rates: &[Vec<Option<f64>>]) -> Vec<GangCut> {
+    let mut cuts = Vec::new();
+    for (ti, t) in cluster.types().enumerate() {
+        let gpus = cluster.total_of_type(t);
+        let mut sizes: Vec<u32> = jobs
+            .iter()
+            .zip(rates)
+            .filter(|(_, r)| r[ti].is_some())
+            .map(|(j, _)| j.workers.max(1))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for &w in &sizes {
+            let gangs = gpus / w;
+            let fit = jobs
+                .iter()
+                .zip(rates)
+                .filter(|(j, r)| r[ti].is_some() && j.workers >= w)
+                .count();
+            if gpus % w != 0 && fit > gangs as usize {
+                cuts.push(GangCut {
+                    ti,
+                    workers: w,
+                    gangs,
+                });
+            }
+        }
+    }
+    cuts
+}
+
+/// The fastest a gang mixing two or more of the cluster's types can run: the job's
+/// second-best rate (0 when it can run on fewer than two types).
+fn mixed_rate(job: &Job, cluster: &Cluster) -> f64 {
+    let mut r: Vec<f64> = cluster.types().filter_map(|t| job.rate_on(t)).collect();
+    r.sort_by(|a, b| b.total_cmp(a));
+    r.get(1).copied().unwrap_or(0.0)
+}
+
+/// The LP's variables of one job: per interval, per type, its whole-gang time (`whole`,
+/// where the bound's rate allows) and, with gang cuts, its mixed-gang time (`mixed`).
+struct JobVars {
+    whole: Vec<Vec<Option<Var>>>,
+    mixed: Vec<Vec<Option<Var>>>,
+    mixed_rate: f64,
+}
+
 fn solve_bound(
     cluster: &Cluster,
     jobs: &[Job],
@@ -150,6 +229,11 @@ fn solve_bound(
             return Err(BoundError::CannotRun(j.id));
         }
     }
+    let cuts = if forking {
+        Vec::new()
+    } else {
+        gang_cuts(cluster, jobs, &rates)
+    };
 
     // Time is measured in units of `scale` seconds so that the LP's numbers are of order
     // one: the length of the horizon if each job ran alone at its best rate, back to back,
@@ -173,46 +257,66 @@ fn solve_bound(
 
     let mut lp = LinearProgram::new();
     let tail = lp.add_nonneg(); // length of the last interval, in `scale` units
-    // y[i][k][t]: time (scaled) job i runs on type t in interval k, for k from its own
-    // interval on (arrival rounded down onto a breakpoint).
-    let mut y: Vec<Vec<Vec<Option<Var>>>> = Vec::with_capacity(jobs.len());
-    for (i, &a) in arrivals.iter().enumerate() {
-        let first_k = starts.partition_point(|&s| s <= a).saturating_sub(1);
-        let per_k = (0..=k_last)
-            .map(|k| {
-                types
-                    .iter()
-                    .enumerate()
-                    .map(|(ti, _)| {
-                        (k >= first_k && rates[i][ti].is_some()).then(|| lp.add_nonneg())
+    // Per job, per interval k from its own (arrival rounded down onto a breakpoint), per
+    // type: scaled time as a whole gang and, with cuts, as part of a mixed gang.
+    let vars: Vec<JobVars> = jobs
+        .iter()
+        .zip(&arrivals)
+        .zip(&rates)
+        .map(|((job, &a), job_rates)| {
+            let first_k = starts.partition_point(|&s| s <= a).saturating_sub(1);
+            let mixed_rate = if cuts.is_empty() {
+                0.0
+            } else {
+                mixed_rate(job, cluster)
+            };
+            let mut grid = |on: &dyn Fn(usize) -> bool| -> Vec<Vec<Option<Var>>> {
+                (0..=k_last)
+                    .map(|k| {
+                        (0..types.len())
+                            .map(|ti| (k >= first_k && on(ti)).then(|| lp.add_nonneg()))
+                            .collect()
                     })
                     .collect()
-            })
-            .collect();
-        y.push(per_k);
-    }
-    for ((job, y_job), job_rates) in jobs.iter().zip(&y).zip(&rates) {
+            };
+            let whole = grid(&|ti| job_rates[ti].is_some());
+            let mixed = grid(&|ti| mixed_rate > 0.0 && job.rate_on(types[ti]).is_some());
+            JobVars {
+                whole,
+                mixed,
+                mixed_rate,
+            }
+        })
+        .collect();
+    // `terms <= bound` in interval k (for the last one, `terms <= bound * tail`).
+    let limit = |lp: &mut LinearProgram, mut terms: Vec<(Var, f64)>, k: usize, bound: f64| {
+        if terms.is_empty() {
+            return;
+        }
+        if k < k_last {
+            lp.at_most(terms, bound * len(k));
+        } else {
+            terms.push((tail, -bound));
+            lp.at_most(terms, 0.0);
+        }
+    };
+    for ((job, v), job_rates) in jobs.iter().zip(&vars).zip(&rates) {
         // Completion: steps done, in `scale`-second units of rate x time.
+        let per_step = scale / job.total_steps.max(f64::MIN_POSITIVE);
         let mut done: Vec<(Var, f64)> = Vec::new();
-        for (k, y_k) in y_job.iter().enumerate() {
-            for (v, r) in y_k.iter().zip(job_rates) {
-                if let (Some(v), Some(r)) = (v, r) {
-                    done.push((*v, r * scale / job.total_steps.max(f64::MIN_POSITIVE)));
+        for k in 0..=k_last {
+            for (x, r) in v.whole[k].iter().zip(job_rates) {
+                if let (Some(x), Some(r)) = (x, r) {
+                    done.push((*x, r * per_step));
                 }
+            }
+            for x in v.mixed[k].iter().flatten() {
+                done.push((*x, v.mixed_rate * per_step));
             }
             if !forking {
                 // At most one copy of the job at a time.
-                let terms: Vec<(Var, f64)> = y_k.iter().flatten().map(|&v| (v, 1.0)).collect();
-                if terms.is_empty() {
-                    continue;
-                }
-                if k < k_last {
-                    lp.at_most(terms, len(k));
-                } else {
-                    let mut terms = terms;
-                    terms.push((tail, -1.0));
-                    lp.at_most(terms, 0.0);
-                }
+                let terms = v.whole[k].iter().chain(&v.mixed[k]).flatten();
+                limit(&mut lp, terms.map(|&x| (x, 1.0)).collect(), k, 1.0);
             }
         }
         if job.total_steps > 0.0 {
@@ -224,22 +328,29 @@ fn solve_bound(
         for k in 0..=k_last {
             // GPU-seconds used: a gang holds its workers; a forking job's variable is
             // already in GPU-seconds.
-            let mut terms: Vec<(Var, f64)> = jobs
+            let terms: Vec<(Var, f64)> = jobs
                 .iter()
-                .zip(&y)
-                .filter_map(|(job, y_job)| {
-                    y_job[k][ti].map(|v| (v, if forking { 1.0 } else { f64::from(job.workers) }))
+                .zip(&vars)
+                .flat_map(|(job, v)| {
+                    let w = if forking { 1.0 } else { f64::from(job.workers) };
+                    [v.whole[k][ti], v.mixed[k][ti]]
+                        .into_iter()
+                        .flatten()
+                        .map(move |x| (x, w))
                 })
                 .collect();
-            if terms.is_empty() {
-                continue;
-            }
-            if k < k_last {
-                lp.at_most(terms, gpus * len(k));
-            } else {
-                terms.push((tail, -gpus));
-                lp.at_most(terms, 0.0);
-            }
+            limit(&mut lp, terms, k, gpus);
+        }
+    }
+    for cut in &cuts {
+        for k in 0..=k_last {
+            let terms: Vec<(Var, f64)> = jobs
+                .iter()
+                .zip(&vars)
+                .filter(|(job, _)| job.workers >= cut.workers)
+                .filter_map(|(_, v)| v.whole[k][cut.ti].map(|x| (x, 1.0)))
+                .collect();
+            limit(&mut lp, terms, k, f64::from(cut.gangs));
         }
     }
     lp.minimize([(tail, 1.0)]);
@@ -346,6 +457,40 @@ mod tests {
             fluid_makespan(&c, &big),
             Err(BoundError::CannotRun(JobId(7)))
         );
+    }
+
+    #[test]
+    fn whole_gangs_are_counted_where_a_type_does_not_divide() {
+        // Two 4-worker jobs of 100 s alone on 6 V100s: capacity alone would run 1.5 gangs
+        // at once (800 GPU-seconds / 6 GPUs = 133 s); only one fits, so 200 s.
+        let c = cluster(&[("v100", 6)]);
+        let jobs: Vec<Job> = (0..2)
+            .map(|i| job(i, 0.0, 4, 400.0, vec![vec![(4, 4.0)]]))
+            .collect();
+        assert!(close(fluid_makespan(&c, &jobs).unwrap(), 200.0));
+        // With two K80s (rate 1) a second gang may mix 2 V100s and 2 K80s at the K80's
+        // rate. By hand: each job whole on V100 for T/2 (one gang at a time) and mixed for
+        // T/2: 4 T/2 + T/2 = 400 steps, T = 160 s. Capacity alone (no whole-gang count)
+        // gives 400 / 3.25 = 123 s; a real schedule (one job whole on V100 0-100 s while
+        // the other runs mixed, then it whole for 75 s) ends at 175 s.
+        let c = cluster(&[("v100", 6), ("k80", 2)]);
+        let jobs: Vec<Job> = (0..2)
+            .map(|i| job(i, 0.0, 4, 400.0, vec![vec![(4, 4.0)], vec![(4, 1.0)]]))
+            .collect();
+        let b = fluid_makespan(&c, &jobs).unwrap();
+        assert!(close(b, 160.0), "{b}");
+        // Types that hold whole gangs exactly (Gavel's clusters) have no cuts.
+        let c = cluster(&[("v100", 4), ("k80", 8)]);
+        let mixed: Vec<Job> = [1, 2, 4]
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| job(i as u64, 0.0, w, 10.0, vec![vec![(w, 1.0)], vec![(w, 1.0)]]))
+            .collect();
+        let rates: Vec<Vec<Option<f64>>> = mixed
+            .iter()
+            .map(|j| c.types().map(|t| own_rate(j, &c, t)).collect())
+            .collect();
+        assert!(gang_cuts(&c, &mixed, &rates).is_empty());
     }
 
     #[test]
