@@ -194,6 +194,19 @@ pub struct ForkRound {
     /// How the copies are consolidated; `None`: their weighted mean.
     #[serde(default)]
     pub outer: Option<OuterStep>,
+    /// Seconds the copy job ran as Slurm shows them (`EndTime - StartTime` of its leader,
+    /// what `sacct` bills as `Elapsed`), set when the round is consolidated or fails.
+    #[serde(default)]
+    pub copy_seconds: Option<f64>,
+}
+
+impl ForkRound {
+    /// GPU-seconds the round's copy job used: its GPUs times [`ForkRound::copy_seconds`]
+    /// (0 while unknown).
+    pub fn gpu_seconds(&self) -> f64 {
+        let gpus: u32 = self.copies.iter().map(|c| c.gpus).sum();
+        f64::from(gpus) * self.copy_seconds.unwrap_or(0.0)
+    }
 }
 
 /// A round's outer Nesterov step (`hadar average --outer nesterov`), fixed when the round is
@@ -449,6 +462,7 @@ mod tests {
             steps: 0.0,
             message: None,
             outer: None,
+            copy_seconds: None,
         }
     }
 
