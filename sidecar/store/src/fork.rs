@@ -467,6 +467,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rounds_gpu_seconds_are_its_copies_gpus_times_slurms_run_time() {
+        let mut r = round(5, 0, [10.0, 10.0]);
+        assert_eq!(r.gpu_seconds(), 0.0, "unknown until consolidated");
+        r.copies[0].gpus = 2;
+        r.copy_seconds = Some(7.0);
+        let gpus: u32 = r.copies.iter().map(|c| c.gpus).sum();
+        assert_eq!(r.gpu_seconds(), f64::from(gpus) * 7.0);
+        // Rounds stored before the field existed read back without it.
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("copy_seconds");
+        let old: ForkRound = serde_json::from_value(v).unwrap();
+        assert_eq!(old.copy_seconds, None);
+    }
+
+    #[test]
     fn the_velocity_moves_with_the_checkpoint_and_rounds_without_one_clear_it() {
         let mut s = Store::in_memory().unwrap();
         let with_outer = |r: u64, out: Option<&str>| ForkRound {
