@@ -2,7 +2,8 @@
 //! with accounting (slurmdbd, `Options.accounting`): `--gpus-per-task` with `--ntasks` (one
 //! `srun` task per GPU), a job its user submitted held, a dependent job, why a job waits as
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
-//! and a managed job billed to its account and QOS. One cluster for the whole file; each
+//! a managed job billed to its account and QOS, and `--cpus-per-gpu`/`--mem-per-gpu` given
+//! back with the placement. One cluster for the whole file; each
 //! scenario starts its own daemon. `harness = false`: arguments are name filters.
 
 #[path = "support/serve.rs"]
@@ -37,6 +38,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_managed_job_is_billed_to_its_account_and_qos",
         a_managed_job_is_billed_to_its_account_and_qos,
+    ),
+    (
+        "cpus_and_memory_per_gpu_come_with_the_placement",
+        cpus_and_memory_per_gpu_come_with_the_placement,
     ),
 ];
 
@@ -266,4 +271,46 @@ fn a_managed_job_is_billed_to_its_account_and_qos(bed: &mut Testbed) {
     println!("sacct: {}", record.trim());
     assert!(record.starts_with("siteacct|siteq|COMPLETED|"), "{record}");
     assert!(record.contains("gres/gpu=2"), "{record}");
+}
+
+fn cpus_and_memory_per_gpu_come_with_the_placement(bed: &mut Testbed) {
+    let _serve = Serve::start(bed, "per-gpu");
+    let out = output_args(bed);
+    let id = submit(
+        bed,
+        &[
+            "-p",
+            "gpu",
+            "--gpus=2",
+            "--cpus-per-gpu=2",
+            "--mem-per-gpu=1000",
+            &out,
+        ],
+        &short_job("echo \"cpus $SLURM_CPUS_ON_NODE\"; sleep 4"),
+    );
+    let record = field(bed, id, "AdminComment");
+    assert!(
+        record.contains("gpus=2") && record.contains("cpus-per-gpu=2 mem-per-gpu=1000"),
+        "{record}"
+    );
+    let info = wait_state(bed, id, &["RUNNING", "COMPLETED"], 60);
+    let f = |k: &str| info.field(k).unwrap_or_default();
+    println!(
+        "job {id} placed: NumCPUs={} CpusPerTres={} MemPerTres={} MinMemoryTRES={} ReqTRES={} AllocTRES={}",
+        f("NumCPUs"),
+        f("CpusPerTres"),
+        f("MemPerTres"),
+        f("MinMemoryTRES"),
+        f("ReqTRES"),
+        f("AllocTRES"),
+    );
+    // 2 GPUs: 4 CPUs, and 1000 MB per GPU (memory is not consumable in the test cluster,
+    // CR_Core, so AllocTRES shows none).
+    assert_eq!(f("NumCPUs"), "4", "{}", info.0);
+    assert!(f("AllocTRES").contains("cpu=4,"), "{}", info.0);
+    assert!(f("CpusPerTres").ends_with("gpu:2"), "{}", info.0);
+    assert!(f("MemPerTres").ends_with("gpu:1000"), "{}", info.0);
+    assert_eq!(f("MinMemoryTRES"), "1000M", "{}", info.0);
+    wait_completed(bed, id, 90);
+    assert!(output(bed, id).contains("cpus 4"), "{}", output(bed, id));
 }

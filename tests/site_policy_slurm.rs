@@ -26,6 +26,14 @@ const SCENARIOS: &[Scenario] = &[
         "a_job_waits_for_a_type_that_finishes_within_its_time_limit",
         a_job_waits_for_a_type_that_finishes_within_its_time_limit,
     ),
+    (
+        "a_forked_jobs_copies_are_billed_to_its_account_and_qos",
+        a_forked_jobs_copies_are_billed_to_its_account_and_qos,
+    ),
+    (
+        "unmanaged_jobs_are_treated_as_without_hadar",
+        unmanaged_jobs_are_treated_as_without_hadar,
+    ),
 ];
 
 /// An ordinary user (`cloudsdk` of the test machine; slurmctld refused `nobody`'s
@@ -304,5 +312,337 @@ fn a_job_waits_for_a_type_that_finishes_within_its_time_limit(bed: &mut Testbed)
         "job {id} ran on {alloc:?} and ended {} (RunTime {})",
         info.field("JobState").unwrap_or_default(),
         info.field("RunTime").unwrap_or_default()
+    );
+}
+
+// ----- forked jobs -----
+
+/// The training program of a forked job (the fork-runner contract, as in
+/// `tests/fork_slurm.rs`): one step per 50 ms within its budget and deadline, then a
+/// safetensors checkpoint and its step count.
+const TRAIN: &str = r#"
+use strict; use warnings; use Time::HiRes qw(time sleep);
+my $budget = $ENV{HADAR_STEP_BUDGET} // -1;
+my $deadline = $ENV{HADAR_DEADLINE} // -1;
+my $steps = 0;
+while (($budget < 0 || $steps < $budget) && ($deadline < 0 || time() < $deadline - 0.3)) {
+    sleep(0.05);
+    $steps++;
+}
+my $h = '{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}';
+$h .= ' ' x ((8 - length($h) % 8) % 8);
+my $path = $ENV{HADAR_CHECKPOINT_OUT};
+open(my $o, '>:raw', "$path.tmp") or die "write $path.tmp: $!";
+print $o pack('Q<', length($h)), $h, pack('d<2', 1.0, $steps);
+close($o) or die;
+rename("$path.tmp", $path) or die;
+open(my $s, '>', $ENV{HADAR_STEPS_FILE}) or die; print $s "$steps\n"; close($s);
+"#;
+
+fn fork_runner() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")
+}
+
+/// Starts `hadar serve` with `policy = "hadare"` and rounds of 8 s, its spool (sticky, for
+/// every user's copy jobs) beside its state database.
+fn serve_forking(bed: &Testbed, name: &str) -> (Serve, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let config = bed.path(&format!("etc/fork-{name}.toml"));
+    let state = bed.path(&format!("state-fork-{name}.db"));
+    let spool = bed.path(&format!("spool-{name}"));
+    let _ = std::fs::remove_file(&state);
+    let _ = std::fs::remove_dir_all(&spool);
+    std::fs::create_dir_all(&spool).unwrap();
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let text = format!(
+        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
+         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 8\npreempt_grace_seconds = 1\n\
+         restart_seconds = 2\ncommand_timeout_seconds = 10\npolicy = \"hadare\"\n\
+         lease_seconds = 12\nmax_clock_skew_seconds = 1\n\n\
+         [fork]\nspool = \"{spool}\"\nrunner = \"{runner}\"\ndeadline_margin_seconds = 2\nmax_failed_rounds = 2\n",
+        conf = bed.path("etc/slurm.conf").display(),
+        sock = bed.path("run/hadar.sock").display(),
+        state = state.display(),
+        spool = spool.display(),
+        runner = fork_runner().display(),
+    );
+    std::fs::write(&config, text).unwrap();
+    (Serve::spawn(bed, config, state), spool)
+}
+
+/// A folder the test user may write into, holding the training program.
+fn fork_dir(bed: &Testbed) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = bed.path("fork-jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("train.pl");
+    std::fs::write(&prog, TRAIN).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `sacct -X -P` rows (`JobID|JobName|Account|QOS|AllocTRES|ElapsedRaw|State|ReqTRES`) of the
+/// copy jobs of forked job `id`, once slurmdbd has every one of `copy_jobs` ended.
+fn sacct_copies(bed: &Testbed, id: u32, copy_jobs: usize) -> Vec<Vec<String>> {
+    let prefix = format!("hadar-fork-{id}-r");
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    wait_until(
+        &format!("sacct records {copy_jobs} copy jobs of {id}"),
+        60,
+        || {
+            let out = bed
+                .sacct(&[
+                    "-n",
+                    "-X",
+                    "-P",
+                    "-a",
+                    "-S",
+                    "now-1hour",
+                    "-o",
+                    "JobID,JobName,Account,QOS,AllocTRES,ElapsedRaw,State,ReqTRES",
+                ])
+                .unwrap_or_default();
+            rows = out
+                .lines()
+                .map(|l| l.split('|').map(str::to_string).collect::<Vec<_>>())
+                .filter(|f| f.len() == 8 && f[1].starts_with(&prefix))
+                .collect();
+            let leaders: std::collections::BTreeSet<&str> = rows
+                .iter()
+                .map(|f| f[0].split('+').next().unwrap_or(""))
+                .collect();
+            leaders.len() >= copy_jobs
+                && rows.iter().all(|f| {
+                    f[6] != "RUNNING" && f[6] != "PENDING" && !f.contains(&"Unknown".into())
+                })
+        },
+    );
+    rows
+}
+
+/// A TRES list's value of `key` (`cpu=4,mem=2000M,gres/gpu=2`), in MB for `mem`.
+fn tres(list: &str, key: &str) -> Option<f64> {
+    let v = list
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))?;
+    let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+    let n: f64 = num.parse().ok()?;
+    Some(match unit {
+        "G" => n * 1024.0,
+        "T" => n * 1024.0 * 1024.0,
+        "K" => n / 1024.0,
+        _ => n,
+    })
+}
+
+fn a_forked_jobs_copies_are_billed_to_its_account_and_qos(bed: &mut Testbed) {
+    sacctmgr(bed, &["add", "qos", "fk_qos"]);
+    account(bed, "fk_acct", &[USER.2], &["fk_qos"]);
+    let (serve, _spool) = serve_forking(bed, "billing");
+    let dir = fork_dir(bed);
+    let script = format!(
+        "#!/bin/sh\n#HADAR fork=yes steps=400\nexec {runner} -- /usr/bin/perl {prog}\n",
+        runner = fork_runner().display(),
+        prog = dir.join("train.pl").display(),
+    );
+    // Two GPUs, four CPUs and 2000 MB: 2 CPUs and 1000 MB per GPU.
+    let id = submit(
+        bed,
+        &[
+            &format!("--uid={}", USER.0),
+            &format!("--gid={}", USER.1),
+            "-A",
+            "fk_acct",
+            "--qos=fk_qos",
+            "--gpus=2",
+            "--cpus-per-task=4",
+            "--mem=2000M",
+            "--time=10",
+            &format!("--output={}/out-%j.txt", dir.display()),
+        ],
+        &script,
+    );
+    let info = wait_completed(bed, id, 240);
+    let status: serde_json::Value =
+        serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
+    let job = status["jobs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["id"] == id).cloned())
+        .unwrap_or_default();
+    let rounds = job["fork"]["rounds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(job["fork"]["state"], "done", "{job:#}");
+    let copy_jobs = rounds.iter().filter(|r| !r["copy_job"].is_null()).count();
+    let rows = sacct_copies(bed, id, copy_jobs);
+    let (mut sacct_gpu_s, mut gpus_billed) = (0.0, 0.0);
+    for f in &rows {
+        let gpus = tres(&f[4], "gres/gpu").unwrap_or(0.0);
+        assert_eq!(f[2], "fk_acct", "billed to the job's account: {f:?}");
+        assert_eq!(f[3], "fk_qos", "under the job's QOS: {f:?}");
+        assert!(gpus >= 1.0, "{f:?}");
+        assert_eq!(
+            tres(&f[4], "cpu"),
+            Some(2.0 * gpus),
+            "2 CPUs per GPU: {f:?}"
+        );
+        // Memory is not a consumable resource in the test cluster (CR_Core): sacct shows it
+        // requested (ReqTRES), not allocated.
+        assert_eq!(
+            tres(&f[7], "mem"),
+            Some(1000.0 * gpus),
+            "1000 MB per GPU: {f:?}"
+        );
+        sacct_gpu_s += gpus * f[5].parse::<f64>().unwrap();
+        gpus_billed += gpus;
+    }
+    let daemon_gpu_s = job["fork"]["gpu_seconds"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "forked job {id} ({}): {copy_jobs} copy jobs, {} components in sacct: {rows:?}; \
+         sacct {sacct_gpu_s} GPU-s, the daemon {daemon_gpu_s} GPU-s",
+        info.field("JobState").unwrap_or_default(),
+        rows.len()
+    );
+    assert!(copy_jobs >= 1 && !rows.is_empty(), "{job:#}");
+    // Both count whole seconds: at most one second per GPU apart.
+    assert!(
+        (sacct_gpu_s - daemon_gpu_s).abs() <= gpus_billed,
+        "sacct {sacct_gpu_s} GPU-s, the daemon {daemon_gpu_s}"
+    );
+}
+
+// ----- unmanaged jobs -----
+
+/// What Slurm did with an unmanaged job: whether it was ever held, its highest Priority
+/// while it waited for its begin time, `sprio`'s factors when `sprio` showed it (`Priority|Age|FairShare|JobSize|
+/// Partition|QOS`, weighted), its Comment, and `sacct`'s `Account|QOS|State` once it ended.
+#[derive(Debug)]
+struct Treatment {
+    held: bool,
+    priority: u64,
+    factors: Vec<f64>,
+    comment: String,
+    billed: String,
+    /// Each (JobState, Reason, sprio's line) seen, once.
+    seen: Vec<String>,
+}
+
+/// Submits an unmanaged job that may start 10 s later (so that it waits and `sprio`, which
+/// shows pending jobs only, may see it) and records how Slurm treats it until it completes.
+/// `sprio` sometimes does not find a pending job for all of those 10 s (nor 40 s: "Unable
+/// to find jobs matching", with or without hadar): its factors are compared when it did.
+fn unmanaged_treatment(bed: &Testbed, args: &[&str], text: &str) -> Treatment {
+    let id = submit(bed, &[args, &["--begin=now+10"]].concat(), text);
+    let mut t = Treatment {
+        held: false,
+        priority: 0,
+        factors: Vec::new(),
+        comment: String::new(),
+        billed: String::new(),
+        seen: Vec::new(),
+    };
+    wait_until(&format!("unmanaged job {id} completes"), 90, || {
+        let Ok(j) = bed.job(id) else { return false };
+        t.held |= j.field("Reason").is_some_and(|r| r.starts_with("JobHeld"));
+        t.comment = j.field("Comment").unwrap_or_default();
+        if t.factors.is_empty() && j.field("JobState").as_deref() == Some("PENDING") {
+            let sprio = bed
+                .client(
+                    "sprio",
+                    &["-h", "-j", &id.to_string(), "-o", "%Y %A %F %J %P %Q"],
+                )
+                .unwrap_or_default();
+            let f: Vec<f64> = sprio
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let what = format!(
+                "{} {} sprio={:?}",
+                j.field("JobState").unwrap_or_default(),
+                j.field("Reason").unwrap_or_default(),
+                sprio.trim()
+            );
+            if t.seen.last() != Some(&what) {
+                t.seen.push(what);
+            }
+            if f.len() == 6 {
+                t.factors = f;
+            }
+        }
+        if j.field("JobState").as_deref() == Some("PENDING") {
+            let p = j
+                .field("Priority")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            t.priority = t.priority.max(p);
+        }
+        j.field("JobState").as_deref() == Some("COMPLETED")
+    });
+    wait_until(&format!("sacct records job {id}"), 30, || {
+        t.billed = bed
+            .sacct(&[
+                "-n",
+                "-X",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "Account,QOS,State",
+            ])
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        t.billed.ends_with("|COMPLETED")
+    });
+    t
+}
+
+fn unmanaged_jobs_are_treated_as_without_hadar(bed: &mut Testbed) {
+    sacctmgr(bed, &["add", "qos", "un_qos", "priority=100"]);
+    account(bed, "un_acct", &["root"], &["un_qos"]);
+    let common = ["-A", "un_acct", "--qos=un_qos", "-o", "/dev/null"];
+    let gpu_off = [&common[..], &["-p", "gpu", "--gpus=1"]].concat();
+    let cpu_job = [&common[..], &["-p", "cpu", "-n", "2"]].concat();
+    let off_text = "#!/bin/sh\n#HADAR off\nsleep 1\n";
+    let cpu_text = "#!/bin/sh\nsleep 1\n";
+    // Without hadar's daemon, then with it: the same jobs, the same treatment.
+    let before = [
+        unmanaged_treatment(bed, &gpu_off, off_text),
+        unmanaged_treatment(bed, &cpu_job, cpu_text),
+    ];
+    let serve = Serve::start(bed, "unmanaged");
+    let during = [
+        unmanaged_treatment(bed, &gpu_off, off_text),
+        unmanaged_treatment(bed, &cpu_job, cpu_text),
+    ];
+    let status = serve.hadar(&["status", "--all", "--format", "json"]);
+    println!("unmanaged jobs without hadar: {before:?}\nwith hadar serve: {during:?}");
+    for (b, d) in before.iter().zip(&during) {
+        assert!(!b.held && !d.held, "never held: {b:?} {d:?}");
+        // Slurm's multifactor priority, nothing else: the sum of sprio's factors, and the
+        // same QOS, partition and size factors as without hadar (fair-share and age move
+        // with time and usage).
+        for t in [b, d] {
+            assert!(t.priority > 0, "Slurm gave it a priority: {t:?}");
+            if let [total, factors @ ..] = &t.factors[..] {
+                let sum: f64 = factors.iter().sum();
+                assert!((total - sum).abs() <= 5.0, "{t:?}");
+            }
+        }
+        if b.factors.len() == 6 && d.factors.len() == 6 {
+            assert_eq!(b.factors[3..], d.factors[3..], "{b:?} {d:?}");
+        }
+        assert_eq!(d.comment, b.comment, "Comment untouched");
+        assert!(d.comment.is_empty() || d.comment == "(null)", "{d:?}");
+        assert_eq!(d.billed, "un_acct|un_qos|COMPLETED");
+        assert_eq!(b.billed, d.billed);
+    }
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        v["jobs"].as_array().map(Vec::len),
+        Some(0),
+        "the daemon manages none: {status}"
     );
 }

@@ -9,7 +9,7 @@ use hadar_daemon::metrics::Metrics;
 use hadar_daemon::shadow;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{Slurm, SlurmConfig};
-use hadar_store::{JobRow, Phase, Store};
+use hadar_store::{ForkRound, JobRow, Phase, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -383,6 +383,7 @@ fn fork_json(store: &Store, id: u64) -> Result<serde_json::Value, Failure> {
         "message": f.message,
         "round": open.map(|r| r.round), "copies": open.map(|r| r.copies.len()).unwrap_or(0),
         "comment": hadar_daemon::fork::comment(&f, open),
+        "gpu_seconds": rounds.iter().map(ForkRound::gpu_seconds).sum::<f64>(),
         "rounds": rounds,
     }))
 }

@@ -203,6 +203,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
                 if managed.record.directives.gpus_per_task.is_some() {
                     cstr::replace_opt(&mut desc.tres_per_task, managed.tres_per_task.as_deref());
                 }
+                // Given back with the placement: Slurm refuses them without a GPU request.
+                if managed.record.directives.cpus_per_gpu.is_some() {
+                    cstr::replace_opt(&mut desc.cpus_per_tres, None);
+                }
+                if managed.record.directives.mem_per_gpu_mb.is_some() {
+                    cstr::replace_opt(&mut desc.mem_per_tres, None);
+                }
             }
             desc.priority = 0;
             let notice = Notice {

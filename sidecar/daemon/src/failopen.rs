@@ -303,7 +303,9 @@ pub fn request_fields(record: &Record) -> Vec<String> {
             None => format!("gpu:{}", c.count),
         })
         .collect();
-    match record.gpus.scope {
+    let d = &record.directives;
+    let per_gpu = hadar_slurm::client::per_gpu_fields(d.cpus_per_gpu, d.mem_per_gpu_mb);
+    let mut fields = match record.gpus.scope {
         Scope::PerNode => vec![format!("Gres={}", counts.join(","))],
         Scope::PerJob => vec![format!(
             "TresPerJob={}",
@@ -313,7 +315,9 @@ pub fn request_fields(record: &Record) -> Vec<String> {
                 .collect::<Vec<_>>()
                 .join(",")
         )],
-    }
+    };
+    fields.extend(per_gpu);
+    fields
 }
 
 /// What one `hadar fail-open` run found and did.
@@ -589,6 +593,14 @@ mod tests {
         assert_eq!(
             r("hadar:v1 gpus=v100:1,k80:2 failed-open=5"),
             vec!["TresPerJob=gres:gpu:v100:1,gres:gpu:k80:2"]
+        );
+        assert_eq!(
+            r("hadar:v1 gpus=2 cpus-per-gpu=2 mem-per-gpu=1000"),
+            vec![
+                "TresPerJob=gres:gpu:2",
+                "CpusPerTres=gres/gpu:2",
+                "MemPerTres=gres/gpu:1000"
+            ]
         );
     }
 

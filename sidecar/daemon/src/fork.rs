@@ -356,6 +356,10 @@ impl Forker {
             done.push((row.id, "fork-redo".into(), format!("round {}", round.round)));
             return Ok(());
         };
+        // What Slurm bills for it (`sacct`'s Elapsed): the leader's run time.
+        if let (Some(start), Some(end)) = (leader.start_time, leader.end_time) {
+            round.copy_seconds = Some((end - start).max(0) as f64);
+        }
         let report = leader.comment.as_deref().and_then(RoundReport::decode);
         let (averaged, errors) = match report {
             Some(RoundReport::Ran { averaged, copies }) if apply(&mut round, &copies) => {
@@ -693,6 +697,7 @@ impl Forker {
             steps: 0.0,
             message: None,
             outer: outer_step(outer, fj, &job_dir, r),
+            copy_seconds: None,
         };
         let plan = RoundPlan {
             round: round.clone(),
@@ -1278,6 +1283,7 @@ mod tests {
             steps: 0.0,
             message: None,
             outer: None,
+            copy_seconds: None,
         };
         let s = copy_script(
             &round,
@@ -1407,6 +1413,7 @@ mod tests {
             steps: 0.0,
             message: None,
             outer,
+            copy_seconds: None,
         };
         assert!(outer_args(&round(None)).is_empty());
         let a = outer_args(&round(Some(first))).join(" ");

@@ -175,6 +175,7 @@ fn round(b: &Bench, state: RoundState, copy_job: Option<u64>) -> ForkRound {
         steps: 0.0,
         message: None,
         outer: None,
+        copy_seconds: None,
     }
 }
 

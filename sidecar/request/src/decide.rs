@@ -196,6 +196,16 @@ pub fn decide(
     if per_task.is_some() {
         tres.per_task = None;
     }
+    // CPUs and memory per GPU are given back to the job with its placement (the plugin
+    // takes them out with its GPU request, which Slurm would refuse them without).
+    let cpus_per_gpu = gpu::per_gpu_amount(tres.cpus_per_tres, gpu::CPUS_PER_GPU_OPTION)?;
+    let mem_per_gpu_mb = gpu::per_gpu_amount(tres.mem_per_tres, gpu::MEM_PER_GPU_OPTION)?;
+    if cpus_per_gpu.is_some() {
+        tres.cpus_per_tres = None;
+    }
+    if mem_per_gpu_mb.is_some() {
+        tres.mem_per_tres = None;
+    }
     let extracted = gpu::extract(&tres, config.plugin.max_gpus_per_job)?;
     let (request, gpus_per_task, tres_per_task) = match (extracted.request, per_task) {
         (Some(_), Some(_)) => return Err(gpu::GpuRequestError::BothScopes.into()),
@@ -205,6 +215,8 @@ pub fn decide(
     };
     directives.job.tasks = sub.num_tasks;
     directives.job.gpus_per_task = gpus_per_task;
+    directives.job.cpus_per_gpu = cpus_per_gpu;
+    directives.job.mem_per_gpu_mb = mem_per_gpu_mb;
     directives.job.user_hold = sub.user_hold;
     let partitions = job_partitions(sub.partition, config);
     check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
@@ -511,6 +523,23 @@ mod tests {
         sub.num_tasks = Some(2);
         sub.tres.per_node = Some("gres:gpu:1");
         assert!(refused(&sub).contains("use only one of them"));
+    }
+
+    #[test]
+    fn cpus_and_memory_per_gpu_are_recorded_and_taken_out() {
+        let mut sub = node_gres("gres:gpu:2");
+        sub.tres.cpus_per_tres = Some("gres/gpu:2");
+        sub.tres.mem_per_tres = Some("gres:gpu:1500");
+        let m = managed(&sub);
+        assert_eq!(m.record.directives.cpus_per_gpu, Some(2));
+        assert_eq!(m.record.directives.mem_per_gpu_mb, Some(1500));
+        assert!(
+            m.record
+                .encode()
+                .ends_with(" cpus-per-gpu=2 mem-per-gpu=1500")
+        );
+        sub.tres.cpus_per_tres = Some("gres:gpu:v100:2");
+        assert!(refused(&sub).contains("--cpus-per-gpu is not supported"));
     }
 
     #[test]

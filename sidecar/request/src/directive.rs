@@ -234,6 +234,12 @@ pub struct JobDirectives {
     /// GPUs per task (`--gpus-per-task`), given back to the job with its placement. Set by
     /// the plugin, never from a `#HADAR` line.
     pub gpus_per_task: Option<u32>,
+    /// CPUs per GPU (`--cpus-per-gpu`), given back to the job with its placement. Set by
+    /// the plugin, never from a `#HADAR` line.
+    pub cpus_per_gpu: Option<u64>,
+    /// Memory per GPU in MB (`--mem-per-gpu`), given back to the job with its placement.
+    /// Set by the plugin, never from a `#HADAR` line.
+    pub mem_per_gpu_mb: Option<u64>,
     /// The user submitted the job held (`sbatch --hold`): hadar leaves it alone until its
     /// user releases it. Set by the plugin, never from a `#HADAR` line.
     pub user_hold: bool,

@@ -341,6 +341,42 @@ pub fn extract(fields: &TresFields<'_>, max_gpus: u32) -> Result<ExtractedGpus, 
     })
 }
 
+/// The per-GPU amount of a `cpus_per_tres` or `mem_per_tres` field (`--cpus-per-gpu=N`,
+/// `--mem-per-gpu=M`): `gres:gpu:N`, `gres/gpu:N` or `gres/gpu=N` (memory in MB, or with
+/// a K/M/G/T suffix). `None` when the field names no GPU; an error for anything else
+/// (another GRES beside it, a typed or unreadable amount), naming `option`.
+pub fn per_gpu_amount(
+    field: Option<&str>,
+    option: &'static str,
+) -> Result<Option<u64>, GpuRequestError> {
+    let Some(field) = field.filter(|f| mentions_gpu(f)) else {
+        return Ok(None);
+    };
+    let unsupported = GpuRequestError::Unsupported { option };
+    let [entry] = field.split(',').map(str::trim).collect::<Vec<_>>()[..] else {
+        return Err(unsupported);
+    };
+    let value = ["gres:gpu:", "gres/gpu:", "gres/gpu=", "gpu:", "gpu="]
+        .iter()
+        .find_map(|p| entry.strip_prefix(p))
+        .ok_or(GpuRequestError::Unsupported { option })?;
+    let (digits, unit) = value.split_at(
+        value
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(value.len()),
+    );
+    let scale: u64 = match unit {
+        "" | "M" | "m" => 1,
+        "G" | "g" => 1024,
+        "T" | "t" => 1024 * 1024,
+        _ => return Err(unsupported),
+    };
+    match digits.parse::<u64>() {
+        Ok(n) if n > 0 => n.checked_mul(scale).map(Some).ok_or(unsupported),
+        _ => Err(unsupported),
+    }
+}
+
 /// Whether a TRES field has a GPU entry (`gres:gpu`, `gres:gpu:...`, `gpu:...`).
 pub fn mentions_gpu(field: &str) -> bool {
     field.split(',').map(str::trim).any(|e| {
@@ -507,6 +543,36 @@ mod tests {
                 option: CPUS_PER_GPU_OPTION
             })
         );
+    }
+
+    #[test]
+    fn per_gpu_amounts_read_in_every_releases_form() {
+        for f in ["gres:gpu:2", "gres/gpu:2", "gres/gpu=2"] {
+            assert_eq!(per_gpu_amount(Some(f), CPUS_PER_GPU_OPTION), Ok(Some(2)));
+        }
+        assert_eq!(
+            per_gpu_amount(Some("gres/gpu:2G"), MEM_PER_GPU_OPTION),
+            Ok(Some(2048))
+        );
+        assert_eq!(per_gpu_amount(None, MEM_PER_GPU_OPTION), Ok(None));
+        assert_eq!(
+            per_gpu_amount(Some("gres:mps:2"), MEM_PER_GPU_OPTION),
+            Ok(None)
+        );
+        for bad in [
+            "gres:gpu:v100:2",
+            "gres:gpu:0",
+            "gres:gpu:2,gres:mps:1",
+            "gres:gpu:x",
+        ] {
+            assert_eq!(
+                per_gpu_amount(Some(bad), CPUS_PER_GPU_OPTION),
+                Err(GpuRequestError::Unsupported {
+                    option: CPUS_PER_GPU_OPTION
+                }),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -94,6 +94,12 @@ impl Record {
         if let Some(g) = d.gpus_per_task {
             out.push_str(&format!(" gpus-per-task={g}"));
         }
+        if let Some(c) = d.cpus_per_gpu {
+            out.push_str(&format!(" cpus-per-gpu={c}"));
+        }
+        if let Some(m) = d.mem_per_gpu_mb {
+            out.push_str(&format!(" mem-per-gpu={m}"));
+        }
         if d.user_hold {
             out.push_str(&format!(" {USER_HOLD}"));
         }
@@ -112,6 +118,8 @@ impl Record {
         let mut het_offset = None;
         let mut tasks = None;
         let mut gpus_per_task = None;
+        let mut cpus_per_gpu = None;
+        let mut mem_per_gpu_mb = None;
         let mut directive_words = Vec::new();
         let mut user_hold = false;
         for word in words {
@@ -151,6 +159,20 @@ impl Record {
                         return Err(RecordError::Field(crate::excerpt(word)));
                     }
                 }
+                "cpus-per-gpu" | "mem-per-gpu" => {
+                    let n: u64 = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
+                    let slot = match key {
+                        "cpus-per-gpu" => &mut cpus_per_gpu,
+                        _ => &mut mem_per_gpu_mb,
+                    };
+                    if slot.replace(n).is_some() {
+                        return Err(RecordError::Field(crate::excerpt(word)));
+                    }
+                }
                 // The fail-open mark is the fail-open command's, not part of the request.
                 FAIL_OPEN_RELEASING | FAIL_OPEN_RELEASED => {
                     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -164,6 +186,8 @@ impl Record {
         directives.add_words(&directive_words.join(" "), Origin::Record)?;
         directives.job.tasks = tasks;
         directives.job.gpus_per_task = gpus_per_task;
+        directives.job.cpus_per_gpu = cpus_per_gpu;
+        directives.job.mem_per_gpu_mb = mem_per_gpu_mb;
         directives.job.user_hold = user_hold;
         Ok(Record {
             gpus: gpus.ok_or(RecordError::NoGpus)?,
@@ -298,13 +322,15 @@ mod tests {
                 }),
                 tasks: Some(4),
                 gpus_per_task: Some(1),
+                cpus_per_gpu: Some(2),
+                mem_per_gpu_mb: Some(1024),
                 user_hold: true,
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 hold=user"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 cpus-per-gpu=2 mem-per-gpu=1024 hold=user"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -433,6 +459,8 @@ mod tests {
                     },
                     tasks: steps.map(|s| (s % 5) as u32 + 1),
                     gpus_per_task: None,
+                    cpus_per_gpu: steps.map(|s| s % 4 + 1),
+                    mem_per_gpu_mb: steps.filter(|s| s % 3 == 0).map(|s| s + 1),
                     user_hold: steps.is_some_and(|s| s % 2 == 0),
                 }
             });

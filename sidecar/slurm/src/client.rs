@@ -135,6 +135,19 @@ impl GpuSpec {
     }
 }
 
+/// The `scontrol update` fields that give a job its CPUs and memory (MB) per GPU
+/// (`--cpus-per-gpu`, `--mem-per-gpu`); none for an amount not given.
+pub fn per_gpu_fields(cpus: Option<u64>, mem_mb: Option<u64>) -> Vec<String> {
+    let mut f = Vec::new();
+    if let Some(c) = cpus {
+        f.push(format!("CpusPerTres=gres/gpu:{c}"));
+    }
+    if let Some(m) = mem_mb {
+        f.push(format!("MemPerTres=gres/gpu:{m}"));
+    }
+    f
+}
+
 /// A handle on one Slurm cluster.
 #[derive(Clone, Debug)]
 pub struct Slurm {
@@ -346,8 +359,12 @@ impl Slurm {
             ])?;
         }
         let tasks = current.as_ref().and_then(|j| j.recorded_tasks());
+        let (cpus, mem) = current
+            .as_ref()
+            .map_or((None, None), |j| j.recorded_per_gpu());
         let mut args = vec!["update".to_string(), format!("JobId={id}")];
         args.extend(spec.update_fields_keeping(tasks));
+        args.extend(per_gpu_fields(cpus, mem));
         self.scontrol(&args)?;
         Ok(())
     }

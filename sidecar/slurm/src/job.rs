@@ -248,13 +248,26 @@ impl SlurmJob {
     /// The task count the plugin recorded for the job (`tasks=N` in its hadar record): the
     /// `--ntasks` its user gave, which a placement keeps.
     pub fn recorded_tasks(&self) -> Option<u32> {
+        self.recorded("tasks")?.parse().ok()
+    }
+
+    /// The CPUs and memory (MB) per GPU the plugin recorded for the job (`cpus-per-gpu=N`,
+    /// `mem-per-gpu=M`: its `--cpus-per-gpu` and `--mem-per-gpu`), which a placement gives
+    /// back.
+    pub fn recorded_per_gpu(&self) -> (Option<u64>, Option<u64>) {
+        let number = |key| self.recorded(key).and_then(|v| v.parse().ok());
+        (number("cpus-per-gpu"), number("mem-per-gpu"))
+    }
+
+    /// The value of `key=` in the job's hadar record.
+    fn recorded(&self, key: &str) -> Option<&str> {
         let record = self.admin_comment.as_deref()?;
         if !record.starts_with("hadar:v1 ") {
             return None;
         }
         record
             .split_whitespace()
-            .find_map(|w| w.strip_prefix("tasks=")?.parse().ok())
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
     }
 
     /// GPUs held by the job, by node and type, as `(node, type, count)`.
@@ -453,6 +466,7 @@ mod tests {
         assert_eq!(j.site.tasks, Some(2));
         assert_eq!(j.site.eligible_time, parse_time("2026-12-01T11:00:00"));
         assert_eq!(j.recorded_tasks(), Some(2));
+        assert_eq!(j.recorded_per_gpu(), (None, None));
     }
 
     #[test]

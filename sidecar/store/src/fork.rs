@@ -194,6 +194,19 @@ pub struct ForkRound {
     /// How the copies are consolidated; `None`: their weighted mean.
     #[serde(default)]
     pub outer: Option<OuterStep>,
+    /// Seconds the copy job ran as Slurm shows them (`EndTime - StartTime` of its leader,
+    /// what `sacct` bills as `Elapsed`), set when the round is consolidated or fails.
+    #[serde(default)]
+    pub copy_seconds: Option<f64>,
+}
+
+impl ForkRound {
+    /// GPU-seconds the round's copy job used: its GPUs times [`ForkRound::copy_seconds`]
+    /// (0 while unknown).
+    pub fn gpu_seconds(&self) -> f64 {
+        let gpus: u32 = self.copies.iter().map(|c| c.gpus).sum();
+        f64::from(gpus) * self.copy_seconds.unwrap_or(0.0)
+    }
 }
 
 /// A round's outer Nesterov step (`hadar average --outer nesterov`), fixed when the round is
@@ -449,7 +462,23 @@ mod tests {
             steps: 0.0,
             message: None,
             outer: None,
+            copy_seconds: None,
         }
+    }
+
+    #[test]
+    fn a_rounds_gpu_seconds_are_its_copies_gpus_times_slurms_run_time() {
+        let mut r = round(5, 0, [10.0, 10.0]);
+        assert_eq!(r.gpu_seconds(), 0.0, "unknown until consolidated");
+        r.copies[0].gpus = 2;
+        r.copy_seconds = Some(7.0);
+        let gpus: u32 = r.copies.iter().map(|c| c.gpus).sum();
+        assert_eq!(r.gpu_seconds(), f64::from(gpus) * 7.0);
+        // Rounds stored before the field existed read back without it.
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("copy_seconds");
+        let old: ForkRound = serde_json::from_value(v).unwrap();
+        assert_eq!(old.copy_seconds, None);
     }
 
     #[test]
