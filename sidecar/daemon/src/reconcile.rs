@@ -115,6 +115,7 @@ pub fn reconcile(
                     JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
                 row.group_id = sj.group_id;
+                row.array_task = sj.array.as_ref().map(|a| a.label());
                 rows.insert(sj.id, row);
                 fresh.insert(sj.id);
                 events.push(Event::New(sj.id));
@@ -279,6 +280,7 @@ pub(crate) mod tests {
             end_time: None,
             exit_code: None,
             site: Default::default(),
+            array: None,
         }
     }
 
