@@ -624,6 +624,24 @@ impl<S: SlurmApi> Daemon<S> {
             .collect();
         let mut foreign = foreign;
         foreign.extend(exclusive::fenced(&nodes, &exclusive_running));
+        let managed_running: Vec<&NodeGpus> = rows
+            .values()
+            .filter(|r| {
+                matches!(
+                    r.phase,
+                    Phase::Running | Phase::Starting | Phase::Preempting
+                )
+            })
+            .filter_map(|r| r.placement.as_ref())
+            .collect();
+        let exclusive_waiting: Vec<u32> = rows
+            .values()
+            .filter(|r| exclusive_ids.contains(&r.id) && r.phase == Phase::Waiting)
+            .map(|r| r.workers)
+            .collect();
+        let fence =
+            exclusive::fence_used_nodes(&nodes, &foreign, &managed_running, &exclusive_waiting);
+        foreign.extend(fence);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
         let site = crate::site::read(&self.slurm);
         let strength = self.config.hadar.priority_strength;

@@ -38,6 +38,58 @@ pub fn fenced(nodes: &[NodeInfo], running: &[&NodeGpus]) -> Vec<(String, String,
     out
 }
 
+/// While an exclusive job waits and some wholly idle node has GPUs enough for it
+/// (`waiting`: each waiting exclusive job's GPU count), the free GPUs of every node already
+/// in use (by jobs hadar does not manage, `foreign`, or by its own running jobs, `running`),
+/// as `(node, type, count)` taken for this round: the planner then places the exclusive job
+/// on an idle node rather than beside another job, where Slurm would not start it. Other
+/// jobs lose those free GPUs for the rounds until it starts; with no idle node big enough,
+/// nothing is fenced and the exclusive job waits.
+pub fn fence_used_nodes(
+    nodes: &[NodeInfo],
+    foreign: &[(String, String, u32)],
+    running: &[&NodeGpus],
+    waiting: &[u32],
+) -> Vec<(String, String, u32)> {
+    let used = |name: &str| {
+        foreign.iter().any(|(n, _, c)| n == name && *c > 0)
+            || running.iter().any(|p| p.iter().any(|(n, _)| n == name))
+    };
+    let usable = |n: &&NodeInfo| n.state.usable() && !n.gpus.is_empty();
+    let fits = nodes
+        .iter()
+        .filter(usable)
+        .filter(|n| !used(&n.name))
+        .any(|n| {
+            let total: u32 = n.gpus.iter().map(|(_, c)| c).sum();
+            waiting.iter().any(|w| *w <= total)
+        });
+    if !fits {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for n in nodes.iter().filter(usable).filter(|n| used(&n.name)) {
+        for (t, total) in &n.gpus {
+            let same = |u: &String| u.eq_ignore_ascii_case(t);
+            let taken: u32 = foreign
+                .iter()
+                .filter(|(m, u, _)| *m == n.name && same(u))
+                .map(|(_, _, c)| c)
+                .sum::<u32>()
+                + running
+                    .iter()
+                    .flat_map(|p| p.iter().filter(|(m, _)| *m == n.name))
+                    .flat_map(|(_, g)| g.iter().filter(|(u, _)| same(u)))
+                    .map(|(_, c)| c)
+                    .sum::<u32>();
+            if *total > taken {
+                out.push((n.name.clone(), t.clone(), total - taken));
+            }
+        }
+    }
+    out
+}
+
 /// The planned jobs that must wait this round, with why: a new placement of an exclusive job
 /// onto a node where another job runs (`busy`: nodes with jobs hadar does not manage) or is
 /// planned, and a new placement of any job onto a node of an exclusive job already there.
@@ -122,6 +174,29 @@ mod tests {
         );
         assert!(is_exclusive("hadar:v1 gpus=1 exclusive=yes"));
         assert!(!is_exclusive("hadar:v1 gpus=1"));
+    }
+
+    #[test]
+    fn a_waiting_exclusive_job_fences_used_nodes_only_when_an_idle_node_fits_it() {
+        let node = |name: &str, gpus: u32| NodeInfo {
+            name: name.into(),
+            state: NodeState::Idle,
+            gpus: vec![("v100".into(), gpus)],
+            partitions: vec![],
+        };
+        let nodes = vec![node("n1", 4), node("n2", 2)];
+        let foreign = vec![("n1".to_string(), "v100".to_string(), 3)];
+        let ours = on("n2", "v100", 1);
+        // n1 is partly used and n2 idle: n1's last GPU is fenced.
+        assert_eq!(
+            fence_used_nodes(&nodes, &foreign, &[], &[2]),
+            vec![("n1".into(), "v100".into(), 1)]
+        );
+        // No idle node has 3 GPUs: nothing is fenced.
+        assert!(fence_used_nodes(&nodes, &foreign, &[], &[3]).is_empty());
+        // Both nodes used: no idle node at all.
+        assert!(fence_used_nodes(&nodes, &foreign, &[&ours], &[1]).is_empty());
+        assert!(fence_used_nodes(&nodes, &foreign, &[], &[]).is_empty());
     }
 
     #[test]
