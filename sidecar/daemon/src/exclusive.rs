@@ -14,6 +14,23 @@ pub fn is_exclusive(record: &str) -> bool {
     record.split_whitespace().any(|w| w == "exclusive=yes")
 }
 
+/// Whether `alloc` (what Slurm gave a job) holds at least the GPUs of `placed` (what hadar
+/// placed it on), node by node and type by type, and more: an exclusive job's whole nodes.
+pub fn covers(alloc: &NodeGpus, placed: &NodeGpus) -> bool {
+    let count = |p: &NodeGpus, node: &str, t: &str| -> u32 {
+        p.iter()
+            .filter(|(n, _)| n == node)
+            .flat_map(|(_, g)| g.iter())
+            .filter(|(u, _)| u.eq_ignore_ascii_case(t))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    !placed.is_empty()
+        && placed
+            .iter()
+            .all(|(node, gpus)| gpus.iter().all(|(t, c)| count(alloc, node, t) >= *c))
+}
+
 /// The GPUs of the nodes of running exclusive jobs that those jobs do not hold, as
 /// `(node, type, count)` taken by no one else: no other job may use them meanwhile.
 pub fn fenced(nodes: &[NodeInfo], running: &[&NodeGpus]) -> Vec<(String, String, u32)> {
@@ -172,6 +189,11 @@ mod tests {
                 ("n4".into(), "k80".into(), 2)
             ]
         );
+        let whole = vec![(
+            "n4".to_string(),
+            vec![("v100".to_string(), 2), ("k80".to_string(), 2)],
+        )];
+        assert!(covers(&whole, &p) && !covers(&p, &whole) && !covers(&whole, &vec![]));
         assert!(is_exclusive("hadar:v1 gpus=1 exclusive=yes"));
         assert!(!is_exclusive("hadar:v1 gpus=1"));
     }
