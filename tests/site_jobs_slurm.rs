@@ -32,8 +32,16 @@ const SCENARIOS: &[Scenario] = &[
         squeue_shows_why_a_managed_job_waits,
     ),
     (
-        "a_job_array_is_refused_in_one_line_and_runs_unmanaged",
-        a_job_array_is_refused_in_one_line_and_runs_unmanaged,
+        "an_array_of_eight_managed_elements_completes_two_at_a_time",
+        an_array_of_eight_managed_elements_completes_two_at_a_time,
+    ),
+    (
+        "an_exclusive_job_is_placed_on_a_node_of_its_own",
+        an_exclusive_job_is_placed_on_a_node_of_its_own,
+    ),
+    (
+        "an_opted_out_array_runs_under_slurm_alone",
+        an_opted_out_array_runs_under_slurm_alone,
     ),
     (
         "a_managed_job_is_billed_to_its_account_and_qos",
@@ -165,31 +173,105 @@ fn squeue_shows_why_a_managed_job_waits(bed: &mut Testbed) {
     wait_completed(bed, id, 90);
 }
 
-fn a_job_array_is_refused_in_one_line_and_runs_unmanaged(bed: &mut Testbed) {
-    let sub = bed.sbatch(
-        &["-p", "gpu", "--gres=gpu:1", "--array=0-3"],
-        Some(&short_job("true")),
+/// `sacct`'s `JobID|State|AllocTRES` rows of array `id`'s elements.
+fn array_rows(bed: &Testbed, id: u32) -> Vec<String> {
+    bed.sacct(&[
+        "-n",
+        "-X",
+        "-P",
+        "-j",
+        &id.to_string(),
+        "-o",
+        "JobID,State,AllocTRES",
+    ])
+    .unwrap_or_default()
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+fn an_array_of_eight_managed_elements_completes_two_at_a_time(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "array");
+    let id = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "--array=0-7%2"],
+        &short_job("sleep 3"),
     );
-    assert!(!sub.ok, "{}", sub.stdout);
-    let message = sub.stderr.trim();
-    println!("sbatch --array: {message}");
-    // One line of hadar's (sbatch adds its own "Batch job submission failed" line).
-    let ours: Vec<&str> = message.lines().filter(|l| l.contains("hadar:")).collect();
-    assert_eq!(ours.len(), 1, "{message}");
-    assert!(
-        ours[0].contains("job arrays are not supported"),
-        "{message}"
-    );
-    let sub = bed.sbatch(
-        &["-p", "gpu", "--gres=gpu:1", "--exclusive"],
-        Some(&short_job("true")),
-    );
-    assert!(
-        !sub.ok && sub.stderr.contains("hadar: --exclusive is not supported"),
+    let record = field(bed, id, "AdminComment");
+    assert!(record.contains("array=yes array-throttle=2"), "{record}");
+    let (mut most, mut samples) = (0, 0);
+    let mut rows = Vec::new();
+    wait_until("the array's 8 elements complete", 240, || {
+        let running = bed
+            .client(
+                "squeue",
+                &[
+                    "-h",
+                    "-r",
+                    "-j",
+                    &id.to_string(),
+                    "-t",
+                    "RUNNING",
+                    "-o",
+                    "%i",
+                ],
+            )
+            .unwrap_or_default();
+        most = most.max(running.lines().count());
+        samples += 1;
+        rows = array_rows(bed, id);
+        rows.len() == 8 && rows.iter().all(|l| l.contains("|COMPLETED|"))
+    });
+    println!("array: at most {most} elements running in {samples} samples; sacct: {rows:?}");
+    assert!((1..=2).contains(&most), "{most} elements ran at once");
+    // Each element had the GPU the plugin stripped given back by hadar's placement.
+    assert!(rows.iter().all(|l| l.contains("gres/gpu=1")), "{rows:?}");
+    for task in 0..8 {
+        let name = format!("{id}_{task}");
+        let v: serde_json::Value =
+            serde_json::from_str(&serve.hadar(&["explain", &name, "--format", "json"]))
+                .expect("explain json");
+        assert_eq!(v["job"]["array_task"], name.as_str(), "{v}");
+        assert!(
+            v["job"]["starts"].as_u64() >= Some(1),
+            "{name} not placed by hadar: {v}"
+        );
+    }
+}
+
+fn an_exclusive_job_is_placed_on_a_node_of_its_own(bed: &mut Testbed) {
+    // n1 keeps one v100 free beside a job hadar does not manage; n4 has 2 v100 and 2 k80.
+    let fillers = occupy(bed, &[("n1", "gpu:v100:3")]);
+    let _serve = Serve::start(bed, "exclusive");
+    let v100 = short_job("#HADAR gpu-types=v100\nsleep 20");
+    let whole = submit(bed, &["-p", "gpu", "--gpus=1", "--exclusive"], &v100);
+    assert!(field(bed, whole, "AdminComment").contains("exclusive=yes"));
+    let info = wait_state(bed, whole, &["RUNNING"], 60);
+    println!("exclusive job: {}", info.0.replace('\n', " "));
+    assert_eq!(info.field("NodeList").as_deref(), Some("n4"), "{}", info.0);
+    assert_eq!(
+        info.field("OverSubscribe").as_deref(),
+        Some("NO"),
         "{}",
-        sub.stderr
+        info.0
     );
-    // The same array opted out runs under Slurm alone, each element with its GPU.
+    // A job placed meanwhile goes to n1's free v100, not to n4's, which is the whole job's.
+    let other = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1"],
+        &short_job("#HADAR gpu-types=v100\nsleep 1"),
+    );
+    let done = wait_completed(bed, other, 60);
+    assert_eq!(done.field("NodeList").as_deref(), Some("n1"), "{}", done.0);
+    assert_eq!(field(bed, whole, "JobState"), "RUNNING");
+    wait_completed(bed, whole, 60);
+    for f in fillers {
+        bed.client("scancel", &[&f.to_string()]).expect("scancel");
+    }
+}
+
+fn an_opted_out_array_runs_under_slurm_alone(bed: &mut Testbed) {
+    // An array opted out runs under Slurm alone, each element with its GPU.
     let out = output_args(bed);
     let id = submit(
         bed,

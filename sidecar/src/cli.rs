@@ -208,9 +208,9 @@ pub struct FailOpenArgs {
 /// `hadar explain` arguments.
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// The Slurm job id.
+    /// The Slurm job id, or an array element as Slurm names it (`12_3`).
     #[arg(value_name = "JOBID")]
-    pub job: u64,
+    pub job: String,
     /// The configuration file, to find the state database. [default: /etc/hadar/hadar.toml]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

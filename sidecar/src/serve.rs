@@ -410,7 +410,31 @@ fn job_json(r: &JobRow) -> serde_json::Value {
         "placement": r.placement, "arrival_s": r.arrival_s, "first_start_s": r.first_start_s,
         "finished_s": r.finished_s, "final_state": r.final_state, "starts": r.starts,
         "preemptions": r.preemptions, "run_s": r.run_s, "record": r.record,
+        "array_task": r.array_task,
     })
+}
+
+/// The job id `text` names: a job id, or an array element as Slurm names it (`12_3`),
+/// whose split-off job has an id of its own.
+fn job_id_of(store: &Store, text: &str) -> Result<u64, Failure> {
+    let valid = text
+        .split_once('_')
+        .is_some_and(|(a, i)| a.parse::<u64>().is_ok() && i.parse::<u32>().is_ok());
+    if !valid {
+        return Err(Failure::input(anyhow!(
+            "JOBID `{}`: expected a job id (123) or an array element (123_4)",
+            hadar_request::excerpt_of(text, 40)
+        )));
+    }
+    let rows = store.jobs().map_err(Failure::runtime)?;
+    rows.iter()
+        .find(|r| r.array_task.as_deref() == Some(text))
+        .map(|r| r.id)
+        .ok_or_else(|| {
+            Failure::input(anyhow!(
+                "array element {text} is not a job hadar manages (or has not been split off yet)"
+            ))
+        })
 }
 
 fn placement_text(r: &JobRow) -> String {
@@ -491,7 +515,12 @@ pub fn status(a: StatusArgs) -> Result<(), Failure> {
 pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
     let (_, heartbeat) = state_paths(&a.config, &a.state)?;
     let st = failopen::read_state(&heartbeat);
-    if a.format == Format::Table && st.released.contains(&a.job) {
+    // A job id needs no database before the fail-open words (a corrupt one may be why).
+    let id = match a.job.parse::<u64>() {
+        Ok(id) => id,
+        Err(_) => job_id_of(&open_state(&a.config, &a.state)?, &a.job)?,
+    };
+    if a.format == Format::Table && st.released.contains(&id) {
         println!(
             "job {} was failed open (released to Slurm with its own GPU request): {}",
             a.job,
@@ -501,13 +530,13 @@ pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
         );
     }
     let store = open_state(&a.config, &a.state)?;
-    let job = store.job(a.job).map_err(Failure::runtime)?.ok_or_else(|| {
+    let job = store.job(id).map_err(Failure::runtime)?.ok_or_else(|| {
         Failure::input(anyhow!(
             "job {} is not a job hadar manages (or has not been seen yet)",
             a.job
         ))
     })?;
-    let decision = store.decision(a.job).map_err(Failure::runtime)?;
+    let decision = store.decision(id).map_err(Failure::runtime)?;
     if a.format == Format::Json {
         let mut v = serde_json::json!({ "job": job_json(&job), "decision": decision });
         let fork = fork_json(&store, job.id)?;
@@ -520,9 +549,13 @@ pub fn explain(a: ExplainArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
+    let label = match &job.array_task {
+        Some(task) => format!("{} (array element {task})", job.id),
+        None => job.id.to_string(),
+    };
     println!(
         "job {} ({}): {}, {} GPU(s), {:.0} of {:.0} steps done",
-        job.id,
+        label,
         hadar_request::excerpt_of(&job.name, 200),
         job.phase.as_str(),
         job.workers,

@@ -220,7 +220,11 @@ fn jobs_table(jobs: &[&JobRow], placement: impl Fn(&JobRow) -> String) -> Table 
     ]);
     for j in jobs {
         t.row(vec![
-            j.id.to_string(),
+            // An array element by its array name (`12_3`), as squeue shows it.
+            match &j.array_task {
+                Some(task) => format!("{task} ({})", j.id),
+                None => j.id.to_string(),
+            },
             // A job name is its owner's text: control characters (terminal escapes) are
             // shown escaped, never sent to the administrator's terminal.
             hadar_request::excerpt_of(&j.name, 24),

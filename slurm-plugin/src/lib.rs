@@ -176,7 +176,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         het_offset,
         interactive: script.is_none(),
         num_tasks: (desc.num_tasks != NO_VAL && desc.num_tasks != 0).then_some(desc.num_tasks),
-        array: array.is_some_and(|a| !a.is_empty()),
+        array: array.as_deref().is_some_and(|a| !a.is_empty()),
+        // `--array=0-7%2`: slurmctld hands the plugin the `%N` suffix with the indices.
+        array_throttle: array
+            .as_deref()
+            .and_then(|a| a.rsplit_once('%'))
+            .and_then(|(_, n)| n.trim().parse().ok())
+            .filter(|n| *n > 0),
         user_hold: desc.priority == 0,
         // JOB_SHARED_NONE: `--exclusive` (whole nodes).
         exclusive: desc.shared == 0,

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
-use crate::{eligible, explain, failopen, faults, view};
+use crate::{arrays, eligible, exclusive, explain, failopen, faults, view};
 use hadar_core::policies::hadar::{HadarConfig, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
@@ -65,6 +65,16 @@ pub trait SlurmApi {
     /// The Slurm release answering, when known (for the log and `hadar status`).
     fn slurm_release(&self) -> Option<String> {
         None
+    }
+    /// Splits a pending array element off into a job record of its own
+    /// ([`Slurm::split_array_element`]); test doubles have no arrays.
+    fn split_array_element(
+        &self,
+        _array_id: u64,
+        _task: u32,
+        _admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        Ok(())
     }
     /// Sets a waiting job's `Comment` (why it waits, for `squeue`); test doubles ignore it.
     fn set_comment(&self, _id: u64, _text: &str) -> Result<(), SlurmError> {
@@ -124,6 +134,14 @@ impl SlurmApi for Slurm {
     }
     fn slurm_release(&self) -> Option<String> {
         Slurm::slurm_release(self).ok().map(|r| r.to_string())
+    }
+    fn split_array_element(
+        &self,
+        array_id: u64,
+        task: u32,
+        admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        Slurm::split_array_element(self, array_id, task, admin_comment)
     }
     fn retypes_pending_jobs(&self) -> bool {
         Slurm::slurm_release(self).is_ok_and(|r| r.retypes_pending_jobs())
@@ -526,6 +544,17 @@ impl<S: SlurmApi> Daemon<S> {
                 .filter_map(|(id, _)| id.parse().ok())
                 .collect();
         }
+        if self.split_arrays(&slurm_jobs, now_unix) > 0 {
+            // Each split-off element is a job record of its own, with its own id, from now on.
+            let (jobs, refused) = self.slurm.jobs()?;
+            slurm_jobs = jobs;
+            untrusted = refused
+                .iter()
+                .filter_map(|(id, _)| id.parse().ok())
+                .collect();
+        }
+        // An array's record of pending elements is not a job hadar plans (see `arrays`).
+        slurm_jobs.retain(|j| !arrays::is_pending_group(j));
         let mut events = reconcile::reconcile(
             &mut rows,
             &slurm_jobs,
@@ -579,6 +608,40 @@ impl<S: SlurmApi> Daemon<S> {
             })
             .flat_map(|j| j.gpu_parts())
             .collect();
+        // Nodes with jobs hadar does not manage, which an exclusive job may not share.
+        let busy: BTreeSet<String> = foreign.iter().map(|(n, _, _)| n.clone()).collect();
+        // The rest of a running exclusive job's nodes is no other job's.
+        let exclusive_ids: BTreeSet<u64> = rows
+            .values()
+            .filter(|r| r.phase != Phase::Finished && exclusive::is_exclusive(&r.record))
+            .map(|r| r.id)
+            .collect();
+        let exclusive_running: Vec<&NodeGpus> = rows
+            .values()
+            .filter(|r| exclusive_ids.contains(&r.id))
+            .filter(|r| matches!(r.phase, Phase::Running | Phase::Starting))
+            .filter_map(|r| r.placement.as_ref())
+            .collect();
+        let mut foreign = foreign;
+        foreign.extend(exclusive::fenced(&nodes, &exclusive_running));
+        let managed_running: Vec<&NodeGpus> = rows
+            .values()
+            .filter(|r| {
+                matches!(
+                    r.phase,
+                    Phase::Running | Phase::Starting | Phase::Preempting
+                )
+            })
+            .filter_map(|r| r.placement.as_ref())
+            .collect();
+        let exclusive_waiting: Vec<u32> = rows
+            .values()
+            .filter(|r| exclusive_ids.contains(&r.id) && r.phase == Phase::Waiting)
+            .map(|r| r.workers)
+            .collect();
+        let fence =
+            exclusive::fence_used_nodes(&nodes, &foreign, &managed_running, &exclusive_waiting);
+        foreign.extend(fence);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
         let site = crate::site::read(&self.slurm);
         let strength = self.config.hadar.priority_strength;
@@ -778,6 +841,21 @@ impl<S: SlurmApi> Daemon<S> {
                     }
                 }
             }
+        }
+
+        let is_new = |id: u64| {
+            rows.get(&id).is_none_or(|r| {
+                !matches!(r.phase, Phase::Running | Phase::Starting)
+                    || !r
+                        .placement
+                        .as_ref()
+                        .zip(planned.get(&id))
+                        .is_some_and(|(p, q)| view::same_gpus(p, q))
+            })
+        };
+        for (id, why) in exclusive::conflicts(&planned, &exclusive_ids, &is_new, &busy) {
+            let gpus = planned.remove(&id).unwrap_or_default();
+            unenforceable.push((id, format!("{}: {why}", explain::placement_words(&gpus))));
         }
 
         // Enforce.
@@ -986,6 +1064,33 @@ impl<S: SlurmApi> Daemon<S> {
             enforce_ms,
             total_ms: round_started.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+
+    /// Splits the pending elements of managed arrays that may run now off into job records
+    /// of their own ([`arrays::splits`]); returns how many it split.
+    fn split_arrays(&self, slurm_jobs: &[SlurmJob], now_unix: f64) -> usize {
+        let mut split = 0;
+        for s in arrays::splits(slurm_jobs, now_unix) {
+            match self
+                .slurm
+                .split_array_element(s.array_id, s.task, &s.record)
+            {
+                Ok(()) => {
+                    split += 1;
+                    tracing::info!(
+                        array = s.array_id,
+                        task = s.task,
+                        "split an array element off to place it as a job of its own"
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    array = s.array_id,
+                    task = s.task,
+                    "could not split an array element off (tried again next round): {e}"
+                ),
+            }
+        }
+        split
     }
 
     /// Takes back the jobs `hadar fail-open` handed to Slurm while no round completed: one

@@ -5,8 +5,10 @@
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
+//! * [`exclusive`]: `--exclusive` jobs kept to whole nodes of their own (pure).
 //! * [`commit`]: which GPU type a waiting job may start on (a start is a commitment).
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
+//! * [`arrays`]: job arrays' pending elements split off into managed jobs of their own (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
@@ -19,11 +21,13 @@
 //! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
 
 pub mod actions;
+pub mod arrays;
 pub mod check;
 pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod eligible;
+pub mod exclusive;
 pub mod explain;
 pub mod failopen;
 pub mod faults;

@@ -115,6 +115,7 @@ pub fn reconcile(
                     JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
                 row.user_id = sj.user_id;
                 row.group_id = sj.group_id;
+                row.array_task = sj.array.as_ref().map(|a| a.label());
                 rows.insert(sj.id, row);
                 fresh.insert(sj.id);
                 events.push(Event::New(sj.id));
@@ -199,7 +200,14 @@ pub fn reconcile(
                 // list it running without its GPUs for a moment; the placement it was started
                 // with stands until Slurm shows one, rather than look like a move.
                 let shows_gpus = alloc.iter().any(|(_, g)| g.iter().any(|(_, c)| *c > 0));
-                if shows_gpus || row.placement.is_none() {
+                // Slurm 26.05 gives an `--exclusive` job every GPU of its nodes; hadar keeps
+                // counting the GPUs it placed it on (the rest of its nodes is fenced off).
+                let whole_nodes = crate::exclusive::is_exclusive(&row.record)
+                    && row
+                        .placement
+                        .as_ref()
+                        .is_some_and(|p| crate::exclusive::covers(&alloc, p));
+                if (shows_gpus && !whole_nodes) || row.placement.is_none() {
                     row.placement = Some(alloc);
                 }
                 account(row, now_s, None);
@@ -279,6 +287,7 @@ pub(crate) mod tests {
             end_time: None,
             exit_code: None,
             site: Default::default(),
+            array: None,
         }
     }
 

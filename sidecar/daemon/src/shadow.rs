@@ -588,6 +588,7 @@ mod tests {
             end_time: None,
             exit_code: None,
             site: Default::default(),
+            array: None,
         }
     }
 

@@ -75,6 +75,7 @@ impl FakeSlurm {
             end_time: None,
             exit_code: None,
             site: Default::default(),
+            array: None,
         };
         self.0.borrow_mut().jobs.insert(id, job);
     }

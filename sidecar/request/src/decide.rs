@@ -32,6 +32,8 @@ pub struct Submission<'a> {
     pub num_tasks: Option<u32>,
     /// Whether this is a job array (`--array`).
     pub array: bool,
+    /// The array's `%N` throttle (the `%N` suffix of `--array`), if any.
+    pub array_throttle: Option<u32>,
     /// Whether the user submitted the job held (`--hold`: priority 0 before the plugin).
     pub user_hold: bool,
     /// Whether the job asks for whole nodes to itself (`--exclusive`).
@@ -135,20 +137,9 @@ pub enum RequestError {
         /// Nodes that qualify.
         have: usize,
     },
-    /// A job array: its elements share one job record until Slurm starts them, so hadar
-    /// cannot give each element its own GPUs.
-    #[error(
-        "job arrays are not supported for Hadar-managed jobs yet; submit the elements as separate jobs (a loop of sbatch), or add `#HADAR off`"
-    )]
-    Array,
     /// `--gpus-per-task` without a task count.
     #[error("--gpus-per-task needs --ntasks (-n) for a Hadar-managed job; add --ntasks=N")]
     PerTaskWithoutTasks,
-    /// `--exclusive`: the job would hold GPUs hadar plans for other jobs.
-    #[error(
-        "--exclusive is not supported for Hadar-managed jobs yet; ask for all the GPUs of the nodes you need (--gres=gpu:N with -N), or add `#HADAR off`"
-    )]
-    Exclusive,
     /// A partition list mixing managed and unmanaged partitions.
     #[error(
         "partitions `{partitions}` mix Hadar-managed and other partitions; submit to managed partitions only, or add `#HADAR off`"
@@ -185,12 +176,6 @@ pub fn decide(
         }
     }
 
-    if sub.array {
-        return Err(RequestError::Array);
-    }
-    if sub.exclusive {
-        return Err(RequestError::Exclusive);
-    }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
     if per_task.is_some() {
@@ -218,6 +203,9 @@ pub fn decide(
     directives.job.cpus_per_gpu = cpus_per_gpu;
     directives.job.mem_per_gpu_mb = mem_per_gpu_mb;
     directives.job.user_hold = sub.user_hold;
+    directives.job.array = sub.array;
+    directives.job.array_throttle = sub.array_throttle.filter(|_| sub.array);
+    directives.job.exclusive = sub.exclusive;
     let partitions = job_partitions(sub.partition, config);
     check_against_inventory(&request, sub.min_nodes, &directives, inventory, &partitions)?;
     Ok(Decision::Managed(Box::new(Managed {
@@ -543,17 +531,20 @@ mod tests {
     }
 
     #[test]
-    fn job_arrays_are_refused_with_what_to_do() {
+    fn arrays_and_exclusive_jobs_are_managed_and_recorded() {
         let mut sub = node_gres("gres:gpu:1");
         sub.array = true;
-        let e = refused(&sub);
-        assert!(
-            e.contains("job arrays are not supported") && !e.contains('\n'),
-            "{e}"
+        sub.array_throttle = Some(2);
+        assert_eq!(
+            managed(&sub).record.encode(),
+            "hadar:v1 gpus-per-node=1 array=yes array-throttle=2"
         );
         sub.array = false;
         sub.exclusive = true;
-        assert!(refused(&sub).contains("--exclusive is not supported"));
+        assert_eq!(
+            managed(&sub).record.encode(),
+            "hadar:v1 gpus-per-node=1 exclusive=yes"
+        );
         sub.script = Some("#!/bin/sh\n#HADAR off\n");
         assert!(matches!(
             decide(&sub, &config(), &inventory()),

@@ -243,6 +243,15 @@ pub struct JobDirectives {
     /// The user submitted the job held (`sbatch --hold`): hadar leaves it alone until its
     /// user releases it. Set by the plugin, never from a `#HADAR` line.
     pub user_hold: bool,
+    /// The job is a job array (`--array`): the record is shared by all its elements, which
+    /// the daemon splits off and places one by one. Set by the plugin, never from a `#HADAR`
+    /// line.
+    pub array: bool,
+    /// The array's `%N` throttle: at most N elements run (or are placed) at once.
+    pub array_throttle: Option<u32>,
+    /// The job asks for whole nodes (`--exclusive`): hadar plans it only onto nodes with no
+    /// other job and plans no other job onto its nodes. Set by the plugin.
+    pub exclusive: bool,
 }
 
 /// Where a directive was written, for error messages.

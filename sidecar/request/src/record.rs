@@ -103,6 +103,15 @@ impl Record {
         if d.user_hold {
             out.push_str(&format!(" {USER_HOLD}"));
         }
+        if d.array {
+            out.push_str(" array=yes");
+        }
+        if let Some(n) = d.array_throttle {
+            out.push_str(&format!(" array-throttle={n}"));
+        }
+        if d.exclusive {
+            out.push_str(" exclusive=yes");
+        }
         out
     }
 
@@ -122,6 +131,9 @@ impl Record {
         let mut mem_per_gpu_mb = None;
         let mut directive_words = Vec::new();
         let mut user_hold = false;
+        let mut array = false;
+        let mut array_throttle = None;
+        let mut exclusive = false;
         for word in words {
             if word == USER_HOLD {
                 user_hold = true;
@@ -145,7 +157,17 @@ impl Record {
                             .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?,
                     );
                 }
-                "nodes" | "het" | "tasks" | "gpus-per-task" => {
+                "array" | "exclusive" if value == "yes" => {
+                    let flag = if key == "array" {
+                        &mut array
+                    } else {
+                        &mut exclusive
+                    };
+                    if std::mem::replace(flag, true) {
+                        return Err(RecordError::Field(crate::excerpt(word)));
+                    }
+                }
+                "nodes" | "het" | "tasks" | "gpus-per-task" | "array-throttle" => {
                     let n: u32 = value
                         .parse()
                         .map_err(|_| RecordError::Field(crate::excerpt(word)))?;
@@ -153,6 +175,7 @@ impl Record {
                         "nodes" => &mut nodes,
                         "het" => &mut het_offset,
                         "tasks" => &mut tasks,
+                        "array-throttle" => &mut array_throttle,
                         _ => &mut gpus_per_task,
                     };
                     if slot.replace(n).is_some() {
@@ -189,6 +212,9 @@ impl Record {
         directives.job.cpus_per_gpu = cpus_per_gpu;
         directives.job.mem_per_gpu_mb = mem_per_gpu_mb;
         directives.job.user_hold = user_hold;
+        directives.job.array = array;
+        directives.job.array_throttle = array_throttle;
+        directives.job.exclusive = exclusive;
         Ok(Record {
             gpus: gpus.ok_or(RecordError::NoGpus)?,
             nodes,
@@ -325,12 +351,15 @@ mod tests {
                 cpus_per_gpu: Some(2),
                 mem_per_gpu_mb: Some(1024),
                 user_hold: true,
+                array: true,
+                array_throttle: Some(2),
+                exclusive: true,
             },
         };
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 cpus-per-gpu=2 mem-per-gpu=1024 hold=user"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 cpus-per-gpu=2 mem-per-gpu=1024 hold=user array=yes array-throttle=2 exclusive=yes"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -342,6 +371,8 @@ mod tests {
             Err(RecordError::NotARecord(_))
         ));
         assert_eq!(Record::decode("hadar:v1 steps=3"), Err(RecordError::NoGpus));
+        assert!(Record::decode("hadar:v1 gpus=1 array=no").is_err());
+        assert!(Record::decode("hadar:v1 gpus=1 exclusive=yes exclusive=yes").is_err());
         assert!(matches!(
             Record::decode("hadar:v1 gpus=0"),
             Err(RecordError::Field(_))
@@ -462,6 +493,9 @@ mod tests {
                     cpus_per_gpu: steps.map(|s| s % 4 + 1),
                     mem_per_gpu_mb: steps.filter(|s| s % 3 == 0).map(|s| s + 1),
                     user_hold: steps.is_some_and(|s| s % 2 == 0),
+                    array: steps.is_some_and(|s| s % 3 == 0),
+                    array_throttle: steps.filter(|s| s % 3 == 0).map(|s| (s % 4) as u32 + 1),
+                    exclusive: steps.is_some_and(|s| s % 7 == 0),
                 }
             });
         (

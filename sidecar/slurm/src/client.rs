@@ -9,8 +9,9 @@ use crate::json;
 use crate::node::{self, NodeInfo};
 use crate::release::{ReadForm, SlurmRelease};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Where Slurm's commands are and how long they may take.
@@ -154,6 +155,11 @@ pub struct Slurm {
     config: SlurmConfig,
     /// The release the commands belong to, asked once (`scontrol --version`); clones share it.
     release: Arc<OnceLock<SlurmRelease>>,
+    /// Array records whose job id is their array's id (`JobId=12 ArrayJobId=12`), with how
+    /// to name them (`12_7`, or `12_[2-7]` for the pending elements the record holds):
+    /// slurmctld reads a bare `12` in an update, hold, release or scancel as the whole
+    /// array, every element of it. Learned from each listing of the jobs; clones share it.
+    array_names: Arc<Mutex<HashMap<u64, String>>>,
 }
 
 impl Slurm {
@@ -162,6 +168,29 @@ impl Slurm {
         Slurm {
             config,
             release: Arc::new(OnceLock::new()),
+            array_names: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// How Slurm's commands that act on a job must name job `id`: `A_I` (or `A_[...]`) for
+    /// the record of array A that carries the array's own id, else the id.
+    fn target(&self, id: u64) -> String {
+        let names = self.array_names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+    }
+
+    /// Learns the names of `jobs` that carry their array's id (see [`Self::target`]).
+    fn learn_names(&self, jobs: &[SlurmJob]) {
+        let mut names = self.array_names.lock().unwrap_or_else(|e| e.into_inner());
+        for j in jobs {
+            match &j.array {
+                Some(a) if a.array_id == j.id => {
+                    names.insert(j.id, a.label());
+                }
+                _ => {
+                    names.remove(&j.id);
+                }
+            }
         }
     }
 
@@ -237,13 +266,15 @@ impl Slurm {
     /// untrustworthy (see [`job::parse_jobs`]; none are from JSON, where no job's text can
     /// imitate another record).
     pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
-        match self.read_form()? {
-            ReadForm::Json => Ok((
+        let answer = match self.read_form()? {
+            ReadForm::Json => (
                 json::parse_jobs(&self.scontrol(&job_args(None, true))?)?,
                 Vec::new(),
-            )),
-            ReadForm::Text => self.jobs_from_text(),
-        }
+            ),
+            ReadForm::Text => self.jobs_from_text()?,
+        };
+        self.learn_names(&answer.0);
+        Ok(answer)
     }
 
     fn jobs_from_text(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
@@ -309,7 +340,7 @@ impl Slurm {
     /// Job `id` read on its own, if its record is exactly one well-formed, unambiguous
     /// record of that id.
     fn job_alone(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
-        match self.scontrol(&job_args(Some(id), false)) {
+        match self.scontrol(&job_args(Some(id.to_string()), false)) {
             Ok(text) => {
                 let (mut jobs, refused) = job::parse_jobs(&text);
                 let sound = refused.is_empty() && jobs.len() == 1 && jobs[0].id == id;
@@ -327,7 +358,7 @@ impl Slurm {
     /// One job, `None` when Slurm no longer knows it.
     pub fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
         let form = self.read_form()?;
-        match self.scontrol(&job_args(Some(id), form == ReadForm::Json)) {
+        match self.scontrol(&job_args(Some(id.to_string()), form == ReadForm::Json)) {
             Ok(text) if form == ReadForm::Json => {
                 Ok(json::parse_jobs(&text)?.into_iter().find(|j| j.id == id))
             }
@@ -354,7 +385,7 @@ impl Slurm {
         if let Some(clear) = stale {
             self.scontrol(&[
                 "update".to_string(),
-                format!("JobId={id}"),
+                format!("JobId={}", self.target(id)),
                 clear.to_string(),
             ])?;
         }
@@ -362,7 +393,7 @@ impl Slurm {
         let (cpus, mem) = current
             .as_ref()
             .map_or((None, None), |j| j.recorded_per_gpu());
-        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        let mut args = vec!["update".to_string(), format!("JobId={}", self.target(id))];
         args.extend(spec.update_fields_keeping(tasks));
         args.extend(per_gpu_fields(cpus, mem));
         self.scontrol(&args)?;
@@ -373,7 +404,7 @@ impl Slurm {
     pub fn start_now(&self, id: u64) -> Result<(), SlurmError> {
         self.scontrol(&[
             "update".into(),
-            format!("JobId={id}"),
+            format!("JobId={}", self.target(id)),
             "StartTime=now".into(),
         ])
         .map(|_| ())
@@ -381,13 +412,13 @@ impl Slurm {
 
     /// Releases a held job.
     pub fn release(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["release".into(), id.to_string()])
+        self.scontrol(&["release".into(), self.target(id)])
             .map(|_| ())
     }
 
     /// Holds a pending job.
     pub fn hold(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["hold".into(), id.to_string()]).map(|_| ())
+        self.scontrol(&["hold".into(), self.target(id)]).map(|_| ())
     }
 
     /// Sends `signal` (a name such as `USR1`) to every process of a job, batch script
@@ -399,7 +430,7 @@ impl Slurm {
                 &[
                     "--full".into(),
                     format!("--signal={signal}"),
-                    id.to_string(),
+                    self.target(id),
                 ],
             )
             .map(|_| ())?)
@@ -428,12 +459,12 @@ impl Slurm {
                 clear.push("ReqNodeList=".to_string());
             }
             if !clear.is_empty() {
-                let mut args = vec!["update".to_string(), format!("JobId={id}")];
+                let mut args = vec!["update".to_string(), format!("JobId={}", self.target(id))];
                 args.extend(clear);
                 self.scontrol(&args)?;
             }
         }
-        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        let mut args = vec!["update".to_string(), format!("JobId={}", self.target(id))];
         args.extend(request.iter().cloned());
         args.push(format!("AdminComment={admin_comment}"));
         self.scontrol(&args).map(|_| ())
@@ -443,8 +474,26 @@ impl Slurm {
     pub fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
         self.scontrol(&[
             "update".into(),
-            format!("JobId={id}"),
+            format!("JobId={}", self.target(id)),
             format!("AdminComment={text}"),
+        ])
+        .map(|_| ())
+    }
+
+    /// Splits pending element `task` of array `array_id` off into a job record of its own
+    /// (with its own job id), by setting its admin comment to `admin_comment` (the record
+    /// it already carries, so nothing else changes): slurmctld splits a pending element off
+    /// whenever `JobId=A_I` of it is updated.
+    pub fn split_array_element(
+        &self,
+        array_id: u64,
+        task: u32,
+        admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        self.scontrol(&[
+            "update".into(),
+            format!("JobId={array_id}_{task}"),
+            format!("AdminComment={admin_comment}"),
         ])
         .map(|_| ())
     }
@@ -455,7 +504,7 @@ impl Slurm {
         let Some(j) = self.job(id)? else {
             return Ok(());
         };
-        let mut args = vec!["update".to_string(), format!("JobId={id}")];
+        let mut args = vec!["update".to_string(), format!("JobId={}", self.target(id))];
         if j.tres_per_node.is_some() {
             args.push("Gres=".into());
         }
@@ -470,7 +519,7 @@ impl Slurm {
 
     /// Requeues a running job and holds it.
     pub fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["requeuehold".into(), id.to_string()])
+        self.scontrol(&["requeuehold".into(), self.target(id)])
             .map(|_| ())
     }
 
@@ -524,7 +573,7 @@ impl Slurm {
 
     /// Cancels a job (every component of a heterogeneous job).
     pub fn cancel(&self, id: u64) -> Result<(), SlurmError> {
-        Ok(self.run("scancel", &[id.to_string()]).map(|_| ())?)
+        Ok(self.run("scancel", &[self.target(id)]).map(|_| ())?)
     }
 
     /// The batch script a job was submitted with (`scontrol write batch_script ID -`).
@@ -541,7 +590,7 @@ impl Slurm {
     pub fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
         self.scontrol(&[
             "update".into(),
-            format!("JobId={id}"),
+            format!("JobId={}", self.target(id)),
             format!("Comment={text}"),
         ])
         .map(|_| ())
@@ -549,9 +598,9 @@ impl Slurm {
 }
 
 /// `scontrol -d show job [ID] [--json]`: the detail (`-d`) gives each node's GPUs.
-fn job_args(id: Option<u64>, json: bool) -> Vec<String> {
+fn job_args(id: Option<String>, json: bool) -> Vec<String> {
     let mut args: Vec<String> = vec!["-d".into(), "show".into(), "job".into()];
-    args.extend(id.map(|i| i.to_string()));
+    args.extend(id);
     if json {
         args.push("--json".into());
     }

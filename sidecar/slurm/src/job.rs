@@ -150,6 +150,87 @@ pub struct SlurmJob {
     /// accounting (see [`JobSite`]).
     #[serde(default)]
     pub site: JobSite,
+    /// Where the job stands in a job array, `None` for a job that is not part of one.
+    #[serde(default)]
+    pub array: Option<ArrayPart>,
+}
+
+/// A job array's record: one element, or the array's pending elements that Slurm keeps in
+/// one record until each is started or split off (`scontrol update JobId=A_I ...`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayPart {
+    /// `ArrayJobId`: the array's id.
+    pub array_id: u64,
+    /// The element's index (`ArrayTaskId=3`); `None` for a record of several pending elements.
+    pub task: Option<u32>,
+    /// The indices a record of several pending elements holds (`ArrayTaskId=2-7%2`), in order.
+    pub pending: Vec<u32>,
+    /// `ArrayTaskThrottle`: at most this many elements run at once; `None` when unlimited.
+    pub throttle: Option<u32>,
+}
+
+impl ArrayPart {
+    /// Reads `ArrayJobId`, `ArrayTaskId` (an index, or a list such as `2-7%2`, `1,3,5-7`)
+    /// and `ArrayTaskThrottle` (0 or absent: unlimited). A list of one index is that element.
+    pub fn parse(array_id: u64, task: &str, throttle: Option<u32>) -> Option<ArrayPart> {
+        let list = task.split('%').next()?.trim_matches(['[', ']']);
+        let mut pending = Vec::new();
+        for part in list.split(',').filter(|p| !p.is_empty()) {
+            let (range, step) = match part.split_once(':') {
+                Some((r, s)) => (r, s.parse::<u32>().ok().filter(|s| *s > 0)?),
+                None => (part, 1),
+            };
+            let (first, last) = match range.split_once('-') {
+                Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+                None => (range.parse::<u32>().ok()?, range.parse::<u32>().ok()?),
+            };
+            // Slurm's MaxArraySize is at most 4000001; anything larger is not an array.
+            if last < first || last - first > 4_000_001 {
+                return None;
+            }
+            pending.extend((first..=last).step_by(step as usize));
+        }
+        let task = match pending.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        };
+        if task.is_some() {
+            pending.clear();
+        }
+        Some(ArrayPart {
+            array_id,
+            task,
+            pending,
+            throttle: throttle.filter(|t| *t > 0),
+        })
+    }
+
+    /// The element's name as Slurm prints it (`12_3`), or its pending elements' (`12_[2-4,7]`).
+    pub fn label(&self) -> String {
+        match self.task {
+            Some(t) => format!("{}_{t}", self.array_id),
+            None => {
+                let mut ranges: Vec<(u32, u32)> = Vec::new();
+                for &i in &self.pending {
+                    match ranges.last_mut() {
+                        Some((_, last)) if i == *last + 1 => *last = i,
+                        _ => ranges.push((i, i)),
+                    }
+                }
+                let list: Vec<String> = ranges
+                    .iter()
+                    .map(|(a, b)| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}-{b}")
+                        }
+                    })
+                    .collect();
+                format!("{}_[{}]", self.array_id, list.join(","))
+            }
+        }
+    }
 }
 
 /// A job's eligibility and accounting fields, as Slurm reports them.
@@ -407,6 +488,17 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
                 .filter(|m| *m > 0),
             tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
         },
+        array: match (r.value("ArrayJobId"), r.value("ArrayTaskId")) {
+            (Some(a), Some(t)) => {
+                let a = a.parse().map_err(|_| bad(format!("ArrayJobId={a}")))?;
+                let throttle = r.value("ArrayTaskThrottle").and_then(|v| v.parse().ok());
+                Some(
+                    ArrayPart::parse(a, t, throttle)
+                        .ok_or_else(|| bad(format!("job {id}: ArrayTaskId={t}")))?,
+                )
+            }
+            _ => None,
+        },
     })
 }
 
@@ -467,6 +559,34 @@ mod tests {
         assert_eq!(j.site.eligible_time, parse_time("2026-12-01T11:00:00"));
         assert_eq!(j.recorded_tasks(), Some(2));
         assert_eq!(j.recorded_per_gpu(), (None, None));
+    }
+
+    #[test]
+    fn array_records_are_read() {
+        let text = "JobId=20 ArrayJobId=12 ArrayTaskId=2-4,7%2 ArrayTaskThrottle=2 JobName=a\n   JobState=PENDING Reason=None\n\
+                    JobId=12 ArrayJobId=12 ArrayTaskId=0 ArrayTaskThrottle=2 JobName=a\n   JobState=RUNNING Reason=None\n\
+                    JobId=21 ArrayJobId=21 ArrayTaskId=5 JobName=b\n   JobState=PENDING Reason=None\n";
+        let (jobs, refused) = parse_jobs(text);
+        assert!(refused.is_empty(), "{refused:?}");
+        let arrays: Vec<ArrayPart> = jobs.iter().filter_map(|j| j.array.clone()).collect();
+        assert_eq!(arrays[0].pending, vec![2, 3, 4, 7]);
+        assert_eq!(arrays[0].label(), "12_[2-4,7]");
+        assert_eq!((arrays[0].task, arrays[0].throttle), (None, Some(2)));
+        assert_eq!(
+            (arrays[1].task, arrays[1].label()),
+            (Some(0), "12_0".into())
+        );
+        assert_eq!((arrays[2].task, arrays[2].throttle), (Some(5), None));
+        assert_eq!(
+            ArrayPart::parse(1, "0-15:4", None).unwrap().pending,
+            vec![0, 4, 8, 12]
+        );
+        assert!(ArrayPart::parse(1, "7-3", None).is_none());
+        assert!(
+            parse_jobs("JobId=3 ArrayJobId=3 ArrayTaskId=x JobName=a\n   JobState=PENDING\n")
+                .0
+                .is_empty()
+        );
     }
 
     #[test]

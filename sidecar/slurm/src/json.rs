@@ -266,6 +266,14 @@ struct JsonJob {
     memory_per_node: Number,
     #[serde(default)]
     tasks: Number,
+    #[serde(default)]
+    array_job_id: Number,
+    #[serde(default)]
+    array_task_id: Number,
+    #[serde(default)]
+    array_task_string: Text,
+    #[serde(default)]
+    array_max_tasks: Number,
 }
 
 #[derive(Deserialize)]
@@ -379,6 +387,21 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         alloc.push(NodeAlloc { node, gpus });
     }
     let status = JobStatus::parse(&job_state_text(&j.job_state));
+    let array = match j.array_job_id.0.filter(|a| *a > 0) {
+        Some(a) => {
+            let task = match (j.array_task_id.0, j.array_task_string.get()) {
+                (Some(t), _) => t.to_string(),
+                (None, Some(s)) => s,
+                (None, None) => return Err(format!("job {id}: an array record without tasks")),
+            };
+            let throttle = j.array_max_tasks.0.and_then(|t| u32::try_from(t).ok());
+            Some(
+                crate::job::ArrayPart::parse(a as u64, &task, throttle)
+                    .ok_or_else(|| format!("job {id}: array_task_string {task:?}"))?,
+            )
+        }
+        None => None,
+    };
     let exit_code = j.exit_code.map(|e| {
         format!(
             "{}:{}",
@@ -427,5 +450,6 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
                 .filter(|m| *m > 0),
             tasks: j.tasks.0.and_then(|t| u32::try_from(t).ok()),
         },
+        array,
     })
 }

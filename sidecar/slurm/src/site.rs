@@ -198,7 +198,7 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
     })
 }
 
-/// `squeue -h -a -o %i|%u|%a|%q|%P|%l` rows.
+/// `squeue -h -a -o %A|%u|%a|%q|%P|%l` rows (`%A`: the job id, an array element's own).
 pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
     let mut out = HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -206,7 +206,7 @@ pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
         let [id, user, account, qos, partition, limit] = f[..] else {
             return Err(bad("squeue", format!("expected 6 fields: {line:?}")));
         };
-        // Array elements (`12_3`) and pending arrays (`12_[1-4]`) are not managed jobs.
+        // `%A` is each record's own job id (an array element's too); skip anything else.
         let Ok(id) = id.parse::<u64>() else { continue };
         let time_limit_s =
             parse_duration(limit).map_err(|e| bad("squeue", format!("job {id}: {e}")))?;
@@ -335,7 +335,7 @@ impl Slurm {
     /// enforces limits, or for QOS priorities under multifactor).
     pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
         let config = parse_config(&self.text("scontrol", &["show", "config"])?)?;
-        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%i|%u|%a|%q|%P|%l"])?)?;
+        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l"])?)?;
         let partitions =
             parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
         let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {

@@ -164,6 +164,10 @@ pub struct JobRow {
     /// daemon places it again only on these types.
     #[serde(default)]
     pub bound_types: Option<Vec<String>>,
+    /// For an element of a job array, its name as Slurm prints it (`12_3`): an element
+    /// split off its array gets a job id of its own, which users do not know it by.
+    #[serde(default)]
+    pub array_task: Option<String>,
 }
 
 impl JobRow {
@@ -202,6 +206,7 @@ impl JobRow {
             restarts: 0,
             accounted_s: None,
             bound_types: None,
+            array_task: None,
         }
     }
 }
