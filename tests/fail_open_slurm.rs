@@ -33,6 +33,10 @@ const SCENARIOS: &[Scenario] = &[
         "daemon_back_takes_back_waiting_jobs_and_adopts_running_ones",
         daemon_back_takes_back_waiting_jobs_and_adopts_running_ones,
     ),
+    (
+        "a_held_array_fails_open_whole_and_slurm_runs_it",
+        a_held_array_fails_open_whole_and_slurm_runs_it,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -465,4 +469,39 @@ fn standby_leads_within_the_bound_after_the_leader_is_killed(bed: &mut Testbed) 
         );
     }
     drop(second);
+}
+
+fn a_held_array_fails_open_whole_and_slurm_runs_it(bed: &mut Testbed) {
+    let mut serve = start_daemon(bed, "array");
+    wait_until("a heartbeat", 10, || heartbeat(&serve).exists());
+    serve.kill();
+    let died = Instant::now();
+    // Submitted while the daemon is dead: the whole array is one held record.
+    let id = submit(
+        bed,
+        &["--gpus=1", "--array=0-3%2", &output_args(bed)],
+        "#!/bin/sh\n#HADAR steps=10\nsleep 1\n",
+    );
+    assert!(field(bed, id, "Reason").starts_with("JobHeld"));
+    std::thread::sleep(Duration::from_secs(FAIL_OPEN_AFTER + 1).saturating_sub(died.elapsed()));
+    let (failed, released) = fail_open(bed, &serve.config);
+    assert!(failed, "the daemon is dead");
+    assert_eq!(released, vec![u64::from(id)], "the array's record, once");
+    // Slurm runs every element with the GPU its user asked for, under its own throttle.
+    let mut text = String::new();
+    wait_until("the array's elements complete", 120, || {
+        text = bed
+            .client("scontrol", &["show", "job", &id.to_string()])
+            .unwrap_or_default();
+        text.matches("JobState=COMPLETED").count() == 4
+    });
+    // Each element ran with its user's request given back (this testbed has no accounting,
+    // so AllocTRES lists no GPUs).
+    let with_gpu = text
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("TresPerJob=") && l.ends_with("gpu:1"))
+        .count();
+    assert_eq!(with_gpu, 4, "{text}");
+    assert_eq!(text.matches("failed-open=").count(), 4, "{text}");
 }
