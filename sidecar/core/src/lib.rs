@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod estimate;
 pub mod job;
 pub mod lp;
+pub mod passes;
 pub mod placement;
 pub mod plan;
 pub mod policies;

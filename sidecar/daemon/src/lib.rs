@@ -5,7 +5,7 @@
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
-//! * [`commit`]: which GPU type a waiting job may start on (a start is a commitment).
+//! * [`facts`]: what Slurm says about jobs and nodes, as the served policy's passes read it.
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
@@ -20,10 +20,10 @@
 
 pub mod actions;
 pub mod check;
-pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod eligible;
+pub mod facts;
 pub mod explain;
 pub mod failopen;
 pub mod faults;
