@@ -95,14 +95,16 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             "embedded example queue".to_string(),
         ),
     };
+    let mut queue = queue;
+    if let Some(c) = &file {
+        // As `hadar serve` would plan: the file's round and restart seconds.
+        queue.round_s = c.sidecar.round_seconds;
+        queue.restart_s = c.sidecar.restart_seconds;
+    }
     let input = RoundInput {
         now_s: queue.now_s,
-        round_s: file
-            .as_ref()
-            .map_or(queue.round_s, |c| c.sidecar.round_seconds),
-        restart_s: file
-            .as_ref()
-            .map_or(queue.restart_s, |c| c.sidecar.restart_seconds),
+        round_s: queue.round_s,
+        restart_s: queue.restart_s,
         cluster: &cluster,
         jobs: &queue.jobs,
     };

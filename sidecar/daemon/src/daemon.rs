@@ -16,10 +16,10 @@ use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
 use crate::{eligible, explain, facts, failopen, faults, view};
-use hadar_core::policies::hadar::{HadarConfig, prices::PriceBook};
 use hadar_core::passes::enforce::Verdict;
 use hadar_core::passes::lookahead::Choice;
 use hadar_core::passes::served::decide_with;
+use hadar_core::policies::hadar::{HadarConfig, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::FailOpenMark;
@@ -751,8 +751,7 @@ impl<S: SlurmApi> Daemon<S> {
                     // A running or starting job stays where it is rather than being
                     // preempted towards GPUs Slurm would not give it.
                     Verdict::Stays { .. } => {
-                        if let Some(here) = rows.get(&a.job.0).and_then(|r| r.placement.clone())
-                        {
+                        if let Some(here) = rows.get(&a.job.0).and_then(|r| r.placement.clone()) {
                             planned.insert(a.job.0, here);
                         }
                     }

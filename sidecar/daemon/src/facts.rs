@@ -62,13 +62,20 @@ mod tests {
     #[test]
     fn phases_holds_and_types_come_from_the_store_and_slurm() {
         let mut rows = BTreeMap::new();
-        for (id, phase) in [(1, Phase::Running), (2, Phase::Waiting), (3, Phase::Finished)] {
+        for (id, phase) in [
+            (1, Phase::Running),
+            (2, Phase::Waiting),
+            (3, Phase::Finished),
+        ] {
             let mut r = JobRow::new(id, String::new(), String::new(), 2, 10.0, 0.0);
             r.phase = phase;
             rows.insert(id, r);
         }
         let running = rows.get_mut(&1).unwrap();
-        running.placement = Some(vec![("n4".into(), vec![("v100".into(), 1), ("k80".into(), 1)])]);
+        running.placement = Some(vec![(
+            "n4".into(),
+            vec![("v100".into(), 1), ("k80".into(), 1)],
+        )]);
         running.bound_types = Some(vec!["v100".into(), "k80".into()]);
         running.last_rate = Some(3.5);
         let nodes = vec![NodeInfo {
@@ -92,6 +99,9 @@ mod tests {
         );
         assert_eq!(f.jobs[&JobId(2)].phase, JobPhase::Waiting);
         assert!(!f.jobs[&JobId(2)].typed);
-        assert_eq!(f.node_types["n4"], vec!["v100".to_string(), "k80".to_string()]);
+        assert_eq!(
+            f.node_types["n4"],
+            vec!["v100".to_string(), "k80".to_string()]
+        );
     }
 }

@@ -64,7 +64,12 @@ impl ClusterModel {
     }
 
     /// What a policy sees of a job held to `held` types: its throughput on those types only.
-    pub fn as_seen(&self, cluster: &Cluster, state: &JobState, held: Option<&[GpuType]>) -> JobState {
+    pub fn as_seen(
+        &self,
+        cluster: &Cluster,
+        state: &JobState,
+        held: Option<&[GpuType]>,
+    ) -> JobState {
         let mut s = state.clone();
         if let Some(held) = held.filter(|_| self.keeps_types) {
             let names: Vec<String> = held
@@ -98,6 +103,10 @@ mod tests {
             start_latency_s: -1.0,
             ..m
         };
-        assert!(bad.validate(60.0, 0.0).unwrap_err().contains("start latency"));
+        assert!(
+            bad.validate(60.0, 0.0)
+                .unwrap_err()
+                .contains("start latency")
+        );
     }
 }

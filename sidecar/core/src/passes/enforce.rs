@@ -140,21 +140,20 @@ pub fn judge(
         .iter()
         .map(|a| {
             let f = facts.job(a.job);
-            let verdict =
-                match enforceable(cluster, &a.placement, &f, &facts.node_types, rules) {
-                    Ok(()) => Verdict::Enforced,
-                    Err(why) => {
-                        let stays = matches!(
-                            f.phase,
-                            super::JobPhase::Running | super::JobPhase::Starting
-                        ) && !f.holds.is_empty();
-                        if stays {
-                            Verdict::Stays { why }
-                        } else {
-                            Verdict::Refused { why }
-                        }
+            let verdict = match enforceable(cluster, &a.placement, &f, &facts.node_types, rules) {
+                Ok(()) => Verdict::Enforced,
+                Err(why) => {
+                    let stays = matches!(
+                        f.phase,
+                        super::JobPhase::Running | super::JobPhase::Starting
+                    ) && !f.holds.is_empty();
+                    if stays {
+                        Verdict::Stays { why }
+                    } else {
+                        Verdict::Refused { why }
                     }
-                };
+                }
+            };
             (a.job, verdict)
         })
         .collect()

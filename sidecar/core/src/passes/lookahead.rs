@@ -21,7 +21,7 @@
 //! look-ahead is on ([`kept_types`]): it counts on them staying until they end. Pure: no
 //! Slurm, no clock. [`commit`] is the pass; the rest are its parts.
 
-use super::{restrict_types, JobFacts, JobPhase, TargetFacts};
+use super::{JobFacts, JobPhase, TargetFacts, restrict_types};
 use crate::job::JobId;
 use crate::placement::{Part, Placement};
 use crate::{Cluster, JobState};
@@ -412,7 +412,9 @@ pub struct Commitments {
 impl Commitments {
     /// The jobs it leaves for a later round.
     pub fn deferred(&self, now_s: f64) -> impl Iterator<Item = (&JobId, &Choice)> {
-        self.choices.iter().filter(move |(_, c)| !c.starts_now(now_s))
+        self.choices
+            .iter()
+            .filter(move |(_, c)| !c.starts_now(now_s))
     }
 }
 
@@ -653,7 +655,8 @@ mod tests {
     fn two_worker(cluster: &Cluster, id: u64, v100: Option<f64>, remaining: f64) -> JobState {
         use crate::{Job, RateCurve, ThroughputProfile};
         use std::sync::Arc;
-        let curve = |r: Option<f64>| r.map_or_else(RateCurve::default, |r| RateCurve::new([(2, r)]));
+        let curve =
+            |r: Option<f64>| r.map_or_else(RateCurve::default, |r| RateCurve::new([(2, r)]));
         let job = Arc::new(Job {
             id: JobId(id),
             kind: String::new(),
@@ -763,7 +766,10 @@ mod tests {
             },
         );
         let c = commit(&cluster, &mut states, &facts, 0.0, 3.0);
-        assert!(!c.choices.contains_key(&JobId(4)), "held jobs keep their types");
+        assert!(
+            !c.choices.contains_key(&JobId(4)),
+            "held jobs keep their types"
+        );
         assert_eq!(c.restricted[&JobId(1)], vec!["v100".to_string()]);
         for (id, choice) in c.choices.iter().filter(|(_, c)| c.starts_now(0.0)) {
             assert_eq!(c.restricted[id], vec![choice.gpu_type.clone()]);
@@ -895,7 +901,11 @@ mod tests {
         }
         f.phase = JobPhase::Running;
         f.held_types = Some(vec!["v100".into()]);
-        assert_eq!(kept_types(&f), None, "the target's own hold is planned as before");
+        assert_eq!(
+            kept_types(&f),
+            None,
+            "the target's own hold is planned as before"
+        );
         f.held_types = None;
         f.holds.clear();
         assert_eq!(kept_types(&f), None);

@@ -16,9 +16,9 @@ pub mod enforce;
 pub mod lookahead;
 pub mod served;
 
+use crate::Cluster;
 use crate::job::{Job, JobId, JobState};
 use crate::throughput::{RateCurve, ThroughputProfile};
-use crate::Cluster;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -130,7 +130,10 @@ impl TargetFacts {
 
     /// The job's facts, or those of a waiting job held to nothing.
     pub fn job(&self, id: JobId) -> JobFacts {
-        self.jobs.get(&id).cloned().unwrap_or_else(JobFacts::waiting)
+        self.jobs
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(JobFacts::waiting)
     }
 }
 

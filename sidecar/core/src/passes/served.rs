@@ -9,7 +9,7 @@
 
 use super::enforce::{self, EnforceRules, Verdict};
 use super::lookahead::{self, Commitments};
-use super::{restrict_types, TargetFacts};
+use super::{TargetFacts, restrict_types};
 use crate::cluster::Cluster;
 use crate::job::{JobId, JobState};
 use crate::placement::{Part, Placement};
@@ -274,7 +274,10 @@ mod tests {
         let plain = hadar().plan(&input(&c, &jobs));
         let k80 = c.type_by_name("k80").unwrap();
         assert!(
-            plain.assignments.iter().any(|a| a.placement.types() == [k80]),
+            plain
+                .assignments
+                .iter()
+                .any(|a| a.placement.types() == [k80]),
             "{plain:?}"
         );
         let mut served = ServedPolicy::new(ServedConfig::default(), hadar());
