@@ -200,3 +200,22 @@ fn golden_files_exist() {
         );
     }
 }
+
+/// `--config FILE` plans as `hadar serve --config FILE` would: the policy `served` and the
+/// file's round and restart seconds; the plan keeps every invariant.
+#[test]
+fn config_plans_with_the_served_policy_and_the_files_round() {
+    let config = root().join("etc/hadar.toml");
+    let out = stdout_of(&[
+        "dry-run",
+        "--config",
+        config.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["policy"], "served", "{v}");
+    assert_eq!(v["round_s"], 360.0);
+    assert_eq!(v["restart_s"], 60.0);
+    assert!(v["jobs"].as_array().is_some_and(|j| !j.is_empty()), "{v}");
+}

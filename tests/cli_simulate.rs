@@ -392,3 +392,63 @@ fn site_gpu_type_names_are_rated_by_name_or_by_gpu_types() {
         "{err}"
     );
 }
+
+/// `--config etc/hadar.toml` runs what `hadar serve --config etc/hadar.toml` runs: the policy
+/// `served` with the file's round and restart seconds, on Gavel's traces and on the few-jobs
+/// scenario, and every job completes.
+#[test]
+fn config_runs_the_served_policy_on_gavel_traces_and_the_few_jobs_scenario() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let config = format!("{root}/etc/hadar.toml");
+    let few_jobs = format!("{root}/tests/data/few-jobs.trace");
+    let physical = format!("{root}/tests/data/physical-cluster.toml");
+    let gavel = format!("{root}/data/gavel/traces/static_multigpu_40jobs_seed10.trace");
+    for (trace, cluster, per_node) in [
+        (few_jobs.as_str(), physical.as_str(), "1"),
+        (gavel.as_str(), "v100:8,p100:8,k80:8", "4"),
+    ] {
+        let v = simulate_json(&[
+            "--config",
+            &config,
+            "--trace",
+            trace,
+            "--cluster",
+            cluster,
+            "--gpus-per-node",
+            per_node,
+        ]);
+        assert_eq!(v["workload"]["round_s"], 360.0, "{v}");
+        assert_eq!(v["workload"]["restart_s"], 60.0, "{v}");
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1, "only `served` by default: {v}");
+        let r = &results[0];
+        assert_eq!(r["policy"], "served");
+        assert_eq!(r["jobs_completed"], r["jobs"], "{trace}: {r}");
+        assert!(r["ttd_s"].as_f64().unwrap() > 0.0);
+    }
+    // The file's round length is the one used: the flag is refused beside it.
+    let (_, err, code) = hadar(&["simulate", "--config", &config, "--round-s", "60"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--round-s"), "{err}");
+    // A bad file is named.
+    let (_, err, code) = hadar(&["simulate", "--config", "/nonexistent/hadar.toml"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("/nonexistent/hadar.toml"), "{err}");
+}
+
+/// The cluster model's costs lengthen a run and bad figures are refused with the flag named.
+#[test]
+fn the_cluster_model_costs_time_and_refuses_bad_figures() {
+    let plain = simulate_json(&["--policy", "served"]);
+    let modelled = simulate_json(&["--policy", "served", "--start-latency-s", "60"]);
+    let ttd = |v: &Value| v["results"][0]["ttd_s"].as_f64().unwrap();
+    assert!(
+        ttd(&modelled) > ttd(&plain),
+        "{} vs {}",
+        ttd(&modelled),
+        ttd(&plain)
+    );
+    let (_, err, code) = hadar(&["simulate", "--start-latency-s", "400"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cluster model"), "{err}");
+}

@@ -399,6 +399,18 @@ impl HadarArgs {
         }
     }
 
+    /// The served policy's passes for these arguments: the look-ahead, Slurm's rules, and the
+    /// node limit `--max-nodes` gives Hadar.
+    pub fn served_config(&self) -> hadar_core::passes::served::ServedConfig {
+        hadar_core::passes::served::ServedConfig {
+            rules: hadar_core::passes::enforce::EnforceRules {
+                max_nodes_per_job: self.max_nodes,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
     /// The core's settings for these arguments.
     pub fn config(&self) -> hadar_core::policies::hadar::HadarConfig {
         use hadar_core::policies::hadar::{HadarConfig, JobOrder, Objective};
@@ -512,9 +524,14 @@ pub struct DryRunArgs {
     /// `job_type`. [default: embedded, Gavel's measured V100/P100/K80 rates]
     #[arg(long, value_name = "FILE")]
     pub throughputs: Option<PathBuf>,
-    /// The policy that plans the round.
-    #[arg(long, value_name = "NAME", default_value = "hadar")]
-    pub policy: String,
+    /// The policy that plans the round. [default: `served` with --config, else `hadar`]
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+    /// A hadar.toml: plan as `hadar serve --config FILE` would, with its [sidecar]
+    /// (round and restart seconds, the look-ahead), [hadar] and [hadare] tables instead of
+    /// the Hadar flags and the queue's round and restart seconds.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -794,10 +811,17 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub throughputs: Option<PathBuf>,
 
-    /// Policies to run, comma-separated (e.g. `gavel,yarn-cs,lower-bound`).
-    /// [default: all]
+    /// Policies to run, comma-separated (e.g. `gavel,yarn-cs,lower-bound`; `served` is
+    /// what `hadar serve` runs: Hadar with the look-ahead and Slurm's rules).
+    /// [default: all but `served`; with --config, `served`]
     #[arg(long, value_name = "LIST")]
     pub policy: Option<String>,
+
+    /// A hadar.toml: run the policies as `hadar serve --config FILE` would, with its
+    /// [sidecar] (round and restart seconds, the look-ahead), [hadar], [hadare] and
+    /// [gpu_types] tables instead of --round-s, --restart-s and the Hadar flags.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["round_s", "restart_s", "gpu_types"])]
+    pub config: Option<PathBuf>,
 
     /// Round length in seconds.
     #[arg(long, value_name = "S", default_value_t = 360.0)]
@@ -806,6 +830,21 @@ pub struct SimulateArgs {
     /// Seconds a job loses each time its placement changes (checkpoint and reload).
     #[arg(long, value_name = "S", default_value_t = 0.0)]
     pub restart_s: f64,
+
+    /// Seconds a job loses each time it starts on GPUs it did not hold (first start, resume
+    /// or move): the cluster model's start latency (Slurm's release, prolog and launch).
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub start_latency_s: f64,
+
+    /// Seconds a forked job loses at the start of every round it runs: the cluster model's
+    /// copy start-up (its copies are jobs started anew each round).
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    pub copy_startup_s: f64,
+
+    /// The cluster model keeps a started job on the GPU types of its first placement (as
+    /// Slurm 22.05 does for a typed request).
+    #[arg(long)]
+    pub keeps_types: bool,
 
     /// Seed for policies that choose at random; a run is reproducible for a seed.
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -40,8 +40,19 @@ impl Decision {
 
 /// Runs the command.
 pub fn run(a: DryRunArgs) -> Result<(), Failure> {
+    let file = match &a.config {
+        Some(path) => {
+            let c = hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?;
+            hadar_core::estimate::install_catalog(c.gpu_catalog());
+            Some(c)
+        }
+        None => None,
+    };
+    let default_policy = if file.is_some() { "served" } else { "hadar" };
     let name: PolicyName = a
         .policy
+        .as_deref()
+        .unwrap_or(default_policy)
         .parse()
         .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?;
     if name.is_bound() {
@@ -84,6 +95,12 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             "embedded example queue".to_string(),
         ),
     };
+    let mut queue = queue;
+    if let Some(c) = &file {
+        // As `hadar serve` would plan: the file's round and restart seconds.
+        queue.round_s = c.sidecar.round_seconds;
+        queue.restart_s = c.sidecar.restart_seconds;
+    }
     let input = RoundInput {
         now_s: queue.now_s,
         round_s: queue.round_s,
@@ -91,7 +108,10 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         cluster: &cluster,
         jobs: &queue.jobs,
     };
-    let hadar_config = a.hadar.config();
+    let hadar_config = match &file {
+        Some(c) => c.hadar.clone(),
+        None => a.hadar.config(),
+    };
     let (plan, stats) = if name == PolicyName::Hadar {
         let mut p = HadarPolicy::new(hadar_config.clone());
         let plan = p.plan(&input);
@@ -100,8 +120,13 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         let opts = PolicyOptions {
             seed: 0,
             hadar: hadar_config.clone(),
-            hadare: a.hadar.hadare_config(),
+            hadare: file
+                .as_ref()
+                .map_or_else(|| a.hadar.hadare_config(), |c| c.hadare.clone()),
             tiresias: a.hadar.tiresias_config(),
+            served: file
+                .as_ref()
+                .map_or_else(|| a.hadar.served_config(), |c| c.served()),
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!(

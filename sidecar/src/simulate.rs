@@ -73,20 +73,31 @@ enum Outcome {
 
 /// Runs the command.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
-    if let Some(path) = &args.gpu_types {
-        let config = hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?;
+    let file = match args.config.as_ref().or(args.gpu_types.as_ref()) {
+        Some(path) => Some(hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?),
+        None => None,
+    };
+    if let Some(config) = &file {
         // Before any rate is estimated: every lookup of this run sees the site's names.
         hadar_core::estimate::install_catalog(config.gpu_catalog());
     }
-    let names = match &args.policy {
-        Some(list) => PolicyName::parse_list(list)
+    // With --config, the file says what `hadar serve` would run; --gpu-types only names types.
+    let serve = file.as_ref().filter(|_| args.config.is_some());
+    let names = match (&args.policy, serve) {
+        (Some(list), _) => PolicyName::parse_list(list)
             .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
-        None => PolicyName::ALL.to_vec(),
+        (None, Some(_)) => vec![PolicyName::Served],
+        (None, None) => PolicyName::ALL.to_vec(),
     };
     let cfg = SimConfig {
-        round_s: args.round_s,
-        restart_s: args.restart_s,
+        round_s: serve.map_or(args.round_s, |c| c.sidecar.round_seconds),
+        restart_s: serve.map_or(args.restart_s, |c| c.sidecar.restart_seconds),
         seed: args.seed,
+        model: hadar_sim::ClusterModel {
+            start_latency_s: args.start_latency_s,
+            copy_startup_s: args.copy_startup_s,
+            keeps_types: args.keeps_types,
+        },
         ..SimConfig::default()
     };
     if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
@@ -102,6 +113,9 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             cfg.restart_s
         )));
     }
+    cfg.model
+        .validate(cfg.round_s, cfg.restart_s)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cluster model: {e}")))?;
     let mut inputs = load_inputs(
         args.cluster.as_deref(),
         args.gpus_per_node,
@@ -115,11 +129,21 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         cluster: inputs.cluster.clone(),
         jobs: inputs.jobs.clone(),
     };
-    let opts = PolicyOptions {
-        seed: args.seed,
-        hadar: args.hadar.config(),
-        hadare: args.hadar.hadare_config(),
-        tiresias: args.hadar.tiresias_config(),
+    let opts = match serve {
+        Some(c) => PolicyOptions {
+            seed: args.seed,
+            hadar: c.hadar.clone(),
+            hadare: c.hadare.clone(),
+            tiresias: args.hadar.tiresias_config(),
+            served: c.served(),
+        },
+        None => PolicyOptions {
+            seed: args.seed,
+            hadar: args.hadar.config(),
+            hadare: args.hadar.hadare_config(),
+            tiresias: args.hadar.tiresias_config(),
+            served: args.hadar.served_config(),
+        },
     };
 
     let mut outcomes = Vec::new();

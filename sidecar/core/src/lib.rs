@@ -2,9 +2,13 @@
 //!
 //! Everything here is a function of its inputs: a [`Cluster`] snapshot, the jobs waiting or
 //! running in it, and the policy's own remembered state go in; a [`RoundPlan`] comes out.
-//! There is no IO, no clock and no Slurm in this crate, so that the simulator, `hadar
-//! dry-run` and the daemon all call exactly the same code and a plan can be reproduced from
-//! its inputs alone.
+//! There is no IO, no clock and no Slurm in this crate. The daemon decides each round with
+//! [`passes::served::decide_with`] (the commitment look-ahead, Hadar, Slurm's enforceability
+//! rules) from a snapshot of Slurm's state; the simulator and `hadar dry-run` run the same
+//! passes around the same Hadar as the policy `served` ([`passes::served::ServedPolicy`]),
+//! configured from the same `hadar.toml` with `--config`. What the daemon still does outside
+//! this crate: the site's rules are read from Slurm (and applied by [`site`]'s pure passes
+//! only in the daemon), and `fork=yes` jobs are planned by its fork pass.
 //!
 //! * [`cluster`]: nodes, GPU types and capacities.
 //! * [`throughput`]: how fast a job runs on each GPU type with a given number of workers.
@@ -15,6 +19,8 @@
 //! * [`plan`]: a round's decisions, and the check that a plan respects capacity and gangs.
 //! * [`policy`]: the one trait every scheduling policy implements.
 //! * [`policies`]: Hadar, HadarE and the baselines.
+//! * [`passes`]: the look-ahead and the target's enforceability rules, composed around Hadar
+//!   into the policy `hadar serve` runs.
 //! * [`tracker`]: the Job Tracker's per-round records of forked copies.
 //! * [`site`]: a site's own rules (priority weights, limits, time limits) as pure passes.
 //! * [`bounds`]: fluid lower bounds on the makespan.
@@ -26,6 +32,7 @@ pub mod cluster;
 pub mod estimate;
 pub mod job;
 pub mod lp;
+pub mod passes;
 pub mod placement;
 pub mod plan;
 pub mod policies;

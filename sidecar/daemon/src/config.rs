@@ -52,6 +52,17 @@ impl<'de> Deserialize<'de> for GpuTypes {
 }
 
 impl DaemonConfig {
+    /// The served policy's passes these settings configure, as `hadar serve` runs them:
+    /// the look-ahead when `[sidecar] earliest_finish_types`, Slurm's rules (Hadar keeps to
+    /// `[hadar] max_nodes_per_job` itself, and a started job it keeps where it is may span
+    /// more nodes, so no node limit on top).
+    pub fn served(&self) -> hadar_core::passes::served::ServedConfig {
+        hadar_core::passes::served::ServedConfig {
+            look_ahead: self.sidecar.earliest_finish_types,
+            rules: hadar_core::passes::enforce::EnforceRules::default(),
+        }
+    }
+
     /// The GPU catalog this configuration describes: the built-in table and `[gpu_types]`
     /// (checked when the file was read, so this does not fail on a parsed config).
     pub fn gpu_catalog(&self) -> GpuCatalog {
@@ -142,7 +153,7 @@ pub struct SidecarConfig {
     /// Weight of a new progress report in the learned rate (exponential moving average).
     pub rate_learning_weight: f64,
     /// Start a waiting job only on the GPU type where its remaining work ends first, by a
-    /// look-ahead over the queue ([`crate::commit`]); moving it later costs a restart.
+    /// look-ahead over the queue ([`hadar_core::passes::lookahead`]); moving it later costs a restart.
     pub earliest_finish_types: bool,
     /// The policy for `fork=yes` jobs: `hadar` (no forking) or `hadare`.
     pub policy: PolicyChoice,

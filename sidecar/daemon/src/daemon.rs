@@ -9,14 +9,16 @@
 //! once at a time; only a requeue, which the daemon does after a checkpoint, reruns it).
 
 use crate::actions::{self, Action};
-use crate::commit;
 use crate::config::DaemonConfig;
 use crate::fork::Forker;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Event};
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
-use crate::{arrays, eligible, exclusive, explain, failopen, faults, view};
+use crate::{arrays, eligible, exclusive, explain, facts, failopen, faults, view};
+use hadar_core::passes::enforce::Verdict;
+use hadar_core::passes::lookahead::Choice;
+use hadar_core::passes::served::decide_with;
 use hadar_core::policies::hadar::{HadarConfig, prices::PriceBook};
 use hadar_core::{Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
@@ -355,25 +357,6 @@ impl<S: SlurmApi> Daemon<S> {
             &self.table,
             &self.priors(),
         ))
-    }
-
-    /// Replaces a planned job's throughput with its profile under `spec` (a narrower set of
-    /// types), and its rates' origins with the new ones.
-    fn reprofile(
-        &self,
-        js: &mut JobState,
-        spec: &JobSpec,
-        types: &[String],
-        origins_by_job: &mut BTreeMap<u64, RateOrigins>,
-    ) -> Result<(), DaemonError> {
-        let id = js.id().0;
-        let (throughput, origins) = self.profile(id, spec, types)?;
-        origins_by_job.insert(id, origins);
-        js.job = Arc::new(Job {
-            throughput,
-            ..(*js.job).clone()
-        });
-        Ok(())
     }
 
     fn priors(&self) -> Priors {
@@ -729,7 +712,6 @@ impl<S: SlurmApi> Daemon<S> {
         // Plan.
         let mut origins_by_job: BTreeMap<u64, RateOrigins> = BTreeMap::new();
         let mut states: Vec<JobState> = Vec::new();
-        let mut commitments: BTreeMap<u64, commit::Choice> = BTreeMap::new();
         let mut site_blocked = Vec::new();
         if let Some(cluster) = &cv.cluster {
             for r in rows.values().filter(|r| {
@@ -770,38 +752,7 @@ impl<S: SlurmApi> Daemon<S> {
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
             site_blocked = crate::site::blocked(&site, &states, &slurm_jobs);
             states.retain(|s| !site_blocked.iter().any(|(j, _)| *j == s.id()));
-            if self.config.sidecar.earliest_finish_types {
-                commitments = self.commit_first_starts(
-                    cluster,
-                    &cv.types,
-                    &mut states,
-                    &rows,
-                    &specs,
-                    &mut origins_by_job,
-                    now_s,
-                )?;
-            }
         }
-        let hadar_config: HadarConfig = self.config.hadar.clone();
-        let t0 = Instant::now();
-        let (plan, stats) = match &cv.cluster {
-            Some(cluster) => {
-                let input = RoundInput {
-                    now_s,
-                    round_s: self.config.sidecar.round_seconds,
-                    restart_s: self.config.sidecar.restart_seconds,
-                    cluster,
-                    jobs: &states,
-                };
-                let (plan, stats) =
-                    crate::site::plan(&site, &hadar_config, &input, &slurm_jobs, &site_blocked);
-                plan.validate(cluster, &states)
-                    .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
-                (Some(plan), Some(stats))
-            }
-            None => (None, None),
-        };
-        let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
         // Jobs whose Slurm request names GPU types: those a user restricted to some types
         // (only a typed request keeps them there) and those Slurm already holds to types.
         // Every other job gets typeless requests (see `GpuSpec::update_fields`).
@@ -812,35 +763,75 @@ impl<S: SlurmApi> Daemon<S> {
             })
             .map(|r| r.id)
             .collect();
+        // Decide: the served policy (look-ahead, site-aware Hadar, Slurm's rules), pure.
+        let served = self.config.served();
+        let target = facts::target(&rows, &typed, &nodes);
+        let hadar_config: HadarConfig = self.config.hadar.clone();
+        let t0 = Instant::now();
+        let mut stats = None;
+        let decision = match &cv.cluster {
+            Some(cluster) => {
+                let input = RoundInput {
+                    now_s,
+                    round_s: self.config.sidecar.round_seconds,
+                    restart_s: self.config.sidecar.restart_seconds,
+                    cluster,
+                    jobs: &states,
+                };
+                let d = decide_with(&served, &input, &target, |i| {
+                    let (plan, s) =
+                        crate::site::plan(&site, &hadar_config, i, &slurm_jobs, &site_blocked);
+                    stats = Some(s);
+                    plan
+                });
+                d.plan
+                    .validate(cluster, &d.jobs)
+                    .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+                Some(d)
+            }
+            None => None,
+        };
+        let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let mut commitments: BTreeMap<u64, Choice> = BTreeMap::new();
         let mut planned: BTreeMap<u64, NodeGpus> = BTreeMap::new();
         let mut unenforceable: Vec<(u64, String)> = Vec::new();
-        if let (Some(plan), Some(cluster)) = (&plan, &cv.cluster) {
-            for a in &plan.assignments {
-                let gpus = view::to_node_gpus(cluster, &a.placement);
-                let bound = rows.get(&a.job.0).and_then(|r| r.bound_types.as_deref());
-                match enforceable(&gpus, typed.contains(&a.job.0), bound, &nodes) {
-                    Ok(()) => {
-                        planned.insert(a.job.0, gpus);
-                    }
-                    Err(why) => {
-                        // A running or starting job stays where it is rather than being
-                        // preempted towards GPUs Slurm would not give it.
-                        let row = rows.get(&a.job.0);
-                        match row
-                            .filter(|r| matches!(r.phase, Phase::Running | Phase::Starting))
-                            .and_then(|r| r.placement.clone())
-                        {
-                            Some(here) => {
-                                planned.insert(a.job.0, here);
-                            }
-                            None => unenforceable.push((
-                                a.job.0,
-                                format!("{}: {why}", explain::placement_words(&gpus)),
-                            )),
-                        }
-                    }
+        let mut plan = None;
+        if let (Some(d), Some(cluster)) = (decision, &cv.cluster) {
+            // Rates' origins under the types the look-ahead left each job, for the words.
+            for (id, types) in &d.commitments.restricted {
+                if let Some(spec) = specs.get(&id.0) {
+                    let spec = bind_types(spec, Some(types));
+                    let (_, origins) = self.profile(id.0, &spec, &cv.types)?;
+                    origins_by_job.insert(id.0, origins);
                 }
             }
+            for (a, (_, verdict)) in d.plan.assignments.iter().zip(&d.verdicts) {
+                let gpus = view::to_node_gpus(cluster, &a.placement);
+                match verdict {
+                    Verdict::Enforced => {
+                        planned.insert(a.job.0, gpus);
+                    }
+                    // A running or starting job stays where it is rather than being
+                    // preempted towards GPUs Slurm would not give it.
+                    Verdict::Stays { .. } => {
+                        if let Some(here) = rows.get(&a.job.0).and_then(|r| r.placement.clone()) {
+                            planned.insert(a.job.0, here);
+                        }
+                    }
+                    Verdict::Refused { why } => unenforceable.push((
+                        a.job.0,
+                        format!("{}: {why}", explain::placement_words(&gpus)),
+                    )),
+                }
+            }
+            commitments = d
+                .commitments
+                .choices
+                .into_iter()
+                .map(|(id, c)| (id.0, c))
+                .collect();
+            states = d.jobs;
+            plan = Some(d.plan);
         }
 
         let is_new = |id: u64| {
@@ -1317,70 +1308,6 @@ impl<S: SlurmApi> Daemon<S> {
         }
     }
 
-    /// Restricts each waiting job not held to types to the GPU type the look-ahead over the
-    /// queue ([`commit`]) chooses for it, and returns the choices. Moving a job later costs a
-    /// checkpoint, a requeue and a restart, so it may use only the type where its remaining
-    /// work ends first; one the look-ahead starts only in a later round is left out of
-    /// `states`, so that jobs after it do not take the GPUs it waits for (as Slurm's backfill
-    /// reserves them); a started job not held to types keeps its current types.
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-    fn commit_first_starts(
-        &self,
-        cluster: &hadar_core::Cluster,
-        types: &[String],
-        states: &mut Vec<JobState>,
-        rows: &BTreeMap<u64, JobRow>,
-        specs: &BTreeMap<u64, JobSpec>,
-        origins_by_job: &mut BTreeMap<u64, RateOrigins>,
-        now_s: f64,
-    ) -> Result<BTreeMap<u64, commit::Choice>, DaemonError> {
-        let (nodes, busy, queue) = commit::inputs(cluster, states, rows, now_s);
-        let mut commitments = commit::best_schedule(
-            &nodes,
-            &busy,
-            &queue,
-            now_s,
-            self.config.sidecar.round_seconds,
-        );
-        commitments.retain(|id, _| {
-            rows.get(id)
-                .is_some_and(|r| r.phase == Phase::Waiting && r.bound_types.is_none())
-        });
-        states.retain(|js| {
-            commitments
-                .get(&js.id().0)
-                .is_none_or(|c| c.starts_now(now_s))
-        });
-        for js in states.iter_mut() {
-            let id = js.id().0;
-            let Some(own) = specs.get(&id) else {
-                continue;
-            };
-            let Some(choice) = commitments.get(&id) else {
-                // A started job keeps its types, as the look-ahead counted on: moving it to
-                // GPUs the look-ahead keeps for a waiting job would undo both choices.
-                if let Some(kept) = rows.get(&id).and_then(commit::kept_types) {
-                    let spec = bind_types(own, Some(&kept));
-                    self.reprofile(js, &spec, types, origins_by_job)?;
-                }
-                continue;
-            };
-            let spec = bind_types(own, Some(std::slice::from_ref(&choice.gpu_type)));
-            self.reprofile(js, &spec, types, origins_by_job)?;
-            // The GPUs the look-ahead starts it on are given to the plan as the job's
-            // placement, as for a job being started: the plan holds them for it until its
-            // turn and keeps it there unless moving gains more than a restart, so the plan
-            // packs jobs as the look-ahead did (a job starting now on other GPUs could leave a
-            // larger one that was counted on no room).
-            let gpus: NodeGpus = vec![(
-                choice.node.clone(),
-                vec![(choice.gpu_type.clone(), js.job.workers)],
-            )];
-            js.placement = view::to_placement(cluster, &gpus);
-        }
-        Ok(commitments)
-    }
-
     /// Writes in each waiting job's `Comment` why it waits (see [`eligible::reason_words`]);
     /// best effort: a failed update is logged and retried next round.
     fn say_why_jobs_wait(
@@ -1691,45 +1618,6 @@ impl<S: SlurmApi> Daemon<S> {
     }
 }
 
-/// Whether Slurm can give a job these GPUs: the same GPUs on every node (one job has one
-/// per-node request; 22.05 refuses per-job requests of several types), and, for a job placed
-/// before, only nodes that have every type of its first placement (22.05 keeps a job's first
-/// types and leaves it pending forever on a node without them).
-fn enforceable(
-    gpus: &NodeGpus,
-    typed: bool,
-    bound: Option<&[String]>,
-    nodes: &[NodeInfo],
-) -> Result<(), String> {
-    if !(GpuSpec {
-        nodes: gpus.clone(),
-        typed,
-    })
-    .is_uniform()
-    {
-        return Err("gives different GPUs to different nodes, which one Slurm job cannot ask for; [hadar] max_nodes_per_job = 1 keeps jobs on one node".into());
-    }
-    if let Some(bound) = bound.filter(|b| b.len() > 1) {
-        for (node, _) in gpus {
-            let has = nodes
-                .iter()
-                .find(|n| n.name == *node)
-                .map(|n| n.gpus.clone())
-                .unwrap_or_default();
-            if let Some(t) = bound
-                .iter()
-                .find(|t| !has.iter().any(|(u, _)| u.eq_ignore_ascii_case(t)))
-            {
-                return Err(format!(
-                    "is on {node}, which has no {t}; Slurm keeps the GPU types of a job's first placement ({})",
-                    bound.join(", ")
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The spec with its GPU types limited to `bound` (the types of its first placement).
 fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
     let mut s = spec.clone();
@@ -1773,57 +1661,4 @@ pub fn now_unix() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hadar_slurm::NodeState;
-
-    fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
-        NodeInfo {
-            name: name.into(),
-            state: NodeState::Idle,
-            gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
-            partitions: vec![],
-        }
-    }
-
-    fn on(parts: &[(&str, &[(&str, u32)])]) -> NodeGpus {
-        parts
-            .iter()
-            .map(|(n, g)| {
-                (
-                    n.to_string(),
-                    g.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn only_placements_slurm_can_give_are_enforced() {
-        let nodes = vec![
-            node("n1", &[("v100", 4)]),
-            node("n3", &[("k80", 4)]),
-            node("n4", &[("v100", 2), ("k80", 2)]),
-        ];
-        let mixed_n4 = on(&[("n4", &[("v100", 2), ("k80", 2)])]);
-        assert!(enforceable(&mixed_n4, false, None, &nodes).is_ok());
-        assert!(enforceable(&mixed_n4, true, None, &nodes).is_ok());
-        let even = on(&[("n1", &[("v100", 2)]), ("n3", &[("k80", 2)])]);
-        // Typeless: the same count on each node is one per-node request; typed, it is not.
-        assert!(enforceable(&even, false, None, &nodes).is_ok());
-        let e = enforceable(&even, true, None, &nodes).unwrap_err();
-        assert!(e.contains("different GPUs to different nodes"), "{e}");
-        let uneven = on(&[("n1", &[("v100", 3)]), ("n3", &[("k80", 1)])]);
-        assert!(enforceable(&uneven, false, None, &nodes).is_err());
-        let bound = vec!["k80".to_string(), "v100".to_string()];
-        let e =
-            enforceable(&on(&[("n1", &[("v100", 4)])]), true, Some(&bound), &nodes).unwrap_err();
-        assert!(e.contains("n1, which has no k80"), "{e}");
-        assert!(enforceable(&mixed_n4, true, Some(&bound), &nodes).is_ok());
-        let single = vec!["k80".to_string()];
-        assert!(enforceable(&on(&[("n3", &[("k80", 2)])]), true, Some(&single), &nodes).is_ok());
-    }
 }

@@ -85,7 +85,7 @@ pub fn waits(reason: &WaitReason, rates: &str) -> String {
     format!("{why}. Throughput used: {rates}.")
 }
 
-/// Why a job waits for one GPU type ([`crate::commit`]): `start_in` and `end_in` are seconds
+/// Why a job waits for one GPU type ([`hadar_core::passes::lookahead`]): `start_in` and `end_in` are seconds
 /// from now in the look-ahead over the queue.
 pub fn committed(gpu_type: &str, start_in: f64, end_in: f64, rates: &str) -> String {
     let when = if start_in.is_finite() && end_in.is_finite() {

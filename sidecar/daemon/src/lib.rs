@@ -6,7 +6,7 @@
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
 //! * [`exclusive`]: `--exclusive` jobs kept to whole nodes of their own (pure).
-//! * [`commit`]: which GPU type a waiting job may start on (a start is a commitment).
+//! * [`facts`]: what Slurm says about jobs and nodes, as the served policy's passes read it.
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`arrays`]: job arrays' pending elements split off into managed jobs of their own (pure).
 //! * [`actions`]: the plan turned into actions (pure).
@@ -23,12 +23,12 @@
 pub mod actions;
 pub mod arrays;
 pub mod check;
-pub mod commit;
 pub mod config;
 pub mod daemon;
 pub mod eligible;
 pub mod exclusive;
 pub mod explain;
+pub mod facts;
 pub mod failopen;
 pub mod faults;
 pub mod fork;

@@ -18,6 +18,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Safety limit on rounds; exceeding it is an error rather than a hang.
     pub max_rounds: u64,
+    /// The real cluster's constraints (none by default).
+    pub model: crate::ClusterModel,
 }
 
 impl Default for SimConfig {
@@ -27,6 +29,7 @@ impl Default for SimConfig {
             restart_s: 0.0,
             seed: 0,
             max_rounds: 10_000_000,
+            model: crate::ClusterModel::default(),
         }
     }
 }
@@ -166,6 +169,9 @@ pub fn simulate_with(
             cfg.round_s, cfg.restart_s
         )));
     }
+    cfg.model
+        .validate(cfg.round_s, cfg.restart_s)
+        .map_err(SimError::InvalidConfig)?;
     if w.jobs.is_empty() {
         return Err(SimError::NoJobs);
     }
@@ -227,7 +233,10 @@ pub fn simulate_with(
             });
         }
 
-        let states: Vec<JobState> = active.iter().map(|t| t.state.clone()).collect();
+        let states: Vec<JobState> = active
+            .iter()
+            .map(|t| cfg.model.as_seen(cluster, &t.state, t.held.as_deref()))
+            .collect();
         let input = RoundInput {
             now_s: now,
             round_s: cfg.round_s,
@@ -288,7 +297,12 @@ pub fn simulate_with(
             let rate = a.placement.rate(&job.throughput, job.workers);
             let restarted =
                 t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
-            let overhead = if restarted { cfg.restart_s } else { 0.0 };
+            let starts = t.state.placement.as_ref() != Some(&a.placement);
+            let forked = a.placement.kind() == PlacementKind::Forked;
+            let overhead =
+                cfg.model
+                    .overhead_s(cfg.restart_s, restarted, starts, forked, cfg.round_s);
+            t.held.get_or_insert_with(|| a.placement.types());
             let need_s = t.state.remaining_steps / rate;
             let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
                 (overhead + need_s, t.state.remaining_steps)
@@ -469,6 +483,8 @@ struct Tracked {
     /// What the policy sees (its throughput may be an estimate).
     state: JobState,
     restarts: u32,
+    /// The GPU types of its first placement (kept when the model says so).
+    held: Option<Vec<hadar_core::GpuType>>,
     stop_s: f64,
     /// Integral of the number of active jobs over the job's time in the system.
     contention_s: f64,
@@ -481,6 +497,7 @@ impl Tracked {
             state: JobState::arrived(job.clone(), types),
             truth: job,
             restarts: 0,
+            held: None,
             stop_s: 0.0,
             contention_s: 0.0,
             in_system_s: 0.0,

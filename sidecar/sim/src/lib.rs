@@ -12,6 +12,9 @@
 //! * A job whose placement differs from the one it had in the previous round (including a
 //!   job resuming after a pause) pays the restart cost (`restart_s`, checkpoint and reload,
 //!   default 0 as in Gavel) at the start of its round, and counts one restart.
+//! * A [`ClusterModel`] adds the constraints a real cluster has (all off by default): a start
+//!   latency each time a job starts on GPUs it did not hold, a forked job's copies starting
+//!   anew each round, and the GPU types a started job keeps.
 //! * The plan is checked against capacity and gang rules every round; a policy that breaks
 //!   them is a bug, reported as [`SimError::PolicyViolation`].
 //!
@@ -25,6 +28,7 @@
 mod beliefs;
 mod engine;
 mod metrics;
+mod model;
 
 pub use beliefs::{Beliefs, EstimatedThroughputs, UnknownTraits};
 pub use engine::{
@@ -32,3 +36,4 @@ pub use engine::{
     simulate_with,
 };
 pub use metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation};
+pub use model::ClusterModel;

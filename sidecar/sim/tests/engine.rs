@@ -315,3 +315,111 @@ proptest! {
         }
     }
 }
+
+/// The cluster model: a start costs its latency once (a job kept in place pays nothing more),
+/// and a job that keeps its first types is seen by the policy only on them.
+#[test]
+fn the_cluster_model_charges_start_latency_and_holds_a_started_job_to_its_types() {
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
+    };
+    let cfg = SimConfig {
+        model: hadar_sim::ClusterModel {
+            start_latency_s: 20.0,
+            ..Default::default()
+        },
+        ..SimConfig::default()
+    };
+    let mut greedy = Greedy {
+        hop: false,
+        round: 0,
+    };
+    let r = simulate(&w, &mut greedy, &cfg).unwrap();
+    assert_eq!(
+        r.metrics.ttd_s, 1020.0,
+        "one start, 20 s before the first step"
+    );
+
+    // Two types on one node; round 1 puts the job on the slow K80, later rounds on the
+    // fastest type the policy sees.
+    struct SlowFirst {
+        round: usize,
+        seen: Vec<Vec<GpuType>>,
+    }
+    impl Policy for SlowFirst {
+        fn name(&self) -> &str {
+            "slow-first"
+        }
+        fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+            self.round += 1;
+            let js = &input.jobs[0];
+            let usable: Vec<GpuType> = input
+                .cluster
+                .types()
+                .filter(|t| js.job.throughput.rate(*t, 1).is_some())
+                .collect();
+            self.seen.push(usable);
+            let k80 = input.cluster.type_by_name("k80").unwrap();
+            let t = if self.round == 1 {
+                k80
+            } else {
+                js.job.throughput.fastest(1).unwrap().0
+            };
+            RoundPlan {
+                assignments: vec![Assignment {
+                    job: js.id(),
+                    placement: Placement::gang([Part {
+                        node: NodeId(0),
+                        gpu_type: t,
+                        gpus: 1,
+                    }]),
+                    rate: js.job.throughput.rate_or_zero(t, 1),
+                    payoff: None,
+                }],
+                waiting: vec![],
+            }
+        }
+    }
+    let two = Cluster::new(
+        vec!["v100".into(), "k80".into()],
+        vec![hadar_core::Node {
+            name: "n0".into(),
+            gpus: vec![1, 1],
+        }],
+    )
+    .unwrap();
+    let mut j = job(0, 0.0, 1, 1000.0, 1.0);
+    j.throughput =
+        ThroughputProfile::new(vec![RateCurve::new([(1, 1.0)]), RateCurve::new([(1, 0.5)])]);
+    let w = Workload {
+        cluster: two,
+        jobs: vec![j],
+    };
+    let run = |keeps_types: bool| {
+        let mut p = SlowFirst {
+            round: 0,
+            seen: Vec::new(),
+        };
+        let cfg = SimConfig {
+            model: hadar_sim::ClusterModel {
+                keeps_types,
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        };
+        let r = simulate(&w, &mut p, &cfg).unwrap();
+        (r.metrics.ttd_s, p.seen)
+    };
+    let (free_ttd, free_seen) = run(false);
+    let (kept_ttd, kept_seen) = run(true);
+    assert_eq!(free_seen[1].len(), 2, "{free_seen:?}");
+    assert_eq!(
+        kept_seen[1],
+        vec![GpuType(1)],
+        "only the K80 once started: {kept_seen:?}"
+    );
+    // 360 s on the K80 (180 steps), then V100 (820 s) or K80 (1640 s).
+    assert_eq!(free_ttd, 1180.0);
+    assert_eq!(kept_ttd, 2000.0);
+}

@@ -19,7 +19,7 @@ use crate::policy::Policy;
 use std::fmt;
 use std::str::FromStr;
 
-/// Every name `--policy` accepts.
+/// Every name `--policy` accepts ([`PolicyName::NAMED`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyName {
     /// FIFO, non-preemptive, heterogeneity-agnostic, consolidated all-or-nothing.
@@ -40,6 +40,9 @@ pub enum PolicyName {
     LowerBound,
     /// The fluid lower bound when a job may also fork over any number of GPUs.
     LowerBoundFork,
+    /// What `hadar serve` runs: Hadar between the commitment look-ahead and the target's
+    /// enforceability rules ([`crate::passes::served`]). Named, not in the default list.
+    Served,
 }
 
 impl PolicyName {
@@ -56,6 +59,20 @@ impl PolicyName {
         PolicyName::LowerBoundFork,
     ];
 
+    /// Every name `--policy` accepts: [`PolicyName::ALL`] and the ones run only when named.
+    pub const NAMED: &'static [PolicyName] = &[
+        PolicyName::YarnCs,
+        PolicyName::Tiresias,
+        PolicyName::Gavel,
+        PolicyName::GavelMakespan,
+        PolicyName::Slurm,
+        PolicyName::Hadar,
+        PolicyName::HadarE,
+        PolicyName::LowerBound,
+        PolicyName::LowerBoundFork,
+        PolicyName::Served,
+    ];
+
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -68,6 +85,7 @@ impl PolicyName {
             PolicyName::HadarE => "hadare",
             PolicyName::LowerBound => "lower-bound",
             PolicyName::LowerBoundFork => "lower-bound-fork",
+            PolicyName::Served => "served",
         }
     }
 
@@ -105,7 +123,7 @@ impl fmt::Display for PolicyName {
 pub struct UnknownPolicy(pub String);
 
 fn known_names() -> String {
-    PolicyName::ALL
+    PolicyName::NAMED
         .iter()
         .map(|p| p.as_str())
         .collect::<Vec<_>>()
@@ -115,7 +133,7 @@ fn known_names() -> String {
 impl FromStr for PolicyName {
     type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PolicyName::ALL
+        PolicyName::NAMED
             .iter()
             .copied()
             .find(|p| p.as_str().eq_ignore_ascii_case(s.trim()))
@@ -135,6 +153,9 @@ pub struct PolicyOptions {
     /// Tiresias' queue thresholds and promotion knob (checked with
     /// [`tiresias::TiresiasConfig::validate`] by whoever reads them from a user).
     pub tiresias: tiresias::TiresiasConfig,
+    /// The served policy's passes (`served`: look-ahead and enforceability rules around
+    /// Hadar).
+    pub served: crate::passes::served::ServedConfig,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
@@ -150,6 +171,10 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
+        PolicyName::Served => Some(Box::new(crate::passes::served::ServedPolicy::new(
+            opts.served.clone(),
+            Box::new(hadar::HadarPolicy::new(opts.hadar.clone())),
+        ))),
         PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
     }
 }

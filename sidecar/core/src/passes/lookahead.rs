@@ -7,7 +7,7 @@
 //! longer on K80s than waiting for a V100 would have taken. So a start is treated as a
 //! commitment for the job's remaining work.
 //!
-//! So each round, before planning, the daemon looks ahead with a list schedule: GPUs busy
+//! So each round, before planning, the served policy ([`super::served`]) looks ahead with a list schedule: GPUs busy
 //! with running and starting jobs stay busy until their predicted ends; then the waiting
 //! jobs, one after the other, each take the node and type where they would finish first
 //! (earliest finish time, whole remaining work at that type's rate; a job that could only
@@ -19,11 +19,13 @@
 //! jobs after it do not take the GPUs it waits for (as Slurm's backfill reserves them).
 //! Jobs held to types keep them and are planned as before, and so do started jobs while the
 //! look-ahead is on ([`kept_types`]): it counts on them staying until they end. Pure: no
-//! Slurm, no clock.
+//! Slurm, no clock. [`commit`] is the pass; the rest are its parts.
 
-use hadar_core::{Cluster, JobState};
-use hadar_store::{JobRow, Phase};
-use std::collections::{BTreeMap, HashMap};
+use super::{JobFacts, JobPhase, TargetFacts, restrict_types};
+use crate::job::JobId;
+use crate::placement::{Part, Placement};
+use crate::{Cluster, JobState};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One node's GPUs per type, in Slurm's names.
 #[derive(Clone, Debug, PartialEq)]
@@ -315,33 +317,27 @@ pub fn best_schedule(
 }
 
 /// The GPU types a started job keeps while the look-ahead is on: those of its current
-/// placement, for a running, starting or preempting job that Slurm does not already hold to
-/// types (`None` otherwise). The look-ahead counts on started jobs staying where they are
+/// placement, for a running, starting or preempting job that the target does not already hold
+/// to types (`None` otherwise). The look-ahead counts on started jobs staying where they are
 /// until they end; a move to another type would take GPUs it keeps for a waiting job, which
 /// then waits longer, while the moved job pays a checkpoint and a restart.
-pub fn kept_types(row: &JobRow) -> Option<Vec<String>> {
-    if row.bound_types.is_some()
-        || !matches!(
-            row.phase,
-            Phase::Running | Phase::Starting | Phase::Preempting
-        )
-    {
+pub fn kept_types(facts: &JobFacts) -> Option<Vec<String>> {
+    if facts.held_types.is_some() || !facts.phase.is_started() {
         return None;
     }
-    let held = row.placement.as_ref()?;
-    let types: Vec<String> = crate::view::per_type(held).into_keys().collect();
-    (!types.is_empty()).then_some(types)
+    let types: BTreeSet<String> = facts.holds.iter().map(|(_, t, _)| t.clone()).collect();
+    (!types.is_empty()).then(|| types.into_iter().collect())
 }
 
-/// The look-ahead's inputs from the round's view: each node's GPUs per type, the GPUs of
-/// running, starting and preempting jobs until `now_s` plus their remaining steps at their
-/// placement's rate (by the profile the plan uses, else the job's last reported rate, else
-/// never), and the waiting jobs in the order of `states` (arrival order) with their rates on
-/// every type they may use. `rows` gives phases and placements in Slurm's names.
+/// The look-ahead's inputs: each node's GPUs per type, the GPUs of running, starting and
+/// preempting jobs until `now_s` plus their remaining steps at their placement's rate (by the
+/// profile the plan uses, else the job's last reported rate, else never), and the waiting jobs
+/// in the order of `states` (arrival order) with their rates on every type they may use.
+/// `facts` gives phases and held GPUs in the target's names; a job without facts is left out.
 pub fn inputs(
     cluster: &Cluster,
     states: &[JobState],
-    rows: &BTreeMap<u64, JobRow>,
+    facts: &TargetFacts,
     now_s: f64,
 ) -> (Vec<NodeCapacity>, Vec<Busy>, Vec<Queued>) {
     let nodes = cluster
@@ -359,38 +355,32 @@ pub fn inputs(
     let mut busy = Vec::new();
     let mut queue = Vec::new();
     for js in states {
-        let Some(row) = rows.get(&js.id().0) else {
+        let Some(f) = facts.jobs.get(&js.id()) else {
             continue;
         };
         let workers = js.job.workers;
-        match row.phase {
-            Phase::Running | Phase::Starting | Phase::Preempting => {
-                let Some(held) = &row.placement else {
-                    continue;
-                };
-                let rate = js
-                    .placement
-                    .as_ref()
-                    .map(|p| p.rate(&js.job.throughput, workers))
-                    .filter(|r| *r > 0.0)
-                    .or(row.last_rate.filter(|r| *r > 0.0));
-                let until_s = match rate {
-                    Some(r) => now_s + js.remaining_steps.max(0.0) / r,
-                    None => f64::INFINITY,
-                };
-                for (node, gpus) in held {
-                    for (t, c) in gpus {
-                        busy.push(Busy {
-                            node: node.clone(),
-                            gpu_type: t.clone(),
-                            gpus: *c,
-                            until_s,
-                        });
-                    }
-                }
+        if f.phase.is_started() {
+            let rate = js
+                .placement
+                .as_ref()
+                .map(|p| p.rate(&js.job.throughput, workers))
+                .filter(|r| *r > 0.0)
+                .or(f.last_rate.filter(|r| *r > 0.0));
+            let until_s = match rate {
+                Some(r) => now_s + js.remaining_steps.max(0.0) / r,
+                None => f64::INFINITY,
+            };
+            for (node, t, c) in &f.holds {
+                busy.push(Busy {
+                    node: node.clone(),
+                    gpu_type: t.clone(),
+                    gpus: *c,
+                    until_s,
+                });
             }
-            Phase::Waiting => queue.push(Queued {
-                job: row.id,
+        } else {
+            queue.push(Queued {
+                job: js.id().0,
                 workers,
                 remaining_steps: js.remaining_steps,
                 weight: js.job.weight,
@@ -403,17 +393,99 @@ pub fn inputs(
                         )
                     })
                     .collect(),
-            }),
-            Phase::Finished => {}
+            });
         }
     }
     (nodes, busy, queue)
 }
 
+/// What the look-ahead did to a round's jobs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Commitments {
+    /// Each waiting job not held to types, where the look-ahead puts it.
+    pub choices: BTreeMap<JobId, Choice>,
+    /// The jobs whose types it limited, with the types left to them (the chosen type of a
+    /// committed job; the current types of a started one).
+    pub restricted: BTreeMap<JobId, Vec<String>>,
+}
+
+impl Commitments {
+    /// The jobs it leaves for a later round.
+    pub fn deferred(&self, now_s: f64) -> impl Iterator<Item = (&JobId, &Choice)> {
+        self.choices
+            .iter()
+            .filter(move |(_, c)| !c.starts_now(now_s))
+    }
+}
+
+/// The pass: restricts each waiting job not held to types to the GPU type the look-ahead over
+/// the queue chooses for it, and returns the choices. Moving a job later costs a checkpoint, a
+/// requeue and a restart, so it may use only the type where its remaining work ends first;
+/// one the look-ahead starts only in a later round is left out of `states`, so that jobs
+/// after it do not take the GPUs it waits for (as Slurm's backfill reserves them); a started
+/// job not held to types keeps its current types. `next_round_s` is the delay before a round
+/// notices freed GPUs.
+pub fn commit(
+    cluster: &Cluster,
+    states: &mut Vec<JobState>,
+    facts: &TargetFacts,
+    now_s: f64,
+    next_round_s: f64,
+) -> Commitments {
+    let (nodes, busy, queue) = inputs(cluster, states, facts, now_s);
+    let mut choices: BTreeMap<JobId, Choice> =
+        best_schedule(&nodes, &busy, &queue, now_s, next_round_s)
+            .into_iter()
+            .map(|(id, c)| (JobId(id), c))
+            .collect();
+    choices.retain(|id, _| {
+        facts
+            .jobs
+            .get(id)
+            .is_some_and(|f| f.phase == JobPhase::Waiting && f.held_types.is_none())
+    });
+    states.retain(|js| choices.get(&js.id()).is_none_or(|c| c.starts_now(now_s)));
+    let mut restricted = BTreeMap::new();
+    for js in states.iter_mut() {
+        let id = js.id();
+        let Some(choice) = choices.get(&id) else {
+            // A started job keeps its types, as the look-ahead counted on: moving it to
+            // GPUs the look-ahead keeps for a waiting job would undo both choices.
+            if let Some(kept) = facts.jobs.get(&id).and_then(kept_types) {
+                restrict_types(cluster, js, &kept);
+                restricted.insert(id, kept);
+            }
+            continue;
+        };
+        let only = vec![choice.gpu_type.clone()];
+        restrict_types(cluster, js, &only);
+        restricted.insert(id, only);
+        // The GPUs the look-ahead starts it on are given to the plan as the job's
+        // placement, as for a job being started: the plan holds them for it until its
+        // turn and keeps it there unless moving gains more than a restart, so the plan
+        // packs jobs as the look-ahead did (a job starting now on other GPUs could leave a
+        // larger one that was counted on no room).
+        js.placement = match (
+            cluster.node_by_name(&choice.node),
+            cluster.type_by_name(&choice.gpu_type),
+        ) {
+            (Some(node), Some(gpu_type)) => Some(Placement::gang([Part {
+                node,
+                gpu_type,
+                gpus: js.job.workers,
+            }])),
+            _ => None,
+        };
+    }
+    Commitments {
+        choices,
+        restricted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hadar_store::NodeGpus;
 
     fn cluster() -> Vec<NodeCapacity> {
         vec![
@@ -561,12 +633,9 @@ mod tests {
         assert!(c[&2].starts_now(0.0));
     }
 
-    #[test]
-    fn inputs_hold_running_jobs_until_their_predicted_end_and_queue_the_waiting() {
-        use crate::view;
-        use hadar_core::{Job, JobId, Node, RateCurve, ThroughputProfile};
-        use std::sync::Arc;
-        let cluster = Cluster::new(
+    fn two_node_cluster() -> Cluster {
+        use crate::Node;
+        Cluster::new(
             vec!["v100".into(), "k80".into()],
             vec![
                 Node {
@@ -579,53 +648,76 @@ mod tests {
                 },
             ],
         )
-        .unwrap();
-        // Steps/s with 2 workers: 10 on V100, 2 on K80 (job 2: nothing known on V100).
-        let state = |id: u64, v100: Option<f64>, remaining: f64, on: Option<&NodeGpus>| {
-            let curve =
-                |r: Option<f64>| r.map_or_else(RateCurve::default, |r| RateCurve::new([(2, r)]));
-            let job = Arc::new(Job {
-                id: JobId(id),
-                kind: String::new(),
-                arrival_s: 0.0,
-                workers: 2,
-                total_steps: 1000.0,
-                weight: 1.0,
-                throughput: ThroughputProfile::new(vec![curve(v100), curve(Some(2.0))]),
-            });
-            let mut js = JobState::arrived(job, 2);
-            js.remaining_steps = remaining;
-            js.placement = on.and_then(|p| view::to_placement(&cluster, p));
-            js
-        };
-        let on_n1: NodeGpus = vec![("n1".into(), vec![("v100".into(), 2)])];
-        let row = |id: u64, phase: Phase, on: Option<&NodeGpus>| {
-            let mut r = JobRow::new(id, String::new(), String::new(), 2, 1000.0, 0.0);
-            r.phase = phase;
-            r.placement = on.cloned();
-            (id, r)
-        };
-        let states = vec![
-            state(1, Some(10.0), 100.0, Some(&on_n1)),
-            state(2, None, 100.0, Some(&on_n1)),
-            state(3, Some(10.0), 500.0, None),
-            state(4, Some(10.0), 0.0, None),
+        .unwrap()
+    }
+
+    /// A 2-worker job: 10 steps/s on V100 (`v100`), 2 on K80, `remaining` steps left.
+    fn two_worker(cluster: &Cluster, id: u64, v100: Option<f64>, remaining: f64) -> JobState {
+        use crate::{Job, RateCurve, ThroughputProfile};
+        use std::sync::Arc;
+        let curve =
+            |r: Option<f64>| r.map_or_else(RateCurve::default, |r| RateCurve::new([(2, r)]));
+        let job = Arc::new(Job {
+            id: JobId(id),
+            kind: String::new(),
+            arrival_s: 0.0,
+            workers: 2,
+            total_steps: 1000.0,
+            weight: 1.0,
+            throughput: ThroughputProfile::new(vec![curve(v100), curve(Some(2.0))]),
+        });
+        let mut js = JobState::arrived(job, cluster.type_count());
+        js.remaining_steps = remaining;
+        js
+    }
+
+    fn on_n1() -> Vec<(String, String, u32)> {
+        vec![("n1".into(), "v100".into(), 2)]
+    }
+
+    fn started(phase: JobPhase, holds: Vec<(String, String, u32)>) -> JobFacts {
+        JobFacts {
+            phase,
+            holds,
+            ..JobFacts::waiting()
+        }
+    }
+
+    #[test]
+    fn inputs_hold_running_jobs_until_their_predicted_end_and_queue_the_waiting() {
+        let cluster = two_node_cluster();
+        let n1 = cluster.node_by_name("n1").unwrap();
+        let v100 = cluster.type_by_name("v100").unwrap();
+        let held = Placement::gang([Part {
+            node: n1,
+            gpu_type: v100,
+            gpus: 2,
+        }]);
+        let mut states = vec![
+            two_worker(&cluster, 1, Some(10.0), 100.0),
+            two_worker(&cluster, 2, None, 100.0),
+            two_worker(&cluster, 3, Some(10.0), 500.0),
+            two_worker(&cluster, 5, Some(10.0), 500.0),
         ];
-        let rows: BTreeMap<u64, JobRow> = [
-            row(1, Phase::Running, Some(&on_n1)),
-            row(2, Phase::Starting, Some(&on_n1)),
-            row(3, Phase::Waiting, None),
-            row(4, Phase::Finished, None),
-        ]
-        .into_iter()
-        .collect();
-        let (nodes, busy, queue) = inputs(&cluster, &states, &rows, 50.0);
+        states[0].placement = Some(held.clone());
+        states[1].placement = Some(held);
+        let facts = TargetFacts {
+            jobs: [
+                (JobId(1), started(JobPhase::Running, on_n1())),
+                (JobId(2), started(JobPhase::Starting, on_n1())),
+                (JobId(3), JobFacts::waiting()),
+            ]
+            .into_iter()
+            .collect(),
+            node_types: BTreeMap::new(),
+        };
+        let (nodes, busy, queue) = inputs(&cluster, &states, &facts, 50.0);
         assert_eq!(nodes[0].gpus, vec![("v100".to_string(), 4)]);
         assert_eq!(nodes[1].gpus, vec![("k80".to_string(), 4)]);
         assert_eq!(busy.len(), 2);
         assert_eq!((busy[0].gpus, busy[0].until_s), (2, 60.0));
         assert!(busy[1].until_s.is_infinite(), "no rate known: {busy:?}");
-        assert_eq!(queue.len(), 1);
+        assert_eq!(queue.len(), 1, "job 5 has no facts: left out");
         assert_eq!(queue[0].job, 3);
         assert_eq!(
             queue[0].rates,
@@ -638,6 +730,63 @@ mod tests {
             (c[&3].gpu_type.as_str(), c[&3].start_s, c[&3].finish_s),
             ("v100", 63.0, 113.0)
         );
+    }
+
+    #[test]
+    fn the_pass_defers_jobs_pins_types_and_keeps_started_jobs_on_theirs() {
+        let cluster = two_node_cluster();
+        let n1 = cluster.node_by_name("n1").unwrap();
+        let v100 = cluster.type_by_name("v100").unwrap();
+        let k80 = cluster.type_by_name("k80").unwrap();
+        // Job 1 runs on 2 of n1's V100s for 10 s more; jobs 2 to 4 wait, job 4 held to K80
+        // by the target. The V100s are worth waiting for (5 times the K80s' rate), so at
+        // least one waiting job is left for a later round.
+        let mut states = vec![
+            two_worker(&cluster, 1, Some(10.0), 100.0),
+            two_worker(&cluster, 2, Some(10.0), 1000.0),
+            two_worker(&cluster, 3, Some(10.0), 100.0),
+            two_worker(&cluster, 4, Some(10.0), 100.0),
+        ];
+        states[0].placement = Some(Placement::gang([Part {
+            node: n1,
+            gpu_type: v100,
+            gpus: 2,
+        }]));
+        let mut facts = TargetFacts::default();
+        facts
+            .jobs
+            .insert(JobId(1), started(JobPhase::Running, on_n1()));
+        facts.jobs.insert(JobId(2), JobFacts::waiting());
+        facts.jobs.insert(JobId(3), JobFacts::waiting());
+        facts.jobs.insert(
+            JobId(4),
+            JobFacts {
+                held_types: Some(vec!["k80".into()]),
+                ..JobFacts::waiting()
+            },
+        );
+        let c = commit(&cluster, &mut states, &facts, 0.0, 3.0);
+        assert!(
+            !c.choices.contains_key(&JobId(4)),
+            "held jobs keep their types"
+        );
+        assert_eq!(c.restricted[&JobId(1)], vec!["v100".to_string()]);
+        for (id, choice) in c.choices.iter().filter(|(_, c)| c.starts_now(0.0)) {
+            assert_eq!(c.restricted[id], vec![choice.gpu_type.clone()]);
+        }
+        let deferred: Vec<JobId> = c.deferred(0.0).map(|(id, _)| *id).collect();
+        let planned: Vec<JobId> = states.iter().map(|s| s.id()).collect();
+        for id in &deferred {
+            assert!(!planned.contains(id), "{id} deferred but planned");
+        }
+        assert!(!deferred.is_empty(), "{c:?}");
+        assert_eq!(planned.len() + deferred.len(), 4);
+        for js in states.iter().filter(|s| c.choices.contains_key(&s.id())) {
+            let t = cluster.type_by_name(&c.choices[&js.id()].gpu_type).unwrap();
+            let other = if t == v100 { k80 } else { v100 };
+            assert_eq!(js.job.throughput.rate(other, 2), None, "pinned to {t:?}");
+            assert_eq!(js.placement.as_ref().unwrap().types(), vec![t]);
+        }
     }
 
     #[test]
@@ -729,36 +878,37 @@ mod tests {
     }
 
     #[test]
-    fn started_jobs_keep_their_types_unless_slurm_already_holds_them() {
-        let mut r = JobRow::new(1, String::new(), String::new(), 3, 10.0, 0.0);
-        r.placement = Some(vec![(
-            "n4".into(),
-            vec![("v100".into(), 2), ("k80".into(), 1)],
-        )]);
+    fn started_jobs_keep_their_types_unless_the_target_already_holds_them() {
+        let mut f = started(
+            JobPhase::Running,
+            vec![
+                ("n4".into(), "v100".into(), 2),
+                ("n4".into(), "k80".into(), 1),
+            ],
+        );
         for (phase, kept) in [
-            (Phase::Running, true),
-            (Phase::Starting, true),
-            (Phase::Preempting, true),
-            (Phase::Waiting, false),
-            (Phase::Finished, false),
+            (JobPhase::Running, true),
+            (JobPhase::Starting, true),
+            (JobPhase::Preempting, true),
+            (JobPhase::Waiting, false),
         ] {
-            r.phase = phase;
+            f.phase = phase;
             assert_eq!(
-                kept_types(&r),
+                kept_types(&f),
                 kept.then(|| vec!["k80".to_string(), "v100".to_string()]),
                 "{phase:?}"
             );
         }
-        r.phase = Phase::Running;
-        r.bound_types = Some(vec!["v100".into()]);
+        f.phase = JobPhase::Running;
+        f.held_types = Some(vec!["v100".into()]);
         assert_eq!(
-            kept_types(&r),
+            kept_types(&f),
             None,
-            "Slurm's own hold is planned as before"
+            "the target's own hold is planned as before"
         );
-        r.bound_types = None;
-        r.placement = None;
-        assert_eq!(kept_types(&r), None);
+        f.held_types = None;
+        f.holds.clear();
+        assert_eq!(kept_types(&f), None);
     }
 
     #[test]

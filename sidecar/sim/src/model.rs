@@ -1,0 +1,112 @@
+//! The constraints of a real cluster that the simulator applies to every policy: what the
+//! daemon lives with on Slurm. All are off by default, as in Gavel's simulator; the restart
+//! (checkpoint and reload) cost is [`crate::SimConfig::restart_s`].
+
+use hadar_core::{Cluster, GpuType, JobState};
+
+/// A cluster's constraints, as the simulator models them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterModel {
+    /// Seconds a job loses each time it starts on new GPUs (first start, resume or move)
+    /// before its first step: Slurm's release, prolog and launch.
+    pub start_latency_s: f64,
+    /// Seconds a forked job loses at the start of every round it runs: its copies are jobs
+    /// started anew each round.
+    pub copy_startup_s: f64,
+    /// A started job keeps the GPU types of its first placement for its life (Slurm 22.05
+    /// keeps the types of a typed request): policies see it only on those types.
+    pub keeps_types: bool,
+}
+
+impl ClusterModel {
+    /// Checks the figures against the round length: each must be a number of seconds at
+    /// least 0 and, with the restart cost, under a round.
+    pub fn validate(&self, round_s: f64, restart_s: f64) -> Result<(), String> {
+        for (name, v) in [
+            ("start latency", self.start_latency_s),
+            ("copy start-up", self.copy_startup_s),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be at least 0 seconds, got {v}"));
+            }
+        }
+        let worst = restart_s + self.start_latency_s.max(self.copy_startup_s);
+        if worst >= round_s {
+            return Err(format!(
+                "restart cost plus start latency or copy start-up ({worst} s) must be shorter than a round ({round_s} s)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Seconds a job loses at the start of its round: the restart cost when `restarted`, the
+    /// start latency when it `starts` on GPUs it did not hold, the copies' start-up when
+    /// `forked`; never the whole round.
+    pub fn overhead_s(
+        &self,
+        restart_s: f64,
+        restarted: bool,
+        starts: bool,
+        forked: bool,
+        round_s: f64,
+    ) -> f64 {
+        let mut s = 0.0;
+        if restarted {
+            s += restart_s;
+        }
+        if starts {
+            s += self.start_latency_s;
+        }
+        if forked {
+            s += self.copy_startup_s;
+        }
+        s.min(round_s)
+    }
+
+    /// What a policy sees of a job held to `held` types: its throughput on those types only.
+    pub fn as_seen(
+        &self,
+        cluster: &Cluster,
+        state: &JobState,
+        held: Option<&[GpuType]>,
+    ) -> JobState {
+        let mut s = state.clone();
+        if let Some(held) = held.filter(|_| self.keeps_types) {
+            let names: Vec<String> = held
+                .iter()
+                .map(|t| cluster.type_name(*t).to_string())
+                .collect();
+            hadar_core::passes::restrict_types(cluster, &mut s, &names);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overheads_add_up_and_never_exceed_a_round() {
+        let m = ClusterModel {
+            start_latency_s: 5.0,
+            copy_startup_s: 7.0,
+            keeps_types: false,
+        };
+        assert_eq!(m.overhead_s(10.0, false, false, false, 60.0), 0.0);
+        assert_eq!(m.overhead_s(10.0, true, true, false, 60.0), 15.0);
+        assert_eq!(m.overhead_s(10.0, false, false, true, 60.0), 7.0);
+        assert_eq!(m.overhead_s(100.0, true, true, true, 60.0), 60.0);
+        assert!(m.validate(60.0, 10.0).is_ok());
+        assert!(m.validate(15.0, 10.0).is_err());
+        let bad = ClusterModel {
+            start_latency_s: -1.0,
+            ..m
+        };
+        assert!(
+            bad.validate(60.0, 0.0)
+                .unwrap_err()
+                .contains("start latency")
+        );
+    }
+}
