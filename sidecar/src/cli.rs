@@ -883,6 +883,18 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
 
+    /// A TOML file of accounts (fair-share shares, past GPU-hours, QOS priority) and the
+    /// trace jobs of each (data/site/fairshare-accounts.toml): each job's weight in the
+    /// utility becomes the daemon's `exp(priority_strength x priority fraction)`, and the
+    /// output gives each account's mean JCT (docs/site-policy.md).
+    #[arg(long, value_name = "FILE")]
+    pub accounts: Option<PathBuf>,
+
+    /// With --accounts: how strongly priority weighs against throughput (the daemon's
+    /// `[hadar] priority_strength`; 0 ignores the accounts' priority).
+    #[arg(long, value_name = "S", default_value_t = 1.0)]
+    pub priority_strength: f64,
+
     #[command(flatten)]
     pub hadar: HadarArgs,
 }

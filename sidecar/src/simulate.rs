@@ -22,6 +22,8 @@ pub struct Inputs {
     /// estimated (see `ThroughputTable::estimated_rate`), and those the estimator does not
     /// know either (no job can use them).
     pub unmeasured_types: (Vec<String>, Vec<String>),
+    /// With --accounts: the account names and each job's account (by job index).
+    pub accounts: Option<(Vec<String>, Vec<Option<usize>>)>,
 }
 
 /// Reads cluster, throughputs and trace (or their embedded defaults).
@@ -62,7 +64,57 @@ pub fn load_inputs(
         cluster_origin,
         trace_origin,
         throughput_source: "true",
+        accounts: None,
     })
+}
+
+/// Sets each job's weight from its account's priority factors, through the same pure code
+/// as the daemon ([`hadar_core::site::priority`]).
+fn apply_accounts(
+    inputs: &mut Inputs,
+    path: &std::path::Path,
+    strength: f64,
+) -> Result<(), Failure> {
+    if !(strength.is_finite() && strength >= 0.0) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--priority-strength: must be a non-negative number, got {strength}"
+        )));
+    }
+    let file = hadar_formats::load_accounts(path).map_err(Failure::input)?;
+    let of = file.assign(inputs.jobs.len()).map_err(Failure::input)?;
+    for (job, a) in inputs.jobs.iter_mut().zip(&of) {
+        job.weight = file.factors(*a).weight(&file.weights, strength);
+    }
+    let names = file.accounts.iter().map(|a| a.name.clone()).collect();
+    inputs.accounts = Some((names, of));
+    Ok(())
+}
+
+/// Per account (and `(none)` for jobs in no account): its name, jobs and mean JCT in seconds.
+fn account_jct(inputs: &Inputs, r: &SimReport) -> Vec<(String, usize, f64)> {
+    let Some((names, of)) = &inputs.accounts else {
+        return Vec::new();
+    };
+    let index: std::collections::HashMap<_, _> = inputs
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.id, i))
+        .collect();
+    let mut sums = vec![(0usize, 0.0f64); names.len() + 1];
+    for o in &r.jobs {
+        let slot = index.get(&o.id).and_then(|&i| of[i]).unwrap_or(names.len());
+        sums[slot].0 += 1;
+        sums[slot].1 += o.jct_s();
+    }
+    names
+        .iter()
+        .cloned()
+        .chain(std::iter::once("(none)".to_string()))
+        .zip(sums)
+        .filter(|(_, (n, _))| *n > 0)
+        .map(|(name, (n, s))| (name, n, s / n as f64))
+        .collect()
 }
 
 /// One row of the comparison: a simulated policy or a computed bound.
@@ -124,6 +176,9 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     )?;
     if args.throughput_source == ThroughputSource::Estimated {
         inputs.throughput_source = "estimated";
+    }
+    if let Some(path) = &args.accounts {
+        apply_accounts(&mut inputs, path, args.priority_strength)?;
     }
     let workload = Workload {
         cluster: inputs.cluster.clone(),
@@ -365,6 +420,18 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
         out.push_str(&util.join("\n"));
         out.push('\n');
     }
+    if inputs.accounts.is_some() {
+        out.push_str("\nmean JCT by account (h):\n");
+        for o in outcomes {
+            if let Outcome::Simulated(r) = o {
+                let parts: Vec<String> = account_jct(inputs, r)
+                    .iter()
+                    .map(|(a, n, s)| format!("{a} {} ({n} jobs)", hours(*s)))
+                    .collect();
+                out.push_str(&format!("  {:<16}{}\n", r.policy, parts.join("  ")));
+            }
+        }
+    }
     out
 }
 
@@ -375,8 +442,13 @@ fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value 
         .map(|o| match o {
             Outcome::Simulated(r) => {
                 let m = &r.metrics;
+                let by_account: serde_json::Map<String, Value> = account_jct(inputs, r)
+                    .into_iter()
+                    .map(|(a, n, s)| (a, json!({ "jobs": n, "mean_jct_s": s })))
+                    .collect();
                 json!({
                     "policy": r.policy,
+                    "accounts": (!by_account.is_empty()).then_some(by_account),
                     "ttd_s": m.ttd_s,
                     "avg_jct_s": m.avg_jct_s,
                     "p50_jct_s": m.p50_jct_s,
