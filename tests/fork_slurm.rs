@@ -109,7 +109,7 @@ impl Serve {
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),
             spool = spool.display(),
-            runner = runner().display(),
+            runner = serve::fork_runner().display(),
         );
         std::fs::write(&config, text).expect("write the daemon's config");
         let child = spawn_in(bed, &config, None, hidden.then_some(spool.as_path()));
@@ -217,57 +217,12 @@ fn spawn_in(bed: &Testbed, config: &Path, crash_at: Option<&str>, hide: Option<&
 
 // ----- helpers -----
 
-fn runner() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")
-}
-
-/// The training program: `perl train.pl [fail]`.
-const TRAIN: &str = r#"
-use strict; use warnings; use Time::HiRes qw(time sleep);
-exit 3 if @ARGV && $ARGV[0] eq 'fail';
-my @w = (0.0, 0.0);
-if (my $f = $ENV{HADAR_START_CHECKPOINT}) {
-    open(my $in, '<:raw', $f) or die "open $f: $!";
-    local $/; my $b = <$in>;
-    my $n = unpack('Q<', substr($b, 0, 8));
-    @w = unpack('d<2', substr($b, 8 + $n, 16));
-}
-my $budget = $ENV{HADAR_STEP_BUDGET} // -1;
-my $deadline = $ENV{HADAR_DEADLINE} // -1;
-my $steps = 0;
-while (($budget < 0 || $steps < $budget) && ($deadline < 0 || time() < $deadline - 0.3)) {
-    sleep(0.05);
-    $steps++;
-}
-my @out = ($w[0] + $ENV{HADAR_FORK_INDEX} + 1, $w[1] + $steps);
-my $h = '{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}';
-$h .= ' ' x ((8 - length($h) % 8) % 8);
-my $path = $ENV{HADAR_CHECKPOINT_OUT};
-open(my $o, '>:raw', "$path.tmp") or die "write $path.tmp: $!";
-print $o pack('Q<', length($h)), $h, pack('d<2', @out);
-close($o) or die;
-rename("$path.tmp", $path) or die;
-open(my $s, '>', $ENV{HADAR_STEPS_FILE}) or die; print $s "$steps\n"; close($s);
-"#;
-
-/// A folder the job's user may write its output into, and the program.
-fn prepare(bed: &Testbed) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = bed.path("fork-jobs");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let prog = dir.join("train.pl");
-    std::fs::write(&prog, TRAIN).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
 /// Submits a `fork=yes` job as the test user, with more `#HADAR` words when given.
 fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, words: &str, program_args: &str) -> u32 {
-    let dir = prepare(bed);
+    let dir = serve::fork_jobs_dir(bed);
     let script = format!(
         "#!/bin/sh\n#HADAR fork=yes steps={steps} {words}\nexec {runner} -- /usr/bin/perl {prog} {program_args}\n",
-        runner = runner().display(),
+        runner = serve::fork_runner().display(),
         prog = dir.join("train.pl").display(),
     );
     let sub = bed.sbatch(
@@ -286,7 +241,7 @@ fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, words: &str, program_args
 
 /// Submits an unmanaged job that depends on `on` with `afterok`.
 fn submit_dependent(bed: &Testbed, on: u32) -> u32 {
-    let dir = prepare(bed);
+    let dir = serve::fork_jobs_dir(bed);
     let sub = bed.sbatch(
         &[
             &format!("--dependency=afterok:{on}"),
@@ -781,13 +736,13 @@ fn forked_job_completes_with_its_spool_hidden_from_the_daemon(bed: &mut Testbed)
 /// 13 minutes at a load average of 7.5 on 2 cores, hence the long wait.
 fn pytorch_example_trains_forked_with_the_outer_step(bed: &mut Testbed) {
     let serve = Serve::start_with_rounds(bed, "torch", 60, 6);
-    let dir = prepare(bed);
+    let dir = serve::fork_jobs_dir(bed);
     let total = 1600;
     let program =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/examples/digits_torch.py");
     let script = format!(
         "#!/bin/sh\n#HADAR fork=yes steps={total}\nexport OMP_NUM_THREADS=1\nexec {runner} -- python3 {program} train --seed 1 --step-seconds 0.2\n",
-        runner = runner().display(),
+        runner = serve::fork_runner().display(),
         program = program.display(),
     );
     let sub = bed.sbatch(

@@ -317,32 +317,6 @@ fn a_job_waits_for_a_type_that_finishes_within_its_time_limit(bed: &mut Testbed)
 
 // ----- forked jobs -----
 
-/// The training program of a forked job (the fork-runner contract, as in
-/// `tests/fork_slurm.rs`): one step per 50 ms within its budget and deadline, then a
-/// safetensors checkpoint and its step count.
-const TRAIN: &str = r#"
-use strict; use warnings; use Time::HiRes qw(time sleep);
-my $budget = $ENV{HADAR_STEP_BUDGET} // -1;
-my $deadline = $ENV{HADAR_DEADLINE} // -1;
-my $steps = 0;
-while (($budget < 0 || $steps < $budget) && ($deadline < 0 || time() < $deadline - 0.3)) {
-    sleep(0.05);
-    $steps++;
-}
-my $h = '{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}';
-$h .= ' ' x ((8 - length($h) % 8) % 8);
-my $path = $ENV{HADAR_CHECKPOINT_OUT};
-open(my $o, '>:raw', "$path.tmp") or die "write $path.tmp: $!";
-print $o pack('Q<', length($h)), $h, pack('d<2', 1.0, $steps);
-close($o) or die;
-rename("$path.tmp", $path) or die;
-open(my $s, '>', $ENV{HADAR_STEPS_FILE}) or die; print $s "$steps\n"; close($s);
-"#;
-
-fn fork_runner() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")
-}
-
 /// Starts `hadar serve` with `policy = "hadare"` and rounds of 8 s, its spool (sticky, for
 /// every user's copy jobs) beside its state database.
 fn serve_forking(bed: &Testbed, name: &str) -> (Serve, PathBuf) {
@@ -368,18 +342,6 @@ fn serve_forking(bed: &Testbed, name: &str) -> (Serve, PathBuf) {
     );
     std::fs::write(&config, text).unwrap();
     (Serve::spawn(bed, config, state), spool)
-}
-
-/// A folder the test user may write into, holding the training program.
-fn fork_dir(bed: &Testbed) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = bed.path("fork-jobs");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let prog = dir.join("train.pl");
-    std::fs::write(&prog, TRAIN).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
 }
 
 /// `sacct -X -P` rows (`JobID|JobName|Account|QOS|AllocTRES|ElapsedRaw|State|ReqTRES`) of the
@@ -440,7 +402,7 @@ fn a_forked_jobs_copies_are_billed_to_its_account_and_qos(bed: &mut Testbed) {
     sacctmgr(bed, &["add", "qos", "fk_qos"]);
     account(bed, "fk_acct", &[USER.2], &["fk_qos"]);
     let (serve, _spool) = serve_forking(bed, "billing");
-    let dir = fork_dir(bed);
+    let dir = fork_jobs_dir(bed);
     let script = format!(
         "#!/bin/sh\n#HADAR fork=yes steps=400\nexec {runner} -- /usr/bin/perl {prog}\n",
         runner = fork_runner().display(),

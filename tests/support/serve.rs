@@ -275,3 +275,52 @@ pub fn run_hadar(state: &std::path::Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The fork runner of this checkout (`wrappers/hadar-fork-run`).
+pub fn fork_runner() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")
+}
+
+/// A forked job's training program, `perl train.pl [fail]` (the fork-runner contract): it
+/// starts from `HADAR_START_CHECKPOINT` when given, takes one step per 50 ms within its budget
+/// and deadline, then writes a safetensors checkpoint (weights: its copy index + 1 and its
+/// steps, added to the start's) and its step count.
+pub const FORK_TRAIN: &str = r#"
+use strict; use warnings; use Time::HiRes qw(time sleep);
+exit 3 if @ARGV && $ARGV[0] eq 'fail';
+my @w = (0.0, 0.0);
+if (my $f = $ENV{HADAR_START_CHECKPOINT}) {
+    open(my $in, '<:raw', $f) or die "open $f: $!";
+    local $/; my $b = <$in>;
+    my $n = unpack('Q<', substr($b, 0, 8));
+    @w = unpack('d<2', substr($b, 8 + $n, 16));
+}
+my $budget = $ENV{HADAR_STEP_BUDGET} // -1;
+my $deadline = $ENV{HADAR_DEADLINE} // -1;
+my $steps = 0;
+while (($budget < 0 || $steps < $budget) && ($deadline < 0 || time() < $deadline - 0.3)) {
+    sleep(0.05);
+    $steps++;
+}
+my @out = ($w[0] + $ENV{HADAR_FORK_INDEX} + 1, $w[1] + $steps);
+my $h = '{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}';
+$h .= ' ' x ((8 - length($h) % 8) % 8);
+my $path = $ENV{HADAR_CHECKPOINT_OUT};
+open(my $o, '>:raw', "$path.tmp") or die "write $path.tmp: $!";
+print $o pack('Q<', length($h)), $h, pack('d<2', @out);
+close($o) or die;
+rename("$path.tmp", $path) or die;
+open(my $s, '>', $ENV{HADAR_STEPS_FILE}) or die; print $s "$steps\n"; close($s);
+"#;
+
+/// A folder the job's user may write its output into, and the program.
+pub fn fork_jobs_dir(bed: &Testbed) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = bed.path("fork-jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("train.pl");
+    std::fs::write(&prog, FORK_TRAIN).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}

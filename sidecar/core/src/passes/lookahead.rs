@@ -633,24 +633,6 @@ mod tests {
         assert!(c[&2].starts_now(0.0));
     }
 
-    fn two_node_cluster() -> Cluster {
-        use crate::Node;
-        Cluster::new(
-            vec!["v100".into(), "k80".into()],
-            vec![
-                Node {
-                    name: "n1".into(),
-                    gpus: vec![4, 0],
-                },
-                Node {
-                    name: "n3".into(),
-                    gpus: vec![0, 4],
-                },
-            ],
-        )
-        .unwrap()
-    }
-
     /// A 2-worker job: 10 steps/s on V100 (`v100`), 2 on K80, `remaining` steps left.
     fn two_worker(cluster: &Cluster, id: u64, v100: Option<f64>, remaining: f64) -> JobState {
         use crate::{Job, RateCurve, ThroughputProfile};
@@ -685,7 +667,7 @@ mod tests {
 
     #[test]
     fn inputs_hold_running_jobs_until_their_predicted_end_and_queue_the_waiting() {
-        let cluster = two_node_cluster();
+        let cluster = crate::passes::two_node_cluster();
         let n1 = cluster.node_by_name("n1").unwrap();
         let v100 = cluster.type_by_name("v100").unwrap();
         let held = Placement::gang([Part {
@@ -734,7 +716,7 @@ mod tests {
 
     #[test]
     fn the_pass_defers_jobs_pins_types_and_keeps_started_jobs_on_theirs() {
-        let cluster = two_node_cluster();
+        let cluster = crate::passes::two_node_cluster();
         let n1 = cluster.node_by_name("n1").unwrap();
         let v100 = cluster.type_by_name("v100").unwrap();
         let k80 = cluster.type_by_name("k80").unwrap();

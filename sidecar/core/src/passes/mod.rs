@@ -156,3 +156,23 @@ pub fn restrict_types(cluster: &Cluster, js: &mut JobState, allowed: &[String]) 
         ..(*js.job).clone()
     });
 }
+
+/// Two nodes for the passes' tests: n1 with 4 V100s, n3 with 4 K80s.
+#[cfg(test)]
+pub(crate) fn two_node_cluster() -> Cluster {
+    use crate::Node;
+    Cluster::new(
+        vec!["v100".into(), "k80".into()],
+        vec![
+            Node {
+                name: "n1".into(),
+                gpus: vec![4, 0],
+            },
+            Node {
+                name: "n3".into(),
+                gpus: vec![0, 4],
+            },
+        ],
+    )
+    .unwrap()
+}

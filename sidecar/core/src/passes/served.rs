@@ -211,25 +211,8 @@ mod tests {
     use super::*;
     use crate::passes::{JobFacts, JobPhase};
     use crate::policies::hadar::{HadarConfig, HadarPolicy};
-    use crate::{Job, Node, RateCurve, ThroughputProfile};
+    use crate::{Job, RateCurve, ThroughputProfile};
     use std::sync::Arc;
-
-    fn cluster() -> Cluster {
-        Cluster::new(
-            vec!["v100".into(), "k80".into()],
-            vec![
-                Node {
-                    name: "n1".into(),
-                    gpus: vec![4, 0],
-                },
-                Node {
-                    name: "n3".into(),
-                    gpus: vec![0, 4],
-                },
-            ],
-        )
-        .unwrap()
-    }
 
     fn job(id: u64, workers: u32, steps: f64) -> JobState {
         let job = Arc::new(Job {
@@ -269,7 +252,7 @@ mod tests {
         // Three 4-GPU jobs of 100 steps: 10 s each on the V100s, 50 s on the K80s. Plain
         // Hadar starts one on each type now; served, the second waits for the V100s
         // (10 + 3 + 10 = 23 s < 50 s), and so does the third (36 s).
-        let c = cluster();
+        let c = crate::passes::two_node_cluster();
         let jobs: Vec<JobState> = (1..=3).map(|i| job(i, 4, 100.0)).collect();
         let plain = hadar().plan(&input(&c, &jobs));
         let k80 = c.type_by_name("k80").unwrap();
@@ -292,7 +275,7 @@ mod tests {
 
     #[test]
     fn without_the_look_ahead_or_rules_it_is_the_inner_policy() {
-        let c = cluster();
+        let c = crate::passes::two_node_cluster();
         let jobs: Vec<JobState> = (1..=3).map(|i| job(i, 4, 100.0)).collect();
         let plain = hadar().plan(&input(&c, &jobs));
         let config = ServedConfig {
@@ -305,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_job_held_to_a_type_is_planned_only_there() {
-        let c = cluster();
+        let c = crate::passes::two_node_cluster();
         let jobs = vec![job(1, 2, 100.0)];
         let mut facts = TargetFacts::from_input(&c, &jobs);
         facts.jobs.insert(
@@ -327,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_running_job_the_rules_refuse_to_move_stays_where_it_is() {
-        let c = cluster();
+        let c = crate::passes::two_node_cluster();
         let mut jobs = vec![job(1, 2, 100.0)];
         let here = holding(&c, &[("n3".into(), "k80".into(), 2)]).unwrap();
         jobs[0].placement = Some(here.clone());
