@@ -496,6 +496,17 @@ impl<S: SlurmApi> Daemon<S> {
         }
     }
 
+    /// Slurm's jobs read again after this round changed some, with the ids of the records
+    /// it could not trust.
+    fn reread_jobs(&self) -> Result<(Vec<SlurmJob>, BTreeSet<u64>), DaemonError> {
+        let (jobs, refused) = self.slurm.jobs()?;
+        let untrusted = refused
+            .iter()
+            .filter_map(|(id, _)| id.parse().ok())
+            .collect();
+        Ok((jobs, untrusted))
+    }
+
     /// Runs one round at wall-clock time `now_unix`.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
         self.lead(now_unix)?;
@@ -520,21 +531,11 @@ impl<S: SlurmApi> Daemon<S> {
         let took_back = self.take_back_failed_open(round, &slurm_jobs, &mut rows)?;
         if took_back > 0 {
             // Held again, stripped or unmarked: this round plans from Slurm's state after that.
-            let (jobs, refused) = self.slurm.jobs()?;
-            slurm_jobs = jobs;
-            untrusted = refused
-                .iter()
-                .filter_map(|(id, _)| id.parse().ok())
-                .collect();
+            (slurm_jobs, untrusted) = self.reread_jobs()?;
         }
         if self.split_arrays(&slurm_jobs, now_unix) > 0 {
             // Each split-off element is a job record of its own, with its own id, from now on.
-            let (jobs, refused) = self.slurm.jobs()?;
-            slurm_jobs = jobs;
-            untrusted = refused
-                .iter()
-                .filter_map(|(id, _)| id.parse().ok())
-                .collect();
+            (slurm_jobs, untrusted) = self.reread_jobs()?;
         }
         // An array's record of pending elements is not a job hadar plans (see `arrays`).
         slurm_jobs.retain(|j| !arrays::is_pending_group(j));
