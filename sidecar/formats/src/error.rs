@@ -55,13 +55,13 @@ impl fmt::Display for Location {
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
     /// The file could not be read at all.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {reason}")]
     Io {
         /// The path.
         path: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// The OS error. Not a `source`: the message already says it, and the CLI prints
+        /// an error's sources after it, which said it twice.
+        reason: std::io::Error,
     },
     /// The content is wrong somewhere.
     #[error("{at}: {message}")]
@@ -93,9 +93,9 @@ pub fn bounded(text: &str, max: usize) -> String {
 
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_file(path: &std::path::Path) -> Result<String, FormatError> {
-    std::fs::read_to_string(path).map_err(|source| FormatError::Io {
+    std::fs::read_to_string(path).map_err(|reason| FormatError::Io {
         path: path.display().to_string(),
-        source,
+        reason,
     })
 }
 
