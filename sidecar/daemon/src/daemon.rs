@@ -594,38 +594,8 @@ impl<S: SlurmApi> Daemon<S> {
             .collect();
         // Nodes with jobs hadar does not manage, which an exclusive job may not share.
         let busy: BTreeSet<String> = foreign.iter().map(|(n, _, _)| n.clone()).collect();
-        // The rest of a running exclusive job's nodes is no other job's.
-        let exclusive_ids: BTreeSet<u64> = rows
-            .values()
-            .filter(|r| r.phase != Phase::Finished && exclusive::is_exclusive(&r.record))
-            .map(|r| r.id)
-            .collect();
-        let exclusive_running: Vec<&NodeGpus> = rows
-            .values()
-            .filter(|r| exclusive_ids.contains(&r.id))
-            .filter(|r| matches!(r.phase, Phase::Running | Phase::Starting))
-            .filter_map(|r| r.placement.as_ref())
-            .collect();
         let mut foreign = foreign;
-        foreign.extend(exclusive::fenced(&nodes, &exclusive_running));
-        let managed_running: Vec<&NodeGpus> = rows
-            .values()
-            .filter(|r| {
-                matches!(
-                    r.phase,
-                    Phase::Running | Phase::Starting | Phase::Preempting
-                )
-            })
-            .filter_map(|r| r.placement.as_ref())
-            .collect();
-        let exclusive_waiting: Vec<u32> = rows
-            .values()
-            .filter(|r| exclusive_ids.contains(&r.id) && r.phase == Phase::Waiting)
-            .map(|r| r.workers)
-            .collect();
-        let fence =
-            exclusive::fence_used_nodes(&nodes, &foreign, &managed_running, &exclusive_waiting);
-        foreign.extend(fence);
+        let exclusive_ids = exclusive::fence_off(&rows, &nodes, &mut foreign);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
         let site = crate::site::read(&self.slurm);
         let strength = self.config.hadar.priority_strength;

@@ -6,8 +6,50 @@
 //! another round. Pure.
 
 use hadar_slurm::NodeInfo;
-use hadar_store::NodeGpus;
+use hadar_store::{JobRow, NodeGpus, Phase};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The exclusive jobs among `rows` (returned), with the GPUs no other job may be planned
+/// onto added to `taken` (the GPUs the capacity view leaves out, as (node, type, count)):
+/// the rest of a running exclusive job's nodes ([`fenced`]), and, while an exclusive job
+/// waits, the free GPUs of partly used nodes when an idle node fits it
+/// ([`fence_used_nodes`]).
+pub fn fence_off(
+    rows: &BTreeMap<u64, JobRow>,
+    nodes: &[NodeInfo],
+    taken: &mut Vec<(String, String, u32)>,
+) -> BTreeSet<u64> {
+    let exclusive_ids: BTreeSet<u64> = rows
+        .values()
+        .filter(|r| r.phase != Phase::Finished && is_exclusive(&r.record))
+        .map(|r| r.id)
+        .collect();
+    let exclusive_running: Vec<&NodeGpus> = rows
+        .values()
+        .filter(|r| exclusive_ids.contains(&r.id))
+        .filter(|r| matches!(r.phase, Phase::Running | Phase::Starting))
+        .filter_map(|r| r.placement.as_ref())
+        .collect();
+    taken.extend(fenced(nodes, &exclusive_running));
+    let managed_running: Vec<&NodeGpus> = rows
+        .values()
+        .filter(|r| {
+            matches!(
+                r.phase,
+                Phase::Running | Phase::Starting | Phase::Preempting
+            )
+        })
+        .filter_map(|r| r.placement.as_ref())
+        .collect();
+    let exclusive_waiting: Vec<u32> = rows
+        .values()
+        .filter(|r| exclusive_ids.contains(&r.id) && r.phase == Phase::Waiting)
+        .map(|r| r.workers)
+        .collect();
+    let fence = fence_used_nodes(nodes, taken, &managed_running, &exclusive_waiting);
+    taken.extend(fence);
+    exclusive_ids
+}
 
 /// Whether a hadar record asks for whole nodes (`exclusive=yes`).
 pub fn is_exclusive(record: &str) -> bool {
