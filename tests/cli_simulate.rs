@@ -261,6 +261,35 @@ fn tiresias_settings_reach_the_policy_and_bad_ones_are_refused() {
     }
 }
 
+/// Hadar's weights and margins refuse mistyped values (a negative weight, `nan`, a share over
+/// 1) with the flag named, instead of quietly turning the feature off.
+#[test]
+fn mistyped_hadar_weights_are_refused_not_turned_off() {
+    for (flag, value, says) in [
+        ("--guard-margin-share", "nan", "is not a number"),
+        ("--guard-margin-share", "1.5", "share from 0 to 1"),
+        ("--criticality", "-1", "0 or more"),
+        ("--type-pressure", "inf", "finite number"),
+        ("--guard-margin", "two", "is not a number"),
+        ("--guard-type-tolerance", "-0.1", "0 or more"),
+    ] {
+        let (_, err, code) = hadar(&["simulate", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(says),
+            "{flag} {value}: {err}"
+        );
+    }
+    let (_, err, code) = hadar(&[
+        "simulate",
+        "--guard-type-tolerance",
+        "inf",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "`inf` turns the type tolerance off: {err}");
+}
+
 /// A what-if on GPUs Gavel did not measure: the run completes every job, the A100s are used,
 /// and the output says which types were estimated and which no job can use.
 #[test]

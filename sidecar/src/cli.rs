@@ -293,13 +293,13 @@ pub struct HadarArgs {
     /// job's utility is scaled by 1 + X * (its remaining time at its best rate / the
     /// round's largest), so long jobs that would set the makespan are not left to an idle
     /// tail. 0 turns it off.
-    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_CRITICALITY, help_heading = "Hadar")]
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_CRITICALITY, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
     pub criticality: f64,
     /// Weight of a cluster-wide per-type term in Hadar's prices: each price is multiplied
     /// by (U/L)^(X * share of the type's GPUs given out), so a filling type grows dearer
     /// and jobs that gain little on it turn to other types. 0 turns it off. (HadarE uses
     /// its own default, 1.)
-    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_TYPE_PRESSURE, help_heading = "Hadar")]
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_TYPE_PRESSURE, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
     pub type_pressure: f64,
     /// Turn off Hadar's makespan guard (start each job by its latest start time for the
     /// fluid bound of the remaining work): the policy as it was before it.
@@ -307,17 +307,17 @@ pub struct HadarArgs {
     pub no_makespan_guard: bool,
     /// The makespan guard's margin in rounds: a job whose slack to the fluid bound of the
     /// remaining work is under this many rounds runs this round, on types fast enough.
-    #[arg(long, value_name = "ROUNDS", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_ROUNDS, help_heading = "Hadar")]
+    #[arg(long, value_name = "ROUNDS", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_ROUNDS, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
     pub guard_margin: f64,
     /// A further margin of the makespan guard, as a share of the fluid bound of the
     /// remaining work: a job is urgent once its slack is under the margin in rounds plus
     /// this share of the bound.
-    #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_SHARE, help_heading = "Hadar")]
+    #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_SHARE, value_parser = parse_share, allow_negative_numbers = true, help_heading = "Hadar")]
     pub guard_margin_share: f64,
     /// The makespan guard's type tolerance: the priced pass offers a job only the GPU types
     /// whose cost per step, at the fluid bound's shadow prices, is within this share of its
     /// cheapest (work conservation may use the others). `inf` turns it off.
-    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_TYPE_TOLERANCE, help_heading = "Hadar")]
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_TYPE_TOLERANCE, value_parser = parse_tolerance, allow_negative_numbers = true, help_heading = "Hadar")]
     pub guard_type_tolerance: f64,
     /// Hadar's gang packing: when GPUs idle because every waiting gang is larger than what
     /// is free, smaller admitted jobs with slack yield this round so one fits (only when a
@@ -362,6 +362,51 @@ fn parse_thresholds(s: &str) -> Result<Thresholds, String> {
     .validate()
     .map_err(|e| e.to_string())?;
     Ok(Thresholds(values))
+}
+
+/// A weight or margin: a finite number, zero or more. Mistyped values (negative, `nan`,
+/// `inf`) are refused rather than quietly turned into 0, which would switch the feature off.
+fn parse_weight(s: &str) -> Result<f64, String> {
+    let x = parse_number(s)?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("`{}` must be a finite number, 0 or more", s.trim()))
+    }
+}
+
+/// A share of a whole: a number from 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    let x = parse_number(s)?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("`{}` must be a share from 0 to 1", s.trim()))
+    }
+}
+
+/// A tolerance: a number, 0 or more, or `inf` for none.
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    let x = parse_number(s)?;
+    if x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(format!(
+            "`{}` must be 0 or more (or `inf` for no limit)",
+            s.trim()
+        ))
+    }
+}
+
+fn parse_number(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a number", s.trim()))?;
+    if x.is_nan() {
+        return Err(format!("`{}` is not a number", s.trim()));
+    }
+    Ok(x)
 }
 
 fn parse_knob(s: &str) -> Result<Knob, String> {
@@ -434,32 +479,12 @@ impl HadarArgs {
             mixed_types: !self.single_type,
             swap_improvement: !self.no_swaps,
             exact: self.exact,
-            criticality: if self.criticality.is_finite() {
-                self.criticality.max(0.0)
-            } else {
-                0.0
-            },
-            type_pressure: if self.type_pressure.is_finite() {
-                self.type_pressure.max(0.0)
-            } else {
-                0.0
-            },
+            criticality: self.criticality,
+            type_pressure: self.type_pressure,
             makespan_guard: !self.no_makespan_guard,
-            guard_margin_rounds: if self.guard_margin.is_finite() {
-                self.guard_margin.max(0.0)
-            } else {
-                0.0
-            },
-            guard_margin_share: if self.guard_margin_share.is_finite() {
-                self.guard_margin_share.clamp(0.0, 1.0)
-            } else {
-                0.0
-            },
-            guard_type_tolerance: if self.guard_type_tolerance.is_nan() {
-                f64::INFINITY
-            } else {
-                self.guard_type_tolerance.max(0.0)
-            },
+            guard_margin_rounds: self.guard_margin,
+            guard_margin_share: self.guard_margin_share,
+            guard_type_tolerance: self.guard_type_tolerance,
             packing: match self.packing {
                 PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
                 PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,
