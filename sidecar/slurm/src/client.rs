@@ -241,7 +241,28 @@ impl Slurm {
         env
     }
 
+    /// Fails at once when the configured slurm.conf is missing, rather than letting each
+    /// command wait out its timeout.
+    fn conf_exists(&self) -> Result<(), CommandError> {
+        let (conf, named_by) = match &self.config.conf {
+            Some(conf) => (conf.clone(), "[slurm] slurm_conf"),
+            None => match std::env::var_os("SLURM_CONF") {
+                Some(conf) if !conf.is_empty() => (PathBuf::from(conf), "SLURM_CONF"),
+                _ => return Ok(()),
+            },
+        };
+        if conf.exists() {
+            Ok(())
+        } else {
+            Err(CommandError::MissingConf {
+                path: conf.display().to_string(),
+                named_by,
+            })
+        }
+    }
+
     pub(crate) fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
+        self.conf_exists()?;
         let env = self.slurm_env();
         Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
     }
@@ -538,6 +559,7 @@ impl Slurm {
         // daemon's environment reaches the user's job. (Naming variables in --export instead
         // makes 24.11 and later load the user's login environment on the node, which fails
         // for users without a login shell and requeues the job.)
+        self.conf_exists()?;
         let mut env: Vec<(String, String)> = self
             .config
             .conf
@@ -610,6 +632,23 @@ fn job_args(id: Option<String>, json: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_slurm_conf_fails_at_once_naming_the_file() {
+        let client = Slurm::new(SlurmConfig {
+            conf: Some(PathBuf::from("/nonexistent/hadar-test/slurm.conf")),
+            // A program that would wait out the timeout if it were run.
+            bin_dir: Some(PathBuf::from("/bin")),
+            timeout: Duration::from_secs(30),
+        });
+        let err = client.run("sleep", &["30".into()]).unwrap_err();
+        assert!(matches!(err, CommandError::MissingConf { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("/nonexistent/hadar-test/slurm.conf"),
+            "{err}"
+        );
+    }
 
     fn spec(nodes: &[(&str, &[(&str, u32)])]) -> GpuSpec {
         GpuSpec {

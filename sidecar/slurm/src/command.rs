@@ -19,6 +19,17 @@ pub enum CommandError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The slurm.conf the commands were told to use does not exist: Slurm's commands would
+    /// look for a configless controller and wait until their timeout, so none is run.
+    #[error(
+        "slurm.conf {path} does not exist (named by {named_by}); Slurm's commands are not run without it"
+    )]
+    MissingConf {
+        /// The path named.
+        path: String,
+        /// Where it was named: `[slurm] slurm_conf` or `SLURM_CONF`.
+        named_by: &'static str,
+    },
     /// The program ran longer than allowed and was killed.
     #[error("{command} did not finish within {timeout:?} and was killed")]
     Timeout {
