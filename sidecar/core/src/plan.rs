@@ -51,6 +51,12 @@ pub enum WaitReason {
         /// The limit in the admin's words: `QOS gpu4 MaxTRESPerUser=gres/gpu=4`.
         limit: String,
     },
+    /// Slurm cannot carry out the placement chosen for it (a rule of the target, such as
+    /// nodes per job or one node per copy); it waits for the next round.
+    SlurmRule {
+        /// The rule, in words.
+        why: String,
+    },
     /// Its time limit is too short to finish on the free types; it waits for a faster one.
     TimeLimit {
         /// Its time limit, seconds.
@@ -91,6 +97,10 @@ impl std::fmt::Display for WaitReason {
                     "Slurm would keep it pending for the site's limit {limit}"
                 )
             }
+            WaitReason::SlurmRule { why } => write!(
+                f,
+                "Slurm cannot carry out the placement chosen for it ({why}); it is planned again next round"
+            ),
             WaitReason::TimeLimit { limit_s, too_slow } => write!(
                 f,
                 "its time limit of {limit_s:.0} s is too short to finish on {too_slow}; it waits for a type fast enough"

@@ -63,7 +63,7 @@ impl ServedDecision {
         for (a, (_, verdict)) in self.plan.assignments.iter().zip(&self.verdicts) {
             match verdict {
                 Verdict::Enforced => out.assignments.push(a.clone()),
-                Verdict::Stays { .. } => {
+                Verdict::Stays { why } => {
                     let js = self.jobs.iter().find(|j| j.id() == a.job);
                     match (holding(cluster, &facts.job(a.job).holds), js) {
                         (Some(here), Some(js)) => {
@@ -73,10 +73,10 @@ impl ServedDecision {
                             kept.payoff = None;
                             out.assignments.push(kept);
                         }
-                        _ => out.waiting.push(not_enforceable(a.job)),
+                        _ => out.waiting.push(not_enforceable(a.job, why)),
                     }
                 }
-                Verdict::Refused { .. } => out.waiting.push(not_enforceable(a.job)),
+                Verdict::Refused { why } => out.waiting.push(not_enforceable(a.job, why)),
             }
         }
         // The look-ahead's deferred jobs: chosen, and not among the jobs planned.
@@ -94,10 +94,13 @@ impl ServedDecision {
     }
 }
 
-fn not_enforceable(job: JobId) -> Waiting {
+/// A job whose placement the target's rules refuse waits, and says which rule.
+fn not_enforceable(job: JobId, why: &str) -> Waiting {
     Waiting {
         job,
-        reason: WaitReason::DoesNotFit,
+        reason: WaitReason::SlurmRule {
+            why: why.to_string(),
+        },
     }
 }
 
@@ -327,5 +330,33 @@ mod tests {
         assert!(matches!(d.verdicts[0].1, Verdict::Stays { .. }), "{d:?}");
         let plan = d.enforced_plan(&c, &facts);
         assert_eq!(plan.assignments[0].placement, here);
+    }
+
+    #[test]
+    fn a_waiting_job_the_rules_refuse_waits_naming_the_rule() {
+        let c = crate::passes::two_node_cluster();
+        let jobs = vec![job(1, 2, 100.0)];
+        let facts = TargetFacts::from_input(&c, &jobs);
+        let config = ServedConfig {
+            look_ahead: false,
+            rules: EnforceRules {
+                max_nodes_per_job: Some(0),
+                ..EnforceRules::default()
+            },
+        };
+        let d = decide_with(&config, &input(&c, &jobs), &facts, |i| hadar().plan(i));
+        let Verdict::Refused { why } = &d.verdicts[0].1 else {
+            panic!("{d:?}");
+        };
+        let plan = d.enforced_plan(&c, &facts);
+        assert!(plan.assignments.is_empty(), "{plan:?}");
+        assert_eq!(
+            plan.waiting,
+            vec![Waiting {
+                job: JobId(1),
+                reason: WaitReason::SlurmRule { why: why.clone() },
+            }]
+        );
+        assert!(plan.waiting[0].reason.to_string().contains(why.as_str()));
     }
 }
