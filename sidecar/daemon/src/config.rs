@@ -276,157 +276,9 @@ impl DaemonConfig {
             reason: hadar_request::config::one_line(&e.to_string()),
         })?;
         let _ = (&file.slurm, &file.plugin);
-        let s = &file.sidecar;
-        let range = |key: &'static str, value: f64, ok: bool, expected: &'static str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError::Range {
-                    path: path.to_string(),
-                    key,
-                    value: value.to_string(),
-                    expected,
-                })
-            }
-        };
-        range(
-            "sidecar.round_seconds",
-            s.round_seconds,
-            s.round_seconds.is_finite() && s.round_seconds >= 0.5,
-            "give at least 0.5",
-        )?;
-        range(
-            "sidecar.preempt_grace_seconds",
-            s.preempt_grace_seconds,
-            s.preempt_grace_seconds.is_finite()
-                && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
-            "give 0 to 3600",
-        )?;
-        range(
-            "sidecar.restart_seconds",
-            s.restart_seconds,
-            s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
-            "give 0 or more",
-        )?;
-        range(
-            "sidecar.command_timeout_seconds",
-            s.command_timeout_seconds,
-            s.command_timeout_seconds.is_finite()
-                && (0.1..=600.0).contains(&s.command_timeout_seconds),
-            "give 0.1 to 600",
-        )?;
-        range(
-            "sidecar.default_steps",
-            s.default_steps as f64,
-            s.default_steps > 0,
-            "give at least 1",
-        )?;
-        range(
-            "sidecar.default_rate_per_gpu",
-            s.default_rate_per_gpu,
-            s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
-            "give a positive number",
-        )?;
-        range(
-            "sidecar.throughput_scale",
-            s.throughput_scale,
-            s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
-            "give a positive number",
-        )?;
-        range(
-            "sidecar.rate_learning_weight",
-            s.rate_learning_weight,
-            s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
-            "give a number in (0, 1]",
-        )?;
-        range(
-            "sidecar.keep_days",
-            s.keep_days,
-            s.keep_days.is_finite() && s.keep_days > 0.0,
-            "give a positive number of days",
-        )?;
-        range(
-            "sidecar.keep_rounds",
-            s.keep_rounds as f64,
-            s.keep_rounds >= 1,
-            "give at least 1",
-        )?;
-        // A round that takes its whole period plus a slow Slurm must not look like a dead
-        // daemon: the limit is at least two rounds.
-        range(
-            "sidecar.fail_open_after",
-            s.fail_open_after,
-            s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
-            "give at least twice sidecar.round_seconds",
-        )?;
-        // Between two renewals a leader waits at most one grace period or one command.
-        range(
-            "sidecar.lease_seconds",
-            s.lease_seconds,
-            s.lease_seconds.is_finite()
-                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
-            "give more than preempt_grace_seconds + command_timeout_seconds",
-        )?;
-        range(
-            "sidecar.max_clock_skew_seconds",
-            s.max_clock_skew_seconds,
-            s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
-            "give 0 or more",
-        )?;
-        if s.preempt_signal.is_empty()
-            || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())
-        {
-            return Err(ConfigError::Range {
-                path: path.to_string(),
-                key: "sidecar.preempt_signal",
-                value: s.preempt_signal.clone(),
-                expected: "give a signal name such as USR1",
-            });
-        }
-        let f = &file.fork;
-        let priority_strength = file.hadar.priority_strength;
-        // The margin only matters when jobs are forked; other daemons may keep short rounds.
-        range(
-            "fork.deadline_margin_seconds",
-            f.deadline_margin_seconds,
-            f.deadline_margin_seconds.is_finite()
-                && f.deadline_margin_seconds >= 0.0
-                && (s.policy != PolicyChoice::Hadare
-                    || f.deadline_margin_seconds < s.round_seconds),
-            "give 0 or more, below sidecar.round_seconds",
-        )?;
-        range(
-            "hadar.priority_strength",
-            priority_strength,
-            priority_strength.is_finite() && priority_strength >= 0.0,
-            "give 0 or more",
-        )?;
-        range(
-            "fork.max_failed_rounds",
-            f.max_failed_rounds as f64,
-            f.max_failed_rounds >= 1,
-            "give at least 1",
-        )?;
-        if Outer::parse(&f.outer).is_none() {
-            return Err(ConfigError::Range {
-                path: path.to_string(),
-                key: "fork.outer",
-                value: hadar_request::excerpt(&f.outer),
-                expected: "give mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1)",
-            });
-        }
-        if let Err((name, e)) = GpuCatalog::with_site(&file.gpu_types.0) {
-            return Err(ConfigError::Parse {
-                path: path.to_string(),
-                reason: format!(
-                    "gpu_types.{} (line {}): {e}",
-                    hadar_request::excerpt(&name),
-                    crate::check::Lines::new(text)
-                        .key(&["gpu_types", &name])
-                        .unwrap_or(0)
-                ),
-            });
-        }
+        check_sidecar(path, &file.sidecar)?;
+        check_fork_and_hadar(path, &file)?;
+        check_gpu_types(path, text, &file)?;
         let mut hadar = file.hadar;
         if !text_sets_max_nodes(text) {
             hadar.max_nodes_per_job = Some(1);
@@ -451,6 +303,191 @@ impl DaemonConfig {
         })?;
         DaemonConfig::parse(&shown, &text)
     }
+}
+
+/// A key's value is in its range, or the error naming the key, the value and what to give.
+fn range(
+    path: &str,
+    key: &'static str,
+    value: f64,
+    ok: bool,
+    expected: &'static str,
+) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Range {
+            path: path.to_string(),
+            key,
+            value: value.to_string(),
+            expected,
+        })
+    }
+}
+
+/// The `[sidecar]` table's ranges, and the relations between its keys.
+fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
+    range(
+        path,
+        "sidecar.round_seconds",
+        s.round_seconds,
+        s.round_seconds.is_finite() && s.round_seconds >= 0.5,
+        "give at least 0.5",
+    )?;
+    range(
+        path,
+        "sidecar.preempt_grace_seconds",
+        s.preempt_grace_seconds,
+        s.preempt_grace_seconds.is_finite() && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
+        "give 0 to 3600",
+    )?;
+    range(
+        path,
+        "sidecar.restart_seconds",
+        s.restart_seconds,
+        s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
+        "give 0 or more",
+    )?;
+    range(
+        path,
+        "sidecar.command_timeout_seconds",
+        s.command_timeout_seconds,
+        s.command_timeout_seconds.is_finite() && (0.1..=600.0).contains(&s.command_timeout_seconds),
+        "give 0.1 to 600",
+    )?;
+    range(
+        path,
+        "sidecar.default_steps",
+        s.default_steps as f64,
+        s.default_steps > 0,
+        "give at least 1",
+    )?;
+    range(
+        path,
+        "sidecar.default_rate_per_gpu",
+        s.default_rate_per_gpu,
+        s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
+        "give a positive number",
+    )?;
+    range(
+        path,
+        "sidecar.throughput_scale",
+        s.throughput_scale,
+        s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
+        "give a positive number",
+    )?;
+    range(
+        path,
+        "sidecar.rate_learning_weight",
+        s.rate_learning_weight,
+        s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
+        "give a number in (0, 1]",
+    )?;
+    range(
+        path,
+        "sidecar.keep_days",
+        s.keep_days,
+        s.keep_days.is_finite() && s.keep_days > 0.0,
+        "give a positive number of days",
+    )?;
+    range(
+        path,
+        "sidecar.keep_rounds",
+        s.keep_rounds as f64,
+        s.keep_rounds >= 1,
+        "give at least 1",
+    )?;
+    // A round that takes its whole period plus a slow Slurm must not look like a dead
+    // daemon: the limit is at least two rounds.
+    range(
+        path,
+        "sidecar.fail_open_after",
+        s.fail_open_after,
+        s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
+        "give at least twice sidecar.round_seconds",
+    )?;
+    // Between two renewals a leader waits at most one grace period or one command.
+    range(
+        path,
+        "sidecar.lease_seconds",
+        s.lease_seconds,
+        s.lease_seconds.is_finite()
+            && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
+        "give more than preempt_grace_seconds + command_timeout_seconds",
+    )?;
+    range(
+        path,
+        "sidecar.max_clock_skew_seconds",
+        s.max_clock_skew_seconds,
+        s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
+        "give 0 or more",
+    )?;
+    if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ConfigError::Range {
+            path: path.to_string(),
+            key: "sidecar.preempt_signal",
+            value: s.preempt_signal.clone(),
+            expected: "give a signal name such as USR1",
+        });
+    }
+    Ok(())
+}
+
+/// The `[fork]` table's ranges and `[hadar] priority_strength`.
+fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
+    let s = &file.sidecar;
+    let f = &file.fork;
+    let priority_strength = file.hadar.priority_strength;
+    // The margin only matters when jobs are forked; other daemons may keep short rounds.
+    range(
+        path,
+        "fork.deadline_margin_seconds",
+        f.deadline_margin_seconds,
+        f.deadline_margin_seconds.is_finite()
+            && f.deadline_margin_seconds >= 0.0
+            && (s.policy != PolicyChoice::Hadare || f.deadline_margin_seconds < s.round_seconds),
+        "give 0 or more, below sidecar.round_seconds",
+    )?;
+    range(
+        path,
+        "hadar.priority_strength",
+        priority_strength,
+        priority_strength.is_finite() && priority_strength >= 0.0,
+        "give 0 or more",
+    )?;
+    range(
+        path,
+        "fork.max_failed_rounds",
+        f.max_failed_rounds as f64,
+        f.max_failed_rounds >= 1,
+        "give at least 1",
+    )?;
+    if Outer::parse(&f.outer).is_none() {
+        return Err(ConfigError::Range {
+            path: path.to_string(),
+            key: "fork.outer",
+            value: hadar_request::excerpt(&f.outer),
+            expected: "give mean, nesterov, or nesterov:LR:MU with LR in (0, 10] and MU in [0, 1)",
+        });
+    }
+    Ok(())
+}
+
+/// The site's `[gpu_types]` names and rates.
+fn check_gpu_types(path: &str, text: &str, file: &File) -> Result<(), ConfigError> {
+    if let Err((name, e)) = GpuCatalog::with_site(&file.gpu_types.0) {
+        return Err(ConfigError::Parse {
+            path: path.to_string(),
+            reason: format!(
+                "gpu_types.{} (line {}): {e}",
+                hadar_request::excerpt(&name),
+                crate::check::Lines::new(text)
+                    .key(&["gpu_types", &name])
+                    .unwrap_or(0)
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
