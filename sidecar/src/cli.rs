@@ -324,35 +324,6 @@ pub struct HadarArgs {
     /// restart costs under half a round).
     #[arg(long, value_enum, default_value_t = PackingArg::Any, help_heading = "Hadar")]
     pub packing: PackingArg,
-    /// Work conservation keeps a gang off GPUs where it runs under this share of its best
-    /// rate when GPUs at least that fast free within --gang-hold-rounds rounds; 0: never.
-    #[arg(
-        long,
-        value_name = "SHARE",
-        default_value_t = 0.0,
-        help_heading = "Hadar"
-    )]
-    pub gang_hold_ratio: f64,
-    /// How many rounds ahead --gang-hold-ratio looks for GPUs that free.
-    #[arg(
-        long,
-        value_name = "ROUNDS",
-        default_value_t = 2.0,
-        help_heading = "Hadar"
-    )]
-    pub gang_hold_rounds: f64,
-    /// With --packing relocate, move jobs for a gang only when each keeps this share of its
-    /// rate.
-    #[arg(
-        long,
-        value_name = "SHARE",
-        default_value_t = 0.0,
-        help_heading = "Hadar"
-    )]
-    pub relocate_min_rate: f64,
-    /// With --packing relocate, move only jobs longer than the gang.
-    #[arg(long, help_heading = "Hadar")]
-    pub relocate_longer: bool,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -493,12 +464,7 @@ impl HadarArgs {
                 PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
                 PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,
                 PackingArg::Any => hadar_core::policies::hadar::Packing::Any,
-                PackingArg::Relocate => hadar_core::policies::hadar::Packing::Relocate,
             },
-            gang_hold_ratio: self.gang_hold_ratio,
-            gang_hold_rounds: self.gang_hold_rounds,
-            relocate_min_rate: self.relocate_min_rate,
-            relocate_longer: self.relocate_longer,
             ..HadarConfig::default()
         }
     }
@@ -538,9 +504,6 @@ pub enum PackingArg {
     Shorter,
     /// Jobs with slack yield to any waiting gang.
     Any,
-    /// As `any`, and jobs on the gang's efficient types may also move into GPUs left idle
-    /// to make room for it.
-    Relocate,
 }
 
 /// `hadar dry-run` arguments.

@@ -175,17 +175,6 @@ pub struct HadarConfig {
     /// Gang packing ([`packing`]): when GPUs idle because every waiting gang is larger than
     /// what is free, smaller admitted jobs with slack yield this round so one fits.
     pub packing: Packing,
-    /// Work conservation keeps a gang (2+ workers) off GPUs where it would run under this
-    /// share of its best rate when enough GPUs of types at least this fast free within
-    /// `gang_hold_rounds` rounds (running jobs that end by then); 0: never.
-    pub gang_hold_ratio: f64,
-    /// How many rounds ahead [`HadarConfig::gang_hold_ratio`] looks for GPUs that free.
-    pub gang_hold_rounds: f64,
-    /// With [`Packing::Relocate`], a room is taken only when every job that moves for the
-    /// gang keeps at least this share of its rate; 0: any.
-    pub relocate_min_rate: f64,
-    /// With [`Packing::Relocate`], only jobs with more remaining time than the gang move.
-    pub relocate_longer: bool,
 }
 
 impl Default for HadarConfig {
@@ -210,10 +199,6 @@ impl Default for HadarConfig {
             guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
             priority_strength: 1.0,
             packing: Packing::default(),
-            gang_hold_ratio: 0.0,
-            gang_hold_rounds: 2.0,
-            relocate_min_rate: 0.0,
-            relocate_longer: false,
         }
     }
 }
@@ -683,9 +668,6 @@ fn primal_dual_pass(
             let p = &ready[k];
             let js = &input.jobs[p.index];
             if let DualOutcome::Offer(o) = best_offer(book, &dual_job(p)) {
-                if hold_gang(config, input, ready, book, assignments, &owners, p, &o) {
-                    continue;
-                }
                 stats.filled += 1;
                 filled_ids.push(js.id());
                 owners.push(k);
@@ -703,7 +685,7 @@ fn primal_dual_pass(
         waiting,
     };
     let packed = packing::pack(
-        config,
+        config.packing,
         input,
         ready,
         book,
@@ -728,50 +710,6 @@ fn primal_dual_pass(
             stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
         }
     }
-}
-
-/// Whether work conservation should leave gang `p` waiting rather than give it `o`: `o`
-/// runs it under `gang_hold_ratio` of its best rate, and GPUs of types at least that fast,
-/// free now or held by jobs of this round that end within `gang_hold_rounds` rounds, are
-/// enough for its gang.
-#[allow(clippy::too_many_arguments)]
-fn hold_gang(
-    config: &HadarConfig,
-    input: &RoundInput<'_>,
-    ready: &[Prepared<'_>],
-    book: &PriceBook,
-    assignments: &[Assignment],
-    owners: &[usize],
-    p: &Prepared<'_>,
-    o: &dual::Offer,
-) -> bool {
-    let best = p.rates.iter().copied().fold(0.0, f64::max);
-    if config.gang_hold_ratio <= 0.0 || p.workers < 2 || o.rate >= config.gang_hold_ratio * best {
-        return false;
-    }
-    let good: Vec<bool> = p
-        .rates
-        .iter()
-        .map(|&r| r >= config.gang_hold_ratio * best)
-        .collect();
-    let mut soon: u32 = (0..good.len())
-        .filter(|&t| good[t])
-        .map(|t| book.free_of_type(t))
-        .sum();
-    let within = config.gang_hold_rounds.max(0.0) * input.round_s;
-    for (a, &k) in assignments.iter().zip(owners) {
-        let left = input.jobs[ready[k].index].remaining_steps / a.rate.max(1e-12);
-        if left <= within {
-            soon += a
-                .placement
-                .parts()
-                .iter()
-                .filter(|part| good[part.gpu_type.index()])
-                .map(|part| part.gpus)
-                .sum::<u32>();
-        }
-    }
-    soon >= p.workers
 }
 
 /// Running jobs with slack whose reserved GPUs urgent jobs may take, longest remaining

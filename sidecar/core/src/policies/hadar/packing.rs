@@ -34,10 +34,6 @@ pub enum Packing {
     /// docs/results-gavel.md).
     #[default]
     Any,
-    /// As [`Packing::Any`], and when no such yield makes room, smaller jobs on the gang's
-    /// efficient types may give up as many GPUs as the gang takes or more, as long as they
-    /// move into the GPUs left free so the GPUs in use still grow.
-    Relocate,
 }
 
 impl Packing {
@@ -47,7 +43,6 @@ impl Packing {
             Packing::Off => "off",
             Packing::Shorter => "shorter",
             Packing::Any => "any",
-            Packing::Relocate => "relocate",
         }
     }
 }
@@ -59,9 +54,8 @@ impl std::str::FromStr for Packing {
             "off" => Ok(Packing::Off),
             "shorter" => Ok(Packing::Shorter),
             "any" => Ok(Packing::Any),
-            "relocate" => Ok(Packing::Relocate),
             other => Err(format!(
-                "unknown packing `{other}`; known: off, shorter, any, relocate"
+                "unknown packing `{other}`; known: off, shorter, any"
             )),
         }
     }
@@ -77,14 +71,13 @@ pub(super) struct Admitted<'p> {
 /// Makes room for waiting gangs while that raises the GPUs in use; returns how many
 /// gangs it placed. `admit` records a placed job (as the primal-dual's admit does).
 pub(super) fn pack(
-    config: &super::HadarConfig,
+    mode: Packing,
     input: &RoundInput<'_>,
     ready: &[Prepared<'_>],
     book: &mut PriceBook,
     plan: Admitted<'_>,
     mut admit: impl FnMut(&mut PriceBook, &mut Vec<Assignment>, usize, Offer),
 ) -> usize {
-    let mode = config.packing;
     if mode == Packing::Off || input.restart_s * 2.0 >= input.round_s {
         return 0;
     }
@@ -107,12 +100,7 @@ pub(super) fn pack(
         if is_placed[k] || p.workers <= free {
             continue;
         }
-        let room = make_room(mode, ready, book, assignments, owners, k).or_else(|| {
-            (mode == Packing::Relocate)
-                .then(|| relocate_room(config, ready, book, assignments, owners, k))
-                .flatten()
-        });
-        let Some((victims, offer)) = room else {
+        let Some((victims, offer)) = make_room(mode, ready, book, assignments, owners, k) else {
             continue;
         };
         // Remove the yielding jobs, highest index first so the others keep theirs.
@@ -164,7 +152,7 @@ fn make_room(
             let q = &ready[owners[i]];
             !q.urgency.is_urgent()
                 && q.workers < p.workers
-                && (mode != Packing::Shorter || q.utility.remaining_best_s() > mine)
+                && (mode == Packing::Any || q.utility.remaining_best_s() > mine)
         })
         .collect();
     let left = |i: usize| ready[owners[i]].utility.remaining_best_s();
@@ -194,88 +182,4 @@ fn make_room(
         book.charge(&assignments[i].placement);
     }
     None
-}
-
-/// The relocating form of [`make_room`]: releases admitted smaller jobs with slack that hold
-/// GPUs of the gang's efficient types, longest remaining first, until the gang fits there;
-/// keeps the change only when the gang and the released jobs that fit again in what is
-/// left use more GPUs than the released jobs held (so the GPUs in use grow).
-fn relocate_room(
-    config: &super::HadarConfig,
-    ready: &[Prepared<'_>],
-    book: &mut PriceBook,
-    assignments: &[Assignment],
-    owners: &[usize],
-    k: usize,
-) -> Option<(Vec<usize>, Offer)> {
-    let p = &ready[k];
-    let efficient = DualJob {
-        rates: p.priced_rates.as_deref().unwrap_or(&p.rates),
-        ..dual_job(p)
-    };
-    let on_efficient = |i: usize| {
-        assignments[i]
-            .placement
-            .types()
-            .iter()
-            .any(|t| efficient.rates.get(t.index()).is_some_and(|r| *r > 0.0))
-    };
-    let mut candidates: Vec<usize> = (0..assignments.len())
-        .filter(|&i| {
-            let q = &ready[owners[i]];
-            !q.urgency.is_urgent()
-                && q.workers < p.workers
-                && on_efficient(i)
-                && (!config.relocate_longer
-                    || q.utility.remaining_best_s() > p.utility.remaining_best_s())
-        })
-        .collect();
-    let left = |i: usize| ready[owners[i]].utility.remaining_best_s();
-    candidates.sort_by(|&a, &b| left(b).total_cmp(&left(a)));
-    let mut taken = Vec::new();
-    let mut freed = 0;
-    let mut found = None;
-    for i in candidates {
-        book.release(&assignments[i].placement);
-        taken.push(i);
-        freed += ready[owners[i]].workers;
-        if book.free_total() < p.workers {
-            continue;
-        }
-        let DualOutcome::Offer(o) = best_offer(book, &efficient) else {
-            continue;
-        };
-        // Try the gang and the released jobs' new places, then undo them.
-        book.charge(&o.placement);
-        let mut again: Vec<Offer> = Vec::new();
-        let mut slowed = false;
-        // In the order `pack` places them again: highest assignment index first.
-        let mut order = taken.clone();
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        for &v in &order {
-            if let DualOutcome::Offer(o) = best_offer(book, &dual_job(&ready[owners[v]])) {
-                slowed |= o.rate < config.relocate_min_rate * assignments[v].rate;
-                book.charge(&o.placement);
-                again.push(o);
-            }
-        }
-        let refit: u32 = again.iter().map(|o| o.placement.gpus()).sum();
-        for a in &again {
-            book.release(&a.placement);
-        }
-        book.release(&o.placement);
-        if p.workers + refit > freed && !slowed {
-            found = Some(o);
-            break;
-        }
-    }
-    match found {
-        Some(o) => Some((taken, o)),
-        None => {
-            for &i in &taken {
-                book.charge(&assignments[i].placement);
-            }
-            None
-        }
-    }
 }
