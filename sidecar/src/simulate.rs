@@ -123,51 +123,9 @@ enum Outcome {
     Bound { name: PolicyName, ttd_s: f64 },
 }
 
-/// Runs the command.
+/// Runs the command: settings, then each policy, then the outputs.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
-    let file = match args.config.as_ref().or(args.gpu_types.as_ref()) {
-        Some(path) => Some(hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?),
-        None => None,
-    };
-    if let Some(config) = &file {
-        // Before any rate is estimated: every lookup of this run sees the site's names.
-        hadar_core::estimate::install_catalog(config.gpu_catalog());
-    }
-    // With --config, the file says what `hadar serve` would run; --gpu-types only names types.
-    let serve = file.as_ref().filter(|_| args.config.is_some());
-    let names = match (&args.policy, serve) {
-        (Some(list), _) => PolicyName::parse_list(list)
-            .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
-        (None, Some(_)) => vec![PolicyName::Served],
-        (None, None) => PolicyName::ALL.to_vec(),
-    };
-    let cfg = SimConfig {
-        round_s: serve.map_or(args.round_s, |c| c.sidecar.round_seconds),
-        restart_s: serve.map_or(args.restart_s, |c| c.sidecar.restart_seconds),
-        seed: args.seed,
-        model: hadar_sim::ClusterModel {
-            start_latency_s: args.start_latency_s,
-            copy_startup_s: args.copy_startup_s,
-            keeps_types: args.keeps_types,
-        },
-        ..SimConfig::default()
-    };
-    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
-        return Err(Failure::input(anyhow::anyhow!(
-            "--round-s: must be a positive number of seconds, got {}",
-            cfg.round_s
-        )));
-    }
-    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
-        return Err(Failure::input(anyhow::anyhow!(
-            "--restart-s: must be at least 0 and less than the round length ({} s), got {}",
-            cfg.round_s,
-            cfg.restart_s
-        )));
-    }
-    cfg.model
-        .validate(cfg.round_s, cfg.restart_s)
-        .map_err(|e| Failure::input(anyhow::anyhow!("cluster model: {e}")))?;
+    let settings = Settings::from_args(&args)?;
     let mut inputs = load_inputs(
         args.cluster.as_deref(),
         args.gpus_per_node,
@@ -184,100 +142,203 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         cluster: inputs.cluster.clone(),
         jobs: inputs.jobs.clone(),
     };
-    let opts = match serve {
-        Some(c) => PolicyOptions {
-            seed: args.seed,
-            hadar: c.hadar.clone(),
-            hadare: c.hadare.clone(),
-            tiresias: args.hadar.tiresias_config(),
-            served: c.served(),
-        },
-        None => PolicyOptions {
-            seed: args.seed,
-            hadar: args.hadar.config(),
-            hadare: args.hadar.hadare_config(),
-            tiresias: args.hadar.tiresias_config(),
-            served: args.hadar.served_config(),
-        },
-    };
+    let mut runs = Runs::default();
+    for name in &settings.names {
+        play(*name, &args, &settings, &workload, &mut runs)?;
+    }
+    write_outputs(&args, &inputs, &settings.cfg, runs)
+}
 
-    let mut outcomes = Vec::new();
-    let mut tracker_lines = String::new();
-    let mut report_runs = Vec::new();
-    for name in names {
-        if name.is_bound() {
-            let ttd_s = policies::bound(name, &workload.cluster, &workload.jobs)
-                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
-            outcomes.push(Outcome::Bound { name, ttd_s });
-            continue;
-        }
-        let mut policy = policies::build(name, &opts).ok_or_else(|| {
-            Failure::input(anyhow::anyhow!(
-                "--policy: `{name}` is not available in this build"
-            ))
-        })?;
-        tracing::info!(policy = %name, "simulating");
-        let want_trace = args.trace_out.is_some();
-        let cluster = &workload.cluster;
-        let mut estimated = match args.throughput_source {
-            ThroughputSource::True => None,
-            ThroughputSource::Estimated => Some(
-                EstimatedThroughputs::new(&workload.cluster, &workload.jobs).map_err(|e| {
-                    Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}"))
-                })?,
-            ),
+/// What the command line (and `--config`) ask for: the policies, the simulator's settings
+/// and the policies' options.
+struct Settings {
+    names: Vec<PolicyName>,
+    cfg: SimConfig,
+    opts: PolicyOptions,
+}
+
+impl Settings {
+    fn from_args(args: &SimulateArgs) -> Result<Settings, Failure> {
+        let file = match args.config.as_ref().or(args.gpu_types.as_ref()) {
+            Some(path) => Some(hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?),
+            None => None,
         };
-        let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);
-        let want_report = args.report.is_some();
-        let mut segments = Vec::new();
-        let report = simulate_with(&workload, policy.as_mut(), &cfg, beliefs, &mut |round| {
+        if let Some(config) = &file {
+            // Before any rate is estimated: every lookup of this run sees the site's names.
+            hadar_core::estimate::install_catalog(config.gpu_catalog());
+        }
+        // With --config, the file says what `hadar serve` would run; --gpu-types only names
+        // types.
+        let serve = file.as_ref().filter(|_| args.config.is_some());
+        let names = match (&args.policy, serve) {
+            (Some(list), _) => PolicyName::parse_list(list)
+                .map_err(|e| Failure::input(anyhow::anyhow!("--policy: {e}")))?,
+            (None, Some(_)) => vec![PolicyName::Served],
+            (None, None) => PolicyName::ALL.to_vec(),
+        };
+        let cfg = SimConfig {
+            round_s: serve.map_or(args.round_s, |c| c.sidecar.round_seconds),
+            restart_s: serve.map_or(args.restart_s, |c| c.sidecar.restart_seconds),
+            seed: args.seed,
+            model: hadar_sim::ClusterModel {
+                start_latency_s: args.start_latency_s,
+                copy_startup_s: args.copy_startup_s,
+                keeps_types: args.keeps_types,
+            },
+            ..SimConfig::default()
+        };
+        check_timing(&cfg)?;
+        let opts = match serve {
+            Some(c) => PolicyOptions {
+                seed: args.seed,
+                hadar: c.hadar.clone(),
+                hadare: c.hadare.clone(),
+                tiresias: args.hadar.tiresias_config(),
+                served: c.served(),
+            },
+            None => PolicyOptions {
+                seed: args.seed,
+                hadar: args.hadar.config(),
+                hadare: args.hadar.hadare_config(),
+                tiresias: args.hadar.tiresias_config(),
+                served: args.hadar.served_config(),
+            },
+        };
+        Ok(Settings { names, cfg, opts })
+    }
+}
+
+/// The round, the restart cost and the cluster model make sense together.
+fn check_timing(cfg: &SimConfig) -> Result<(), Failure> {
+    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--round-s: must be a positive number of seconds, got {}",
+            cfg.round_s
+        )));
+    }
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--restart-s: must be at least 0 and less than the round length ({} s), got {}",
+            cfg.round_s,
+            cfg.restart_s
+        )));
+    }
+    cfg.model
+        .validate(cfg.round_s, cfg.restart_s)
+        .map_err(|e| Failure::input(anyhow::anyhow!("cluster model: {e}")))
+}
+
+/// What the policies played give the outputs.
+#[derive(Default)]
+struct Runs {
+    outcomes: Vec<Outcome>,
+    tracker_lines: String,
+    report_runs: Vec<hadar_report::Run>,
+}
+
+/// Plays one policy (or computes one bound) on the workload.
+fn play(
+    name: PolicyName,
+    args: &SimulateArgs,
+    settings: &Settings,
+    workload: &Workload,
+    runs: &mut Runs,
+) -> Result<(), Failure> {
+    if name.is_bound() {
+        let ttd_s = policies::bound(name, &workload.cluster, &workload.jobs)
+            .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
+        runs.outcomes.push(Outcome::Bound { name, ttd_s });
+        return Ok(());
+    }
+    let mut policy = policies::build(name, &settings.opts).ok_or_else(|| {
+        Failure::input(anyhow::anyhow!(
+            "--policy: `{name}` is not available in this build"
+        ))
+    })?;
+    tracing::info!(policy = %name, "simulating");
+    let want_trace = args.trace_out.is_some();
+    let want_report = args.report.is_some();
+    let cluster = &workload.cluster;
+    let mut estimated = match args.throughput_source {
+        ThroughputSource::True => None,
+        ThroughputSource::Estimated => Some(
+            EstimatedThroughputs::new(&workload.cluster, &workload.jobs).map_err(|e| {
+                Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}"))
+            })?,
+        ),
+    };
+    let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);
+    let mut segments = Vec::new();
+    let tracker_lines = &mut runs.tracker_lines;
+    let report = simulate_with(
+        workload,
+        policy.as_mut(),
+        &settings.cfg,
+        beliefs,
+        &mut |round| {
             if want_report {
                 segments.extend(crate::report::segments_of(cluster, round));
             }
-            if !want_trace {
-                return;
+            if want_trace {
+                tracker_lines.push_str(&tracker_lines_of(cluster, name, round));
             }
-            for run in &round.runs {
-                let record = TrackerRecord::new(
-                    cluster,
-                    round.index,
-                    run.job,
-                    round.start_s,
-                    round.start_s + run.seconds,
-                    &run.placement,
-                    run.steps,
-                    &run.copy_steps,
-                    run.remaining_steps,
-                );
-                let mut line = serde_json::to_value(&record).unwrap_or_default();
-                line["policy"] = json!(name.as_str());
-                tracker_lines.push_str(&line.to_string());
-                tracker_lines.push('\n');
-            }
-        })
-        .with_context(|| format!("simulating `{name}`"))
-        .map_err(Failure::runtime)?;
-        if want_report {
-            report_runs.push(crate::report::run_of(cluster, &report, segments));
-        }
-        outcomes.push(Outcome::Simulated(report));
+        },
+    )
+    .with_context(|| format!("simulating `{name}`"))
+    .map_err(Failure::runtime)?;
+    if want_report {
+        runs.report_runs
+            .push(crate::report::run_of(cluster, &report, segments));
     }
+    runs.outcomes.push(Outcome::Simulated(report));
+    Ok(())
+}
 
+/// One round's job-tracker lines (one JSON object per job run, named by policy).
+fn tracker_lines_of(cluster: &Cluster, name: PolicyName, round: &hadar_sim::RoundRecord) -> String {
+    let mut lines = String::new();
+    for run in &round.runs {
+        let record = TrackerRecord::new(
+            cluster,
+            round.index,
+            run.job,
+            round.start_s,
+            round.start_s + run.seconds,
+            &run.placement,
+            run.steps,
+            &run.copy_steps,
+            run.remaining_steps,
+        );
+        let mut line = serde_json::to_value(&record).unwrap_or_default();
+        line["policy"] = json!(name.as_str());
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    lines
+}
+
+/// Prints (or writes) the comparison, and writes the report and tracker files asked for.
+fn write_outputs(
+    args: &SimulateArgs,
+    inputs: &Inputs,
+    cfg: &SimConfig,
+    runs: Runs,
+) -> Result<(), Failure> {
     let text = match args.format {
-        Format::Table => render_table(&inputs, &cfg, &outcomes),
+        Format::Table => render_table(inputs, cfg, &runs.outcomes),
         Format::Json => {
-            serde_json::to_string_pretty(&render_json(&inputs, &cfg, &outcomes))
+            serde_json::to_string_pretty(&render_json(inputs, cfg, &runs.outcomes))
                 .map_err(Failure::runtime)?
                 + "\n"
         }
     };
     if let Some(dir) = &args.report {
-        hadar_report::write_report(dir, &report_runs)
+        hadar_report::write_report(dir, &runs.report_runs)
             .context("--report")
             .map_err(Failure::runtime)?;
     }
     if let Some(path) = &args.trace_out {
-        write_atomically(path, &tracker_lines)
+        write_atomically(path, &runs.tracker_lines)
             .with_context(|| format!("writing {}", path.display()))
             .map_err(Failure::runtime)?;
     }
@@ -292,8 +353,6 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     }
 }
 
-/// Writes `text` to a temporary file beside `path`, then renames it into place, so a
-/// reader never sees a half-written result.
 fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let dir = path
         .parent()
