@@ -18,6 +18,7 @@
 //! * [`capacity`]: a ledger of free GPUs per (node, type), used while building a plan.
 //! * [`plan`]: a round's decisions, and the check that a plan respects capacity and gangs.
 //! * [`policy`]: the one trait every scheduling policy implements.
+//! * [`market`]: the utilities and the price book Hadar and HadarE share.
 //! * [`policies`]: Hadar, HadarE and the baselines.
 //! * [`passes`]: the look-ahead and the target's enforceability rules, composed around Hadar
 //!   into the policy `hadar serve` runs.
@@ -32,6 +33,7 @@ pub mod cluster;
 pub mod estimate;
 pub mod job;
 pub mod lp;
+pub mod market;
 pub mod passes;
 pub mod placement;
 pub mod plan;
