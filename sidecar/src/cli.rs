@@ -293,7 +293,7 @@ pub struct HadarArgs {
     /// job's utility is scaled by 1 + X * (its remaining time at its best rate / the
     /// round's largest), so long jobs that would set the makespan are not left to an idle
     /// tail. 0 turns it off.
-    #[arg(long, value_name = "X", default_value_t = hadar_core::market::DEFAULT_CRITICALITY, help_heading = "Hadar")]
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_CRITICALITY, help_heading = "Hadar")]
     pub criticality: f64,
     /// Weight of a cluster-wide per-type term in Hadar's prices: each price is multiplied
     /// by (U/L)^(X * share of the type's GPUs given out), so a filling type grows dearer

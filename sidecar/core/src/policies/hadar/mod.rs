@@ -35,13 +35,16 @@ mod packing;
 mod swap;
 pub mod synthetic;
 
+/// The default weight of the makespan-aware utility factor, listed with Hadar's other
+/// defaults; defined with the utilities in [`crate::market`] (HadarE's default too).
+pub use crate::market::DEFAULT_CRITICALITY;
 /// Hadar's objective (a field of [`HadarConfig`]); defined with the utilities in
 /// [`crate::market`].
 pub use crate::market::Objective;
 pub use packing::Packing;
 
 use crate::job::{JobId, JobState};
-use crate::market::{DEFAULT_CRITICALITY, JobUtility, PriceBook, PriceBounds};
+use crate::market::{JobUtility, PriceBook, PriceBounds};
 use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
