@@ -16,7 +16,6 @@ use crate::Failure;
 use crate::cli::EmulateArgs;
 use anyhow::{Context, anyhow};
 use hadar_daemon::progress::Progress;
-use hadar_daemon::spec::{resolve_job_type, table_rate};
 use hadar_slurm::{Slurm, SlurmConfig};
 use std::io::Write;
 use std::path::Path;
@@ -32,7 +31,9 @@ extern "C" fn on_checkpoint_signal(_: libc::c_int) {
 /// Runs the emulated job.
 pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     let table = hadar_formats::embedded::throughputs().map_err(Failure::runtime)?;
-    let job_type = resolve_job_type(&table, &a.job_type)
+    let job_type = table
+        .resolve_job_type(&a.job_type)
+        .map(str::to_owned)
         .ok_or_else(|| Failure::input(anyhow!("--job-type {}: not a job type of Gavel's table (e.g. resnet50-b64, transformer-b128, a3c)", a.job_type)))?;
     if !(a.time_scale.is_finite() && a.time_scale > 0.0) {
         return Err(Failure::input(anyhow!(
@@ -164,7 +165,8 @@ fn gang_rate(
     let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
     let mut rate = f64::INFINITY;
     for (t, _) in gpus {
-        let r = table_rate(table, job_type, t, workers)
+        let r = table
+            .rate_or_scaled(job_type, t, workers)
             .filter(|r| *r > 0.0)
             .ok_or_else(|| {
                 Failure::runtime(anyhow!(

@@ -229,8 +229,8 @@ pub fn wait_queue_empty(bed: &Testbed) {
 
 pub fn gavel_rate(job_type: &str, gpu_type: &str, workers: u32) -> f64 {
     let table = hadar_formats::embedded::throughputs().unwrap();
-    let name = hadar_daemon::spec::resolve_job_type(&table, job_type).unwrap();
-    hadar_daemon::spec::table_rate(&table, &name, gpu_type, workers).unwrap()
+    let name = table.resolve_job_type(job_type).unwrap();
+    table.rate_or_scaled(name, gpu_type, workers).unwrap()
 }
 
 /// The rate `hadar emulate` printed for its run.

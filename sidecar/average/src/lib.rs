@@ -342,7 +342,7 @@ pub fn consolidate(
         }
     }
     let raw: Vec<f64> = inputs.iter().map(|(_, w)| *w).collect();
-    let weights = hadar_core::tracker::consolidation_weights(&raw);
+    let weights = hadar_consolidation::consolidation_weights(&raw);
     let mut checkpoints = inputs
         .iter()
         .map(|(p, _)| Checkpoint::open(p))

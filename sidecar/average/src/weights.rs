@@ -63,7 +63,7 @@ pub fn normalise_weights(steps: &[f64]) -> Result<Vec<f64>, WeightsError> {
     if let Some(bad) = steps.iter().find(|s| !(s.is_finite() && **s >= 0.0)) {
         return Err(WeightsError::BadSteps(bad.to_string()));
     }
-    Ok(hadar_core::tracker::consolidation_weights(steps))
+    Ok(hadar_consolidation::consolidation_weights(steps))
 }
 
 /// The copies of one tracker record, in copy order.

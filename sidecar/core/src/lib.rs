@@ -8,7 +8,8 @@
 //! passes around the same Hadar as the policy `served` ([`passes::served::ServedPolicy`]),
 //! configured from the same `hadar.toml` with `--config`. What the daemon still does outside
 //! this crate: the site's rules are read from Slurm (and applied by [`site`]'s pure passes
-//! only in the daemon), and `fork=yes` jobs are planned by its fork pass.
+//! only in the daemon), and `fork=yes` jobs are planned by its fork pass (the same round as
+//! a pure pass, [`passes::mixed`], is here; the daemon does not call it yet).
 //!
 //! * [`cluster`]: nodes, GPU types and capacities.
 //! * [`throughput`]: how fast a job runs on each GPU type with a given number of workers.
@@ -18,9 +19,10 @@
 //! * [`capacity`]: a ledger of free GPUs per (node, type), used while building a plan.
 //! * [`plan`]: a round's decisions, and the check that a plan respects capacity and gangs.
 //! * [`policy`]: the one trait every scheduling policy implements.
+//! * [`market`]: the utilities and the price book Hadar and HadarE share.
 //! * [`policies`]: Hadar, HadarE and the baselines.
 //! * [`passes`]: the look-ahead and the target's enforceability rules, composed around Hadar
-//!   into the policy `hadar serve` runs.
+//!   into the policy `hadar serve` runs; the mixed round of plain and `fork=yes` jobs.
 //! * [`tracker`]: the Job Tracker's per-round records of forked copies.
 //! * [`site`]: a site's own rules (priority weights, limits, time limits) as pure passes.
 //! * [`bounds`]: fluid lower bounds on the makespan.
@@ -32,6 +34,7 @@ pub mod cluster;
 pub mod estimate;
 pub mod job;
 pub mod lp;
+pub mod market;
 pub mod passes;
 pub mod placement;
 pub mod plan;

@@ -49,26 +49,9 @@ pub struct TrackerRecord {
     pub remaining_steps: f64,
 }
 
-/// Consolidation weights `steps_k / sum(steps)`. When no copy did any step (a round cut
-/// short before the first step), every copy gets an equal weight, so averaging is still
-/// defined and leaves identical copies unchanged.
-pub fn consolidation_weights(steps: &[f64]) -> Vec<f64> {
-    let total: f64 = steps.iter().filter(|s| s.is_finite() && **s > 0.0).sum();
-    if total <= 0.0 {
-        let n = steps.len().max(1) as f64;
-        return vec![1.0 / n; steps.len()];
-    }
-    steps
-        .iter()
-        .map(|s| {
-            if s.is_finite() && *s > 0.0 {
-                s / total
-            } else {
-                0.0
-            }
-        })
-        .collect()
-}
+/// The consolidation weights, `steps_k / sum(steps)` (the rule lives in its own crate so that
+/// `hadar-average`, run as the job's user, shares it without linking the scheduling core).
+pub use hadar_consolidation::consolidation_weights;
 
 impl TrackerRecord {
     /// Builds a record from a placement and the steps each of its parts did (for a forked
@@ -125,14 +108,6 @@ mod tests {
     use super::*;
     use crate::cluster::{GpuType, NodeId};
     use crate::placement::Part;
-    use proptest::prelude::*;
-
-    #[test]
-    fn weights_follow_steps() {
-        assert_eq!(consolidation_weights(&[1200.0, 800.0]), vec![0.6, 0.4]);
-        assert_eq!(consolidation_weights(&[0.0, 0.0]), vec![0.5, 0.5]);
-        assert_eq!(consolidation_weights(&[]), Vec::<f64>::new());
-    }
 
     #[test]
     fn a_forked_record_names_nodes_and_types() {
@@ -163,15 +138,5 @@ mod tests {
         assert_eq!(r.copies[0].node, "v100-0");
         assert_eq!(r.copies[1].gpu_type, "k80");
         assert_eq!(r.copies[1].weight, Some(0.25));
-    }
-
-    proptest! {
-        #[test]
-        fn weights_sum_to_one(steps in prop::collection::vec(0.0f64..1e6, 1..16)) {
-            let w = consolidation_weights(&steps);
-            let sum: f64 = w.iter().sum();
-            prop_assert!((sum - 1.0).abs() < 1e-9);
-            prop_assert!(w.iter().all(|x| (0.0..=1.0).contains(x)));
-        }
     }
 }

@@ -199,7 +199,7 @@ pub fn spec_of(row: &JobRow, table: &ThroughputTable) -> JobSpec {
     JobSpec {
         workers: row.workers,
         steps: None,
-        job_type: spec::resolve_job_type(table, &row.name),
+        job_type: table.resolve_job_type(&row.name).map(str::to_owned),
         hints: Vec::new(),
         gpu_types: None,
         fork: false,

@@ -4,10 +4,10 @@
 //! Throughput comes, per GPU type and in this order, from: the rate learned from the job's own
 //! progress reports on that type; the job's `throughput=` hint (steps/s on one GPU of the
 //! type, scaled linearly with the worker count); Gavel's measured table for the job's
-//! `type=` (see [`resolve_job_type`]), or, on a GPU type the table has no column for (an A100,
+//! `type=` (see [`ThroughputTable::resolve_job_type`]), or, on a GPU type the table has no column for (an A100,
 //! an H100), the estimator's rate for that job type from its traits and the GPU's datasheet,
 //! calibrated on the types the table measured (see
-//! [`ThroughputTable::estimated_rate`]); then, for a job that describes its model
+//! [`ThroughputTable::prior`]); then, for a job that describes its model
 //! (`model=params:...,gflops:...,batch:...`), the estimator's rate from those traits and the
 //! GPU's datasheet; and last a default rate per GPU, the same on every
 //! type (so an unknown job is scheduled heterogeneity-blind until it reports). Prior rates
@@ -16,7 +16,7 @@
 
 use hadar_core::estimate::JobTraits;
 use hadar_core::{RateCurve, ThroughputProfile};
-use hadar_formats::ThroughputTable;
+use hadar_formats::{TableRate, ThroughputTable};
 use hadar_request::{Record, Scope};
 use hadar_store::LearnedRate;
 use serde::Serialize;
@@ -142,66 +142,10 @@ pub struct Priors {
     pub throughput_scale: f64,
 }
 
-/// Finds the table's job type a directive names. Exact names match first; otherwise names
-/// are compared by their letters and digits only, lower-cased, where the table's
-/// `Model (batch size B)` is also known as `model-bB` (e.g. `resnet50-b64`,
-/// `transformer-b128`, `lm-b20`) and plain `model` means its smallest batch size.
-pub fn resolve_job_type(table: &ThroughputTable, name: &str) -> Option<String> {
-    if table.knows(name) {
-        return Some(name.to_string());
-    }
-    let want = squash(name);
-    let mut by_model: Option<(u64, String)> = None;
-    for t in table.job_types() {
-        let (model, batch) = split_batch(t);
-        let short = match batch {
-            Some(b) => format!("{}b{b}", squash(model)),
-            None => squash(model),
-        };
-        if short == want || squash(t) == want {
-            return Some(t.to_string());
-        }
-        if squash(model) == want {
-            let b = batch.unwrap_or(0);
-            if by_model.as_ref().is_none_or(|(best, _)| b < *best) {
-                by_model = Some((b, t.to_string()));
-            }
-        }
-    }
-    by_model.map(|(_, t)| t)
-}
-
-/// The short name of a table job type (`ResNet-50 (batch size 64)` -> `resnet50-b64`).
-pub fn short_name(job_type: &str) -> String {
-    let (model, batch) = split_batch(job_type);
-    match batch {
-        Some(b) => format!("{}-b{b}", squash(model)),
-        None => squash(model),
-    }
-}
-
-fn squash(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_lowercase())
-        .collect()
-}
-
-fn split_batch(t: &str) -> (&str, Option<u64>) {
-    if let Some(open) = t.find(" (batch size ")
-        && let Some(b) = t[open + 13..]
-            .strip_suffix(')')
-            .and_then(|b| b.parse().ok())
-    {
-        return (&t[..open], Some(b));
-    }
-    (t, None)
-}
-
-/// The rate of a table job type with `workers` workers of `gpu_type`: the measured value, or
-/// for an unmeasured worker count the nearest smaller measured count scaled linearly (see
-/// [`ThroughputTable::rate_or_scaled`]).
-pub fn table_rate(
+/// The rate of a table job type with `workers` workers of `gpu_type` (fork.rs's tests still
+/// call it; the lookup is [`ThroughputTable::rate_or_scaled`]).
+#[cfg(test)]
+pub(crate) fn table_rate(
     table: &ThroughputTable,
     job_type: &str,
     gpu_type: &str,
@@ -232,7 +176,7 @@ pub fn profile(
     let table_type = spec
         .job_type
         .as_deref()
-        .and_then(|t| resolve_job_type(table, t));
+        .and_then(|t| table.resolve_job_type(t));
     let mut curves = Vec::with_capacity(type_names.len());
     let mut origins = Vec::with_capacity(type_names.len());
     for t in type_names {
@@ -252,30 +196,18 @@ pub fn profile(
                 Some(h * n as f64 * priors.throughput_scale),
                 RateSource::Hint,
             )
-        } else if let Some(jt) = &table_type {
-            let measured_type = table.gpu_types().iter().any(|m| m.eq_ignore_ascii_case(t));
-            if measured_type {
-                // The table's zero or missing rate on a type it measured means the job
-                // cannot run there (it does not fit).
-                match table_rate(table, jt, t, n).filter(|r| *r > 0.0) {
-                    Some(r) => (
-                        Some(r * priors.throughput_scale),
-                        RateSource::Table {
-                            job_type: jt.clone(),
-                        },
-                    ),
-                    None => (None, RateSource::Excluded),
-                }
-            } else {
-                match table.estimated_rate(jt, t, n) {
-                    Some(r) => (
-                        Some(r * priors.throughput_scale),
-                        RateSource::Estimated {
-                            job_type: jt.clone(),
-                        },
-                    ),
-                    None => (None, RateSource::Excluded),
-                }
+        } else if let Some(jt) = table_type {
+            let job_type = jt.to_string();
+            match table.prior(jt, t, n) {
+                TableRate::Measured(r) => (
+                    Some(r * priors.throughput_scale),
+                    RateSource::Table { job_type },
+                ),
+                TableRate::Estimated(r) => (
+                    Some(r * priors.throughput_scale),
+                    RateSource::Estimated { job_type },
+                ),
+                TableRate::CannotRun => (None, RateSource::Excluded),
             }
         } else if let Some(r) = spec.model.as_ref().and_then(|m| model_rate(m, t, n)) {
             (Some(r * priors.throughput_scale), RateSource::Model)
@@ -353,36 +285,6 @@ mod tests {
                 .contains("heterogeneous")
         );
         assert!(JobSpec::from_record("hadar:v2 gpus=2").is_err());
-    }
-
-    #[test]
-    fn job_type_names_resolve() {
-        let t = table();
-        assert_eq!(
-            resolve_job_type(&t, "ResNet-50 (batch size 64)").as_deref(),
-            Some("ResNet-50 (batch size 64)")
-        );
-        assert_eq!(
-            resolve_job_type(&t, "resnet50-b64").as_deref(),
-            Some("ResNet-50 (batch size 64)")
-        );
-        assert_eq!(
-            resolve_job_type(&t, "resnet50").as_deref(),
-            Some("ResNet-50 (batch size 16)")
-        );
-        assert_eq!(resolve_job_type(&t, "A3C").as_deref(), Some("A3C"));
-        assert_eq!(
-            resolve_job_type(&t, "cyclegan").as_deref(),
-            Some("CycleGAN")
-        );
-        assert_eq!(resolve_job_type(&t, "nosuchmodel"), None);
-        for jt in t.job_types() {
-            assert_eq!(
-                resolve_job_type(&t, &short_name(jt)).as_deref(),
-                Some(jt),
-                "{jt}"
-            );
-        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! * [`accounts`]: accounts for a simulated trace (fair-share and QOS per job).
 //! * [`cluster`]: a cluster from a TOML file or a short form such as `v100:16,p100:16`.
-//! * [`throughputs`]: Gavel's `simulation_throughputs.json`, read as it is.
+//! * [`throughputs`]: Gavel's `simulation_throughputs.json`, read as it is, and every lookup
+//!   of a job type's rate in it ([`ThroughputTable`]).
+//! * [`job_types`]: the table's job types by the names users write (`resnet50-b64`).
 //! * [`trace`]: Gavel's 10-column `.trace` files, read as they are.
 //! * [`jobs`]: the queue of a `hadar dry-run`, in TOML or JSON.
 //! * [`embedded`]: the default workload compiled into the binary.
@@ -12,6 +14,7 @@ pub mod accounts;
 pub mod cluster;
 pub mod embedded;
 pub mod error;
+pub mod job_types;
 pub mod jobs;
 pub mod synthetic;
 pub mod throughputs;
@@ -20,6 +23,7 @@ pub mod trace;
 pub use accounts::{AccountsFile, load_accounts, parse_accounts};
 pub use cluster::{load_cluster, parse_cluster_spec, parse_cluster_toml};
 pub use error::{FormatError, Location};
+pub use job_types::short_name;
 pub use jobs::{JobsFile, JobsSyntax, load_jobs, parse_jobs};
-pub use throughputs::ThroughputTable;
+pub use throughputs::{TableRate, ThroughputTable};
 pub use trace::{load_trace, parse_trace};

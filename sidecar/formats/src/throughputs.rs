@@ -226,6 +226,30 @@ impl ThroughputTable {
         Some(target * calibration).filter(|r| r.is_finite() && *r > 0.0)
     }
 
+    /// What the table says of `job_type` with `workers` workers of `gpu_type`, as a prior
+    /// before the job has run there. On a type the table has a column of that name (in any
+    /// case), its measured rate, or the largest smaller measured worker count's scaled
+    /// linearly ([`Self::rate_or_scaled`]); a zero or missing rate there means the job cannot
+    /// run so. On any other type, the estimated rate ([`Self::estimated_rate`]), or none.
+    pub fn prior(&self, job_type: &str, gpu_type: &str, workers: u32) -> TableRate {
+        let measured_type = self
+            .gpu_types
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(gpu_type));
+        let (rate, kind): (_, fn(f64) -> TableRate) = if measured_type {
+            (
+                self.rate_or_scaled(job_type, gpu_type, workers),
+                TableRate::Measured,
+            )
+        } else {
+            (
+                self.estimated_rate(job_type, gpu_type, workers),
+                TableRate::Estimated,
+            )
+        };
+        rate.filter(|r| *r > 0.0).map_or(TableRate::CannotRun, kind)
+    }
+
     /// The GPU types of `cluster` this table has no column for, split into those the
     /// estimator's datasheet table knows (rates there are estimated, see
     /// [`Self::estimated_rate`]) and those it does not (no job of the table can use them).
@@ -263,6 +287,17 @@ impl ThroughputTable {
             .collect();
         Some(ThroughputProfile::new(curves))
     }
+}
+
+/// A job type's rate on one GPU type, as [`ThroughputTable::prior`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TableRate {
+    /// Measured by the table (or scaled from a smaller measured worker count), steps/s.
+    Measured(f64),
+    /// Estimated for a GPU type the table has no column for, steps/s.
+    Estimated(f64),
+    /// The job cannot run so: a zero or missing rate on a measured type, or no estimate.
+    CannotRun,
 }
 
 /// Parses `('<job type>', <workers>)`.
@@ -370,6 +405,33 @@ mod tests {
         assert!(t.measures("tesla_p100-pcie-16gb"));
         // A V100-32GB is a different part from Gavel's 16 GB V100: estimated, not measured.
         assert!(!t.measures("tesla_v100-sxm2-32gb"));
+    }
+
+    /// Measured types give the table's rate (scaled for an unlisted worker count), a zero
+    /// rate or an unknown job type cannot run; unmeasured types are estimated.
+    #[test]
+    fn priors_are_measured_scaled_estimated_or_none() {
+        let t = crate::embedded::throughputs().unwrap();
+        let job = "ResNet-18 (batch size 64)";
+        let two = t.rate(job, "v100", 2).unwrap();
+        assert_eq!(t.prior(job, "V100", 2), TableRate::Measured(two));
+        assert_eq!(
+            t.prior(job, "v100", 3),
+            TableRate::Measured(two * 3.0 / 2.0)
+        );
+        assert_eq!(
+            t.prior(job, "a100", 2),
+            TableRate::Estimated(t.estimated_rate(job, "a100", 2).unwrap())
+        );
+        assert_eq!(t.prior(job, "x100", 2), TableRate::CannotRun);
+        assert_eq!(t.prior("no such job", "v100", 1), TableRate::CannotRun);
+        let small = ThroughputTable::parse_gavel_json(SMALL, "t.json").unwrap();
+        assert_eq!(
+            small.prior("A", "k80", 1),
+            TableRate::CannotRun,
+            "zero rate"
+        );
+        assert_eq!(small.prior("A", "v100", 4), TableRate::Measured(7.0));
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! as rounds of copies through the fork runner and averaged), and prints makespan, average
 //! JCT and GPU utilisation of each (see [`trace_mode`]).
 
-use hadar_daemon::spec::{short_name, table_rate};
+use hadar_formats::short_name;
 use hadar_slurm_testbed::{Options, Testbed};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -159,10 +159,11 @@ fn workload(n: usize, seed: u64, scale: f64) -> Vec<WorkJob> {
             continue;
         };
         // Every type must be able to run it, so that Hadar has a real choice.
-        if ["v100", "p100", "k80"]
-            .iter()
-            .any(|g| table_rate(&table, jt, g, workers).is_none_or(|r| r <= 0.0))
-        {
+        if ["v100", "p100", "k80"].iter().any(|g| {
+            table
+                .rate_or_scaled(jt, g, workers)
+                .is_none_or(|r| r <= 0.0)
+        }) {
             continue;
         }
         let seconds = 20.0 + (next() % 41) as f64;
@@ -383,7 +384,7 @@ fn trace_jobs(text: &str, origin: &str) -> Result<Vec<TraceJob>, String> {
     for j in jobs {
         let best = types
             .iter()
-            .filter_map(|t| table_rate(&table, &j.kind, t, j.workers))
+            .filter_map(|t| table.rate_or_scaled(&j.kind, t, j.workers))
             .fold(0.0f64, f64::max);
         if best <= 0.0 {
             return Err(format!(
@@ -642,7 +643,6 @@ fn trace_mode(a: &Args) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hadar_daemon::spec::resolve_job_type;
 
     #[test]
     fn workloads_are_seeded_heterogeneous_and_runnable_everywhere() {
@@ -651,8 +651,8 @@ mod tests {
         assert!(w.iter().any(|j| j.workers > 1));
         let table = hadar_formats::embedded::throughputs().unwrap();
         for j in &w {
-            let name = resolve_job_type(&table, &j.job_type).unwrap();
-            let fast = table.rate(&name, &j.fastest, j.workers).unwrap();
+            let name = table.resolve_job_type(&j.job_type).unwrap();
+            let fast = table.rate(name, &j.fastest, j.workers).unwrap();
             let secs = j.steps as f64 / (fast * 10.0);
             assert!((19.0..=61.0).contains(&secs), "{j:?}: {secs}");
         }

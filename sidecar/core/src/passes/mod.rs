@@ -11,9 +11,12 @@
 //! * [`enforce`]: the target's enforceability rules after the plan: placements one Slurm
 //!   request can give, types a job held to types keeps.
 //! * [`served`]: the composition, behind [`crate::Policy`].
+//! * [`mixed`]: the mixed round: plain jobs by one policy, `fork=yes` jobs by HadarE over the
+//!   GPUs left.
 
 pub mod enforce;
 pub mod lookahead;
+pub mod mixed;
 pub mod served;
 
 use crate::Cluster;

@@ -7,11 +7,11 @@
 //! cluster their weights are averaged in proportion to the steps each did).
 //!
 //! A round is planned in three passes over one Hadar price book (prices per (node, type),
-//! exponential in use, see [`super::hadar::prices`]):
+//! exponential in use, see [`crate::market::prices`]):
 //!
 //! 1. **Admission** (Hadar's primal-dual): jobs in arrival order each get their best single
 //!    copy, the (node, type, size) that maximises utility minus price, when that payoff is
-//!    positive. Utilities are Hadar's ([`super::hadar::utility`]), functions of the job's
+//!    positive. Utilities are Hadar's ([`crate::market::utility`]), functions of the job's
 //!    total rate.
 //! 2. **Forking**: further sweeps in the same order offer each job one more copy on a node it
 //!    does not use yet, admitted when the *marginal* payoff (utility gained minus price) is
@@ -27,9 +27,8 @@
 //! stickiness, a copy that stays where it ran counts as not moved (no restart in its
 //! utility), so copies stay put unless moving gains more than the restart costs.
 
-use super::hadar::prices::PriceBook;
-use super::hadar::utility::{JobUtility, Objective};
 use crate::cluster::{GpuType, NodeId};
+use crate::market::{DEFAULT_CRITICALITY, JobUtility, Objective, PriceBook};
 use crate::placement::{Part, Placement};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
@@ -53,7 +52,7 @@ pub struct HadarEConfig {
     /// Weight of the makespan-aware factor of the `avg-jct` utility, as in Hadar.
     pub criticality: f64,
     /// Weight of the cluster-wide per-type price term (see
-    /// [`super::hadar::prices::PriceBook::with_type_pressure`]).
+    /// [`PriceBook::with_type_pressure`]).
     pub type_pressure: f64,
 }
 
@@ -64,7 +63,7 @@ impl Default for HadarEConfig {
             max_copies: 8,
             work_conservation: true,
             stickiness: true,
-            criticality: super::hadar::DEFAULT_CRITICALITY,
+            criticality: DEFAULT_CRITICALITY,
             type_pressure: DEFAULT_HADARE_TYPE_PRESSURE,
         }
     }

@@ -21,9 +21,9 @@
 //! the types at least as fast as `b`, and earns no more utility, so taking the best over
 //! all `b` gives the payoff-maximising placement exactly.
 
-use super::prices::{NodeClass, PriceBook};
-use super::utility::JobUtility;
 use crate::cluster::{GpuType, NodeId};
+use crate::market::JobUtility;
+use crate::market::prices::{NodeClass, PriceBook};
 use crate::placement::{Part, Placement};
 use crate::plan::WaitReason;
 

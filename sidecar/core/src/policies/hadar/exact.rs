@@ -18,8 +18,8 @@
 //! returned and marked unproven.
 
 use super::dual::gang_rate;
-use super::utility::JobUtility;
 use crate::cluster::{Cluster, GpuType};
+use crate::market::JobUtility;
 use crate::placement::{Part, Placement};
 
 /// One job as the exact search sees it.

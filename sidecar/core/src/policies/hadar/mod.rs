@@ -2,9 +2,10 @@
 //!
 //! Each round:
 //! 1. Every job that can run gets a utility function of its rate ([`utility`]); `U` and `L`
-//!    come from the jobs' utilities per GPU-round ([`prices::PriceBook::bounds_from_utilities`]):
+//!    come from the jobs' utilities per GPU-round ([`PriceBook::bounds_from_utilities`]):
 //!    over all types from each job's best utility, and by default per type from each job's
-//!    utility with all its workers on that type ([`prices::PriceBook::bounds_by_type`]).
+//!    utility with all its workers on that type ([`PriceBook::bounds_by_type`]). Utilities
+//!    and prices are the market HadarE shares ([`crate::market`]).
 //! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
 //!    under a round of slack to its horizon are urgent and go first, placed whatever the
 //!    prices on types fast enough to end by it; every other job is offered, in the priced
@@ -31,24 +32,26 @@ pub mod dual;
 pub mod exact;
 pub mod guard;
 mod packing;
-pub mod prices;
 mod swap;
 pub mod synthetic;
-pub mod utility;
 
+/// The default weight of the makespan-aware utility factor, listed with Hadar's other
+/// defaults; defined with the utilities in [`crate::market`] (HadarE's default too).
+pub use crate::market::DEFAULT_CRITICALITY;
+/// Hadar's objective (a field of [`HadarConfig`]); defined with the utilities in
+/// [`crate::market`].
+pub use crate::market::Objective;
 pub use packing::Packing;
-pub use utility::Objective;
 
 use crate::job::{JobId, JobState};
+use crate::market::{JobUtility, PriceBook, PriceBounds};
 use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
 use dual::{DualJob, DualOutcome, best_offer, gang_rate};
 use guard::{GuardJob, Urgency};
-use prices::{PriceBook, PriceBounds};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use utility::JobUtility;
 
 /// The order in which the primal-dual pass considers jobs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -95,9 +98,6 @@ impl std::str::FromStr for JobOrder {
         }
     }
 }
-
-/// The default exponent of the makespan-aware utility factor (measured in docs/algorithms.md).
-pub const DEFAULT_CRITICALITY: f64 = 30.0;
 
 /// The default weight of the cluster-wide per-type price term (measured in docs/algorithms.md).
 pub const DEFAULT_TYPE_PRESSURE: f64 = 0.0;
@@ -149,7 +149,7 @@ pub struct HadarConfig {
     /// [`JobUtility::set_criticality`]); 0 is plain shortest-remaining-time utility.
     pub criticality: f64,
     /// Weight of the cluster-wide per-type utilisation term of the prices (see
-    /// [`prices::PriceBook::with_type_pressure`]); 0 is the paper's per-(node, type) price.
+    /// [`PriceBook::with_type_pressure`]); 0 is the paper's per-(node, type) price.
     pub type_pressure: f64,
     /// Start each job by its latest start time for the fluid bound of the remaining work
     /// ([`guard`]): a job with less slack than `guard_margin_rounds` rounds runs this round,

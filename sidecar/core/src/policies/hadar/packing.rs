@@ -17,8 +17,8 @@
 use super::dual::{DualJob, DualOutcome, Offer, best_offer};
 use super::{Prepared, dual_job};
 use crate::job::JobId;
+use crate::market::PriceBook;
 use crate::plan::{Assignment, WaitReason, Waiting};
-use crate::policies::hadar::prices::PriceBook;
 use crate::policy::RoundInput;
 use serde::{Deserialize, Serialize};
 

@@ -539,7 +539,7 @@ proptest! {
     #[test]
     fn prices_rise_monotonically_with_use(cap in 1u32..16, low in 0.01f64..10.0, spread in 1.0f64..1e6, takes in proptest::collection::vec(1u32..4, 1..12)) {
         let c = cluster(&["a"], &[&[cap]]);
-        let mut book = prices::PriceBook::new(&c, &[prices::PriceBounds { low, high: low * spread }]);
+        let mut book = PriceBook::new(&c, &[PriceBounds { low, high: low * spread }]);
         let mut last = book.next_price(NodeId(0), GpuType(0));
         prop_assert!((last - low).abs() <= 1e-12 * low);
         for k in takes {

@@ -65,6 +65,11 @@ impl std::str::FromStr for Objective {
     }
 }
 
+/// The default weight of the makespan-aware utility factor
+/// ([`JobUtility::set_criticality`]), for Hadar and HadarE alike (measured in
+/// docs/algorithms.md).
+pub const DEFAULT_CRITICALITY: f64 = 30.0;
+
 /// A floor for rates and times, which keeps the formulas finite for degenerate jobs.
 const MIN_RATE: f64 = 1e-12;
 

@@ -1,0 +1,326 @@
+//! The mixed round: jobs that did not opt into forking are planned first, by the plain
+//! policy (Hadar, or Hadar inside the served passes, [`super::served`]), over the whole
+//! cluster; `fork=yes` jobs are then planned by HadarE over the GPUs left ([`left_over`]).
+//!
+//! What is left is what the target can give forked copies this round: a plain job that was
+//! started keeps holding its GPUs (where it runs now, whether the plan keeps it there or
+//! moves or preempts it: on Slurm a preempted job frees its GPUs only once it has been
+//! checkpointed and requeued), and a waiting plain job the plan starts holds the GPUs the
+//! plan gives it. A forked job's previous copies hold nothing: its copy job ends before the
+//! next round, so both policies see the whole cluster again every round. The caller leaves
+//! out of `input` what neither policy may give (GPUs of jobs hadar does not manage, forked
+//! jobs whose round is still open).
+
+use crate::cluster::{Cluster, Node, NodeId};
+use crate::job::{JobId, JobState};
+use crate::plan::{RoundPlan, WaitReason, Waiting};
+use crate::policies::hadare::{HadarEConfig, plan_round};
+use crate::policy::RoundInput;
+use std::collections::BTreeSet;
+
+/// A mixed round's two plans. Together they fit the input's cluster: the forked plan's
+/// placements use only GPUs of [`MixedPlan::left`], which has the same nodes (and node
+/// ids) as the input's cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MixedPlan {
+    /// The plain jobs' plan, over the whole cluster.
+    pub plain: RoundPlan,
+    /// The forked jobs' plan, over the GPUs left.
+    pub forked: RoundPlan,
+    /// The GPUs left for forked jobs; `None` when the plain jobs hold every GPU.
+    pub left: Option<Cluster>,
+}
+
+/// Plans a mixed round: the jobs of `input` not in `forked` with `plan_plain`, then those in
+/// `forked` with HadarE (`hadare`) over what is left. Forked jobs keep the input's order
+/// (arrival order). With no GPU left, every forked job waits ([`WaitReason::DoesNotFit`]).
+pub fn plan_mixed(
+    input: &RoundInput<'_>,
+    forked: &BTreeSet<JobId>,
+    hadare: &HadarEConfig,
+    plan_plain: impl FnOnce(&RoundInput<'_>) -> RoundPlan,
+) -> MixedPlan {
+    let (fork_jobs, plain_jobs): (Vec<JobState>, Vec<JobState>) = input
+        .jobs
+        .iter()
+        .cloned()
+        .partition(|j| forked.contains(&j.id()));
+    let plain = plan_plain(&RoundInput {
+        jobs: &plain_jobs,
+        ..*input
+    });
+    let left = left_over(input.cluster, &plain_jobs, &plain);
+    let forked = match &left {
+        _ if fork_jobs.is_empty() => RoundPlan::default(),
+        Some(cluster) => plan_round(
+            hadare,
+            &RoundInput {
+                cluster,
+                jobs: &fork_jobs,
+                ..*input
+            },
+        ),
+        None => RoundPlan {
+            assignments: Vec::new(),
+            waiting: fork_jobs
+                .iter()
+                .map(|j| Waiting {
+                    job: j.id(),
+                    reason: WaitReason::DoesNotFit,
+                })
+                .collect(),
+        },
+    };
+    MixedPlan {
+        plain,
+        forked,
+        left,
+    }
+}
+
+/// The GPUs `plan` leaves free of `cluster` this round: a started job (one with a
+/// placement) holds where it runs now, a waiting job the plan starts holds what it is given.
+/// Every node is kept (with what is left of it), so node and type ids stay those of
+/// `cluster`; `None` when no GPU is left.
+pub fn left_over(cluster: &Cluster, jobs: &[JobState], plan: &RoundPlan) -> Option<Cluster> {
+    let types = cluster.type_count();
+    let mut free: Vec<u32> = cluster
+        .nodes()
+        .iter()
+        .flat_map(|n| n.gpus.iter().copied())
+        .collect();
+    for j in jobs {
+        let given = plan
+            .assignments
+            .iter()
+            .find(|a| a.job == j.id())
+            .map(|a| &a.placement);
+        let Some(held) = j.placement.as_ref().or(given) else {
+            continue;
+        };
+        for p in held.parts() {
+            if p.node.index() < cluster.nodes().len() && p.gpu_type.index() < types {
+                let f = &mut free[p.node.index() * types + p.gpu_type.index()];
+                *f = f.saturating_sub(p.gpus);
+            }
+        }
+    }
+    let nodes = cluster
+        .node_ids()
+        .map(|n: NodeId| Node {
+            name: cluster.node(n).name.clone(),
+            gpus: free[n.index() * types..(n.index() + 1) * types].to_vec(),
+        })
+        .collect();
+    Cluster::new(cluster.type_names().to_vec(), nodes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::GpuType;
+    use crate::placement::{Part, Placement};
+    use crate::policies::hadar::{HadarConfig, HadarPolicy};
+    use crate::policy::Policy;
+    use crate::{Job, RateCurve, ThroughputProfile};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// A job of `workers` GPUs, 10 steps/s on a V100 and 2 on a K80, at every size up to
+    /// its workers (so HadarE may fork it into copies of any size).
+    fn job(id: u64, workers: u32, steps: f64) -> JobState {
+        let curve = |r: f64| RateCurve::new((1..=workers).map(|g| (g, r * g as f64)));
+        let job = Arc::new(Job {
+            id: JobId(id),
+            kind: String::new(),
+            arrival_s: id as f64,
+            workers,
+            total_steps: steps,
+            weight: 1.0,
+            throughput: ThroughputProfile::new(vec![curve(10.0), curve(2.0)]),
+        });
+        JobState::arrived(job, 2)
+    }
+
+    fn input<'a>(cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
+        RoundInput {
+            now_s: 0.0,
+            round_s: 60.0,
+            restart_s: 10.0,
+            cluster,
+            jobs,
+        }
+    }
+
+    fn hadar(i: &RoundInput<'_>) -> RoundPlan {
+        HadarPolicy::new(HadarConfig::default()).plan(i)
+    }
+
+    fn gpus_on(plan: &RoundPlan, t: GpuType) -> u32 {
+        plan.assignments
+            .iter()
+            .flat_map(|a| a.placement.parts())
+            .filter(|p| p.gpu_type == t)
+            .map(|p| p.gpus)
+            .sum()
+    }
+
+    /// A 4-GPU plain job takes the V100 node; the forked job gets the K80s, as copies.
+    #[test]
+    fn plain_jobs_go_first_and_forked_jobs_get_what_is_left() {
+        let c = crate::passes::two_node_cluster();
+        let jobs = vec![job(1, 4, 10_000.0), job(2, 4, 10_000.0)];
+        let forked = BTreeSet::from([JobId(2)]);
+        let m = plan_mixed(&input(&c, &jobs), &forked, &HadarEConfig::default(), hadar);
+        let v100 = c.type_by_name("v100").unwrap();
+        let k80 = c.type_by_name("k80").unwrap();
+        assert_eq!(m.plain.assignments.len(), 1);
+        assert_eq!(m.plain.assignments[0].job, JobId(1));
+        assert_eq!(gpus_on(&m.plain, v100), 4);
+        assert_eq!(m.forked.assignments.len(), 1);
+        assert_eq!(m.forked.assignments[0].job, JobId(2));
+        assert_eq!(gpus_on(&m.forked, v100), 0);
+        assert_eq!(gpus_on(&m.forked, k80), 4);
+        let left = m.left.unwrap();
+        assert_eq!(left.total_of_type(v100), 0);
+        assert_eq!(left.total_of_type(k80), 4);
+        assert_eq!(left.nodes().len(), c.nodes().len(), "node ids kept");
+    }
+
+    /// Without plain jobs HadarE sees the whole cluster: the same plan as HadarE alone.
+    #[test]
+    fn with_only_forked_jobs_it_is_hadare() {
+        let c = crate::passes::two_node_cluster();
+        let jobs = vec![job(1, 4, 10_000.0), job(2, 2, 500.0)];
+        let forked = BTreeSet::from([JobId(1), JobId(2)]);
+        let cfg = HadarEConfig::default();
+        let m = plan_mixed(&input(&c, &jobs), &forked, &cfg, hadar);
+        assert!(m.plain.assignments.is_empty());
+        assert_eq!(m.forked, plan_round(&cfg, &input(&c, &jobs)));
+        assert_eq!(m.left.as_ref(), Some(&c));
+    }
+
+    /// A running plain job the plan preempts still holds its GPUs this round: no copy goes
+    /// there; with every GPU held, forked jobs wait.
+    #[test]
+    fn a_preempted_plain_job_still_holds_its_gpus() {
+        let c = crate::passes::two_node_cluster();
+        let mut running = job(1, 4, 10_000.0);
+        running.placement = Some(Placement::gang([Part {
+            node: NodeId(1),
+            gpu_type: GpuType(1),
+            gpus: 4,
+        }]));
+        let jobs = vec![running, job(2, 4, 10_000.0), job(3, 1, 100.0)];
+        let forked = BTreeSet::from([JobId(3)]);
+        let nothing = |_: &RoundInput<'_>| RoundPlan::default();
+        let m = plan_mixed(
+            &input(&c, &jobs),
+            &forked,
+            &HadarEConfig::default(),
+            nothing,
+        );
+        let left = m.left.unwrap();
+        assert_eq!(left.total_of_type(GpuType(1)), 0, "preempted job's K80s");
+        assert_eq!(left.total_of_type(GpuType(0)), 4);
+        let taken = |_: &RoundInput<'_>| RoundPlan {
+            assignments: vec![crate::plan::Assignment {
+                job: JobId(2),
+                placement: Placement::gang([Part {
+                    node: NodeId(0),
+                    gpu_type: GpuType(0),
+                    gpus: 4,
+                }]),
+                rate: 40.0,
+                payoff: None,
+            }],
+            waiting: Vec::new(),
+        };
+        let m = plan_mixed(&input(&c, &jobs), &forked, &HadarEConfig::default(), taken);
+        assert_eq!(m.left, None);
+        assert!(m.forked.assignments.is_empty());
+        assert_eq!(
+            m.forked.waiting,
+            vec![Waiting {
+                job: JobId(3),
+                reason: WaitReason::DoesNotFit
+            }]
+        );
+    }
+
+    proptest! {
+        /// Whatever the mix, the two plans together fit the cluster, each plan names only
+        /// its own jobs, and a forked job's copies never use GPUs a plain job holds.
+        #[test]
+        fn the_two_plans_together_fit_the_cluster(
+            sizes in prop::collection::vec((1u32..=4, 100.0f64..50_000.0, any::<bool>(), 0u8..3), 1..8),
+        ) {
+            let c = Cluster::new(
+                vec!["v100".into(), "k80".into()],
+                vec![
+                    Node { name: "a".into(), gpus: vec![4, 0] },
+                    Node { name: "b".into(), gpus: vec![2, 2] },
+                    Node { name: "c".into(), gpus: vec![0, 4] },
+                ],
+            )
+            .unwrap();
+            let mut jobs = Vec::new();
+            let mut forked = BTreeSet::new();
+            let mut holds = crate::FreeCapacity::of(&c);
+            for (i, (w, steps, fork, at)) in sizes.iter().enumerate() {
+                let mut j = job(i as u64 + 1, *w, *steps);
+                if *fork {
+                    forked.insert(j.id());
+                } else if *at < 2 {
+                    // Some plain jobs already run where there is room.
+                    let node = NodeId(u32::from(*at) * 2);
+                    let t = GpuType(u16::from(*at));
+                    let p = Placement::gang([Part { node, gpu_type: t, gpus: *w }]);
+                    if holds.take_placement(&p).is_ok() {
+                        j.placement = Some(p);
+                    }
+                }
+                jobs.push(j);
+            }
+            let m = plan_mixed(&input(&c, &jobs), &forked, &HadarEConfig::default(), hadar);
+            let (fj, pj): (Vec<JobState>, Vec<JobState>) =
+                jobs.iter().cloned().partition(|j| forked.contains(&j.id()));
+            prop_assert!(m.plain.validate(&c, &pj).is_ok());
+            prop_assert!(m.plain.assignments.iter().all(|a| !forked.contains(&a.job)));
+            prop_assert!(m.forked.assignments.iter().all(|a| forked.contains(&a.job)));
+            // Per (node, type): what plain jobs hold this round (a started one where it runs
+            // now, a waiting one where the plan starts it; Hadar may plan a waiting job onto
+            // GPUs a job it preempts still holds, so these may add up past the capacity),
+            // then the forked copies must fit in what remains.
+            let types = c.type_count();
+            let mut plain_use = vec![0u32; c.nodes().len() * types];
+            for j in &pj {
+                let given = m.plain.assignments.iter().find(|a| a.job == j.id());
+                let held = j.placement.as_ref().or(given.map(|a| &a.placement));
+                for p in held.map(|p| p.parts()).unwrap_or_default() {
+                    plain_use[p.node.index() * types + p.gpu_type.index()] += p.gpus;
+                }
+            }
+            let mut fork_use = vec![0u32; c.nodes().len() * types];
+            for p in m.forked.assignments.iter().flat_map(|a| a.placement.parts()) {
+                fork_use[p.node.index() * types + p.gpu_type.index()] += p.gpus;
+            }
+            for n in c.node_ids() {
+                for t in c.types() {
+                    let k = n.index() * types + t.index();
+                    let cap = c.capacity(n, t);
+                    prop_assert!(
+                        fork_use[k] + plain_use[k].min(cap) <= cap,
+                        "node {n:?} type {t:?}: copies {} + plain {} > {cap}", fork_use[k], plain_use[k]
+                    );
+                }
+            }
+            if let Some(left) = &m.left {
+                prop_assert!(m.forked.validate(left, &fj).is_ok());
+                // Work conservation: a GPU left and a forked job (every job here can run
+                // one-GPU copies on both types) means some copy runs.
+                prop_assert!(fj.is_empty() || !m.forked.assignments.is_empty());
+            }
+        }
+    }
+}
