@@ -433,7 +433,9 @@ fn describe_wait(w: &WaitReason) -> String {
         WaitReason::QueuedBehind { head: None } => "queued behind earlier jobs".into(),
         WaitReason::TimeShare => "yields its time share this round".into(),
         WaitReason::WaitingForRelease => "waits for running jobs to release GPUs".into(),
-        r @ (WaitReason::SiteLimit { .. } | WaitReason::TimeLimit { .. }) => r.to_string(),
+        r @ (WaitReason::SiteLimit { .. }
+        | WaitReason::TimeLimit { .. }
+        | WaitReason::Reservation { .. }) => r.to_string(),
     }
 }
 

@@ -420,6 +420,7 @@ mod tests {
                 qos: "gpu4".into(),
                 partition: "gpu".into(),
                 time_limit_s: Some(60.0),
+                reservation: None,
             },
         );
         f.fairshare.insert(("a".into(), "nobody".into()), 0.5);
