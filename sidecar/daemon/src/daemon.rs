@@ -597,7 +597,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut foreign = foreign;
         let exclusive_ids = exclusive::fence_off(&rows, &nodes, &mut foreign);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
-        let site = crate::site::read(&self.slurm);
+        let site = crate::site::read(&self.slurm, now_unix);
         let strength = self.config.hadar.priority_strength;
 
         // Specs, learned rates and profiles of the active jobs.
