@@ -665,6 +665,19 @@ fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
     let other = submit(bed, &[&common[..], &[&uid, &gid]].concat(), &text);
     let resv_arg = format!("--reservation={RESV}");
     let mine = submit(bed, &[&common[..], &[&resv_arg]].concat(), &text);
+    // The adapter reads it as this release answers.
+    let slurm = hadar_slurm::Slurm::new(hadar_slurm::SlurmConfig {
+        conf: Some(bed.path("etc/slurm.conf")),
+        ..Default::default()
+    });
+    let read = slurm.reservations().unwrap_or_else(|e| panic!("{e}"));
+    println!("the adapter reads: {read:?}");
+    assert_eq!(read.len(), 1);
+    assert_eq!(
+        (read[0].name.as_str(), read[0].nodes.clone()),
+        (RESV, vec!["n2".to_string()])
+    );
+    assert_eq!(read[0].users, vec!["root"]);
     let serve = Serve::start(bed, "reservation");
     wait_state(bed, mine, &["RUNNING"], 60);
     assert_eq!(nodes_of(bed, mine), vec!["n2"]);

@@ -736,7 +736,8 @@ impl<S: SlurmApi> Daemon<S> {
             .collect();
         // Decide: the served policy (look-ahead, site-aware Hadar, Slurm's rules), pure.
         let served = self.config.served();
-        let target = facts::target(&rows, &typed, &nodes);
+        let mut target = facts::target(&rows, &typed, &nodes);
+        crate::site::reservations::leave_out_of_lookahead(&site, &mut target);
         let hadar_config: HadarConfig = self.config.hadar.clone();
         let t0 = Instant::now();
         let mut stats = None;

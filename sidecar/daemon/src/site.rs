@@ -114,6 +114,7 @@ pub fn plan(
         input.cluster,
         input.jobs,
         &offers,
+        &running,
         |cluster, jobs| {
             hadar_core::site::plan_within_site(
                 jobs,

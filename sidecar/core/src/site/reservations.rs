@@ -232,20 +232,26 @@ fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
 }
 
 /// Plans a round under the reservations: each job of `states` is offered the nodes of its
-/// entry in `offers` (no entry: every node) and the nodes it runs on. Jobs offered the same
-/// nodes are planned together by `plan` on a cluster with only those nodes' GPUs, the group
-/// offered the fewest nodes first, each group on the GPUs that the groups before it were
-/// given and that running jobs of later groups hold left over (so no group preempts
-/// another's running job). When every job is offered every node, this is `plan` itself.
+/// entry in `offers` (no entry: every node), and a job `running` in Slurm also the nodes
+/// it runs on. A job not running whose placement (a look-ahead's tentative one) lies
+/// partly on nodes it is not offered loses that placement. Jobs offered the same nodes are
+/// planned together by `plan` on a cluster with only those nodes' GPUs, the group offered
+/// the fewest nodes first, each group on the GPUs that the groups before it were given and
+/// that jobs of later groups hold left over (so no group preempts another's running job).
+/// When every job is offered every node, this is `plan` itself.
 pub fn plan_in_pools(
     cluster: &Cluster,
     states: &[JobState],
     offers: &HashMap<JobId, Offer>,
+    running: &BTreeSet<JobId>,
     mut plan: impl FnMut(&Cluster, &[JobState]) -> RoundPlan,
 ) -> RoundPlan {
     let n = cluster.nodes().len();
     let mask = |js: &JobState| -> Vec<bool> {
-        let runs_on = js.placement.as_ref().map(|p| p.nodes()).unwrap_or_default();
+        let runs_on = match running.contains(&js.id()) {
+            true => js.placement.as_ref().map(|p| p.nodes()).unwrap_or_default(),
+            false => Vec::new(),
+        };
         cluster
             .node_ids()
             .map(|id| {
@@ -262,9 +268,17 @@ pub fn plan_in_pools(
     }
     let mut groups: Vec<(Vec<bool>, Vec<JobState>)> = Vec::new();
     for (m, js) in masks.into_iter().zip(states) {
+        let mut js = js.clone();
+        let outside = js
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.nodes().iter().any(|id| !m[id.index()]));
+        if outside {
+            js.placement = None;
+        }
         match groups.iter_mut().find(|(g, _)| *g == m) {
-            Some((_, jobs)) => jobs.push(js.clone()),
-            None => groups.push((m, vec![js.clone()])),
+            Some((_, jobs)) => jobs.push(js),
+            None => groups.push((m, vec![js])),
         }
     }
     groups.sort_by_key(|(m, _)| m.iter().filter(|b| **b).count());

@@ -3,7 +3,8 @@
 //! round's time: which nodes each job is offered, and which jobs wait for a reservation.
 
 use super::Site;
-use hadar_core::site::reservations::{Offer, Reservation, ResvJob, offer};
+use hadar_core::passes::{JobPhase, TargetFacts};
+use hadar_core::site::reservations::{Nodes, Offer, Reservation, ResvJob, offer};
 use hadar_core::{JobId, WaitReason};
 use std::collections::HashMap;
 
@@ -22,6 +23,25 @@ pub fn of(rs: &[hadar_slurm::reservation::Reservation]) -> Vec<Reservation> {
             magnetic: r.flags.magnetic,
         })
         .collect()
+}
+
+/// Leaves the waiting jobs a reservation restricts (and whose request names no types) out of
+/// the look-ahead's commitments, by dropping their facts: the look-ahead does not know the
+/// reservations and would hold such a job to a type only a node it is not offered has (a
+/// job without facts is committed to nothing; see [`hadar_core::passes::TargetFacts`]).
+pub fn leave_out_of_lookahead(site: &Site, target: &mut TargetFacts) {
+    let waiting: Vec<u64> = target
+        .jobs
+        .iter()
+        .filter(|(_, f)| f.phase == JobPhase::Waiting && !f.typed && f.held_types.is_none())
+        .map(|(id, _)| id.0)
+        .collect();
+    let (offers, _) = site.offers(waiting);
+    for (id, o) in offers {
+        if o.nodes != Nodes::All {
+            target.jobs.remove(&id);
+        }
+    }
 }
 
 impl Site {
@@ -66,7 +86,6 @@ impl Site {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hadar_core::site::reservations::Nodes;
     use hadar_slurm::reservation::{Reservation as SlurmResv, ReservationFlags};
     use hadar_slurm::site::{JobAccount, SiteFigures};
 

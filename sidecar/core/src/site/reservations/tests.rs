@@ -139,7 +139,12 @@ fn job(id: u64, workers: u32) -> JobState {
 }
 
 fn plan(cluster: &Cluster, jobs: &[JobState], offers: &HashMap<JobId, Offer>) -> RoundPlan {
-    let p = plan_in_pools(cluster, jobs, offers, |c, js| {
+    let running: BTreeSet<JobId> = jobs
+        .iter()
+        .filter(|j| j.placement.is_some())
+        .map(|j| j.id())
+        .collect();
+    let p = plan_in_pools(cluster, jobs, offers, &running, |c, js| {
         let input = RoundInput {
             now_s: 0.0,
             round_s: 60.0,
@@ -230,4 +235,30 @@ fn a_running_job_keeps_its_nodes_and_no_group_preempts_another() {
         "{}",
         w.reason
     );
+}
+
+#[test]
+fn a_tentative_placement_on_a_reserved_node_is_dropped() {
+    let c = cluster();
+    let rs = [resv("r", &["n1"], 0.0, 1000.0)];
+    // A look-ahead put waiting job 1 on n1; it is not running, so it moves to n2.
+    let mut tentative = job(1, 1);
+    tentative.placement = Some(Placement::gang([Part {
+        node: NodeId(0),
+        gpu_type: GpuType(0),
+        gpus: 1,
+    }]));
+    let jobs = vec![tentative];
+    let offers = HashMap::from([(JobId(1), offer(&rs, &rj("bob", None, None), 10.0).unwrap())]);
+    let p = plan_in_pools(&c, &jobs, &offers, &BTreeSet::new(), |c, js| {
+        let input = RoundInput {
+            now_s: 0.0,
+            round_s: 60.0,
+            restart_s: 0.0,
+            cluster: c,
+            jobs: js,
+        };
+        plan_round(&HadarConfig::default(), &input).0
+    });
+    assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(1)]));
 }
