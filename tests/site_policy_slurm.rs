@@ -1,7 +1,8 @@
 //! A site's own rules with `hadar serve` on the real test cluster with accounting (issue
 //! #14): fair-share decides which account's job gets a contested GPU, a QOS's
 //! `MaxTRESPerUser` keeps a user's fifth GPU out of the plan (and `explain` names it), and a
-//! job whose time limit a slow type would exceed waits for a fast one and is not killed.
+//! job whose time limit a slow type would exceed waits for a fast one and is not killed, and
+//! a reserved node goes only to the jobs of its reservation, which get only its nodes.
 //! One cluster for all scenarios; each creates its own accounts and QOS with `sacctmgr`.
 //! `harness = false`: arguments are name filters.
 
@@ -34,11 +35,18 @@ const SCENARIOS: &[Scenario] = &[
         "unmanaged_jobs_are_treated_as_without_hadar",
         unmanaged_jobs_are_treated_as_without_hadar,
     ),
+    (
+        "a_reserved_node_goes_only_to_its_reservations_jobs",
+        a_reserved_node_goes_only_to_its_reservations_jobs,
+    ),
 ];
 
 /// An ordinary user (`cloudsdk` of the test machine; slurmctld refused `nobody`'s
 /// association with `Invalid account`).
 const USER: (u32, u32, &str) = (1000, 1000, "cloudsdk");
+
+/// The reservation of the reservation scenario (deleted after every scenario).
+const RESV: &str = "resv_n2";
 
 fn main() -> ExitCode {
     let mut options =
@@ -47,6 +55,7 @@ fn main() -> ExitCode {
     run_scenarios(SCENARIOS, options, |bed| {
         let _ = bed.cancel_all();
         let _ = bed.client("scancel", &[&format!("--user={}", USER.2)]);
+        let _ = bed.client("scontrol", &["delete", &format!("reservation={RESV}")]);
         wait_queue_empty(bed)
     })
 }
@@ -607,4 +616,107 @@ fn unmanaged_jobs_are_treated_as_without_hadar(bed: &mut Testbed) {
         Some(0),
         "the daemon manages none: {status}"
     );
+}
+
+// ----- reservations -----
+
+/// The nodes a job holds (empty before it runs).
+fn nodes_of(bed: &Testbed, id: u32) -> Vec<String> {
+    let mut n: Vec<String> = allocation(bed, id).into_iter().map(|p| p.0).collect();
+    n.dedup();
+    n
+}
+
+fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
+    account(bed, "resv_acct", &["root", USER.2], &[]);
+    bed.client(
+        "scontrol",
+        &[
+            "create",
+            "reservation",
+            &format!("reservationname={RESV}"),
+            "starttime=now",
+            "duration=30",
+            "nodes=n2",
+            "users=root",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("scontrol create reservation: {e}"));
+    println!(
+        "{}",
+        bed.client("scontrol", &["show", "reservation", RESV])
+            .unwrap_or_default()
+    );
+    // Only n2's four p100s (reserved for root) are free.
+    let fillers = occupy(
+        bed,
+        &[
+            ("n1", "gpu:v100:4"),
+            ("n3", "gpu:k80:4"),
+            ("n4", "gpu:v100:2,gpu:k80:2"),
+        ],
+    );
+    let steps = (gavel_rate("resnet50-b64", "p100", 1) * TIME_SCALE * 40.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let common = ["-A", "resv_acct", "--gpus=1", "--time=5", "-o", "/dev/null"];
+    let uid = format!("--uid={}", USER.0);
+    let gid = format!("--gid={}", USER.1);
+    // Another user's job, submitted first: without the rule it would start on n2 at once.
+    let other = submit(bed, &[&common[..], &[&uid, &gid]].concat(), &text);
+    let resv_arg = format!("--reservation={RESV}");
+    let mine = submit(bed, &[&common[..], &[&resv_arg]].concat(), &text);
+    // The adapter reads it as this release answers.
+    let slurm = hadar_slurm::Slurm::new(hadar_slurm::SlurmConfig {
+        conf: Some(bed.path("etc/slurm.conf")),
+        ..Default::default()
+    });
+    let read = slurm.reservations().unwrap_or_else(|e| panic!("{e}"));
+    println!("the adapter reads: {read:?}");
+    assert_eq!(read.len(), 1);
+    assert_eq!(
+        (read[0].name.as_str(), read[0].nodes.clone()),
+        (RESV, vec!["n2".to_string()])
+    );
+    assert_eq!(read[0].users, vec!["root"]);
+    let serve = Serve::start(bed, "reservation");
+    wait_state(bed, mine, &["RUNNING"], 60);
+    assert_eq!(nodes_of(bed, mine), vec!["n2"]);
+    let reservation = bed.job(mine).unwrap().field("Reservation");
+    // A few more rounds: the other user's job stays held by hadar, n2's GPUs free.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let info = bed.job(other).unwrap();
+    let explained = serve.hadar(&["explain", &other.to_string()]);
+    println!(
+        "job {mine} (--reservation, Reservation={reservation:?}) runs on n2; the other user's job {other}: {} Reason={} ; explain: {explained}",
+        info.field("JobState").unwrap_or_default(),
+        info.field("Reason").unwrap_or_default()
+    );
+    assert_eq!(
+        reservation.as_deref(),
+        Some(RESV),
+        "the plugin keeps --reservation"
+    );
+    assert_eq!(
+        info.field("JobState").as_deref(),
+        Some("PENDING"),
+        "{}",
+        info.0
+    );
+    assert!(
+        explained.contains(&format!("reservation {RESV}")),
+        "{explained}"
+    );
+    // A v100 node frees up: the other job runs there; a second reservation job still gets
+    // n2's slower p100s, the only GPUs it is offered.
+    bed.client("scancel", &[&fillers[0].to_string()]).unwrap();
+    wait_state(bed, other, &["RUNNING"], 60);
+    assert_eq!(nodes_of(bed, other), vec!["n1"]);
+    let second = submit(bed, &[&common[..], &[&resv_arg]].concat(), &text);
+    wait_state(bed, second, &["RUNNING"], 60);
+    let explained = serve.hadar(&["explain", &second.to_string()]);
+    println!(
+        "second reservation job {second}: {:?}; {explained}",
+        allocation(bed, second)
+    );
+    assert_eq!(nodes_of(bed, second), vec!["n2"]);
 }

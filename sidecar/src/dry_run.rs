@@ -435,7 +435,8 @@ fn describe_wait(w: &WaitReason) -> String {
         WaitReason::WaitingForRelease => "waits for running jobs to release GPUs".into(),
         r @ (WaitReason::SiteLimit { .. }
         | WaitReason::TimeLimit { .. }
-        | WaitReason::SlurmRule { .. }) => r.to_string(),
+        | WaitReason::SlurmRule { .. }
+        | WaitReason::Reservation { .. }) => r.to_string(),
     }
 }
 

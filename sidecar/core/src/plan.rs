@@ -64,6 +64,14 @@ pub enum WaitReason {
         /// The types it would not finish on, by name.
         too_slow: String,
     },
+    /// A Slurm reservation keeps it from the free GPUs: it asked for a reservation that is
+    /// not active (or not its), or the free GPUs are on nodes a reservation keeps.
+    Reservation {
+        /// The reservation(s), by name.
+        name: String,
+        /// Why, in words.
+        why: String,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -105,6 +113,7 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "its time limit of {limit_s:.0} s is too short to finish on {too_slow}; it waits for a type fast enough"
             ),
+            WaitReason::Reservation { name, why } => write!(f, "reservation {name}: {why}"),
         }
     }
 }

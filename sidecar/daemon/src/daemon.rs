@@ -598,7 +598,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut foreign = foreign;
         let exclusive_ids = exclusive::fence_off(&rows, &nodes, &mut foreign);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
-        let site = crate::site::read(&self.slurm);
+        let site = crate::site::read(&self.slurm, now_unix);
         let strength = self.config.hadar.priority_strength;
 
         // Specs, learned rates and profiles of the active jobs.
@@ -737,7 +737,8 @@ impl<S: SlurmApi> Daemon<S> {
             .collect();
         // Decide: the served policy (look-ahead, site-aware Hadar, Slurm's rules), pure.
         let served = self.config.served();
-        let target = facts::target(&rows, &typed, &nodes);
+        let mut target = facts::target(&rows, &typed, &nodes);
+        crate::site::reservations::leave_out_of_lookahead(&site, &mut target);
         let hadar_config: HadarConfig = self.config.hadar.clone();
         let t0 = Instant::now();
         let mut stats = None;

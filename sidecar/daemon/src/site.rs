@@ -1,20 +1,23 @@
 //! The site's rules in the daemon's round: Slurm's figures ([`hadar_slurm::site`]) turned
-//! into the core's priority weights, limits and time limits ([`hadar_core::site`]).
+//! into the core's priority weights, limits, time limits and reservations
+//! ([`hadar_core::site`]).
+
+pub mod reservations;
 
 use crate::daemon::SlurmApi;
 use hadar_core::policies::hadar::{HadarConfig, RoundStats, plan_round};
 use hadar_core::site::{Bound, Factors, Limit, PriorityInputs, PriorityWeights, Scope, SiteJob};
-use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan};
+use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan, WaitReason};
 use hadar_slurm::site::SiteFigures;
 use hadar_slurm::{JobStatus, SlurmJob};
 use hadar_store::Decision;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-/// The site's rules as Slurm reports them this round; none (every job weighs 1, no limits)
-/// when they cannot be read, with a warning.
-pub fn read<S: SlurmApi>(slurm: &S) -> Site {
+/// The site's rules as Slurm reports them this round, at `now_unix`; none (every job weighs
+/// 1, no limits, no reservations) when they cannot be read, with a warning.
+pub fn read<S: SlurmApi>(slurm: &S, now_unix: f64) -> Site {
     match slurm.site_figures() {
-        Ok(f) => Site::new(f),
+        Ok(f) => Site::new(f).at(now_unix),
         Err(e) => {
             tracing::warn!(
                 "cannot read the site's priority settings and limits from Slurm; planning without them this round: {e}"
@@ -55,60 +58,92 @@ fn held(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<SiteJo
         .collect()
 }
 
-/// The waiting jobs of `states` (in arrival order) that a limit keeps from starting even if
-/// only the jobs before them started ([`hadar_core::site::limits::over_limits`]), with the
-/// limit. The daemon leaves them out of the look-ahead and the plan, and they wait for it.
-pub fn blocked(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<(JobId, String)> {
+/// The waiting jobs of `states` that wait for their reservation (not active, not known, not
+/// theirs: [`Site::offers`]), then those (in arrival order) that a limit keeps from starting
+/// even if only the jobs before them started
+/// ([`hadar_core::site::limits::over_limits`]), with why. The daemon leaves them out of the
+/// look-ahead and the plan, and they wait for it.
+pub fn blocked(
+    site: &Site,
+    states: &[JobState],
+    slurm_jobs: &[SlurmJob],
+) -> Vec<(JobId, WaitReason)> {
+    let waiting = states.iter().filter(|j| j.placement.is_none());
+    let (_, mut out) = site.offers(waiting.map(|j| j.id().0));
     if site.limits().is_empty() {
-        return Vec::new();
+        return out;
     }
+    let states: Vec<JobState> = states
+        .iter()
+        .filter(|s| !out.iter().any(|(j, _)| *j == s.id()))
+        .cloned()
+        .collect();
     let (site_jobs, _) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
-    hadar_core::site::limits::over_limits(
-        states,
+    let over = hadar_core::site::limits::over_limits(
+        &states,
         &site_jobs,
-        &held(site, states, slurm_jobs),
+        &held(site, &states, slurm_jobs),
         site.limits(),
-        &running(states, slurm_jobs),
-    )
+        &running(&states, slurm_jobs),
+    );
+    out.extend(
+        over.into_iter()
+            .map(|(j, limit)| (j, WaitReason::SiteLimit { limit })),
+    );
+    out
 }
 
 /// Plans the round with Hadar within the site's limits and time limits
-/// ([`hadar_core::site::plan_within_site`]). The jobs holding GPUs outside the plan (not
-/// managed, or forked) count against the limits.
+/// ([`hadar_core::site::plan_within_site`]), each job on the nodes the reservations offer
+/// it ([`hadar_core::site::reservations::plan_in_pools`]). The jobs holding GPUs outside the
+/// plan (not managed, or forked) count against the limits.
 pub fn plan(
     site: &Site,
     config: &HadarConfig,
     input: &RoundInput<'_>,
     slurm_jobs: &[SlurmJob],
-    blocked: &[(JobId, String)],
+    blocked: &[(JobId, WaitReason)],
 ) -> (RoundPlan, RoundStats) {
     let held = held(site, input.jobs, slurm_jobs);
     let running = running(input.jobs, slurm_jobs);
     let (site_jobs, time_limits) =
         site.for_jobs(input.jobs.iter().map(|j| (j.id().0, j.job.workers)));
     let mut stats = RoundStats::default();
-    let plan = hadar_core::site::plan_within_site(
-        input.jobs,
+    let (offers, _) = site.offers(input.jobs.iter().map(|j| j.id().0));
+    let mut plan = hadar_core::site::reservations::plan_in_pools(
         input.cluster,
-        input.restart_s,
-        &time_limits,
-        &site_jobs,
-        &held,
-        site.limits(),
+        input.jobs,
+        &offers,
         &running,
-        |jobs| {
-            let (p, s) = plan_round(config, &RoundInput { jobs, ..*input });
-            stats = s;
-            p
+        |cluster, jobs| {
+            hadar_core::site::plan_within_site(
+                jobs,
+                cluster,
+                input.restart_s,
+                &time_limits,
+                &site_jobs,
+                &held,
+                site.limits(),
+                &running,
+                |jobs| {
+                    let (p, s) = plan_round(
+                        config,
+                        &RoundInput {
+                            jobs,
+                            cluster,
+                            ..*input
+                        },
+                    );
+                    stats = s;
+                    p
+                },
+            )
         },
     );
-    let mut plan = plan;
     plan.waiting
-        .extend(blocked.iter().map(|(job, limit)| hadar_core::Waiting {
+        .extend(blocked.iter().map(|(job, reason)| hadar_core::Waiting {
             job: *job,
-            reason: hadar_core::WaitReason::SiteLimit {
-                limit: limit.clone(),
-            },
+            reason: reason.clone(),
         }));
     (plan, stats)
 }
@@ -119,6 +154,9 @@ pub struct Site {
     figures: SiteFigures,
     weights: Option<PriorityWeights>,
     limits: Vec<Limit>,
+    reservations: Vec<hadar_core::site::reservations::Reservation>,
+    /// The round's time, seconds since 1970, at which reservations are judged.
+    now_unix: f64,
 }
 
 impl Site {
@@ -136,10 +174,18 @@ impl Site {
         });
         let limits = limits_of(&figures);
         Site {
+            reservations: reservations::of(&figures.reservations),
             figures,
             weights,
             limits,
+            now_unix: 0.0,
         }
+    }
+
+    /// The rules judged at `now_unix` (seconds since 1970): which reservations are active.
+    pub fn at(mut self, now_unix: f64) -> Site {
+        self.now_unix = now_unix;
+        self
     }
 
     /// The limits Slurm enforces.
@@ -420,6 +466,7 @@ mod tests {
                 qos: "gpu4".into(),
                 partition: "gpu".into(),
                 time_limit_s: Some(60.0),
+                reservation: None,
             },
         );
         f.fairshare.insert(("a".into(), "nobody".into()), 0.5);

@@ -208,7 +208,7 @@ impl Slurm {
         Ok(self.release.get_or_init(|| release).clone())
     }
 
-    fn read_form(&self) -> Result<ReadForm, SlurmError> {
+    pub(crate) fn read_form(&self) -> Result<ReadForm, SlurmError> {
         Ok(self.slurm_release()?.read_form())
     }
 

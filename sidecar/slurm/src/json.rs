@@ -22,7 +22,7 @@ pub const KNOWN_DATA_PARSERS: [&str; 6] = [
 /// A number as data_parser v0.0.40+ writes it: plain, or `{"set", "infinite", "number"}`
 /// where unset and infinite mean "no value" to hadar.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Number(Option<i64>);
+pub(crate) struct Number(pub(crate) Option<i64>);
 
 impl<'de> Deserialize<'de> for Number {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -60,7 +60,7 @@ impl<'de> Deserialize<'de> for Number {
 /// A string that Slurm may also write as `null`, or (for some list fields in some
 /// versions) as an array of strings, joined with commas.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Text(Option<String>);
+pub(crate) struct Text(pub(crate) Option<String>);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -81,7 +81,7 @@ impl<'de> Deserialize<'de> for Text {
 
 impl Text {
     /// The text, `None` when absent or empty.
-    fn get(self) -> Option<String> {
+    pub(crate) fn get(self) -> Option<String> {
         self.0.filter(|s| !s.is_empty())
     }
 }
@@ -109,7 +109,7 @@ struct Envelope {
 }
 
 /// Checks an answer's data_parser version and returns it.
-fn check_version(what: &'static str, text: &str) -> Result<String, SlurmError> {
+pub(crate) fn check_version(what: &'static str, text: &str) -> Result<String, SlurmError> {
     let bad = |detail: String| SlurmError::Parse { what, detail };
     let envelope: Envelope =
         serde_json::from_str(text).map_err(|e| bad(describe_json_error(text, &e)))?;
@@ -134,7 +134,7 @@ fn check_version(what: &'static str, text: &str) -> Result<String, SlurmError> {
 }
 
 /// A serde_json error with where it happened and whether the text was cut short.
-fn describe_json_error(text: &str, e: &serde_json::Error) -> String {
+pub(crate) fn describe_json_error(text: &str, e: &serde_json::Error) -> String {
     if text.trim().is_empty() {
         return "the answer is empty, not JSON".into();
     }

@@ -13,6 +13,7 @@
 //! * [`node`]: nodes, their GPUs per type and their state.
 //! * [`job`]: jobs, their state, comments and per-node GPU allocations.
 //! * [`json`]: nodes and jobs from Slurm's JSON (data_parser v0.0.40 to v0.0.45).
+//! * [`reservation`]: advance reservations: their nodes, times, users and accounts.
 //! * [`release`]: which release answers, and so which form is read.
 //! * [`client`]: the [`Slurm`] handle with the reads and the enforcement actions.
 
@@ -24,6 +25,7 @@ pub mod json;
 pub mod node;
 pub mod record;
 pub mod release;
+pub mod reservation;
 pub mod site;
 
 pub use client::{GpuSpec, Slurm, SlurmConfig};

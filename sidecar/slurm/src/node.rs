@@ -46,14 +46,15 @@ impl NodeState {
                 NodeState::Draining
             };
         }
+        // `RESERVED` and `MAINT` (a node in an active reservation) are not blocking: which
+        // jobs a reserved node is offered to is the reservation rule's (see
+        // `crate::reservation` and `hadar_core::site::reservations`).
         let blocking = [
-            "MAINT",
             "REBOOT_REQUESTED",
             "REBOOT_ISSUED",
             "POWERED_DOWN",
             "POWERING_DOWN",
             "POWERING_UP",
-            "RESERVED",
             "FUTURE",
             "PLANNED",
         ];
@@ -204,7 +205,10 @@ mod tests {
         assert_eq!(NodeState::parse("DOWN*"), NodeState::Down);
         assert_eq!(NodeState::parse("IDLE*"), NodeState::Down);
         assert_eq!(NodeState::parse("DOWN+NOT_RESPONDING"), NodeState::Down);
-        assert!(!NodeState::parse("IDLE+MAINT").usable());
+        assert!(!NodeState::parse("IDLE+REBOOT_REQUESTED").usable());
+        // Reserved nodes are usable; the reservation rule decides for which jobs.
+        assert_eq!(NodeState::parse("IDLE+MAINT+RESERVED"), NodeState::Idle);
+        assert_eq!(NodeState::parse("MIXED+RESERVED"), NodeState::Mixed);
         assert!(NodeState::parse("MIXED").usable());
     }
 

@@ -44,6 +44,8 @@ pub struct JobAccount {
     pub partition: String,
     /// Time limit in seconds; `None`: unlimited.
     pub time_limit_s: Option<f64>,
+    /// The reservation it asked for (`--reservation`, squeue's `%v`), if any.
+    pub reservation: Option<String>,
 }
 
 /// A QOS's priority and GPU and job limits (`sacctmgr show qos`).
@@ -112,6 +114,8 @@ pub struct SiteFigures {
     pub assocs: Vec<AssocFigures>,
     /// Partitions.
     pub partitions: Vec<PartitionFigures>,
+    /// Advance reservations (`scontrol show reservation`).
+    pub reservations: Vec<crate::reservation::Reservation>,
 }
 
 fn bad(what: &'static str, detail: String) -> SlurmError {
@@ -198,13 +202,14 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
     })
 }
 
-/// `squeue -h -a -o %A|%u|%a|%q|%P|%l` rows (`%A`: the job id, an array element's own).
+/// `squeue -h -a -o %A|%u|%a|%q|%P|%l|%v` rows (`%A`: the job id, an array element's own;
+/// `%v`: the reservation it asked for, `(null)` for none).
 pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
     let mut out = HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').map(str::trim).collect();
-        let [id, user, account, qos, partition, limit] = f[..] else {
-            return Err(bad("squeue", format!("expected 6 fields: {line:?}")));
+        let [id, user, account, qos, partition, limit, resv] = f[..] else {
+            return Err(bad("squeue", format!("expected 7 fields: {line:?}")));
         };
         // `%A` is each record's own job id (an array element's too); skip anything else.
         let Ok(id) = id.parse::<u64>() else { continue };
@@ -218,6 +223,7 @@ pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
                 qos: qos.into(),
                 partition: partition.into(),
                 time_limit_s,
+                reservation: (!matches!(resv, "" | "(null)")).then(|| resv.to_string()),
             },
         );
     }
@@ -335,7 +341,7 @@ impl Slurm {
     /// enforces limits, or for QOS priorities under multifactor).
     pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
         let config = parse_config(&self.text("scontrol", &["show", "config"])?)?;
-        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l"])?)?;
+        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l|%v"])?)?;
         let partitions =
             parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
         let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {
@@ -374,7 +380,9 @@ impl Slurm {
         } else {
             Vec::new()
         };
+        let reservations = self.reservations()?;
         Ok(SiteFigures {
+            reservations,
             config,
             jobs,
             fairshare,
@@ -421,10 +429,12 @@ mod tests {
     #[test]
     fn tables() {
         let j =
-            parse_jobs("12|alice|phys|normal|gpu|1:00\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED\n")
+            parse_jobs("12|alice|phys|normal|gpu|1:00|(null)\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED|r1\n14|bob|chem|normal|gpu|5|r1\n")
                 .unwrap();
-        assert_eq!(j.len(), 1);
+        assert_eq!(j.len(), 2);
         assert_eq!(j[&12].time_limit_s, Some(60.0));
+        assert_eq!(j[&12].reservation, None);
+        assert_eq!(j[&14].reservation.as_deref(), Some("r1"));
         assert!(parse_jobs("12|alice\n").is_err());
         let f = parse_fairshare("root||1.000000\n fs_a||0.5\n  fs_a|root|0.250000\n");
         assert_eq!(f[&("fs_a".to_string(), "root".to_string())], 0.25);

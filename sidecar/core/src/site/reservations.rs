@@ -1,0 +1,344 @@
+//! Slurm's advance reservations as a rule on which nodes a job is offered, as the site's
+//! Slurm would apply it to the same job without hadar:
+//!
+//! * While a reservation is active its nodes are offered only to jobs that asked for it
+//!   (`--reservation`); a job that did not ask for it is also kept off its nodes before it
+//!   starts when the job's time limit (unlimited: any) would reach into it, since Slurm
+//!   would not start the job there either.
+//! * A job that asked for a reservation is offered only that reservation's nodes (with
+//!   `FLEX`, also the nodes no active reservation keeps; with `ANY_NODES`, any node no
+//!   other active reservation keeps), and waits while the reservation is not active, not
+//!   known, or not open to its user and account (`Users`, `Accounts`; both must match when
+//!   both are set; a `-name` list means "everyone but").
+//! * A running job keeps its nodes: Slurm does not stop a job for a reservation
+//!   (`IGNORE_JOBS` creates one over running jobs).
+//!
+//! [`offer`] is the rule for one job; [`plan_in_pools`] plans a round under it by planning
+//! each group of jobs offered the same nodes on those nodes' GPUs, the most restricted
+//! group first, each group on what the groups before it left. Pure: `now` is an input.
+
+use crate::cluster::{Cluster, Node};
+use crate::job::{JobId, JobState};
+use crate::plan::{RoundPlan, WaitReason, Waiting};
+use std::collections::{BTreeSet, HashMap};
+
+/// One reservation, as the rule needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reservation {
+    /// Its name.
+    pub name: String,
+    /// Its nodes.
+    pub nodes: BTreeSet<String>,
+    /// When it starts, seconds since 1970.
+    pub start_s: f64,
+    /// When it ends, seconds since 1970; `None`: never.
+    pub end_s: Option<f64>,
+    /// Users allowed (`alice`), or refused (`-alice`); empty: no user condition.
+    pub users: Vec<String>,
+    /// Accounts allowed or refused, in the same form.
+    pub accounts: Vec<String>,
+    /// `FLEX`: its jobs may also use nodes outside any active reservation.
+    pub flex: bool,
+    /// `ANY_NODES`: its jobs may use any node outside other active reservations.
+    pub any_nodes: bool,
+    /// `MAGNETIC`: jobs it allows may use it without asking for it.
+    pub magnetic: bool,
+}
+
+/// Whether `name` passes a Slurm access list: empty passes; `-a,-b` passes all but those;
+/// otherwise only the names listed pass.
+fn passes(list: &[String], name: &str) -> bool {
+    if list.is_empty() {
+        return true;
+    }
+    if list.iter().all(|e| e.starts_with('-')) {
+        return !list.iter().any(|e| &e[1..] == name);
+    }
+    list.iter().any(|e| e == name)
+}
+
+impl Reservation {
+    /// Whether it is active at `now_s`.
+    pub fn active(&self, now_s: f64) -> bool {
+        self.start_s <= now_s && self.end_s.is_none_or(|e| now_s < e)
+    }
+
+    /// Whether a job that starts at `now_s` with `time_limit_s` (`None`: unlimited) would
+    /// still be running when it starts.
+    fn reached_by(&self, now_s: f64, time_limit_s: Option<f64>) -> bool {
+        self.start_s > now_s && time_limit_s.is_none_or(|t| now_s + t > self.start_s)
+    }
+
+    /// Whether `user` in `account` may use it.
+    pub fn allows(&self, user: &str, account: &str) -> bool {
+        passes(&self.users, user) && passes(&self.accounts, account)
+    }
+}
+
+/// What the rule needs to know of a job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResvJob {
+    /// Its user.
+    pub user: String,
+    /// Its account.
+    pub account: String,
+    /// The reservation(s) it asked for (`--reservation=a,b`), if any.
+    pub reservation: Option<String>,
+    /// Its time limit in seconds; `None`: unlimited.
+    pub time_limit_s: Option<f64>,
+}
+
+/// Which nodes a job is offered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Nodes {
+    /// Every node.
+    All,
+    /// Only these.
+    Only(BTreeSet<String>),
+    /// Every node but these.
+    Except(BTreeSet<String>),
+}
+
+impl Nodes {
+    fn offers(&self, node: &str) -> bool {
+        match self {
+            Nodes::All => true,
+            Nodes::Only(s) => s.contains(node),
+            Nodes::Except(s) => !s.contains(node),
+        }
+    }
+}
+
+/// The nodes one job is offered, and the reservation(s) that decided it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    /// The nodes.
+    pub nodes: Nodes,
+    /// The reservations that restrict it, by name (empty when `nodes` is [`Nodes::All`]).
+    pub because: String,
+}
+
+fn names(rs: &[&Reservation]) -> String {
+    rs.iter()
+        .map(|r| r.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn node_list(s: &BTreeSet<String>) -> String {
+    s.iter().map(String::as_str).collect::<Vec<_>>().join(",")
+}
+
+/// The nodes `job` is offered at `now_s` under `reservations`, or why it waits.
+pub fn offer(reservations: &[Reservation], job: &ResvJob, now_s: f64) -> Result<Offer, WaitReason> {
+    let Some(asked) = job.reservation.as_deref() else {
+        let keep: Vec<&Reservation> = reservations
+            .iter()
+            .filter(|r| r.active(now_s) || r.reached_by(now_s, job.time_limit_s))
+            .filter(|r| !(r.magnetic && r.allows(&job.user, &job.account)))
+            .filter(|r| !r.nodes.is_empty())
+            .collect();
+        if keep.is_empty() {
+            return Ok(Offer {
+                nodes: Nodes::All,
+                because: String::new(),
+            });
+        }
+        return Ok(Offer {
+            nodes: Nodes::Except(keep.iter().flat_map(|r| r.nodes.iter().cloned()).collect()),
+            because: names(&keep),
+        });
+    };
+    let wait = |why: String| WaitReason::Reservation {
+        name: asked.to_string(),
+        why,
+    };
+    let named: Vec<&Reservation> = asked
+        .split(',')
+        .filter_map(|n| reservations.iter().find(|r| r.name == n.trim()))
+        .collect();
+    if named.is_empty() {
+        return Err(wait("Slurm knows no reservation of that name".into()));
+    }
+    let open: Vec<&Reservation> = named
+        .into_iter()
+        .filter(|r| r.allows(&job.user, &job.account))
+        .collect();
+    if open.is_empty() {
+        return Err(wait(format!(
+            "user {} in account {} is not allowed in it",
+            job.user, job.account
+        )));
+    }
+    let Some(r) = open.iter().find(|r| r.active(now_s)) else {
+        let next = open
+            .iter()
+            .filter(|r| r.start_s > now_s)
+            .map(|r| r.start_s)
+            .fold(f64::INFINITY, f64::min);
+        return Err(wait(if next.is_finite() {
+            format!(
+                "it is not active yet (it starts at {next:.0} Unix, in {:.0} s); its jobs wait for it",
+                next - now_s
+            )
+        } else {
+            "it has ended".into()
+        }));
+    };
+    let others: BTreeSet<String> = reservations
+        .iter()
+        .filter(|o| o.name != r.name && o.active(now_s))
+        .flat_map(|o| o.nodes.iter().cloned())
+        .filter(|n| !r.nodes.contains(n))
+        .collect();
+    let nodes = if r.any_nodes || r.flex {
+        Nodes::Except(others)
+    } else {
+        Nodes::Only(r.nodes.clone())
+    };
+    Ok(Offer {
+        nodes,
+        because: r.name.clone(),
+    })
+}
+
+/// Names the reservation as the reason a job restricted by it waits for GPUs.
+fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
+    let capacity = matches!(
+        reason,
+        WaitReason::DoesNotFit
+            | WaitReason::NoThroughputOnFreeTypes
+            | WaitReason::WaitingForRelease
+            | WaitReason::CannotRunAnywhere
+    );
+    if !capacity {
+        return reason;
+    }
+    let why = match &offer.nodes {
+        Nodes::All => return reason,
+        Nodes::Only(n) => format!(
+            "only its nodes ({}) are offered to the job, and not enough GPUs it can use are free there",
+            node_list(n)
+        ),
+        Nodes::Except(n) => format!(
+            "its nodes ({}) are kept for its own jobs, and not enough GPUs this job can use are free elsewhere",
+            node_list(n)
+        ),
+    };
+    WaitReason::Reservation {
+        name: offer.because.clone(),
+        why,
+    }
+}
+
+/// Plans a round under the reservations: each job of `states` is offered the nodes of its
+/// entry in `offers` (no entry: every node), and a job `running` in Slurm also the nodes
+/// it runs on. A job not running whose placement (a look-ahead's tentative one) lies
+/// partly on nodes it is not offered loses that placement. Jobs offered the same nodes are
+/// planned together by `plan` on a cluster with only those nodes' GPUs, the group offered
+/// the fewest nodes first, each group on the GPUs that the groups before it were given and
+/// that jobs of later groups hold left over (so no group preempts another's running job).
+/// When every job is offered every node, this is `plan` itself.
+pub fn plan_in_pools(
+    cluster: &Cluster,
+    states: &[JobState],
+    offers: &HashMap<JobId, Offer>,
+    running: &BTreeSet<JobId>,
+    mut plan: impl FnMut(&Cluster, &[JobState]) -> RoundPlan,
+) -> RoundPlan {
+    let n = cluster.nodes().len();
+    let mask = |js: &JobState| -> Vec<bool> {
+        let runs_on = match running.contains(&js.id()) {
+            true => js.placement.as_ref().map(|p| p.nodes()).unwrap_or_default(),
+            false => Vec::new(),
+        };
+        cluster
+            .node_ids()
+            .map(|id| {
+                runs_on.contains(&id)
+                    || offers
+                        .get(&js.id())
+                        .is_none_or(|o| o.nodes.offers(&cluster.node(id).name))
+            })
+            .collect()
+    };
+    let masks: Vec<Vec<bool>> = states.iter().map(mask).collect();
+    if masks.iter().all(|m| m.iter().all(|b| *b)) {
+        return plan(cluster, states);
+    }
+    let mut groups: Vec<(Vec<bool>, Vec<JobState>)> = Vec::new();
+    for (m, js) in masks.into_iter().zip(states) {
+        let mut js = js.clone();
+        let outside = js
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.nodes().iter().any(|id| !m[id.index()]));
+        if outside {
+            js.placement = None;
+        }
+        match groups.iter_mut().find(|(g, _)| *g == m) {
+            Some((_, jobs)) => jobs.push(js),
+            None => groups.push((m, vec![js])),
+        }
+    }
+    groups.sort_by_key(|(m, _)| m.iter().filter(|b| **b).count());
+    let types = cluster.type_count();
+    let mut used = vec![vec![0u32; types]; n];
+    let mut out = RoundPlan::default();
+    for (g, (m, jobs)) in groups.iter().enumerate() {
+        let mut held = vec![vec![0u32; types]; n];
+        for p in groups[g + 1..]
+            .iter()
+            .flat_map(|(_, js)| js.iter().filter_map(|j| j.placement.as_ref()))
+        {
+            for part in p.parts() {
+                held[part.node.index()][part.gpu_type.index()] += part.gpus;
+            }
+        }
+        let nodes: Vec<Node> = cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, node)| Node {
+                name: node.name.clone(),
+                gpus: (0..types)
+                    .map(|t| match m[i] {
+                        true => node.gpus[t].saturating_sub(used[i][t] + held[i][t]),
+                        false => 0,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let p = match Cluster::new(cluster.type_names().to_vec(), nodes) {
+            Ok(sub) => plan(&sub, jobs),
+            Err(_) => RoundPlan {
+                assignments: Vec::new(),
+                waiting: jobs
+                    .iter()
+                    .map(|j| Waiting {
+                        job: j.id(),
+                        reason: WaitReason::DoesNotFit,
+                    })
+                    .collect(),
+            },
+        };
+        for a in &p.assignments {
+            for part in a.placement.parts() {
+                used[part.node.index()][part.gpu_type.index()] += part.gpus;
+            }
+        }
+        out.assignments.extend(p.assignments);
+        out.waiting
+            .extend(p.waiting.into_iter().map(|w| match offers.get(&w.job) {
+                Some(o) => Waiting {
+                    job: w.job,
+                    reason: explain(w.reason, o),
+                },
+                None => w,
+            }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
