@@ -3,7 +3,7 @@
 
 use crate::daemon::SlurmApi;
 use hadar_core::policies::hadar::{HadarConfig, RoundStats, plan_round};
-use hadar_core::site::{Bound, Factors, Limit, PriorityInputs, PriorityWeights, Scope, SiteJob};
+use hadar_core::site::{Factors, Limit, PriorityInputs, PriorityWeights, SiteJob};
 use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan};
 use hadar_slurm::site::SiteFigures;
 use hadar_slurm::{JobStatus, SlurmJob};
@@ -51,8 +51,52 @@ fn held(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<SiteJo
     slurm_jobs
         .iter()
         .filter(|j| !planned.contains(&j.id) && holds_gpus(j))
-        .filter_map(|j| site.site_job(j.id, j.gpu_parts().iter().map(|p| p.2).sum()))
+        .filter_map(|j| {
+            let parts = j.gpu_parts();
+            let mut sj = site.site_job(j.id, parts.iter().map(|p| p.2).sum())?;
+            (sj.cpus, sj.mem_mb) = resources(j, sj.gpus);
+            for (_, t, n) in parts {
+                match sj.gpu_types.iter_mut().find(|(u, _)| *u == t) {
+                    Some(e) => e.1 += n,
+                    None => sj.gpu_types.push((t, n)),
+                }
+            }
+            Some(sj)
+        })
         .collect()
+}
+
+/// The CPUs and memory (MB) job `j` asks for with `gpus` GPUs: per GPU when the plugin
+/// recorded `--cpus-per-gpu`/`--mem-per-gpu` (a placement gives them back per GPU), else
+/// Slurm's `NumCPUs` and its memory per node times its nodes.
+fn resources(j: &SlurmJob, gpus: u32) -> (u32, u64) {
+    let (cpg, mpg) = j.recorded_per_gpu();
+    let cpus = match cpg {
+        Some(c) => u32::try_from(c.saturating_mul(gpus.into())).unwrap_or(u32::MAX),
+        None => j.site.cpus.unwrap_or(0),
+    };
+    let nodes = j.nodes.len().max(1) as u64;
+    let mem = match mpg {
+        Some(m) => m.saturating_mul(gpus.into()),
+        None => j.site.mem_per_node_mb.unwrap_or(0).saturating_mul(nodes),
+    };
+    (cpus, mem)
+}
+
+/// The site jobs of `states`, with their CPUs and memory from Slurm's records, and their
+/// time limits.
+fn site_jobs(
+    site: &Site,
+    states: &[JobState],
+    slurm_jobs: &[SlurmJob],
+) -> (HashMap<JobId, SiteJob>, HashMap<JobId, f64>) {
+    let (mut jobs, limits) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+    for j in slurm_jobs {
+        if let Some(sj) = jobs.get_mut(&JobId(j.id)) {
+            (sj.cpus, sj.mem_mb) = resources(j, sj.gpus);
+        }
+    }
+    (jobs, limits)
 }
 
 /// The waiting jobs of `states` (in arrival order) that a limit keeps from starting even if
@@ -62,13 +106,16 @@ pub fn blocked(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec
     if site.limits().is_empty() {
         return Vec::new();
     }
-    let (site_jobs, _) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+    let (site_jobs, _) = site_jobs(site, states, slurm_jobs);
+    // Waiting jobs have no GPU types yet, so limits on one type are left to the plan's
+    // check: no type names needed here.
     hadar_core::site::limits::over_limits(
         states,
         &site_jobs,
         &held(site, states, slurm_jobs),
         site.limits(),
         &running(states, slurm_jobs),
+        &[],
     )
 }
 
@@ -84,8 +131,7 @@ pub fn plan(
 ) -> (RoundPlan, RoundStats) {
     let held = held(site, input.jobs, slurm_jobs);
     let running = running(input.jobs, slurm_jobs);
-    let (site_jobs, time_limits) =
-        site.for_jobs(input.jobs.iter().map(|j| (j.id().0, j.job.workers)));
+    let (site_jobs, time_limits) = site_jobs(site, input.jobs, slurm_jobs);
     let mut stats = RoundStats::default();
     let plan = hadar_core::site::plan_within_site(
         input.jobs,
@@ -134,7 +180,7 @@ impl Site {
             max_age_s: c.max_age_s,
             favor_small: c.favor_small,
         });
-        let limits = limits_of(&figures);
+        let limits = crate::site_limits::limits_of(&figures);
         Site {
             figures,
             weights,
@@ -235,15 +281,25 @@ impl Site {
     /// What the limits need to know of job `id`, asking for or holding `gpus` GPUs.
     pub fn site_job(&self, id: u64, gpus: u32) -> Option<SiteJob> {
         let j = self.figures.jobs.get(&id)?;
-        Some(SiteJob {
-            id: JobId(id),
-            user: j.user.clone(),
-            account: j.account.clone(),
-            qos: j.qos.clone(),
-            partition: j.partition.clone(),
-            gpus,
-            time_limit_s: j.time_limit_s,
-        })
+        let mut out = SiteJob::new(JobId(id), &j.user, &j.account, &j.qos, &j.partition, gpus);
+        out.time_limit_s = j.time_limit_s;
+        out.time_left_s = j.time_left_s;
+        out.parents = self.parents(&j.account);
+        Some(out)
+    }
+
+    /// `account`'s ancestors in the association tree, parent first.
+    fn parents(&self, account: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut at = account;
+        while let Some(p) = self.figures.parents.get(at) {
+            if p == account || out.contains(p) {
+                break;
+            }
+            out.push(p.clone());
+            at = p;
+        }
+        out
     }
 
     /// Job `id`'s time limit, seconds.
@@ -270,132 +326,6 @@ impl Site {
     }
 }
 
-fn gpus(label: String, scope: Scope, n: Option<u32>, per_job: bool) -> Option<Limit> {
-    let n = n?;
-    Some(Limit {
-        scope,
-        bound: if per_job {
-            Bound::GpusPerJob(n)
-        } else {
-            Bound::Gpus(n)
-        },
-        label,
-    })
-}
-
-/// The limits of `figures` as Slurm enforces them: QOS and association limits only when
-/// `AccountingStorageEnforce` has `limits`; partition time limits always.
-fn limits_of(f: &SiteFigures) -> Vec<Limit> {
-    let mut out: Vec<Limit> = f
-        .partitions
-        .iter()
-        .filter_map(|p| {
-            Some(Limit {
-                scope: Scope::Partition(p.name.clone()),
-                bound: Bound::WallSeconds(p.max_time_s?),
-                label: format!("partition {} MaxTime ({} s)", p.name, p.max_time_s?),
-            })
-        })
-        .collect();
-    if !f.config.enforce_limits {
-        return out;
-    }
-    for q in &f.qos {
-        let n = &q.name;
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerUser=gres/gpu={}",
-                q.max_gpus_per_user.unwrap_or(0)
-            ),
-            Scope::QosPerUser(n.clone()),
-            q.max_gpus_per_user,
-            false,
-        ));
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerAccount=gres/gpu={}",
-                q.max_gpus_per_account.unwrap_or(0)
-            ),
-            Scope::QosPerAccount(n.clone()),
-            q.max_gpus_per_account,
-            false,
-        ));
-        out.extend(gpus(
-            format!("QOS {n} GrpTRES=gres/gpu={}", q.grp_gpus.unwrap_or(0)),
-            Scope::Qos(n.clone()),
-            q.grp_gpus,
-            false,
-        ));
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerJob=gres/gpu={}",
-                q.max_gpus_per_job.unwrap_or(0)
-            ),
-            Scope::Qos(n.clone()),
-            q.max_gpus_per_job,
-            true,
-        ));
-        if let Some(m) = q.max_jobs_per_user {
-            out.push(Limit {
-                scope: Scope::QosPerUser(n.clone()),
-                bound: Bound::Jobs(m),
-                label: format!("QOS {n} MaxJobsPerUser={m}"),
-            });
-        }
-        if let Some(s) = q.max_wall_s {
-            out.push(Limit {
-                scope: Scope::Qos(n.clone()),
-                bound: Bound::WallSeconds(s),
-                label: format!("QOS {n} MaxWall ({s} s)"),
-            });
-        }
-    }
-    for a in &f.assocs {
-        let (scope, who) = match &a.user {
-            Some(u) => (
-                Scope::User {
-                    account: a.account.clone(),
-                    user: u.clone(),
-                },
-                format!("association {}/{u}", a.account),
-            ),
-            None => (
-                Scope::Account(a.account.clone()),
-                format!("account {}", a.account),
-            ),
-        };
-        out.extend(gpus(
-            format!("{who} GrpTRES=gres/gpu={}", a.grp_gpus.unwrap_or(0)),
-            scope.clone(),
-            a.grp_gpus,
-            false,
-        ));
-        out.extend(gpus(
-            format!("{who} MaxTRES=gres/gpu={}", a.max_gpus_per_job.unwrap_or(0)),
-            scope.clone(),
-            a.max_gpus_per_job,
-            true,
-        ));
-        for (key, m) in [("GrpJobs", a.grp_jobs), ("MaxJobs", a.max_jobs)] {
-            if let Some(m) = m {
-                out.push(Limit {
-                    scope: scope.clone(),
-                    bound: Bound::Jobs(m),
-                    label: format!("{who} {key}={m}"),
-                });
-            }
-        }
-        if let Some(s) = a.max_wall_s {
-            out.push(Limit {
-                scope: scope.clone(),
-                bound: Bound::WallSeconds(s),
-                label: format!("{who} MaxWall ({s} s)"),
-            });
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,12 +350,15 @@ mod tests {
                 qos: "gpu4".into(),
                 partition: "gpu".into(),
                 time_limit_s: Some(60.0),
+                time_left_s: Some(60.0),
             },
         );
         f.fairshare.insert(("a".into(), "nobody".into()), 0.5);
+        f.parents.insert("a".into(), "dept".into());
+        f.parents.insert("dept".into(), "root".into());
         f.qos.push(QosFigures {
             name: "gpu4".into(),
-            max_gpus_per_user: Some(4),
+            max_tres_per_user: hadar_slurm::site::parse_tres("gres/gpu=4"),
             ..Default::default()
         });
         let s = Site::new(f.clone());
@@ -433,8 +366,12 @@ mod tests {
         assert_eq!(fac.fairshare, 0.5);
         assert_eq!(fac.fraction(w), 0.5);
         assert_eq!(s.limits().len(), 1);
-        assert_eq!(s.limits()[0].label, "QOS gpu4 MaxTRESPerUser=gres/gpu=4");
+        assert_eq!(
+            s.limits()[0].label,
+            "QOS gpu4 MaxTRESPerUser=gres/gpu=4 (QOSMaxGRESPerUser)"
+        );
         assert_eq!(s.time_limit_s(7), Some(60.0));
+        assert_eq!(s.site_job(7, 1).unwrap().parents, vec!["dept", "root"]);
         f.config.enforce_limits = false;
         f.config.multifactor = false;
         let s = Site::new(f);
