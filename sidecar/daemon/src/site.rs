@@ -101,22 +101,53 @@ fn site_jobs(
 
 /// The waiting jobs of `states` (in arrival order) that a limit keeps from starting even if
 /// only the jobs before them started ([`hadar_core::site::limits::over_limits`]), with the
-/// limit. The daemon leaves them out of the look-ahead and the plan, and they wait for it.
-pub fn blocked(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<(JobId, String)> {
+/// limit: they are taken out of `states`, and the daemon leaves them out of the look-ahead
+/// and the plan; they wait for it. A waiting job a full limit on one GPU type keeps from
+/// that type ([`hadar_core::site::limits::full_types`]) loses the type in `states` (so the
+/// look-ahead does not commit it there) and is listed too: if it waits, it waits for that
+/// limit.
+pub fn blocked(
+    site: &mut Site,
+    states: &mut Vec<JobState>,
+    slurm_jobs: &[SlurmJob],
+    cluster: &Cluster,
+) -> Vec<(JobId, String)> {
     if site.limits().is_empty() {
         return Vec::new();
     }
     let (site_jobs, _) = site_jobs(site, states, slurm_jobs);
-    // Waiting jobs have no GPU types yet, so limits on one type are left to the plan's
-    // check: no type names needed here.
-    hadar_core::site::limits::over_limits(
+    let held = held(site, states, slurm_jobs);
+    let running = running(states, slurm_jobs);
+    // Waiting jobs have no GPU types yet, so limits on one type are left to `full_types`
+    // and the plan's check: no type names needed here.
+    let mut out = hadar_core::site::limits::over_limits(
         states,
         &site_jobs,
-        &held(site, states, slurm_jobs),
+        &held,
         site.limits(),
-        &running(states, slurm_jobs),
+        &running,
         &[],
-    )
+    );
+    states.retain(|s| !out.iter().any(|(j, _)| *j == s.id()));
+    let full = hadar_core::site::limits::full_types(
+        states,
+        &site_jobs,
+        &held,
+        site.limits(),
+        &running,
+        cluster.type_names(),
+    );
+    site.typed_off.clear();
+    for (job, types, label) in full {
+        if let Some(s) = states.iter_mut().find(|s| s.id() == job) {
+            *s = hadar_core::site::time_limit::without_types(s, &types);
+        }
+        let names: Vec<&str> = types.iter().map(|t| cluster.type_name(*t)).collect();
+        site.typed_off
+            .push((job, format!("{label} keeps it off {}", names.join(", "))));
+        out.push((job, label));
+    }
+    out
 }
 
 /// Plans the round with Hadar within the site's limits and time limits
@@ -149,13 +180,21 @@ pub fn plan(
         },
     );
     let mut plan = plan;
-    plan.waiting
-        .extend(blocked.iter().map(|(job, limit)| hadar_core::Waiting {
-            job: *job,
-            reason: hadar_core::WaitReason::SiteLimit {
-                limit: limit.clone(),
-            },
-        }));
+    for (job, limit) in blocked {
+        let reason = hadar_core::WaitReason::SiteLimit {
+            limit: limit.clone(),
+        };
+        // A job still planned lost only some types: it waits for the limit only if it waits.
+        if input.jobs.iter().any(|s| s.id() == *job) {
+            if let Some(w) = plan.waiting.iter_mut().find(|w| w.job == *job) {
+                if !matches!(w.reason, hadar_core::WaitReason::SiteLimit { .. }) {
+                    w.reason = reason;
+                }
+            }
+            continue;
+        }
+        plan.waiting.push(hadar_core::Waiting { job: *job, reason });
+    }
     (plan, stats)
 }
 
@@ -165,6 +204,8 @@ pub struct Site {
     figures: SiteFigures,
     weights: Option<PriorityWeights>,
     limits: Vec<Limit>,
+    /// This round's waiting jobs a full limit on one GPU type keeps off that type, in words.
+    typed_off: Vec<(JobId, String)>,
 }
 
 impl Site {
@@ -185,6 +226,7 @@ impl Site {
             figures,
             weights,
             limits,
+            typed_off: Vec::new(),
         }
     }
 
@@ -256,7 +298,8 @@ impl Site {
             .map_or(1.0, |(f, w)| f.weight(w, strength))
     }
 
-    /// Adds each job's priority factors to its decision, for `hadar explain`.
+    /// Adds each job's priority factors to its decision, and the limits on one GPU type
+    /// that keep it off a type, for `hadar explain`.
     pub fn explain(
         &self,
         decisions: &mut [Decision],
@@ -265,6 +308,11 @@ impl Site {
         cluster: &Cluster,
         strength: f64,
     ) {
+        for (job, words) in &self.typed_off {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == job.0) {
+                d.text.push_str(&format!(" Site limit: {words}."));
+            }
+        }
         for js in states {
             let age = now_s - js.job.arrival_s;
             let Some((f, w)) = self.factors(js.id().0, js.job.workers, age, total_gpus(cluster))

@@ -218,16 +218,26 @@ fn as_placed(
     jobs.get(&job).map(|j| j.placed(p, names))
 }
 
-/// [`filter`], also returning for each job taken out by a limit on GPU types the types of
-/// the cluster that limit names.
+/// The cluster type a limit on one GPU type names.
+fn limit_type(l: &Limit, type_names: &[String]) -> Option<(GpuType, String)> {
+    let t = l.bound.gpu_type()?;
+    let i = type_names.iter().position(|n| n == t)?;
+    Some((GpuType(i as u16), l.label.clone()))
+}
+
+/// [`filter`], also returning the (job, (type, limit)) pairs a limit on one GPU type
+/// refuses: each job it takes out for such a limit, and each `moved` running job (running
+/// in Slurm, the plan moves it: a new start for Slurm) the plan puts over one. A moved job
+/// stays in the plan; [`plan_within`] plans it again without that type.
 fn filter_typed(
     plan: RoundPlan,
     jobs: &HashMap<JobId, SiteJob>,
     held: &[SiteJob],
     limits: &[Limit],
     running: &BTreeSet<JobId>,
+    moved: &BTreeSet<JobId>,
     type_names: &[String],
-) -> (RoundPlan, Vec<(JobId, GpuType)>) {
+) -> (RoundPlan, Vec<(JobId, (GpuType, String))>) {
     let mut ledger = Ledger::default();
     for j in held {
         ledger.charge(limits, j);
@@ -243,6 +253,12 @@ fn filter_typed(
     let mut typed = Vec::new();
     for a in stay {
         if let Some(j) = as_placed(jobs, a.job, &a.placement, type_names) {
+            if moved.contains(&a.job) {
+                let t = ledger
+                    .blocking(limits, &j)
+                    .and_then(|l| limit_type(l, type_names));
+                typed.extend(t.map(|t| (a.job, t)));
+            }
             ledger.charge(limits, &j);
         }
         out.assignments.push(a);
@@ -254,11 +270,7 @@ fn filter_typed(
         };
         match ledger.blocking(limits, &j) {
             Some(l) => {
-                if let Some(t) = l.bound.gpu_type() {
-                    if let Some(i) = type_names.iter().position(|n| n == t) {
-                        typed.push((a.job, GpuType(i as u16)));
-                    }
-                }
+                typed.extend(limit_type(l, type_names).map(|t| (a.job, t)));
                 out.waiting.push(Waiting {
                     job: a.job,
                     reason: WaitReason::SiteLimit {
@@ -288,7 +300,16 @@ pub fn filter(
     running: &BTreeSet<JobId>,
     type_names: &[String],
 ) -> RoundPlan {
-    filter_typed(plan, jobs, held, limits, running, type_names).0
+    filter_typed(
+        plan,
+        jobs,
+        held,
+        limits,
+        running,
+        &BTreeSet::new(),
+        type_names,
+    )
+    .0
 }
 
 /// The jobs of `states` (in their order) that would go over a limit if every job before
@@ -324,6 +345,54 @@ pub fn over_limits(
         match ledger.blocking(limits, j) {
             Some(l) => out.push((j.id, l.label.clone())),
             None => ledger.charge(limits, j),
+        }
+    }
+    out
+}
+
+/// For each waiting job of `states`, the GPU types a limit on one type keeps it from even if
+/// only the `running` jobs and `held` ones count (that limit is full for it), with the
+/// limit. A pre-pass for look-aheads that do not know the limits: they would otherwise
+/// commit the job to a type it cannot get.
+pub fn full_types(
+    states: &[JobState],
+    jobs: &HashMap<JobId, SiteJob>,
+    held: &[SiteJob],
+    limits: &[Limit],
+    running: &BTreeSet<JobId>,
+    type_names: &[String],
+) -> Vec<(JobId, Vec<GpuType>, String)> {
+    let mut ledger = Ledger::default();
+    for j in held {
+        ledger.charge(limits, j);
+    }
+    for s in states.iter().filter(|s| running.contains(&s.id())) {
+        if let (Some(j), Some(p)) = (jobs.get(&s.id()), &s.placement) {
+            ledger.charge(limits, &j.placed(p, type_names));
+        }
+    }
+    let mut out = Vec::new();
+    for s in states.iter().filter(|s| !running.contains(&s.id())) {
+        let Some(j) = jobs.get(&s.id()) else { continue };
+        let mut types = Vec::new();
+        let mut label = String::new();
+        for (i, name) in type_names.iter().enumerate() {
+            let mut on = j.clone();
+            on.gpu_types = vec![(name.clone(), j.gpus)];
+            let typed = limits.iter().enumerate().find(|(k, l)| {
+                l.bound.gpu_type() == Some(name.as_str())
+                    && l.scope.bucket(&on).is_some_and(|b| {
+                        let used = ledger.used.get(&(*k, b)).copied().unwrap_or_default();
+                        l.bound.over(used, &on)
+                    })
+            });
+            if let Some((_, l)) = typed {
+                types.push(GpuType(i as u16));
+                label = l.label.clone();
+            }
+        }
+        if !types.is_empty() {
+            out.push((s.id(), types, label));
         }
     }
     out
@@ -365,18 +434,21 @@ pub fn plan_within(
                 None => s.clone(),
             })
             .collect();
-        let (mut p, typed) = filter_typed(plan(&left), jobs, held, limits, running, type_names);
+        let raw = plan(&left);
+        let moved: BTreeSet<JobId> = raw
+            .assignments
+            .iter()
+            .filter(|a| running.contains(&a.job))
+            .filter(|a| {
+                let now = states.iter().find(|s| s.id() == a.job);
+                now.is_some_and(|s| s.placement.as_ref() != Some(&a.placement))
+            })
+            .map(|a| a.job)
+            .collect();
+        let (mut p, typed) = filter_typed(raw, jobs, held, limits, running, &moved, type_names);
         let mut changed = false;
-        let typed_now: Vec<JobId> = typed.iter().map(|(j, _)| *j).collect();
-        for (job, t) in typed {
-            let label = p
-                .waiting
-                .iter()
-                .find_map(|w| match &w.reason {
-                    WaitReason::SiteLimit { limit } if w.job == job => Some(limit.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+        let typed_now: BTreeSet<JobId> = typed.iter().map(|(j, _)| *j).collect();
+        for (job, (t, label)) in typed {
             let e = banned.entry(job).or_insert_with(|| (Vec::new(), label));
             if !e.0.contains(&t) {
                 e.0.push(t);

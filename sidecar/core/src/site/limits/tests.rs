@@ -402,12 +402,11 @@ fn cpus_and_memory_count_against_their_limits() {
     );
     let p = run(&mem);
     assert_eq!(p.assignments.len(), 2);
-    assert_eq!(
+    assert!(
         p.waiting[0]
             .reason
             .to_string()
-            .contains("QOSMaxMemoryPerUser"),
-        true
+            .contains("QOSMaxMemoryPerUser")
     );
     let per_job = limit(
         Scope::Qos("gpu4".into()),
@@ -556,5 +555,73 @@ fn gpu_minutes_running_and_used() {
         plan.waiting
             .iter()
             .all(|w| w.reason.to_string().contains("AssocGrpGRESMinutes"))
+    );
+}
+
+#[test]
+fn a_running_job_is_not_moved_onto_a_type_over_its_limit() {
+    // alice runs two jobs on v100s (her limit) and one on a k80; the policy would move the
+    // k80 job to a free v100: it stays on the k80.
+    let jobs: HashMap<JobId, SiteJob> = (1..=3)
+        .map(|i| (JobId(i), site_job(i, "alice", 1)))
+        .collect();
+    let on = |id: u64, t: u16| {
+        let mut s = state2(id);
+        s.placement = Some(Placement::gang([Part {
+            node: crate::cluster::NodeId(0),
+            gpu_type: crate::cluster::GpuType(t),
+            gpus: 1,
+        }]));
+        s
+    };
+    let states = vec![on(1, 0), on(2, 0), on(3, 1)];
+    let limits = limit(
+        Scope::QosPerUser("gpu4".into()),
+        Bound::TypedGpus("v100".into(), 2),
+        "v100=2",
+    );
+    let plan = plan_within(
+        &states,
+        &jobs,
+        &[],
+        &limits,
+        &BTreeSet::from([JobId(1), JobId(2), JobId(3)]),
+        &two_types(),
+        fcfs2([4, 1]),
+    );
+    assert_eq!(plan.assignments.len(), 3);
+    let third = plan.assignments.iter().find(|a| a.job == JobId(3)).unwrap();
+    assert_eq!(third.placement.types(), vec![crate::cluster::GpuType(1)]);
+}
+
+#[test]
+fn a_full_typed_limit_is_known_before_the_plan() {
+    // alice holds two v100s (her limit): her waiting job may not have a v100, bob's may.
+    let mut held = site_job(9, "alice", 2);
+    held.gpu_types = vec![("v100".into(), 2)];
+    let jobs = HashMap::from([
+        (JobId(1), site_job(1, "alice", 1)),
+        (JobId(2), site_job(2, "bob", 1)),
+    ]);
+    let limits = limit(
+        Scope::QosPerUser("gpu4".into()),
+        Bound::TypedGpus("v100".into(), 2),
+        "v100=2",
+    );
+    let full = full_types(
+        &[state2(1), state2(2)],
+        &jobs,
+        &[held],
+        &limits,
+        &BTreeSet::new(),
+        &two_types(),
+    );
+    assert_eq!(
+        full,
+        vec![(
+            JobId(1),
+            vec![crate::cluster::GpuType(0)],
+            "v100=2".to_string()
+        )]
     );
 }
