@@ -374,6 +374,57 @@ fn a_typed_gpu_limit_counts_only_that_type(bed: &mut Testbed) {
         ),
         "{explained}"
     );
+    // What Slurm itself does with the user's unmanaged jobs while two v100s are theirs:
+    // a typed request pends for the limit; a typeless one on the v100 node is printed.
+    let off = "#!/bin/sh\n#HADAR off\nsleep 60\n";
+    let typed_req = submit(
+        bed,
+        &[
+            "-A",
+            "ty_a",
+            "--qos=v2",
+            "--gres=gpu:v100:1",
+            "-o",
+            "/dev/null",
+            &uid,
+            &gid,
+        ],
+        off,
+    );
+    let untyped_req = submit(
+        bed,
+        &[
+            "-A",
+            "ty_a",
+            "--qos=v2",
+            "--gpus=1",
+            "-w",
+            "n1",
+            "-o",
+            "/dev/null",
+            &uid,
+            &gid,
+        ],
+        off,
+    );
+    let mut reason = String::new();
+    wait_until("Slurm gives the typed request a reason", 30, || {
+        reason = bed
+            .job(typed_req)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        reason != "None"
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let untyped = bed.job(untyped_req).unwrap();
+    println!(
+        "Slurm alone, the user's unmanaged jobs: --gres=gpu:v100:1 {} Reason={reason}; --gpus=1 -w n1 {} Reason={}",
+        state_of(bed, typed_req),
+        untyped.field("JobState").unwrap_or_default(),
+        untyped.field("Reason").unwrap_or_default()
+    );
+    assert_eq!(reason, "QOSMaxGRESPerUser");
     drop(serve);
     for id in theirs.iter().chain(&fillers) {
         let _ = bed.client("scancel", &[&id.to_string()]);
