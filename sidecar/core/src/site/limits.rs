@@ -225,6 +225,9 @@ fn limit_type(l: &Limit, type_names: &[String]) -> Option<(GpuType, String)> {
     Some((GpuType(i as u16), l.label.clone()))
 }
 
+/// Jobs refused a GPU type by a limit on that type: (job, (type, the limit's label)).
+type Refusals = Vec<(JobId, (GpuType, String))>;
+
 /// [`filter`], also returning the (job, (type, limit)) pairs a limit on one GPU type
 /// refuses: each job it takes out for such a limit, and each `moved` running job (running
 /// in Slurm, the plan moves it: a new start for Slurm) the plan puts over one. A moved job
@@ -237,7 +240,7 @@ fn filter_typed(
     running: &BTreeSet<JobId>,
     moved: &BTreeSet<JobId>,
     type_names: &[String],
-) -> (RoundPlan, Vec<(JobId, (GpuType, String))>) {
+) -> (RoundPlan, Refusals) {
     let mut ledger = Ledger::default();
     for j in held {
         ledger.charge(limits, j);
