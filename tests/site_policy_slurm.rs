@@ -33,6 +33,10 @@ const SCENARIOS: &[Scenario] = &[
         a_parent_accounts_grp_tres_covers_its_children,
     ),
     (
+        "grp_tres_run_mins_bounds_the_gpu_minutes_left",
+        grp_tres_run_mins_bounds_the_gpu_minutes_left,
+    ),
+    (
         "a_job_waits_for_a_type_that_finishes_within_its_time_limit",
         a_job_waits_for_a_type_that_finishes_within_its_time_limit,
     ),
@@ -507,6 +511,71 @@ fn a_parent_accounts_grp_tres_covers_its_children(bed: &mut Testbed) {
         "{explained}"
     );
     assert_eq!(slurm_reason, "AssocGrpGRES");
+    drop(serve);
+}
+
+fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
+    account(bed, "rm_a", &["root"], &[]);
+    sacctmgr(
+        bed,
+        &[
+            "modify",
+            "account",
+            "rm_a",
+            "set",
+            "GrpTRESRunMins=gres/gpu=10",
+        ],
+    );
+    // Every GPU is free. Four 1-GPU jobs of 3 minutes: three make 9 GPU-minutes, the
+    // fourth would make 12.
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let ids: Vec<u32> = (0..4)
+        .map(|_| {
+            submit(
+                bed,
+                &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
+                &text,
+            )
+        })
+        .collect();
+    let serve = Serve::start(bed, "run-mins");
+    let running = |bed: &Testbed| {
+        ids.iter()
+            .filter(|id| state_of(bed, **id) == "RUNNING")
+            .count()
+    };
+    wait_until("three of rm_a's jobs run", 60, || running(bed) == 3);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_eq!(running(bed), 3);
+    let waiting = *ids
+        .iter()
+        .find(|id| state_of(bed, **id) == "PENDING")
+        .expect("one of rm_a's jobs pending");
+    let explained = serve.hadar(&["explain", &waiting.to_string()]);
+    let unmanaged = submit(
+        bed,
+        &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
+        "#!/bin/sh\n#HADAR off\nsleep 60\n",
+    );
+    let mut slurm_reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        slurm_reason = bed
+            .job(unmanaged)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        slurm_reason != "None"
+    });
+    println!(
+        "rm_a's waiting job {waiting}: explain: {explained}; an unmanaged 3-minute rm_a job: {} Reason={slurm_reason}",
+        state_of(bed, unmanaged)
+    );
+    assert!(
+        explained.contains("account rm_a GrpTRESRunMins=gres/gpu=10 (AssocGrpGRESRunMinutes)"),
+        "{explained}"
+    );
+    assert_eq!(slurm_reason, "AssocGrpGRESRunMinutes");
     drop(serve);
 }
 
