@@ -2,8 +2,8 @@
 //! #14): fair-share decides which account's job gets a contested GPU, a QOS's
 //! `MaxTRESPerUser` keeps a user's fifth GPU out of the plan (and `explain` names it), and a
 //! job whose time limit a slow type would exceed waits for a fast one and is not killed; a
-//! limit on one GPU type (`gres/gpu:v100=2`) counts only that type, and a parent account's
-//! `GrpTRES` covers its children's jobs.
+//! limit on one GPU type (`gres/gpu:v100=2`) counts only that type, a parent account's
+//! `GrpTRES` covers its children's jobs, and `GrpTRESRunMins` bounds the GPU-minutes left.
 //! One cluster for all scenarios; each creates its own accounts and QOS with `sacctmgr`.
 //! `harness = false`: arguments are name filters.
 
