@@ -3,7 +3,8 @@
 //! `MaxTRESPerUser` keeps a user's fifth GPU out of the plan (and `explain` names it), and a
 //! job whose time limit a slow type would exceed waits for a fast one and is not killed; a
 //! limit on one GPU type (`gres/gpu:v100=2`) counts only that type, a parent account's
-//! `GrpTRES` covers its children's jobs, and `GrpTRESRunMins` bounds the GPU-minutes left.
+//! `GrpTRES` covers its children's jobs, `GrpTRESRunMins` bounds the GPU-minutes left and
+//! `GrpTRESMins` stops an account that used its GPU-minutes.
 //! One cluster for all scenarios; each creates its own accounts and QOS with `sacctmgr`.
 //! `harness = false`: arguments are name filters.
 
@@ -35,6 +36,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "grp_tres_run_mins_bounds_the_gpu_minutes_left",
         grp_tres_run_mins_bounds_the_gpu_minutes_left,
+    ),
+    (
+        "grp_tres_mins_stops_an_account_that_used_its_gpu_minutes",
+        grp_tres_mins_stops_an_account_that_used_its_gpu_minutes,
     ),
     (
         "a_job_waits_for_a_type_that_finishes_within_its_time_limit",
@@ -576,6 +581,78 @@ fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
         "{explained}"
     );
     assert_eq!(slurm_reason, "AssocGrpGRESRunMinutes");
+    drop(serve);
+}
+
+/// `sshare`'s `GrpTRESRaw` on `gres/gpu` (GPU-minutes) of `account`'s own row.
+fn used_gpu_minutes(bed: &Testbed, account: &str) -> u64 {
+    let out = bed
+        .sshare(&["-n", "-P", "-A", account, "-o", "Account,User,GrpTRESRaw"])
+        .unwrap_or_default();
+    hadar_slurm::site::parse_gpu_usage(&out)
+        .get(&(account.to_string(), String::new()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
+    sacctmgr(
+        bed,
+        &[
+            "add",
+            "account",
+            "mins_a",
+            "fairshare=1",
+            "GrpTRESMins=gres/gpu=1",
+        ],
+    );
+    account_user(bed, "mins_a", "root");
+    // 2 GPUs x 40 s: more than the account's one GPU-minute.
+    use_gpus(bed, "mins_a", 2, 40);
+    wait_until("sshare shows mins_a's GPU-minute", 90, || {
+        used_gpu_minutes(bed, "mins_a") >= 1
+    });
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 30.0) as u64;
+    let id = submit(
+        bed,
+        &["-A", "mins_a", "--gpus=1", "-o", "/dev/null"],
+        &script("resnet50-b64", steps, ""),
+    );
+    let serve = Serve::start(bed, "tres-mins");
+    let mut explained = String::new();
+    wait_until("explain names GrpTRESMins", 30, || {
+        explained = explain(&serve, id);
+        explained.contains("AssocGrpGRESMinutes")
+    });
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let info = bed.job(id).unwrap();
+    let unmanaged = submit(
+        bed,
+        &["-A", "mins_a", "--gpus=1", "-o", "/dev/null"],
+        "#!/bin/sh\n#HADAR off\nsleep 60\n",
+    );
+    let mut slurm_reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        slurm_reason = bed
+            .job(unmanaged)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        slurm_reason != "None"
+    });
+    println!(
+        "mins_a used {} GPU-minute(s); its job {id}: {} Reason={}; explain: {explained}; an unmanaged mins_a job: {} Reason={slurm_reason}",
+        used_gpu_minutes(bed, "mins_a"),
+        info.field("JobState").unwrap_or_default(),
+        info.field("Reason").unwrap_or_default(),
+        state_of(bed, unmanaged)
+    );
+    assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
+    assert!(
+        explained.contains("account mins_a GrpTRESMins=gres/gpu=1"),
+        "{explained}"
+    );
+    assert_eq!(slurm_reason, "AssocGrpGRESMinutes");
     drop(serve);
 }
 
