@@ -1,8 +1,11 @@
 //! A site's own rules with `hadar serve` on the real test cluster with accounting (issue
 //! #14): fair-share decides which account's job gets a contested GPU, a QOS's
 //! `MaxTRESPerUser` keeps a user's fifth GPU out of the plan (and `explain` names it), and a
-//! job whose time limit a slow type would exceed waits for a fast one and is not killed, and
-//! a reserved node goes only to the jobs of its reservation, which get only its nodes.
+//! job whose time limit a slow type would exceed waits for a fast one and is not killed; a
+//! reserved node goes only to the jobs of its reservation, which get only its nodes; a
+//! limit on one GPU type (`gres/gpu:v100=2`) counts only that type, a parent account's
+//! `GrpTRES` covers its children's jobs, `GrpTRESRunMins` bounds the GPU-minutes left and
+//! `GrpTRESMins` stops an account that used its GPU-minutes.
 //! One cluster for all scenarios; each creates its own accounts and QOS with `sacctmgr`.
 //! `harness = false`: arguments are name filters.
 
@@ -22,6 +25,22 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_users_fifth_gpu_is_never_planned_under_max_tres_per_user",
         a_users_fifth_gpu_is_never_planned_under_max_tres_per_user,
+    ),
+    (
+        "a_typed_gpu_limit_counts_only_that_type",
+        a_typed_gpu_limit_counts_only_that_type,
+    ),
+    (
+        "a_parent_accounts_grp_tres_covers_its_children",
+        a_parent_accounts_grp_tres_covers_its_children,
+    ),
+    (
+        "grp_tres_run_mins_bounds_the_gpu_minutes_left",
+        grp_tres_run_mins_bounds_the_gpu_minutes_left,
+    ),
+    (
+        "grp_tres_mins_stops_an_account_that_used_its_gpu_minutes",
+        grp_tres_mins_stops_an_account_that_used_its_gpu_minutes,
     ),
     (
         "a_job_waits_for_a_type_that_finishes_within_its_time_limit",
@@ -88,6 +107,24 @@ fn account(bed: &Testbed, account: &str, users: &[&str], qos: &[&str]) {
                 .is_ok_and(|out| out.lines().any(|l| l.trim() == format!("{account}|{u}")))
         });
     }
+}
+
+/// Adds `user` to the existing `account` and waits until slurmctld knows it.
+fn account_user(bed: &Testbed, account: &str, user: &str) {
+    sacctmgr(
+        bed,
+        &[
+            "add",
+            "user",
+            user,
+            &format!("account={account}"),
+            "qos=normal",
+        ],
+    );
+    wait_until(&format!("slurmctld knows {user} in {account}"), 30, || {
+        bed.sshare(&["-n", "-P", "-A", account, "-u", user, "-o", "Account,User"])
+            .is_ok_and(|out| out.lines().any(|l| l.trim() == format!("{account}|{user}")))
+    });
 }
 
 /// root's FairShare in `account`.
@@ -277,6 +314,355 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
         .filter(|id| bed.job(**id).unwrap().field("JobState").as_deref() == Some("RUNNING"))
         .count();
     assert_eq!(running, 4);
+}
+
+fn state_of(bed: &Testbed, id: u32) -> String {
+    bed.job(id).unwrap().field("JobState").unwrap_or_default()
+}
+
+fn a_typed_gpu_limit_counts_only_that_type(bed: &mut Testbed) {
+    sacctmgr(bed, &["add", "qos", "v2", "MaxTRESPerUser=gres/gpu:v100=2"]);
+    account(bed, "ty_a", &["root", USER.2], &["v2"]);
+    // Free: n1's four v100s and one p100 of n2. The user's four 1-GPU jobs would all go to
+    // the v100s (faster); the limit lets two run there, one on the p100, and one waits
+    // (with two v100s free).
+    let fillers = occupy(
+        bed,
+        &[
+            ("n2", "gpu:p100:3"),
+            ("n3", "gpu:k80:4"),
+            ("n4", "gpu:v100:2,gpu:k80:2"),
+        ],
+    );
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let common = ["-A", "ty_a", "--qos=v2", "--gpus=1", "-o", "/dev/null"];
+    let uid = format!("--uid={}", USER.0);
+    let gid = format!("--gid={}", USER.1);
+    let theirs: Vec<u32> = (0..4)
+        .map(|_| submit(bed, &[&common[..], &[&uid, &gid]].concat(), &text))
+        .collect();
+    let serve = Serve::start(bed, "typed-limit");
+    let running = |bed: &Testbed| -> Vec<u32> {
+        theirs
+            .iter()
+            .copied()
+            .filter(|id| state_of(bed, *id) == "RUNNING")
+            .collect()
+    };
+    wait_until("three of the user's jobs run", 60, || {
+        running(bed).len() == 3
+    });
+    // A few more rounds: nothing changes, the fourth stays held by hadar.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let run = running(bed);
+    let types: Vec<String> = run
+        .iter()
+        .flat_map(|id| allocation(bed, *id).into_iter().map(|(_, t, _)| t))
+        .collect();
+    let fourth = *theirs.iter().find(|id| !run.contains(id)).unwrap();
+    let info = bed.job(fourth).unwrap();
+    let explained = serve.hadar(&["explain", &fourth.to_string()]);
+    println!(
+        "the user's jobs run on {types:?}; the fourth {fourth}: {} Reason={}; explain: {explained}",
+        info.field("JobState").unwrap_or_default(),
+        info.field("Reason").unwrap_or_default()
+    );
+    assert_eq!(run.len(), 3);
+    assert_eq!(
+        types.iter().filter(|t| *t == "v100").count(),
+        2,
+        "{types:?}"
+    );
+    assert_eq!(
+        types.iter().filter(|t| *t == "p100").count(),
+        1,
+        "{types:?}"
+    );
+    assert!(
+        info.field("Reason")
+            .unwrap_or_default()
+            .starts_with("JobHeld"),
+        "{}",
+        info.0
+    );
+    assert!(
+        explained.contains(
+            "QOS v2 MaxTRESPerUser=gres/gpu:v100=2 (QOSMaxGRESPerUser) keeps it off v100"
+        ),
+        "{explained}"
+    );
+    // What Slurm itself does with the user's unmanaged jobs while two v100s are theirs:
+    // a typed request pends for the limit; a typeless one on the v100 node is printed.
+    let off = "#!/bin/sh\n#HADAR off\nsleep 60\n";
+    let typed_req = submit(
+        bed,
+        &[
+            "-A",
+            "ty_a",
+            "--qos=v2",
+            "--gres=gpu:v100:1",
+            "-o",
+            "/dev/null",
+            &uid,
+            &gid,
+        ],
+        off,
+    );
+    let untyped_req = submit(
+        bed,
+        &[
+            "-A",
+            "ty_a",
+            "--qos=v2",
+            "--gpus=1",
+            "-w",
+            "n1",
+            "-o",
+            "/dev/null",
+            &uid,
+            &gid,
+        ],
+        off,
+    );
+    let mut reason = String::new();
+    wait_until("Slurm gives the typed request a reason", 30, || {
+        reason = bed
+            .job(typed_req)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        reason != "None"
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let untyped = bed.job(untyped_req).unwrap();
+    println!(
+        "Slurm alone, the user's unmanaged jobs: --gres=gpu:v100:1 {} Reason={reason}; --gpus=1 -w n1 {} Reason={}",
+        state_of(bed, typed_req),
+        untyped.field("JobState").unwrap_or_default(),
+        untyped.field("Reason").unwrap_or_default()
+    );
+    assert_eq!(reason, "QOSMaxGRESPerUser");
+    drop(serve);
+    for id in theirs.iter().chain(&fillers) {
+        let _ = bed.client("scancel", &[&id.to_string()]);
+    }
+}
+
+fn a_parent_accounts_grp_tres_covers_its_children(bed: &mut Testbed) {
+    sacctmgr(
+        bed,
+        &[
+            "add",
+            "account",
+            "dept",
+            "fairshare=1",
+            "GrpTRES=gres/gpu=3",
+        ],
+    );
+    for kid in ["kid1", "kid2"] {
+        sacctmgr(bed, &["add", "account", kid, "parent=dept", "fairshare=1"]);
+    }
+    for kid in ["kid1", "kid2"] {
+        account_user(bed, kid, "root");
+    }
+    account(bed, "nodept", &["root"], &[]);
+    // Every GPU is free. Two 1-GPU jobs in each child account: three run, the fourth waits
+    // for dept's GrpTRES; a job of another account runs.
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let kids: Vec<u32> = ["kid1", "kid1", "kid2", "kid2"]
+        .iter()
+        .map(|a| submit(bed, &["-A", a, "--gpus=1", "-o", "/dev/null"], &text))
+        .collect();
+    let other = submit(bed, &["-A", "nodept", "--gpus=1", "-o", "/dev/null"], &text);
+    let serve = Serve::start(bed, "parent-limit");
+    wait_state(bed, other, &["RUNNING"], 60);
+    let running = |bed: &Testbed| -> usize {
+        kids.iter()
+            .filter(|id| state_of(bed, **id) == "RUNNING")
+            .count()
+    };
+    wait_until("three of dept's jobs run", 60, || running(bed) == 3);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_eq!(running(bed), 3);
+    let waiting = *kids
+        .iter()
+        .find(|id| state_of(bed, **id) == "PENDING")
+        .expect("one of dept's jobs pending");
+    let info = bed.job(waiting).unwrap();
+    let explained = serve.hadar(&["explain", &waiting.to_string()]);
+    // What Slurm itself does with such a job: an unmanaged one in kid2 pends for the
+    // parent's limit.
+    let unmanaged = submit(
+        bed,
+        &["-A", "kid2", "--gpus=1", "-o", "/dev/null"],
+        "#!/bin/sh\n#HADAR off\nsleep 60\n",
+    );
+    let mut slurm_reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        slurm_reason = bed
+            .job(unmanaged)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        slurm_reason != "None"
+    });
+    println!(
+        "dept's waiting job {waiting}: Reason={} ; explain: {explained}; an unmanaged kid2 job: {} Reason={slurm_reason}",
+        info.field("Reason").unwrap_or_default(),
+        state_of(bed, unmanaged),
+    );
+    assert!(
+        info.field("Reason")
+            .unwrap_or_default()
+            .starts_with("JobHeld"),
+        "{}",
+        info.0
+    );
+    assert!(
+        explained.contains("account dept GrpTRES=gres/gpu=3 (AssocGrpGRES)"),
+        "{explained}"
+    );
+    assert_eq!(slurm_reason, "AssocGrpGRES");
+    drop(serve);
+}
+
+fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
+    account(bed, "rm_a", &["root"], &[]);
+    sacctmgr(
+        bed,
+        &[
+            "modify",
+            "account",
+            "rm_a",
+            "set",
+            "GrpTRESRunMins=gres/gpu=10",
+        ],
+    );
+    // Every GPU is free. Four 1-GPU jobs of 3 minutes: three make 9 GPU-minutes, the
+    // fourth would make 12.
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let ids: Vec<u32> = (0..4)
+        .map(|_| {
+            submit(
+                bed,
+                &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
+                &text,
+            )
+        })
+        .collect();
+    let serve = Serve::start(bed, "run-mins");
+    let running = |bed: &Testbed| {
+        ids.iter()
+            .filter(|id| state_of(bed, **id) == "RUNNING")
+            .count()
+    };
+    wait_until("three of rm_a's jobs run", 60, || running(bed) == 3);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_eq!(running(bed), 3);
+    let waiting = *ids
+        .iter()
+        .find(|id| state_of(bed, **id) == "PENDING")
+        .expect("one of rm_a's jobs pending");
+    let explained = serve.hadar(&["explain", &waiting.to_string()]);
+    let unmanaged = submit(
+        bed,
+        &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
+        "#!/bin/sh\n#HADAR off\nsleep 60\n",
+    );
+    let mut slurm_reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        slurm_reason = bed
+            .job(unmanaged)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        slurm_reason != "None"
+    });
+    println!(
+        "rm_a's waiting job {waiting}: explain: {explained}; an unmanaged 3-minute rm_a job: {} Reason={slurm_reason}",
+        state_of(bed, unmanaged)
+    );
+    assert!(
+        explained.contains("account rm_a GrpTRESRunMins=gres/gpu=10 (AssocGrpGRESRunMinutes)"),
+        "{explained}"
+    );
+    assert_eq!(slurm_reason, "AssocGrpGRESRunMinutes");
+    drop(serve);
+}
+
+/// `sshare`'s `GrpTRESRaw` on `gres/gpu` (GPU-minutes) of `account`'s own row.
+fn used_gpu_minutes(bed: &Testbed, account: &str) -> u64 {
+    let out = bed
+        .sshare(&["-n", "-P", "-A", account, "-o", "Account,User,GrpTRESRaw"])
+        .unwrap_or_default();
+    hadar_slurm::site::parse_gpu_usage(&out)
+        .get(&(account.to_string(), String::new()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
+    sacctmgr(
+        bed,
+        &[
+            "add",
+            "account",
+            "mins_a",
+            "fairshare=1",
+            "GrpTRESMins=gres/gpu=1",
+        ],
+    );
+    account_user(bed, "mins_a", "root");
+    // 2 GPUs x 40 s: more than the account's one GPU-minute.
+    use_gpus(bed, "mins_a", 2, 40);
+    wait_until("sshare shows mins_a's GPU-minute", 90, || {
+        used_gpu_minutes(bed, "mins_a") >= 1
+    });
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 30.0) as u64;
+    let id = submit(
+        bed,
+        &["-A", "mins_a", "--gpus=1", "-o", "/dev/null"],
+        &script("resnet50-b64", steps, ""),
+    );
+    let serve = Serve::start(bed, "tres-mins");
+    let mut explained = String::new();
+    wait_until("explain names GrpTRESMins", 30, || {
+        explained = explain(&serve, id);
+        explained.contains("AssocGrpGRESMinutes")
+    });
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let info = bed.job(id).unwrap();
+    let unmanaged = submit(
+        bed,
+        &["-A", "mins_a", "--gpus=1", "-o", "/dev/null"],
+        "#!/bin/sh\n#HADAR off\nsleep 60\n",
+    );
+    let mut slurm_reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        slurm_reason = bed
+            .job(unmanaged)
+            .unwrap()
+            .field("Reason")
+            .unwrap_or_default();
+        slurm_reason != "None"
+    });
+    println!(
+        "mins_a used {} GPU-minute(s); its job {id}: {} Reason={}; explain: {explained}; an unmanaged mins_a job: {} Reason={slurm_reason}",
+        used_gpu_minutes(bed, "mins_a"),
+        info.field("JobState").unwrap_or_default(),
+        info.field("Reason").unwrap_or_default(),
+        state_of(bed, unmanaged)
+    );
+    assert_eq!(info.field("JobState").as_deref(), Some("PENDING"));
+    assert!(
+        explained.contains("account mins_a GrpTRESMins=gres/gpu=1"),
+        "{explained}"
+    );
+    assert_eq!(slurm_reason, "AssocGrpGRESMinutes");
+    drop(serve);
 }
 
 fn a_job_waits_for_a_type_that_finishes_within_its_time_limit(bed: &mut Testbed) {

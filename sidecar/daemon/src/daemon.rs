@@ -598,7 +598,7 @@ impl<S: SlurmApi> Daemon<S> {
         let mut foreign = foreign;
         let exclusive_ids = exclusive::fence_off(&rows, &nodes, &mut foreign);
         let cv = view::build(&nodes, &self.config.partitions, &foreign);
-        let site = crate::site::read(&self.slurm, now_unix);
+        let mut site = crate::site::read(&self.slurm, now_unix);
         let strength = self.config.hadar.priority_strength;
 
         // Specs, learned rates and profiles of the active jobs.
@@ -722,8 +722,7 @@ impl<S: SlurmApi> Daemon<S> {
                 states.push(js);
             }
             states.sort_by(|a, b| a.job.arrival_order(&b.job));
-            site_blocked = crate::site::blocked(&site, &states, &slurm_jobs);
-            states.retain(|s| !site_blocked.iter().any(|(j, _)| *j == s.id()));
+            site_blocked = crate::site::blocked(&mut site, &mut states, &slurm_jobs, cluster);
         }
         // Jobs whose Slurm request names GPU types: those a user restricted to some types
         // (only a typed request keeps them there) and those Slurm already holds to types.

@@ -41,6 +41,7 @@ pub mod sd_notify;
 pub mod shadow;
 pub mod shared;
 pub mod site;
+pub mod site_limits;
 pub mod spec;
 pub mod view;
 

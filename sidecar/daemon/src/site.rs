@@ -6,7 +6,7 @@ pub mod reservations;
 
 use crate::daemon::SlurmApi;
 use hadar_core::policies::hadar::{HadarConfig, RoundStats, plan_round};
-use hadar_core::site::{Bound, Factors, Limit, PriorityInputs, PriorityWeights, Scope, SiteJob};
+use hadar_core::site::{Factors, Limit, PriorityInputs, PriorityWeights, SiteJob};
 use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan, WaitReason};
 use hadar_slurm::site::SiteFigures;
 use hadar_slurm::{JobStatus, SlurmJob};
@@ -54,42 +54,110 @@ fn held(site: &Site, states: &[JobState], slurm_jobs: &[SlurmJob]) -> Vec<SiteJo
     slurm_jobs
         .iter()
         .filter(|j| !planned.contains(&j.id) && holds_gpus(j))
-        .filter_map(|j| site.site_job(j.id, j.gpu_parts().iter().map(|p| p.2).sum()))
+        .filter_map(|j| {
+            let parts = j.gpu_parts();
+            let mut sj = site.site_job(j.id, parts.iter().map(|p| p.2).sum())?;
+            (sj.cpus, sj.mem_mb) = resources(j, sj.gpus);
+            for (_, t, n) in parts {
+                match sj.gpu_types.iter_mut().find(|(u, _)| *u == t) {
+                    Some(e) => e.1 += n,
+                    None => sj.gpu_types.push((t, n)),
+                }
+            }
+            Some(sj)
+        })
         .collect()
+}
+
+/// The CPUs and memory (MB) job `j` asks for with `gpus` GPUs: per GPU when the plugin
+/// recorded `--cpus-per-gpu`/`--mem-per-gpu` (a placement gives them back per GPU), else
+/// Slurm's `NumCPUs` and its memory per node times its nodes.
+fn resources(j: &SlurmJob, gpus: u32) -> (u32, u64) {
+    let (cpg, mpg) = j.recorded_per_gpu();
+    let cpus = match cpg {
+        Some(c) => u32::try_from(c.saturating_mul(gpus.into())).unwrap_or(u32::MAX),
+        None => j.site.cpus.unwrap_or(0),
+    };
+    let nodes = j.nodes.len().max(1) as u64;
+    let mem = match mpg {
+        Some(m) => m.saturating_mul(gpus.into()),
+        None => j.site.mem_per_node_mb.unwrap_or(0).saturating_mul(nodes),
+    };
+    (cpus, mem)
+}
+
+/// The site jobs of `states`, with their CPUs and memory from Slurm's records, and their
+/// time limits.
+fn site_jobs(
+    site: &Site,
+    states: &[JobState],
+    slurm_jobs: &[SlurmJob],
+) -> (HashMap<JobId, SiteJob>, HashMap<JobId, f64>) {
+    let (mut jobs, limits) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+    for j in slurm_jobs {
+        if let Some(sj) = jobs.get_mut(&JobId(j.id)) {
+            (sj.cpus, sj.mem_mb) = resources(j, sj.gpus);
+        }
+    }
+    (jobs, limits)
 }
 
 /// The waiting jobs of `states` that wait for their reservation (not active, not known, not
 /// theirs: [`Site::offers`]), then those (in arrival order) that a limit keeps from starting
 /// even if only the jobs before them started
-/// ([`hadar_core::site::limits::over_limits`]), with why. The daemon leaves them out of the
-/// look-ahead and the plan, and they wait for it.
+/// ([`hadar_core::site::limits::over_limits`]), with why: they are taken out of `states`,
+/// and the daemon leaves them out of the look-ahead and the plan; they wait for it. A
+/// waiting job a full limit on one GPU type keeps from that type
+/// ([`hadar_core::site::limits::full_types`]) loses the type in `states` (so the look-ahead
+/// does not commit it there) and is listed too: if it waits, it waits for that limit.
 pub fn blocked(
-    site: &Site,
-    states: &[JobState],
+    site: &mut Site,
+    states: &mut Vec<JobState>,
     slurm_jobs: &[SlurmJob],
+    cluster: &Cluster,
 ) -> Vec<(JobId, WaitReason)> {
     let waiting = states.iter().filter(|j| j.placement.is_none());
     let (_, mut out) = site.offers(waiting.map(|j| j.id().0));
+    states.retain(|s| !out.iter().any(|(j, _)| *j == s.id()));
     if site.limits().is_empty() {
         return out;
     }
-    let states: Vec<JobState> = states
-        .iter()
-        .filter(|s| !out.iter().any(|(j, _)| *j == s.id()))
-        .cloned()
-        .collect();
-    let (site_jobs, _) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+    let (site_jobs, _) = site_jobs(site, states, slurm_jobs);
+    let held = held(site, states, slurm_jobs);
+    let running = running(states, slurm_jobs);
+    // Waiting jobs have no GPU types yet, so limits on one type are left to `full_types`
+    // and the plan's check: no type names needed here.
     let over = hadar_core::site::limits::over_limits(
-        &states,
+        states,
         &site_jobs,
-        &held(site, &states, slurm_jobs),
+        &held,
         site.limits(),
-        &running(&states, slurm_jobs),
+        &running,
+        &[],
     );
+    states.retain(|s| !over.iter().any(|(j, _)| *j == s.id()));
     out.extend(
         over.into_iter()
             .map(|(j, limit)| (j, WaitReason::SiteLimit { limit })),
     );
+    let full = hadar_core::site::limits::full_types(
+        states,
+        &site_jobs,
+        &held,
+        site.limits(),
+        &running,
+        cluster.type_names(),
+    );
+    site.typed_off.clear();
+    for (job, types, label) in full {
+        if let Some(s) = states.iter_mut().find(|s| s.id() == job) {
+            *s = hadar_core::site::time_limit::without_types(s, &types);
+        }
+        let names: Vec<&str> = types.iter().map(|t| cluster.type_name(*t)).collect();
+        site.typed_off
+            .push((job, format!("{label} keeps it off {}", names.join(", "))));
+        out.push((job, WaitReason::SiteLimit { limit: label }));
+    }
     out
 }
 
@@ -106,8 +174,7 @@ pub fn plan(
 ) -> (RoundPlan, RoundStats) {
     let held = held(site, input.jobs, slurm_jobs);
     let running = running(input.jobs, slurm_jobs);
-    let (site_jobs, time_limits) =
-        site.for_jobs(input.jobs.iter().map(|j| (j.id().0, j.job.workers)));
+    let (site_jobs, time_limits) = site_jobs(site, input.jobs, slurm_jobs);
     let mut stats = RoundStats::default();
     let (offers, _) = site.offers(input.jobs.iter().map(|j| j.id().0));
     let mut plan = hadar_core::site::reservations::plan_in_pools(
@@ -140,11 +207,21 @@ pub fn plan(
             )
         },
     );
-    plan.waiting
-        .extend(blocked.iter().map(|(job, reason)| hadar_core::Waiting {
+    for (job, reason) in blocked {
+        // A job still planned lost only some types: it waits for the limit only if it waits.
+        if input.jobs.iter().any(|s| s.id() == *job) {
+            if let Some(w) = plan.waiting.iter_mut().find(|w| w.job == *job)
+                && !matches!(w.reason, WaitReason::SiteLimit { .. })
+            {
+                w.reason = reason.clone();
+            }
+            continue;
+        }
+        plan.waiting.push(hadar_core::Waiting {
             job: *job,
             reason: reason.clone(),
-        }));
+        });
+    }
     (plan, stats)
 }
 
@@ -157,6 +234,8 @@ pub struct Site {
     reservations: Vec<hadar_core::site::reservations::Reservation>,
     /// The round's time, seconds since 1970, at which reservations are judged.
     now_unix: f64,
+    /// This round's waiting jobs a full limit on one GPU type keeps off that type, in words.
+    typed_off: Vec<(JobId, String)>,
 }
 
 impl Site {
@@ -172,13 +251,14 @@ impl Site {
             max_age_s: c.max_age_s,
             favor_small: c.favor_small,
         });
-        let limits = limits_of(&figures);
+        let limits = crate::site_limits::limits_of(&figures);
         Site {
             reservations: reservations::of(&figures.reservations),
             figures,
             weights,
             limits,
             now_unix: 0.0,
+            typed_off: Vec::new(),
         }
     }
 
@@ -256,7 +336,8 @@ impl Site {
             .map_or(1.0, |(f, w)| f.weight(w, strength))
     }
 
-    /// Adds each job's priority factors to its decision, for `hadar explain`.
+    /// Adds each job's priority factors to its decision, and the limits on one GPU type
+    /// that keep it off a type, for `hadar explain`.
     pub fn explain(
         &self,
         decisions: &mut [Decision],
@@ -265,6 +346,11 @@ impl Site {
         cluster: &Cluster,
         strength: f64,
     ) {
+        for (job, words) in &self.typed_off {
+            if let Some(d) = decisions.iter_mut().find(|d| d.job == job.0) {
+                d.text.push_str(&format!(" Site limit: {words}."));
+            }
+        }
         for js in states {
             let age = now_s - js.job.arrival_s;
             let Some((f, w)) = self.factors(js.id().0, js.job.workers, age, total_gpus(cluster))
@@ -281,15 +367,25 @@ impl Site {
     /// What the limits need to know of job `id`, asking for or holding `gpus` GPUs.
     pub fn site_job(&self, id: u64, gpus: u32) -> Option<SiteJob> {
         let j = self.figures.jobs.get(&id)?;
-        Some(SiteJob {
-            id: JobId(id),
-            user: j.user.clone(),
-            account: j.account.clone(),
-            qos: j.qos.clone(),
-            partition: j.partition.clone(),
-            gpus,
-            time_limit_s: j.time_limit_s,
-        })
+        let mut out = SiteJob::new(JobId(id), &j.user, &j.account, &j.qos, &j.partition, gpus);
+        out.time_limit_s = j.time_limit_s;
+        out.time_left_s = j.time_left_s;
+        out.parents = self.parents(&j.account);
+        Some(out)
+    }
+
+    /// `account`'s ancestors in the association tree, parent first.
+    fn parents(&self, account: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut at = account;
+        while let Some(p) = self.figures.parents.get(at) {
+            if p == account || out.contains(p) {
+                break;
+            }
+            out.push(p.clone());
+            at = p;
+        }
+        out
     }
 
     /// Job `id`'s time limit, seconds.
@@ -314,132 +410,6 @@ impl Site {
         }
         (jobs, limits)
     }
-}
-
-fn gpus(label: String, scope: Scope, n: Option<u32>, per_job: bool) -> Option<Limit> {
-    let n = n?;
-    Some(Limit {
-        scope,
-        bound: if per_job {
-            Bound::GpusPerJob(n)
-        } else {
-            Bound::Gpus(n)
-        },
-        label,
-    })
-}
-
-/// The limits of `figures` as Slurm enforces them: QOS and association limits only when
-/// `AccountingStorageEnforce` has `limits`; partition time limits always.
-fn limits_of(f: &SiteFigures) -> Vec<Limit> {
-    let mut out: Vec<Limit> = f
-        .partitions
-        .iter()
-        .filter_map(|p| {
-            Some(Limit {
-                scope: Scope::Partition(p.name.clone()),
-                bound: Bound::WallSeconds(p.max_time_s?),
-                label: format!("partition {} MaxTime ({} s)", p.name, p.max_time_s?),
-            })
-        })
-        .collect();
-    if !f.config.enforce_limits {
-        return out;
-    }
-    for q in &f.qos {
-        let n = &q.name;
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerUser=gres/gpu={}",
-                q.max_gpus_per_user.unwrap_or(0)
-            ),
-            Scope::QosPerUser(n.clone()),
-            q.max_gpus_per_user,
-            false,
-        ));
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerAccount=gres/gpu={}",
-                q.max_gpus_per_account.unwrap_or(0)
-            ),
-            Scope::QosPerAccount(n.clone()),
-            q.max_gpus_per_account,
-            false,
-        ));
-        out.extend(gpus(
-            format!("QOS {n} GrpTRES=gres/gpu={}", q.grp_gpus.unwrap_or(0)),
-            Scope::Qos(n.clone()),
-            q.grp_gpus,
-            false,
-        ));
-        out.extend(gpus(
-            format!(
-                "QOS {n} MaxTRESPerJob=gres/gpu={}",
-                q.max_gpus_per_job.unwrap_or(0)
-            ),
-            Scope::Qos(n.clone()),
-            q.max_gpus_per_job,
-            true,
-        ));
-        if let Some(m) = q.max_jobs_per_user {
-            out.push(Limit {
-                scope: Scope::QosPerUser(n.clone()),
-                bound: Bound::Jobs(m),
-                label: format!("QOS {n} MaxJobsPerUser={m}"),
-            });
-        }
-        if let Some(s) = q.max_wall_s {
-            out.push(Limit {
-                scope: Scope::Qos(n.clone()),
-                bound: Bound::WallSeconds(s),
-                label: format!("QOS {n} MaxWall ({s} s)"),
-            });
-        }
-    }
-    for a in &f.assocs {
-        let (scope, who) = match &a.user {
-            Some(u) => (
-                Scope::User {
-                    account: a.account.clone(),
-                    user: u.clone(),
-                },
-                format!("association {}/{u}", a.account),
-            ),
-            None => (
-                Scope::Account(a.account.clone()),
-                format!("account {}", a.account),
-            ),
-        };
-        out.extend(gpus(
-            format!("{who} GrpTRES=gres/gpu={}", a.grp_gpus.unwrap_or(0)),
-            scope.clone(),
-            a.grp_gpus,
-            false,
-        ));
-        out.extend(gpus(
-            format!("{who} MaxTRES=gres/gpu={}", a.max_gpus_per_job.unwrap_or(0)),
-            scope.clone(),
-            a.max_gpus_per_job,
-            true,
-        ));
-        for (key, m) in [("GrpJobs", a.grp_jobs), ("MaxJobs", a.max_jobs)] {
-            if let Some(m) = m {
-                out.push(Limit {
-                    scope: scope.clone(),
-                    bound: Bound::Jobs(m),
-                    label: format!("{who} {key}={m}"),
-                });
-            }
-        }
-        if let Some(s) = a.max_wall_s {
-            out.push(Limit {
-                scope: scope.clone(),
-                bound: Bound::WallSeconds(s),
-                label: format!("{who} MaxWall ({s} s)"),
-            });
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -467,12 +437,15 @@ mod tests {
                 partition: "gpu".into(),
                 time_limit_s: Some(60.0),
                 reservation: None,
+                time_left_s: Some(60.0),
             },
         );
         f.fairshare.insert(("a".into(), "nobody".into()), 0.5);
+        f.parents.insert("a".into(), "dept".into());
+        f.parents.insert("dept".into(), "root".into());
         f.qos.push(QosFigures {
             name: "gpu4".into(),
-            max_gpus_per_user: Some(4),
+            max_tres_per_user: hadar_slurm::site::parse_tres("gres/gpu=4"),
             ..Default::default()
         });
         let s = Site::new(f.clone());
@@ -480,8 +453,12 @@ mod tests {
         assert_eq!(fac.fairshare, 0.5);
         assert_eq!(fac.fraction(w), 0.5);
         assert_eq!(s.limits().len(), 1);
-        assert_eq!(s.limits()[0].label, "QOS gpu4 MaxTRESPerUser=gres/gpu=4");
+        assert_eq!(
+            s.limits()[0].label,
+            "QOS gpu4 MaxTRESPerUser=gres/gpu=4 (QOSMaxGRESPerUser)"
+        );
         assert_eq!(s.time_limit_s(7), Some(60.0));
+        assert_eq!(s.site_job(7, 1).unwrap().parents, vec!["dept", "root"]);
         f.config.enforce_limits = false;
         f.config.multifactor = false;
         let s = Site::new(f);

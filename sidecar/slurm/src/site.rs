@@ -46,6 +46,30 @@ pub struct JobAccount {
     pub time_limit_s: Option<f64>,
     /// The reservation it asked for (`--reservation`, squeue's `%v`), if any.
     pub reservation: Option<String>,
+    /// Time left in seconds (`%L`: a running job's limit minus its run time, a pending
+    /// job's whole limit); `None`: unlimited or not set.
+    pub time_left_s: Option<f64>,
+}
+
+/// The limits of one `*TRES*` list (`cpu=8,mem=16G,gres/gpu=4,gres/gpu:v100=2`) that hadar
+/// honours.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TresLimits {
+    /// `gres/gpu`: GPUs of any type.
+    pub gpus: Option<u32>,
+    /// `gres/gpu:TYPE`: GPUs of one type, per type name.
+    pub typed_gpus: Vec<(String, u32)>,
+    /// `cpu`.
+    pub cpus: Option<u64>,
+    /// `mem`, MB.
+    pub mem_mb: Option<u64>,
+}
+
+impl TresLimits {
+    /// True when it limits nothing hadar honours.
+    pub fn is_empty(&self) -> bool {
+        self == &TresLimits::default()
+    }
 }
 
 /// A QOS's priority and GPU and job limits (`sacctmgr show qos`).
@@ -55,14 +79,16 @@ pub struct QosFigures {
     pub name: String,
     /// `Priority`.
     pub priority: f64,
-    /// `MaxTRESPerUser` on `gres/gpu`.
-    pub max_gpus_per_user: Option<u32>,
-    /// `MaxTRESPerAccount` on `gres/gpu`.
-    pub max_gpus_per_account: Option<u32>,
-    /// `GrpTRES` on `gres/gpu`.
-    pub grp_gpus: Option<u32>,
-    /// `MaxTRES` (per job) on `gres/gpu`.
-    pub max_gpus_per_job: Option<u32>,
+    /// `MaxTRESPerUser`.
+    pub max_tres_per_user: TresLimits,
+    /// `MaxTRESPerAccount`.
+    pub max_tres_per_account: TresLimits,
+    /// `GrpTRES`.
+    pub grp_tres: TresLimits,
+    /// `MaxTRES` (per job).
+    pub max_tres_per_job: TresLimits,
+    /// `GrpTRESRunMins` on `gres/gpu`.
+    pub grp_gpu_run_mins: Option<u64>,
     /// `MaxJobsPerUser`.
     pub max_jobs_per_user: Option<u32>,
     /// `MaxWall`, seconds.
@@ -76,10 +102,18 @@ pub struct AssocFigures {
     pub account: String,
     /// User, for a user's association.
     pub user: Option<String>,
-    /// `GrpTRES` on `gres/gpu`.
-    pub grp_gpus: Option<u32>,
-    /// `MaxTRES` (per job) on `gres/gpu`.
-    pub max_gpus_per_job: Option<u32>,
+    /// `GrpTRES`.
+    pub grp_tres: TresLimits,
+    /// `MaxTRES` (per job).
+    pub max_tres_per_job: TresLimits,
+    /// `GrpTRESMins` on `gres/gpu`.
+    pub grp_gpu_mins: Option<u64>,
+    /// `GrpTRESRunMins` on `gres/gpu`.
+    pub grp_gpu_run_mins: Option<u64>,
+    /// GPU-minutes the association has used (`sshare`'s `GrpTRESRaw` on `gres/gpu`; its
+    /// account's and children's jobs for an account), read only when it has a
+    /// `GrpTRESMins`.
+    pub used_gpu_mins: u64,
     /// `GrpJobs`.
     pub grp_jobs: Option<u32>,
     /// `MaxJobs`.
@@ -112,6 +146,8 @@ pub struct SiteFigures {
     pub qos: Vec<QosFigures>,
     /// Associations with a limit; empty without enforced limits.
     pub assocs: Vec<AssocFigures>,
+    /// Each account's parent account (`ParentName`); empty without enforced limits.
+    pub parents: HashMap<String, String>,
     /// Partitions.
     pub partitions: Vec<PartitionFigures>,
     /// Advance reservations (`scontrol show reservation`).
@@ -156,6 +192,33 @@ pub fn parse_duration(text: &str) -> Result<Option<f64>, String> {
 
 /// The `gres/gpu` count of a TRES list (`cpu=4,gres/gpu=8`); typed GPUs are not counted.
 pub fn tres_gpus(text: &str) -> Option<u32> {
+    parse_tres(text).gpus
+}
+
+/// The GPU, typed GPU, CPU and memory limits of a TRES list
+/// (`cpu=8,mem=16G,gres/gpu=4,gres/gpu:v100=2`); other TRES are ignored. Memory is in MB
+/// unless suffixed (`K`, `M`, `G`, `T`).
+pub fn parse_tres(text: &str) -> TresLimits {
+    let mut out = TresLimits::default();
+    for (k, v) in text.split(',').filter_map(|kv| kv.split_once('=')) {
+        let (k, v) = (k.trim(), v.trim());
+        match k {
+            "gres/gpu" => out.gpus = v.parse().ok(),
+            "cpu" => out.cpus = v.parse().ok(),
+            "mem" => out.mem_mb = crate::job::parse_mb(v),
+            _ => {
+                if let (Some(t), Ok(n)) = (k.strip_prefix("gres/gpu:"), v.parse()) {
+                    out.typed_gpus.push((t.to_string(), n));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `gres/gpu` value of a TRES list as a `u64` (GPU-minutes in `GrpTRESMins`,
+/// `GrpTRESRunMins` and `sshare`'s `GrpTRESRaw`).
+pub fn tres_gpu_u64(text: &str) -> Option<u64> {
     text.split(',')
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| k.trim() == "gres/gpu")
@@ -202,19 +265,24 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
     })
 }
 
-/// `squeue -h -a -o %A|%u|%a|%q|%P|%l|%v` rows (`%A`: the job id, an array element's own;
-/// `%v`: the reservation it asked for, `(null)` for none).
+/// `squeue -h -a -o %A|%u|%a|%q|%P|%l|%v|%L` rows (`%A`: the job id, an array element's
+/// own; `%v`: the reservation it asked for, `(null)` for none; `%L`: its time left).
 pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
     let mut out = HashMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split('|').map(str::trim).collect();
-        let [id, user, account, qos, partition, limit, resv] = f[..] else {
-            return Err(bad("squeue", format!("expected 7 fields: {line:?}")));
+        let [id, user, account, qos, partition, limit, resv, left] = f[..] else {
+            return Err(bad("squeue", format!("expected 8 fields: {line:?}")));
         };
         // `%A` is each record's own job id (an array element's too); skip anything else.
         let Ok(id) = id.parse::<u64>() else { continue };
         let time_limit_s =
             parse_duration(limit).map_err(|e| bad("squeue", format!("job {id}: {e}")))?;
+        // `%L` is `INVALID` for a job that has run past its limit: no time left.
+        let time_left_s = match left {
+            "INVALID" => Some(0.0),
+            l => parse_duration(l).map_err(|e| bad("squeue", format!("job {id}: {e}")))?,
+        };
         out.insert(
             id,
             JobAccount {
@@ -224,6 +292,7 @@ pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
                 partition: partition.into(),
                 time_limit_s,
                 reservation: (!matches!(resv, "" | "(null)")).then(|| resv.to_string()),
+                time_left_s,
             },
         );
     }
@@ -247,25 +316,26 @@ fn opt_u32(v: &str) -> Option<u32> {
     v.trim().parse().ok()
 }
 
-/// `sacctmgr -n -P show qos format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall`.
+/// `sacctmgr -n -P show qos format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall,GrpTRESRunMins`.
 pub fn parse_qos(text: &str) -> Result<Vec<QosFigures>, SlurmError> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split('|').map(str::trim).collect();
-            let [name, prio, pu, pa, grp, per_job, jobs, wall] = f[..] else {
+            let [name, prio, pu, pa, grp, per_job, jobs, wall, run_mins] = f[..] else {
                 return Err(bad(
                     "sacctmgr show qos",
-                    format!("expected 8 fields: {l:?}"),
+                    format!("expected 9 fields: {l:?}"),
                 ));
             };
             Ok(QosFigures {
                 name: name.into(),
                 priority: prio.parse().unwrap_or(0.0),
-                max_gpus_per_user: tres_gpus(pu),
-                max_gpus_per_account: tres_gpus(pa),
-                grp_gpus: tres_gpus(grp),
-                max_gpus_per_job: tres_gpus(per_job),
+                max_tres_per_user: parse_tres(pu),
+                max_tres_per_account: parse_tres(pa),
+                grp_tres: parse_tres(grp),
+                max_tres_per_job: parse_tres(per_job),
+                grp_gpu_run_mins: tres_gpu_u64(run_mins),
                 max_jobs_per_user: opt_u32(jobs),
                 max_wall_s: parse_duration(wall)
                     .map_err(|e| bad("sacctmgr show qos", format!("QOS {name}: {e}")))?,
@@ -274,30 +344,56 @@ pub fn parse_qos(text: &str) -> Result<Vec<QosFigures>, SlurmError> {
         .collect()
 }
 
-/// `sacctmgr -n -P show assoc format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall`;
-/// only associations with a limit are kept.
-pub fn parse_assocs(text: &str) -> Result<Vec<AssocFigures>, SlurmError> {
+/// The `sacctmgr show assoc` format [`parse_assocs`] reads.
+pub const ASSOC_FORMAT: &str = "format=Account,User,ParentName,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall,GrpTRESMins,GrpTRESRunMins";
+
+/// `sacctmgr -n -P show assoc` rows in [`ASSOC_FORMAT`]: the associations with a limit, and
+/// each account's parent account (from the account associations' `ParentName`).
+pub fn parse_assocs(
+    text: &str,
+) -> Result<(Vec<AssocFigures>, HashMap<String, String>), SlurmError> {
     let mut out = Vec::new();
+    let mut parents = HashMap::new();
     for l in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = l.split('|').map(str::trim).collect();
-        let [account, user, grp, per_job, grp_jobs, max_jobs, wall] = f[..] else {
+        let [
+            account,
+            user,
+            parent,
+            grp,
+            per_job,
+            grp_jobs,
+            max_jobs,
+            wall,
+            mins,
+            run_mins,
+        ] = f[..]
+        else {
             return Err(bad(
                 "sacctmgr show assoc",
-                format!("expected 7 fields: {l:?}"),
+                format!("expected 10 fields: {l:?}"),
             ));
         };
+        if user.is_empty() && !parent.is_empty() && parent != account {
+            parents.insert(account.to_string(), parent.to_string());
+        }
         let a = AssocFigures {
             account: account.into(),
             user: (!user.is_empty()).then(|| user.to_string()),
-            grp_gpus: tres_gpus(grp),
-            max_gpus_per_job: tres_gpus(per_job),
+            grp_tres: parse_tres(grp),
+            max_tres_per_job: parse_tres(per_job),
+            grp_gpu_mins: tres_gpu_u64(mins),
+            grp_gpu_run_mins: tres_gpu_u64(run_mins),
+            used_gpu_mins: 0,
             grp_jobs: opt_u32(grp_jobs),
             max_jobs: opt_u32(max_jobs),
             max_wall_s: parse_duration(wall)
                 .map_err(|e| bad("sacctmgr show assoc", format!("{account}/{user}: {e}")))?,
         };
-        let limited = a.grp_gpus.is_some()
-            || a.max_gpus_per_job.is_some()
+        let limited = !a.grp_tres.is_empty()
+            || !a.max_tres_per_job.is_empty()
+            || a.grp_gpu_mins.is_some()
+            || a.grp_gpu_run_mins.is_some()
             || a.grp_jobs.is_some()
             || a.max_jobs.is_some()
             || a.max_wall_s.is_some();
@@ -305,7 +401,21 @@ pub fn parse_assocs(text: &str) -> Result<Vec<AssocFigures>, SlurmError> {
             out.push(a);
         }
     }
-    Ok(out)
+    Ok((out, parents))
+}
+
+/// `sshare -n -P -a -o Account,User,GrpTRESRaw` rows: GPU-minutes used per (account,
+/// user); the user is empty for an account's row (which counts its children too).
+pub fn parse_gpu_usage(text: &str) -> HashMap<(String, String), u64> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            let [account, user, raw] = f[..] else {
+                return None;
+            };
+            Some(((account.to_string(), user.to_string()), tres_gpu_u64(raw)?))
+        })
+        .collect()
 }
 
 /// `scontrol show partition --oneliner` records.
@@ -341,7 +451,8 @@ impl Slurm {
     /// enforces limits, or for QOS priorities under multifactor).
     pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
         let config = parse_config(&self.text("scontrol", &["show", "config"])?)?;
-        let jobs = parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l|%v"])?)?;
+        let jobs =
+            parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l|%v|%L"])?)?;
         let partitions =
             parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
         let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {
@@ -360,27 +471,28 @@ impl Slurm {
                     "-P",
                     "show",
                     "qos",
-                    "format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall",
+                    "format=Name,Priority,MaxTRESPU,MaxTRESPA,GrpTRES,MaxTRES,MaxJobsPU,MaxWall,GrpTRESRunMins",
                 ],
             )?)?
         } else {
             Vec::new()
         };
-        let assocs = if config.enforce_limits {
-            parse_assocs(&self.text(
-                "sacctmgr",
-                &[
-                    "-n",
-                    "-P",
-                    "show",
-                    "assoc",
-                    "format=Account,User,GrpTRES,MaxTRES,GrpJobs,MaxJobs,MaxWall",
-                ],
-            )?)?
+        let (mut assocs, parents) = if config.enforce_limits {
+            parse_assocs(&self.text("sacctmgr", &["-n", "-P", "show", "assoc", ASSOC_FORMAT])?)?
         } else {
-            Vec::new()
+            (Vec::new(), HashMap::new())
         };
         let reservations = self.reservations()?;
+        if assocs.iter().any(|a| a.grp_gpu_mins.is_some()) {
+            let used = parse_gpu_usage(&self.text(
+                "sshare",
+                &["-n", "-P", "-a", "-o", "Account,User,GrpTRESRaw"],
+            )?);
+            for a in &mut assocs {
+                let key = (a.account.clone(), a.user.clone().unwrap_or_default());
+                a.used_gpu_mins = used.get(&key).copied().unwrap_or(0);
+            }
+        }
         Ok(SiteFigures {
             reservations,
             config,
@@ -388,6 +500,7 @@ impl Slurm {
             fairshare,
             qos,
             assocs,
+            parents,
             partitions,
         })
     }
@@ -428,26 +541,55 @@ mod tests {
 
     #[test]
     fn tables() {
-        let j =
-            parse_jobs("12|alice|phys|normal|gpu|1:00|(null)\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED|r1\n14|bob|chem|normal|gpu|5|r1\n")
-                .unwrap();
+        let j = parse_jobs(
+            "12|alice|phys|normal|gpu|1:00|(null)|0:40\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED|r1|UNLIMITED\n14|bob|chem|normal|gpu|5|r1|5:00\n",
+        )
+        .unwrap();
         assert_eq!(j.len(), 2);
         assert_eq!(j[&12].time_limit_s, Some(60.0));
+        assert_eq!(j[&12].time_left_s, Some(40.0));
         assert_eq!(j[&12].reservation, None);
         assert_eq!(j[&14].reservation.as_deref(), Some("r1"));
+        assert_eq!(j[&14].time_left_s, Some(300.0));
         assert!(parse_jobs("12|alice\n").is_err());
         let f = parse_fairshare("root||1.000000\n fs_a||0.5\n  fs_a|root|0.250000\n");
         assert_eq!(f[&("fs_a".to_string(), "root".to_string())], 0.25);
-        let q = parse_qos("normal|0||||||\ngpu4|10|gres/gpu=4|||cpu=2,gres/gpu=8|3|01:00:00\n")
-            .unwrap();
-        assert_eq!(q[1].max_gpus_per_user, Some(4));
-        assert_eq!(q[1].max_gpus_per_job, Some(8));
+        let q = parse_qos(
+            "normal|0|||||||\ngpu4|10|gres/gpu=4,gres/gpu:v100=2|||cpu=2,gres/gpu=8|3|01:00:00|gres/gpu=600\n",
+        )
+        .unwrap();
+        assert_eq!(q[1].max_tres_per_user.gpus, Some(4));
+        assert_eq!(
+            q[1].max_tres_per_user.typed_gpus,
+            vec![("v100".to_string(), 2)]
+        );
+        assert_eq!(q[1].max_tres_per_job.gpus, Some(8));
+        assert_eq!(q[1].max_tres_per_job.cpus, Some(2));
+        assert_eq!(q[1].grp_gpu_run_mins, Some(600));
         assert_eq!(q[1].max_jobs_per_user, Some(3));
         assert_eq!(q[1].max_wall_s, Some(3600.0));
-        let a = parse_assocs("root||||||\nphys||gres/gpu=6||||\nphys|alice|||||2\n").unwrap();
-        assert_eq!(a.len(), 2);
-        assert_eq!(a[0].grp_gpus, Some(6));
+        let (a, parents) = parse_assocs(
+            "root||root|||||||\nphys||root|gres/gpu=6||||||\nphys|alice||||||2||\nlab||phys|cpu=8,mem=2G|||||gres/gpu=100|gres/gpu=50\n",
+        )
+        .unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[0].grp_tres.gpus, Some(6));
         assert_eq!(a[1].user.as_deref(), Some("alice"));
+        assert_eq!(a[2].grp_tres.cpus, Some(8));
+        assert_eq!(a[2].grp_tres.mem_mb, Some(2048));
+        assert_eq!(
+            (a[2].grp_gpu_mins, a[2].grp_gpu_run_mins),
+            (Some(100), Some(50))
+        );
+        assert_eq!(parents.get("lab").map(String::as_str), Some("phys"));
+        assert_eq!(parents.get("phys").map(String::as_str), Some("root"));
+        assert!(!parents.contains_key("root"));
+        assert!(parse_assocs("phys|alice|\n").is_err());
+        let u = parse_gpu_usage(
+            "root||cpu=10,gres/gpu=7\n lab||cpu=3,gres/gpu=5,gres/gpu:v100=5\n  lab|alice|gres/gpu=2\n",
+        );
+        assert_eq!(u[&("lab".to_string(), String::new())], 5);
+        assert_eq!(u[&("lab".to_string(), "alice".to_string())], 2);
         let p = parse_partitions(
             "PartitionName=gpu AllowGroups=ALL PriorityJobFactor=2 MaxTime=01:00:00 State=UP\n",
         )

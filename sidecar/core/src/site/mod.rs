@@ -34,7 +34,15 @@ pub fn plan_within_site(
     plan: impl FnMut(&[JobState]) -> RoundPlan,
 ) -> RoundPlan {
     let (jobs, restricted) = time_limit::restrict(jobs, cluster, time_limits_s, restart_s);
-    let mut out = limits::plan_within(&jobs, site_jobs, held, limits, running, plan);
+    let mut out = limits::plan_within(
+        &jobs,
+        site_jobs,
+        held,
+        limits,
+        running,
+        cluster.type_names(),
+        plan,
+    );
     time_limit::explain_waits(&mut out, &restricted);
     out
 }

@@ -108,6 +108,7 @@ mod tests {
             partition: "gpu".into(),
             time_limit_s: Some(60.0),
             reservation: resv.map(String::from),
+            time_left_s: Some(60.0),
         };
         f.jobs.insert(1, acct("bob", None));
         f.jobs.insert(2, acct("alice", Some("r")));
