@@ -17,7 +17,7 @@ use crate::{decide, failopen, faults, record};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::job::Refused;
 use hadar_slurm::{GpuSpec, NodeInfo, Slurm, SlurmError, SlurmJob};
-use hadar_store::{Horizon, LeaseGrant, Store, StoreError};
+use hadar_store::{Horizon, LeaseGrant, Outcome, Store, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -286,7 +286,7 @@ impl<S: SlurmApi> Daemon<S> {
                         self.store.write(|w| {
                             for i in &open {
                                 tracing::warn!(job = i.job, action = %i.action, round = i.round, "an earlier run left this action unfinished; Slurm's state decides what happens next");
-                                w.close_intent(i.id, now_s, "interrupted")?;
+                                w.close_intent(i.id, now_s, &Outcome::Interrupted)?;
                             }
                             Ok(())
                         })?;
@@ -549,11 +549,9 @@ impl<S: SlurmApi> Daemon<S> {
     }
 }
 
-pub(crate) fn outcome_text(o: &Result<String, SlurmError>) -> String {
-    match o {
-        Ok(s) => s.clone(),
-        Err(e) => format!("error: {e}"),
-    }
+/// An action's outcome: Slurm's error, when it failed, is the outcome.
+pub(crate) fn outcome(result: Result<Outcome, SlurmError>) -> Outcome {
+    result.unwrap_or_else(|e| Outcome::Error(e.to_string()))
 }
 
 /// Seconds since 1970 by the system clock.

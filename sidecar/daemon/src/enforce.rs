@@ -4,9 +4,7 @@
 //! the store first and is closed with its outcome; a failed action does not stop the others.
 
 use crate::actions::Action;
-use crate::daemon::{
-    Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome_text,
-};
+use crate::daemon::{Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome};
 use crate::decide::{self, RoundDecision};
 use crate::eligible;
 use crate::explain;
@@ -16,7 +14,7 @@ use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
 use hadar_slurm::{GpuSpec, JobStatus};
-use hadar_store::{JobRow, Phase};
+use hadar_store::{IntentKind, JobRow, Outcome, Phase};
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -132,23 +130,23 @@ impl<S: SlurmApi> Daemon<S> {
             let t = now(self);
             let intent = self
                 .store
-                .write(|w| w.add_intent(round, id, "hold", None, t))?;
+                .write(|w| w.add_intent(round, id, IntentKind::Hold, None, t))?;
             faults::reached("hold-intent");
-            let outcome = match self.slurm.job(id) {
+            let result = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => {
-                    self.slurm.hold(id).map(|_| "ok".to_string())
+                    self.slurm.hold(id).map(|_| Outcome::Ok)
                 }
-                Ok(_) => Ok("skipped: not a released pending job".to_string()),
+                Ok(_) => Ok(Outcome::Skipped("not a released pending job".into())),
                 Err(e) => Err(e),
             };
             faults::reached("hold-done");
-            let text = outcome_text(&outcome);
-            if let (Ok(_), Some(r)) = (&outcome, rows.get_mut(&id)) {
+            let text = outcome(result);
+            if let (false, Some(r)) = (matches!(text, Outcome::Error(_)), rows.get_mut(&id)) {
                 r.phase = Phase::Waiting;
                 r.placement = None;
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, "hold".into(), text));
+            done.push((id, IntentKind::Hold.to_string(), text.to_string()));
         }
         Ok(())
     }
@@ -171,7 +169,7 @@ impl<S: SlurmApi> Daemon<S> {
             let t = now(self);
             let intent = self
                 .store
-                .write(|w| w.add_intent(round, id, "preempt", None, t))?;
+                .write(|w| w.add_intent(round, id, IntentKind::Preempt, None, t))?;
             faults::reached("preempt-intent");
             match self.slurm.signal(id, &signal) {
                 Ok(()) => {
@@ -185,9 +183,9 @@ impl<S: SlurmApi> Daemon<S> {
                     faults::reached("preempt-signalled");
                 }
                 Err(e) => {
-                    let text = format!("error: {e}");
+                    let text = Outcome::Error(e.to_string());
                     self.close(intent, &text, rows.get(&id))?;
-                    done.push((id, "preempt".into(), text));
+                    done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
                 }
             }
         }
@@ -197,17 +195,17 @@ impl<S: SlurmApi> Daemon<S> {
             ));
         }
         for (id, intent) in signalled {
-            let outcome = match self.slurm.job(id) {
+            let result = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Running => {
-                    self.slurm.requeue_hold(id).map(|_| "ok".to_string())
+                    self.slurm.requeue_hold(id).map(|_| Outcome::Ok)
                 }
-                Ok(_) => Ok("skipped: no longer running".to_string()),
+                Ok(_) => Ok(Outcome::Skipped("no longer running".into())),
                 Err(e) => Err(e),
             };
             faults::reached("preempt-requeued");
-            let text = outcome_text(&outcome);
+            let text = outcome(result);
             if let Some(r) = rows.get_mut(&id) {
-                if matches!(outcome.as_deref(), Ok("ok")) {
+                if text.is_ok() {
                     reconcile::account(r, now(self), None);
                     r.accounted_s = None;
                     r.phase = Phase::Waiting;
@@ -218,7 +216,7 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, "preempt".into(), text));
+            done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
         }
         Ok(())
     }
@@ -246,7 +244,7 @@ impl<S: SlurmApi> Daemon<S> {
             if let Some(prev) = self
                 .store
                 .last_intent(id)?
-                .filter(|i| i.action == "preempt" || i.action == "requeue-hold")
+                .filter(|i| matches!(i.action, IntentKind::Preempt | IntentKind::RequeueHold))
             {
                 let since = now(self) - prev.done_s.unwrap_or(prev.created_s);
                 if since < REQUEUE_SETTLE_SECONDS {
@@ -256,30 +254,30 @@ impl<S: SlurmApi> Daemon<S> {
             let t = now(self);
             let intent = self
                 .store
-                .write(|w| w.add_intent(round, id, "start", Some(placement), t))?;
+                .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
             faults::reached("start-intent");
             let spec = GpuSpec {
                 nodes: placement.clone(),
                 typed: typed.contains(&id),
             };
-            let outcome = match self.slurm.job(id) {
+            let result = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
                     .slurm
                     .set_placement(id, &spec)
                     .inspect(|_| faults::reached("start-placed"))
                     .and_then(|_| self.slurm.start_now(id))
                     .and_then(|_| self.slurm.release(id))
-                    .map(|_| "ok".to_string()),
-                Ok(Some(j)) => Ok(format!(
-                    "skipped: job is {} and not held",
+                    .map(|_| Outcome::Ok),
+                Ok(Some(j)) => Ok(Outcome::Skipped(format!(
+                    "job is {} and not held",
                     j.status.as_str()
-                )),
-                Ok(None) => Ok("skipped: Slurm no longer knows the job".to_string()),
+                ))),
+                Ok(None) => Ok(Outcome::Skipped("Slurm no longer knows the job".into())),
                 Err(e) => Err(e),
             };
             faults::reached("start-released");
-            let text = outcome_text(&outcome);
-            if matches!(outcome.as_deref(), Ok("ok"))
+            let text = outcome(result);
+            if text.is_ok()
                 && let Some(r) = rows.get_mut(&id)
             {
                 r.phase = Phase::Starting;
@@ -295,7 +293,7 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, "start".into(), text));
+            done.push((id, IntentKind::Start.to_string(), text.to_string()));
         }
         Ok(())
     }
@@ -303,7 +301,7 @@ impl<S: SlurmApi> Daemon<S> {
     pub(crate) fn close(
         &mut self,
         intent: i64,
-        text: &str,
+        text: &Outcome,
         row: Option<&JobRow>,
     ) -> Result<(), DaemonError> {
         let now_s = now_unix() - self.epoch;

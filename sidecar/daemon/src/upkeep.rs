@@ -3,14 +3,12 @@
 //! jobs kept waiting for a begin time made eligible, and the round's events logged. Each
 //! action on a job is an intent in the store first, as in enforcement.
 
-use crate::daemon::{
-    Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome_text,
-};
+use crate::daemon::{Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome};
 use crate::reconcile::{self, Event};
 use crate::{arrays, failopen, faults};
 use hadar_request::FailOpenMark;
 use hadar_slurm::{JobStatus, SlurmJob};
-use hadar_store::{JobRow, NodeGpus, Phase};
+use hadar_store::{IntentKind, JobRow, NodeGpus, Outcome, Phase};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl<S: SlurmApi> Daemon<S> {
@@ -62,13 +60,13 @@ impl<S: SlurmApi> Daemon<S> {
             let plain = FailOpenMark::strip(sj.admin_comment.as_deref().unwrap_or_default());
             let t = now_unix() - self.epoch;
             let action = match what {
-                failopen::TakeBack::Adopt => "adopt",
-                _ => "take-back",
+                failopen::TakeBack::Adopt => IntentKind::Adopt,
+                _ => IntentKind::TakeBack,
             };
             let intent = self
                 .store
                 .write(|w| w.add_intent(round, sj.id, action, None, t))?;
-            let outcome = match what {
+            let result = match what {
                 failopen::TakeBack::Manage => {
                     // Held first: a job Slurm starts meanwhile refuses the hold, keeps its
                     // mark and is adopted next round.
@@ -82,9 +80,9 @@ impl<S: SlurmApi> Daemon<S> {
                 }
                 _ => self.slurm.set_admin_comment(sj.id, &plain),
             };
-            let text = outcome_text(&outcome.map(|_| "ok".to_string()));
-            tracing::info!(job = sj.id, action, outcome = %text, "a job failed open while the daemon was away");
-            if text == "ok"
+            let text = outcome(result.map(|_| Outcome::Ok));
+            tracing::info!(job = sj.id, action = %action, outcome = %text, "a job failed open while the daemon was away");
+            if text.is_ok()
                 && let Some(r) = rows.get_mut(&sj.id)
             {
                 r.record = plain.clone();
@@ -123,8 +121,10 @@ impl<S: SlurmApi> Daemon<S> {
             let last = self.store.last_intent(job)?;
             let sj = slurm_jobs.iter().find(|j| j.id == job);
             if let Some(i) = last.filter(|i| {
-                i.action == "start"
-                    && i.outcome.as_deref().is_none_or(|o| o == "interrupted")
+                i.action == IntentKind::Start
+                    && i.outcome
+                        .as_ref()
+                        .is_none_or(|o| *o == Outcome::Interrupted)
                     && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
             }) {
                 if let Some(r) = rows.get_mut(&job) {
@@ -139,23 +139,23 @@ impl<S: SlurmApi> Daemon<S> {
                 "a managed job left hold without hadar releasing it (its owner ran `scontrol release`?); holding it again"
             );
             let t = now_unix() - self.epoch;
-            let (action, outcome) = if running {
+            let (action, result) = if running {
                 let intent = self
                     .store
-                    .write(|w| w.add_intent(round, job, "requeue-hold", None, t))?;
+                    .write(|w| w.add_intent(round, job, IntentKind::RequeueHold, None, t))?;
                 (intent, self.slurm.requeue_hold(job))
             } else {
                 // A hold like the planned ones, with the same crash points: a crash after the
                 // intent leaves the job released, and the next run holds it again.
                 let intent = self
                     .store
-                    .write(|w| w.add_intent(round, job, "hold", None, t))?;
+                    .write(|w| w.add_intent(round, job, IntentKind::Hold, None, t))?;
                 faults::reached("hold-intent");
-                let outcome = self.slurm.hold(job);
+                let result = self.slurm.hold(job);
                 faults::reached("hold-done");
-                (intent, outcome)
+                (intent, result)
             };
-            let text = outcome_text(&outcome.map(|_| "ok".to_string()));
+            let text = outcome(result.map(|_| Outcome::Ok));
             if let Some(r) = rows.get_mut(&job) {
                 r.phase = Phase::Waiting;
                 r.placement = None;
@@ -188,7 +188,7 @@ impl<S: SlurmApi> Daemon<S> {
             let requeued_by_us = self
                 .store
                 .last_intent(job)?
-                .is_some_and(|i| ["preempt", "requeue-hold", "hold"].contains(&i.action.as_str()));
+                .is_some_and(|i| i.action.requeues_or_holds());
             if requeued_by_us {
                 out.push(Event::LeftHold {
                     job,
