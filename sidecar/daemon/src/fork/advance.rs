@@ -77,27 +77,7 @@ impl Forker {
         let gone = row.phase == Phase::Finished;
         if let Some(mut round) = store.open_fork_round(id)? {
             if round.state == RoundState::Submitting {
-                // The daemon stopped between writing the round and recording its copy job.
-                let found = slurm_jobs.iter().find(|j| {
-                    j.name == round.copy_job_name
-                        && j.het_job_id.is_none_or(|h| h == j.id)
-                        && j.user_id == row.user_id
-                });
-                match found {
-                    Some(j) => {
-                        round.copy_job = Some(j.id);
-                        round.state = RoundState::Running;
-                        store.write(|w| w.put_fork_round(&round))?;
-                        done.push((id, "fork-adopt".into(), format!("copy job {}", j.id)));
-                    }
-                    None => {
-                        round.state = RoundState::Abandoned;
-                        round.ended_s = Some(now_s);
-                        round.message = Some("its copy job was never submitted; redone".into());
-                        store.write(|w| w.put_fork_round(&round))?;
-                        done.push((id, "fork-redo".into(), format!("round {}", round.round)));
-                    }
-                }
+                adopt_or_redo(store, &mut round, &row, slurm_jobs, now_s, done)?;
             }
             if round.state == RoundState::Running {
                 let copy = round.copy_job.unwrap_or(0);
@@ -208,23 +188,7 @@ impl Forker {
         if let (Some(start), Some(end)) = (leader.start_time, leader.end_time) {
             round.copy_seconds = Some((end - start).max(0) as f64);
         }
-        let report = leader.comment.as_deref().and_then(RoundReport::decode);
-        let (averaged, errors) = match report {
-            Some(RoundReport::Ran { averaged, copies }) if apply(&mut round, &copies) => {
-                (averaged, copy_errors(&round))
-            }
-            Some(RoundReport::Error(why)) => (
-                false,
-                vec![format!("the copy job could not run the round: {why}")],
-            ),
-            _ => (
-                false,
-                vec![format!(
-                    "copy job {copy} ended ({}) without reporting its round",
-                    leader.status.as_str()
-                )],
-            ),
-        };
+        let (averaged, errors) = read_report(&mut round, leader, copy);
         for c in round.copies.iter_mut().filter(|c| c.ok.is_none()) {
             c.ok = Some(false);
             c.steps = Some(0.0);
@@ -270,46 +234,7 @@ impl Forker {
             ))
         };
         match averaging {
-            Ok(()) => {
-                crate::faults::reached("fork-averaged");
-                // The copies' measured rates are learned in the transaction that counts the
-                // round, so a round redone after a crash is learned from once, like its steps.
-                let observed = observed_rates(&round);
-                let alpha = self.learn_weight;
-                let counted = store.write(|w| {
-                    let counted = w.consolidate_round(&round)?;
-                    if counted {
-                        for (gpu_type, gpus, rate) in &observed {
-                            w.learn_rate(row.id, gpu_type, *gpus, *rate, alpha)?;
-                        }
-                    }
-                    Ok(counted)
-                })?;
-                if counted && !observed.is_empty() {
-                    tracing::info!(
-                        job = row.id,
-                        round = round.round,
-                        "learned from the copies' rates: {}",
-                        observed
-                            .iter()
-                            .map(|(t, g, r)| format!("{g}x{t} {r:.2} steps/s"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                }
-                crate::faults::reached("fork-counted");
-                let total: f64 = steps.iter().sum();
-                done.push((
-                    row.id,
-                    "fork-consolidate".into(),
-                    format!(
-                        "round {}: {} copies, {total} steps{}",
-                        round.round,
-                        good.len(),
-                        if counted { "" } else { " (already counted)" }
-                    ),
-                ));
-            }
+            Ok(()) => self.count_round(store, &round, row, &good, &steps, done)?,
             Err(why) => {
                 round.state = RoundState::Failed;
                 round.message = Some(why.clone());
@@ -326,6 +251,58 @@ impl Forker {
                 done.push((row.id, "fork-round-failed".into(), why));
             }
         }
+        Ok(())
+    }
+
+    /// Counts a consolidated round: its steps added to the job in one transaction with the
+    /// rates its copies measured.
+    fn count_round(
+        &self,
+        store: &mut Store,
+        round: &ForkRound,
+        row: &JobRow,
+        good: &[usize],
+        steps: &[f64],
+        done: &mut Vec<(u64, String, String)>,
+    ) -> Result<(), ForkError> {
+        crate::faults::reached("fork-averaged");
+        // The copies' measured rates are learned in the transaction that counts the
+        // round, so a round redone after a crash is learned from once, like its steps.
+        let observed = observed_rates(round);
+        let alpha = self.learn_weight;
+        let counted = store.write(|w| {
+            let counted = w.consolidate_round(round)?;
+            if counted {
+                for (gpu_type, gpus, rate) in &observed {
+                    w.learn_rate(row.id, gpu_type, *gpus, *rate, alpha)?;
+                }
+            }
+            Ok(counted)
+        })?;
+        if counted && !observed.is_empty() {
+            tracing::info!(
+                job = row.id,
+                round = round.round,
+                "learned from the copies' rates: {}",
+                observed
+                    .iter()
+                    .map(|(t, g, r)| format!("{g}x{t} {r:.2} steps/s"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        crate::faults::reached("fork-counted");
+        let total: f64 = steps.iter().sum();
+        done.push((
+            row.id,
+            "fork-consolidate".into(),
+            format!(
+                "round {}: {} copies, {total} steps{}",
+                round.round,
+                good.len(),
+                if counted { "" } else { " (already counted)" }
+            ),
+        ));
         Ok(())
     }
 }
@@ -370,4 +347,60 @@ pub(crate) fn copy_job_active(slurm_jobs: &[SlurmJob], id: u64) -> bool {
         .iter()
         .filter(|j| j.id == id || j.het_job_id == Some(id))
         .any(|j| !j.status.is_terminal())
+}
+
+/// The copy job's report applied to `round`: whether the copies were averaged, and what
+/// went wrong, in words.
+fn read_report(round: &mut ForkRound, leader: &SlurmJob, copy: u64) -> (bool, Vec<String>) {
+    let report = leader.comment.as_deref().and_then(RoundReport::decode);
+    match report {
+        Some(RoundReport::Ran { averaged, copies }) if apply(round, &copies) => {
+            (averaged, copy_errors(round))
+        }
+        Some(RoundReport::Error(why)) => (
+            false,
+            vec![format!("the copy job could not run the round: {why}")],
+        ),
+        _ => (
+            false,
+            vec![format!(
+                "copy job {copy} ended ({}) without reporting its round",
+                leader.status.as_str()
+            )],
+        ),
+    }
+}
+
+/// A round written but whose copy job was never recorded (the daemon stopped between the
+/// two): its copy job adopted when Slurm shows it (found by name), else the round redone.
+fn adopt_or_redo(
+    store: &mut Store,
+    round: &mut ForkRound,
+    row: &JobRow,
+    slurm_jobs: &[SlurmJob],
+    now_s: f64,
+    done: &mut Vec<(u64, String, String)>,
+) -> Result<(), ForkError> {
+    // The daemon stopped between writing the round and recording its copy job.
+    let found = slurm_jobs.iter().find(|j| {
+        j.name == round.copy_job_name
+            && j.het_job_id.is_none_or(|h| h == j.id)
+            && j.user_id == row.user_id
+    });
+    match found {
+        Some(j) => {
+            round.copy_job = Some(j.id);
+            round.state = RoundState::Running;
+            store.write(|w| w.put_fork_round(round))?;
+            done.push((row.id, "fork-adopt".into(), format!("copy job {}", j.id)));
+        }
+        None => {
+            round.state = RoundState::Abandoned;
+            round.ended_s = Some(now_s);
+            round.message = Some("its copy job was never submitted; redone".into());
+            store.write(|w| w.put_fork_round(round))?;
+            done.push((row.id, "fork-redo".into(), format!("round {}", round.round)));
+        }
+    }
+    Ok(())
 }

@@ -44,21 +44,7 @@ impl Forker {
             let Some(cluster) = &cv.cluster else {
                 continue;
             };
-            let learned = store.learned_rates(id).unwrap_or_default();
-            let throughput = fork_profile(spec, &cv.types, &learned, table, priors);
-            let job = Arc::new(Job {
-                id: JobId(id),
-                kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
-                arrival_s: row.arrival_s,
-                workers: row.workers,
-                total_steps: fj.total_steps,
-                weight: 1.0,
-                throughput,
-            });
-            let mut js = JobState::arrived(job, cv.types.len());
-            js.remaining_steps = (fj.total_steps - fj.steps_done).max(1.0);
-            js.placement = previous_copies(store, id, cluster);
-            js.rounds_run = fj.next_round as u32;
+            let js = fork_state(store, row, spec, &fj, &cv.types, cluster, table, priors);
             states.push(js);
             trackers.insert(id, fj);
         }
@@ -174,34 +160,7 @@ impl Forker {
         let previous = store.fork_rounds(id)?.into_iter().rev().find(|p| {
             p.state == RoundState::Consolidated && Some(&p.consolidated) == fj.checkpoint.as_ref()
         });
-        let mut copies = Vec::new();
-        for (p, b) in parts.iter().zip(&budgets).filter(|(_, b)| **b > 0) {
-            let k = copies.len();
-            copies.push(ForkCopy {
-                node: cluster.node(p.node).name.clone(),
-                gpu_type: cluster.type_name(p.gpu_type).to_string(),
-                gpus: p.gpus,
-                budget: *b,
-                checkpoint: round_dir
-                    .join(format!("copy-{k}.safetensors"))
-                    .display()
-                    .to_string(),
-                result: round_dir
-                    .join(format!("copy-{k}.json"))
-                    .display()
-                    .to_string(),
-                steps: None,
-                ok: None,
-                exit_code: None,
-                weight: None,
-                seconds: None,
-                inner_state_from: previous
-                    .as_ref()
-                    .and_then(|p| p.copies.get(k))
-                    .filter(|c| c.ok == Some(true))
-                    .map(|c| format!("{}.inner", c.checkpoint)),
-            });
-        }
+        let copies = plan_copies(cluster, parts, &budgets, &round_dir, previous.as_ref());
         let mut round = ForkRound {
             job: id,
             round: r,
@@ -325,4 +284,76 @@ pub(crate) fn private_script(
     // Readable by the user too, in case sbatch reads it after taking the user's identity.
     let _ = std::os::unix::fs::chown(f.path(), Some(uid), Some(gid));
     Ok(f)
+}
+
+/// A forked job's state for HadarE: its copy-size profile, its remaining steps, and its
+/// last round's copies (for stickiness).
+#[allow(clippy::too_many_arguments)]
+fn fork_state(
+    store: &Store,
+    row: &JobRow,
+    spec: &JobSpec,
+    fj: &ForkJob,
+    types: &[String],
+    cluster: &hadar_core::Cluster,
+    table: &ThroughputTable,
+    priors: &Priors,
+) -> JobState {
+    let id = row.id;
+    let learned = store.learned_rates(id).unwrap_or_default();
+    let throughput = fork_profile(spec, types, &learned, table, priors);
+    let job = Arc::new(Job {
+        id: JobId(id),
+        kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
+        arrival_s: row.arrival_s,
+        workers: row.workers,
+        total_steps: fj.total_steps,
+        weight: 1.0,
+        throughput,
+    });
+    let mut js = JobState::arrived(job, types.len());
+    js.remaining_steps = (fj.total_steps - fj.steps_done).max(1.0);
+    js.placement = previous_copies(store, id, cluster);
+    js.rounds_run = fj.next_round as u32;
+    js
+}
+
+/// The round's copies: one per part with a budget, each with its checkpoint and result
+/// files in `round_dir` and, when the start checkpoint came from `previous`, that round's
+/// copy's inner optimizer state.
+fn plan_copies(
+    cluster: &hadar_core::Cluster,
+    parts: &[Part],
+    budgets: &[u64],
+    round_dir: &Path,
+    previous: Option<&ForkRound>,
+) -> Vec<ForkCopy> {
+    let mut copies = Vec::new();
+    for (p, b) in parts.iter().zip(budgets).filter(|(_, b)| **b > 0) {
+        let k = copies.len();
+        copies.push(ForkCopy {
+            node: cluster.node(p.node).name.clone(),
+            gpu_type: cluster.type_name(p.gpu_type).to_string(),
+            gpus: p.gpus,
+            budget: *b,
+            checkpoint: round_dir
+                .join(format!("copy-{k}.safetensors"))
+                .display()
+                .to_string(),
+            result: round_dir
+                .join(format!("copy-{k}.json"))
+                .display()
+                .to_string(),
+            steps: None,
+            ok: None,
+            exit_code: None,
+            weight: None,
+            seconds: None,
+            inner_state_from: previous
+                .and_then(|p| p.copies.get(k))
+                .filter(|c| c.ok == Some(true))
+                .map(|c| format!("{}.inner", c.checkpoint)),
+        });
+    }
+    copies
 }
