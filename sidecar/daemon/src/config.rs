@@ -51,6 +51,125 @@ impl<'de> Deserialize<'de> for GpuTypes {
     }
 }
 
+/// Checks that a key's value is in its range: `ok`, else an error naming the key, the value
+/// and what to give.
+fn range(
+    path: &str,
+    key: &'static str,
+    value: f64,
+    ok: bool,
+    expected: &'static str,
+) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Range {
+            path: path.to_string(),
+            key,
+            value: value.to_string(),
+            expected,
+        })
+    }
+}
+
+/// The `[sidecar]` table's ranges.
+fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
+    let range = |key: &'static str, value: f64, ok: bool, expected: &'static str| {
+        range(path, key, value, ok, expected)
+    };
+    range(
+        "sidecar.round_seconds",
+        s.round_seconds,
+        s.round_seconds.is_finite() && s.round_seconds >= 0.5,
+        "give at least 0.5",
+    )?;
+    range(
+        "sidecar.preempt_grace_seconds",
+        s.preempt_grace_seconds,
+        s.preempt_grace_seconds.is_finite() && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
+        "give 0 to 3600",
+    )?;
+    range(
+        "sidecar.restart_seconds",
+        s.restart_seconds,
+        s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
+        "give 0 or more",
+    )?;
+    range(
+        "sidecar.command_timeout_seconds",
+        s.command_timeout_seconds,
+        s.command_timeout_seconds.is_finite() && (0.1..=600.0).contains(&s.command_timeout_seconds),
+        "give 0.1 to 600",
+    )?;
+    range(
+        "sidecar.default_steps",
+        s.default_steps as f64,
+        s.default_steps > 0,
+        "give at least 1",
+    )?;
+    range(
+        "sidecar.default_rate_per_gpu",
+        s.default_rate_per_gpu,
+        s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
+        "give a positive number",
+    )?;
+    range(
+        "sidecar.throughput_scale",
+        s.throughput_scale,
+        s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
+        "give a positive number",
+    )?;
+    range(
+        "sidecar.rate_learning_weight",
+        s.rate_learning_weight,
+        s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
+        "give a number in (0, 1]",
+    )?;
+    range(
+        "sidecar.keep_days",
+        s.keep_days,
+        s.keep_days.is_finite() && s.keep_days > 0.0,
+        "give a positive number of days",
+    )?;
+    range(
+        "sidecar.keep_rounds",
+        s.keep_rounds as f64,
+        s.keep_rounds >= 1,
+        "give at least 1",
+    )?;
+    // A round that takes its whole period plus a slow Slurm must not look like a dead
+    // daemon: the limit is at least two rounds.
+    range(
+        "sidecar.fail_open_after",
+        s.fail_open_after,
+        s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
+        "give at least twice sidecar.round_seconds",
+    )?;
+    // Between two renewals a leader waits at most one grace period or one command.
+    range(
+        "sidecar.lease_seconds",
+        s.lease_seconds,
+        s.lease_seconds.is_finite()
+            && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
+        "give more than preempt_grace_seconds + command_timeout_seconds",
+    )?;
+    range(
+        "sidecar.max_clock_skew_seconds",
+        s.max_clock_skew_seconds,
+        s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
+        "give 0 or more",
+    )?;
+    if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ConfigError::Range {
+            path: path.to_string(),
+            key: "sidecar.preempt_signal",
+            value: s.preempt_signal.clone(),
+            expected: "give a signal name such as USR1",
+        });
+    }
+    Ok(())
+}
+
 impl DaemonConfig {
     /// The served policy's passes these settings configure, as `hadar serve` runs them:
     /// the look-ahead when `[sidecar] earliest_finish_types`, Slurm's rules (Hadar keeps to
@@ -277,112 +396,10 @@ impl DaemonConfig {
         })?;
         let _ = (&file.slurm, &file.plugin);
         let s = &file.sidecar;
+        check_sidecar(path, s)?;
         let range = |key: &'static str, value: f64, ok: bool, expected: &'static str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError::Range {
-                    path: path.to_string(),
-                    key,
-                    value: value.to_string(),
-                    expected,
-                })
-            }
+            range(path, key, value, ok, expected)
         };
-        range(
-            "sidecar.round_seconds",
-            s.round_seconds,
-            s.round_seconds.is_finite() && s.round_seconds >= 0.5,
-            "give at least 0.5",
-        )?;
-        range(
-            "sidecar.preempt_grace_seconds",
-            s.preempt_grace_seconds,
-            s.preempt_grace_seconds.is_finite()
-                && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
-            "give 0 to 3600",
-        )?;
-        range(
-            "sidecar.restart_seconds",
-            s.restart_seconds,
-            s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
-            "give 0 or more",
-        )?;
-        range(
-            "sidecar.command_timeout_seconds",
-            s.command_timeout_seconds,
-            s.command_timeout_seconds.is_finite()
-                && (0.1..=600.0).contains(&s.command_timeout_seconds),
-            "give 0.1 to 600",
-        )?;
-        range(
-            "sidecar.default_steps",
-            s.default_steps as f64,
-            s.default_steps > 0,
-            "give at least 1",
-        )?;
-        range(
-            "sidecar.default_rate_per_gpu",
-            s.default_rate_per_gpu,
-            s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
-            "give a positive number",
-        )?;
-        range(
-            "sidecar.throughput_scale",
-            s.throughput_scale,
-            s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
-            "give a positive number",
-        )?;
-        range(
-            "sidecar.rate_learning_weight",
-            s.rate_learning_weight,
-            s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
-            "give a number in (0, 1]",
-        )?;
-        range(
-            "sidecar.keep_days",
-            s.keep_days,
-            s.keep_days.is_finite() && s.keep_days > 0.0,
-            "give a positive number of days",
-        )?;
-        range(
-            "sidecar.keep_rounds",
-            s.keep_rounds as f64,
-            s.keep_rounds >= 1,
-            "give at least 1",
-        )?;
-        // A round that takes its whole period plus a slow Slurm must not look like a dead
-        // daemon: the limit is at least two rounds.
-        range(
-            "sidecar.fail_open_after",
-            s.fail_open_after,
-            s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
-            "give at least twice sidecar.round_seconds",
-        )?;
-        // Between two renewals a leader waits at most one grace period or one command.
-        range(
-            "sidecar.lease_seconds",
-            s.lease_seconds,
-            s.lease_seconds.is_finite()
-                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
-            "give more than preempt_grace_seconds + command_timeout_seconds",
-        )?;
-        range(
-            "sidecar.max_clock_skew_seconds",
-            s.max_clock_skew_seconds,
-            s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
-            "give 0 or more",
-        )?;
-        if s.preempt_signal.is_empty()
-            || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric())
-        {
-            return Err(ConfigError::Range {
-                path: path.to_string(),
-                key: "sidecar.preempt_signal",
-                value: s.preempt_signal.clone(),
-                expected: "give a signal name such as USR1",
-            });
-        }
         let f = &file.fork;
         let priority_strength = file.hadar.priority_strength;
         // The margin only matters when jobs are forked; other daemons may keep short rounds.
