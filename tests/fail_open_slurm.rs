@@ -359,7 +359,10 @@ fn daemon_back_takes_back_waiting_jobs_and_adopts_running_ones(bed: &mut Testbed
         intents
             .iter()
             .filter(|i| i.job == u64::from(id))
-            .map(|i| format!("{}:{}", i.action, i.outcome.as_deref().unwrap_or("open")))
+            .map(|i| {
+                let outcome = i.outcome.as_ref().map(ToString::to_string);
+                format!("{}:{}", i.action, outcome.as_deref().unwrap_or("open"))
+            })
             .collect()
     };
     assert_eq!(of(started), vec!["adopt:ok"], "{intents:?}");
@@ -453,16 +456,16 @@ fn standby_leads_within_the_bound_after_the_leader_is_killed(bed: &mut Testbed) 
     // Each job started once (a start cut short by the kill is closed as interrupted, and
     // then taken as done, not repeated).
     for id in &jobs {
-        let starts: Vec<&str> = intents
+        let starts: Vec<String> = intents
             .iter()
-            .filter(|i| i.job == u64::from(*id) && i.action == "start")
-            .filter_map(|i| i.outcome.as_deref())
+            .filter(|i| i.job == u64::from(*id) && i.action == hadar_store::IntentKind::Start)
+            .filter_map(|i| i.outcome.as_ref().map(ToString::to_string))
             .collect();
         assert!(
-            starts.iter().filter(|o| **o == "ok").count() <= 1
+            starts.iter().filter(|o| *o == "ok").count() <= 1
                 && starts
                     .iter()
-                    .filter(|o| **o == "ok" || **o == "interrupted")
+                    .filter(|o| *o == "ok" || *o == "interrupted")
                     .count()
                     == 1,
             "job {id}: {starts:?}"

@@ -3,7 +3,7 @@
 use hadar_core::Cluster;
 use hadar_report::{JobRecord, Run, Segment};
 use hadar_sim::{RoundRecord, SimReport};
-use hadar_store::{Intent, JobRow, RoundRow, Store, StoreError};
+use hadar_store::{Intent, IntentKind, JobRow, Outcome, RoundRow, Store, StoreError};
 use std::collections::BTreeMap;
 
 /// The stretches a round's runs held GPUs: one per part (node and type) of each placement.
@@ -110,14 +110,15 @@ fn job_segments(
 ) -> Vec<Segment> {
     let mut out = Vec::new();
     for (k, start) in intents.iter().enumerate() {
-        let ok = start.outcome.as_deref() == Some("ok");
-        let (true, Some(placement)) = (start.action == "start" && ok, &start.placement) else {
+        let ok = start.outcome == Some(Outcome::Ok);
+        let (true, Some(placement)) = (start.action == IntentKind::Start && ok, &start.placement)
+        else {
             continue;
         };
         let from = start.done_s.unwrap_or(start.created_s);
         let until = intents[k + 1..]
             .iter()
-            .find(|i| matches!(i.action.as_str(), "preempt" | "requeue-hold" | "hold"))
+            .find(|i| i.action.requeues_or_holds())
             .map(|i| i.done_s.unwrap_or(i.created_s))
             .or(job.finished_s)
             .unwrap_or(end_of_run);

@@ -14,6 +14,9 @@
 //! `hadar-round:v1;avg=ok|failed;c0=ok:STEPS:SECONDS:EXIT;c1=fail:0::EXIT;...`, or
 //! `hadar-round:v1;error=WORD` when the script could not run the round at all.
 
+use hadar_core::JobId;
+use hadar_core::placement::PlacementKind;
+use hadar_core::tracker::{CopyRecord, TrackerRecord};
 use hadar_store::{ForkCopy, ForkRound};
 use std::path::Path;
 
@@ -252,35 +255,59 @@ pub fn append_tracker_line(path: &Path, round: &ForkRound, remaining: f64) -> st
             return Ok(());
         }
     }
-    let copies: Vec<serde_json::Value> = round
-        .copies
-        .iter()
-        .filter(|c| c.ok == Some(true))
-        .map(|c| {
-            serde_json::json!({
-                "node": c.node, "gpu_type": c.gpu_type, "gpus": c.gpus,
-                "steps": c.steps, "weight": c.weight, "checkpoint": c.checkpoint,
-            })
-        })
-        .collect();
-    let line = serde_json::json!({
-        "round": round.round, "job": round.job, "kind": "forked", "policy": "hadare",
-        "start_s": round.started_s, "end_s": round.ended_s,
-        "copies": copies,
-        "aggregated_steps": round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
-        "remaining_steps": remaining,
-        "consolidated": round.consolidated,
-        "outer": round.outer.as_ref().map(|o| serde_json::json!({
-            "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
-            "start": round.start_from, "momentum_from": o.momentum_from, "momentum_state": o.momentum_out,
-        })),
-    });
+    let line = tracker_line(round, remaining);
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(path)?;
     writeln!(f, "{line}")
+}
+
+/// A consolidated round as a Job Tracker line: the simulator's [`TrackerRecord`] (its
+/// successful copies, with their steps and weights), and what only the daemon's rounds
+/// have: the policy, each copy's checkpoint, the consolidated checkpoint and the outer step.
+pub fn tracker_line(round: &ForkRound, remaining: f64) -> serde_json::Value {
+    let good: Vec<&hadar_store::ForkCopy> =
+        round.copies.iter().filter(|c| c.ok == Some(true)).collect();
+    let record = TrackerRecord {
+        round: round.round,
+        job: JobId(round.job),
+        start_s: round.started_s,
+        end_s: round.ended_s.unwrap_or(f64::NAN),
+        kind: PlacementKind::Forked,
+        copies: good
+            .iter()
+            .map(|c| CopyRecord {
+                node: c.node.clone(),
+                gpu_type: c.gpu_type.clone(),
+                gpus: c.gpus,
+                steps: c.steps,
+                weight: c.weight,
+            })
+            .collect(),
+        aggregated_steps: round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
+        remaining_steps: remaining,
+    };
+    let mut line = serde_json::to_value(&record).unwrap_or_default();
+    if round.ended_s.is_none() {
+        line["end_s"] = serde_json::Value::Null;
+    }
+    if let Some(copies) = line["copies"].as_array_mut() {
+        for (v, c) in copies.iter_mut().zip(&good) {
+            // The line has always named every field, null when unknown.
+            v["steps"] = serde_json::json!(c.steps);
+            v["weight"] = serde_json::json!(c.weight);
+            v["checkpoint"] = serde_json::json!(c.checkpoint);
+        }
+    }
+    line["policy"] = serde_json::json!("hadare");
+    line["consolidated"] = serde_json::json!(round.consolidated);
+    line["outer"] = serde_json::json!(round.outer.as_ref().map(|o| serde_json::json!({
+        "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
+        "start": round.start_from, "momentum_from": o.momentum_from, "momentum_state": o.momentum_out,
+    })));
+    line
 }
 
 /// Base64 (standard alphabet, padded, lines of 76), for embedding files in a batch script
@@ -313,6 +340,94 @@ pub fn base64(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The tracker line as it was built by hand before [`tracker_line`] used the
+    /// simulator's record: the two must be the same bytes.
+    fn hand_built_line(round: &ForkRound, remaining: f64) -> serde_json::Value {
+        let copies: Vec<serde_json::Value> = round
+            .copies
+            .iter()
+            .filter(|c| c.ok == Some(true))
+            .map(|c| {
+                serde_json::json!({
+                    "node": c.node, "gpu_type": c.gpu_type, "gpus": c.gpus,
+                    "steps": c.steps, "weight": c.weight, "checkpoint": c.checkpoint,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "round": round.round, "job": round.job, "kind": "forked", "policy": "hadare",
+            "start_s": round.started_s, "end_s": round.ended_s,
+            "copies": copies,
+            "aggregated_steps": round.copies.iter().filter_map(|c| c.steps).sum::<f64>(),
+            "remaining_steps": remaining,
+            "consolidated": round.consolidated,
+            "outer": round.outer.as_ref().map(|o| serde_json::json!({
+                "method": "nesterov", "lr": o.lr, "momentum": o.momentum,
+                "start": round.start_from, "momentum_from": o.momentum_from, "momentum_state": o.momentum_out,
+            })),
+        })
+    }
+
+    #[test]
+    fn the_tracker_line_keeps_its_format() {
+        let copy = |node: &str, ok: bool, steps: Option<f64>, weight: Option<f64>| ForkCopy {
+            node: node.into(),
+            gpu_type: "v100".into(),
+            gpus: 2,
+            budget: 50,
+            checkpoint: format!("/spool/7/{node}.safetensors"),
+            result: format!("/spool/7/{node}.json"),
+            steps,
+            ok: Some(ok),
+            exit_code: None,
+            weight,
+            seconds: Some(30.5),
+            inner_state_from: None,
+        };
+        let mut round = ForkRound {
+            job: 7,
+            round: 3,
+            state: hadar_store::RoundState::Running,
+            copy_job: Some(12),
+            copy_job_name: "hadar-fork-7-3".into(),
+            copies: vec![
+                copy("a", true, Some(120.0), Some(0.75)),
+                copy("b", false, Some(0.0), None),
+                copy("c", true, Some(40.0), None),
+            ],
+            start_from: Some("/spool/7/round-2.safetensors".into()),
+            consolidated: "/spool/7/round-3.safetensors".into(),
+            deadline_unix: 1_000,
+            started_s: 12.25,
+            ended_s: Some(70.5),
+            steps: 0.0,
+            message: None,
+            outer: None,
+            copy_seconds: None,
+        };
+        for outer in [
+            None,
+            Some(hadar_store::OuterStep {
+                lr: 0.7,
+                momentum: 0.9,
+                momentum_from: None,
+                momentum_out: Some("/spool/7/v-3.safetensors".into()),
+            }),
+        ] {
+            round.outer = outer;
+            for ended in [Some(70.5), None] {
+                round.ended_s = ended;
+                assert_eq!(
+                    tracker_line(&round, 840.0).to_string(),
+                    hand_built_line(&round, 840.0).to_string()
+                );
+            }
+        }
+        let line = tracker_line(&round, 840.0);
+        assert_eq!(line["copies"].as_array().map(Vec::len), Some(2));
+        assert_eq!(line["aggregated_steps"], 160.0);
+    }
 
     #[test]
     fn reports_round_trip_and_junk_is_refused() {

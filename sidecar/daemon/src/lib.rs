@@ -12,7 +12,12 @@
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
-//! * [`daemon`]: the round loop with enforcement and crash safety.
+//! * [`daemon`]: the round loop (read, decide, enforce, record) and crash safety.
+//! * [`snapshot`]: the round's reading of Slurm and the store, once, after its upkeep.
+//! * [`upkeep`]: what precedes each plan (failed-open jobs, arrays, jobs released by others).
+//! * [`decide`]: the round's decision from its snapshot (pure).
+//! * [`enforce`]: the decision carried out on Slurm, each action an intent first.
+//! * [`record`]: the round's summary for `hadar status` (pure).
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
@@ -25,7 +30,9 @@ pub mod arrays;
 pub mod check;
 pub mod config;
 pub mod daemon;
+pub mod decide;
 pub mod eligible;
+pub mod enforce;
 pub mod exclusive;
 pub mod explain;
 pub mod facts;
@@ -37,12 +44,15 @@ pub mod metrics;
 pub mod notices;
 pub mod progress;
 pub mod reconcile;
+pub mod record;
 pub mod sd_notify;
 pub mod shadow;
 pub mod shared;
 pub mod site;
 pub mod site_limits;
+pub mod snapshot;
 pub mod spec;
+pub mod upkeep;
 pub mod view;
 
 pub use config::DaemonConfig;

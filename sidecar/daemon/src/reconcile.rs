@@ -87,42 +87,15 @@ pub fn reconcile(
     let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
     let mut events = Vec::new();
     let by_id: BTreeMap<u64, &SlurmJob> = slurm_jobs.iter().map(|j| (j.id, j)).collect();
-    let unseen: Vec<&SlurmJob> = slurm_jobs
-        .iter()
-        .filter(|j| is_managed(j) && !rows.contains_key(&j.id))
-        .collect();
-    // Rows first seen now: after a lost state database a running managed job is new to the
-    // store, and is trusted to have been started by a daemon if it has GPUs (the daemon
-    // always gives a job its GPUs before releasing it; the plugin strips them).
-    let mut fresh: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
-    for sj in unseen {
-        if sj.status.is_terminal() {
-            continue; // ended before the daemon ever saw it: nothing to schedule
-        }
-        let record = sj.admin_comment.clone().unwrap_or_default();
-        if sj.het_job_id.is_some() {
-            events.push(Event::Refused(
-                sj.id,
-                "heterogeneous job components are not scheduled by hadar serve".into(),
-            ));
-            continue;
-        }
-        match decode(&record) {
-            Ok(spec) => {
-                let arrival = rel(sj.submit_time).unwrap_or(now_s);
-                let steps = spec.steps.unwrap_or(default_steps) as f64;
-                let mut row =
-                    JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
-                row.user_id = sj.user_id;
-                row.group_id = sj.group_id;
-                row.array_task = sj.array.as_ref().map(|a| a.label());
-                rows.insert(sj.id, row);
-                fresh.insert(sj.id);
-                events.push(Event::New(sj.id));
-            }
-            Err(why) => events.push(Event::Refused(sj.id, why)),
-        }
-    }
+    let fresh = adopt(
+        rows,
+        slurm_jobs,
+        now_s,
+        epoch_unix,
+        default_steps,
+        decode,
+        &mut events,
+    );
     for row in rows
         .values_mut()
         .filter(|r| r.phase != Phase::Finished && !untrusted.contains(&r.id))
@@ -181,37 +154,7 @@ pub fn reconcile(
                 row.finished_s = Some(rel(sj.end_time).unwrap_or(now_s).min(now_s));
                 events.push(Event::Finished(row.id, s.as_str().to_string()));
             }
-            JobStatus::Running => {
-                let alloc = allocation(sj);
-                if row.phase != Phase::Running && row.phase != Phase::Preempting {
-                    events.push(Event::Started(row.id));
-                }
-                if row.phase != Phase::Preempting {
-                    row.phase = Phase::Running;
-                }
-                if row.first_start_s.is_none() {
-                    row.first_start_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
-                }
-                if row.accounted_s.is_none() {
-                    row.accounted_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
-                    row.rounds_run += 1;
-                }
-                // Just after a job restarts (seen after a node failure's requeue) Slurm can
-                // list it running without its GPUs for a moment; the placement it was started
-                // with stands until Slurm shows one, rather than look like a move.
-                let shows_gpus = alloc.iter().any(|(_, g)| g.iter().any(|(_, c)| *c > 0));
-                // Slurm 26.05 gives an `--exclusive` job every GPU of its nodes; hadar keeps
-                // counting the GPUs it placed it on (the rest of its nodes is fenced off).
-                let whole_nodes = crate::exclusive::is_exclusive(&row.record)
-                    && row
-                        .placement
-                        .as_ref()
-                        .is_some_and(|p| crate::exclusive::covers(&alloc, p));
-                if (shows_gpus && !whole_nodes) || row.placement.is_none() {
-                    row.placement = Some(alloc);
-                }
-                account(row, now_s, None);
-            }
+            JobStatus::Running => seen_running(row, sj, now_s, epoch_unix, &mut events),
             JobStatus::Pending => {
                 account(row, now_s, None);
                 row.accounted_s = None;
@@ -233,6 +176,97 @@ pub fn reconcile(
         }
     }
     events
+}
+
+/// Rows for the managed jobs the store does not know yet (Slurm's unseen, unfinished ones
+/// that decode), with their events; returns their ids.
+fn adopt(
+    rows: &mut BTreeMap<u64, JobRow>,
+    slurm_jobs: &[SlurmJob],
+    now_s: f64,
+    epoch_unix: f64,
+    default_steps: u64,
+    decode: &dyn Fn(&str) -> Result<JobSpec, String>,
+    events: &mut Vec<Event>,
+) -> BTreeSet<u64> {
+    let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
+    let unseen: Vec<&SlurmJob> = slurm_jobs
+        .iter()
+        .filter(|j| is_managed(j) && !rows.contains_key(&j.id))
+        .collect();
+    // Rows first seen now: after a lost state database a running managed job is new to the
+    // store, and is trusted to have been started by a daemon if it has GPUs (the daemon
+    // always gives a job its GPUs before releasing it; the plugin strips them).
+    let mut fresh = BTreeSet::new();
+    for sj in unseen {
+        if sj.status.is_terminal() {
+            continue; // ended before the daemon ever saw it: nothing to schedule
+        }
+        let record = sj.admin_comment.clone().unwrap_or_default();
+        if sj.het_job_id.is_some() {
+            events.push(Event::Refused(
+                sj.id,
+                "heterogeneous job components are not scheduled by hadar serve".into(),
+            ));
+            continue;
+        }
+        match decode(&record) {
+            Ok(spec) => {
+                let arrival = rel(sj.submit_time).unwrap_or(now_s);
+                let steps = spec.steps.unwrap_or(default_steps) as f64;
+                let mut row =
+                    JobRow::new(sj.id, sj.name.clone(), record, spec.workers, steps, arrival);
+                row.user_id = sj.user_id;
+                row.group_id = sj.group_id;
+                row.array_task = sj.array.as_ref().map(|a| a.label());
+                rows.insert(sj.id, row);
+                fresh.insert(sj.id);
+                events.push(Event::New(sj.id));
+            }
+            Err(why) => events.push(Event::Refused(sj.id, why)),
+        }
+    }
+    fresh
+}
+
+/// A row brought in line with its job that Slurm shows running.
+fn seen_running(
+    row: &mut JobRow,
+    sj: &SlurmJob,
+    now_s: f64,
+    epoch_unix: f64,
+    events: &mut Vec<Event>,
+) {
+    let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
+    let alloc = allocation(sj);
+    if row.phase != Phase::Running && row.phase != Phase::Preempting {
+        events.push(Event::Started(row.id));
+    }
+    if row.phase != Phase::Preempting {
+        row.phase = Phase::Running;
+    }
+    if row.first_start_s.is_none() {
+        row.first_start_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
+    }
+    if row.accounted_s.is_none() {
+        row.accounted_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
+        row.rounds_run += 1;
+    }
+    // Just after a job restarts (seen after a node failure's requeue) Slurm can
+    // list it running without its GPUs for a moment; the placement it was started
+    // with stands until Slurm shows one, rather than look like a move.
+    let shows_gpus = alloc.iter().any(|(_, g)| g.iter().any(|(_, c)| *c > 0));
+    // Slurm 26.05 gives an `--exclusive` job every GPU of its nodes; hadar keeps
+    // counting the GPUs it placed it on (the rest of its nodes is fenced off).
+    let whole_nodes = crate::exclusive::is_exclusive(&row.record)
+        && row
+            .placement
+            .as_ref()
+            .is_some_and(|p| crate::exclusive::covers(&alloc, p));
+    if (shows_gpus && !whole_nodes) || row.placement.is_none() {
+        row.placement = Some(alloc);
+    }
+    account(row, now_s, None);
 }
 
 /// Adds the time since the job was last accounted (up to `until` or `now_s`) to its service.

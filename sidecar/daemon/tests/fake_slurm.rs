@@ -7,7 +7,7 @@ use hadar_daemon::daemon::SlurmApi;
 use hadar_daemon::spec::JobSpec;
 use hadar_daemon::{Daemon, DaemonConfig};
 use hadar_slurm::{GpuSpec, JobStatus, NodeAlloc, NodeInfo, NodeState, SlurmError, SlurmJob};
-use hadar_store::{Phase, Store};
+use hadar_store::{IntentKind, Outcome, Phase, Store};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -338,7 +338,8 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
     // A crash left a start intent open, for a job that Slurm shows released already.
     {
         let mut s = Store::open(&path).unwrap();
-        s.write(|w| w.add_intent(9, 1, "start", None, 5.0)).unwrap();
+        s.write(|w| w.add_intent(9, 1, IntentKind::Start, None, 5.0))
+            .unwrap();
     }
     let mut d = daemon(&slurm, Store::open(&path).unwrap());
     // Left open until the daemon leads (a standby must not touch the leader's intents).
@@ -354,7 +355,7 @@ fn a_restarted_daemon_never_starts_a_job_twice() {
             .all_intents()
             .unwrap()
             .iter()
-            .any(|i| i.outcome.as_deref() == Some("interrupted"))
+            .any(|i| i.outcome == Some(Outcome::Interrupted))
     );
     assert!(r.actions.is_empty(), "{r:?}");
     slurm.schedule();
@@ -389,7 +390,7 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     {
         let mut s = Store::open(&path).unwrap();
         let i = s.last_intent(1).unwrap().unwrap();
-        s.write(|w| w.add_intent(1, 1, "start", i.placement.as_ref(), 5.0))
+        s.write(|w| w.add_intent(1, 1, IntentKind::Start, i.placement.as_ref(), 5.0))
             .unwrap();
     }
     let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
@@ -445,7 +446,7 @@ fn a_job_released_after_a_start_cut_short_before_its_placement_is_held_again() {
     {
         let mut s = Store::open(&path).unwrap();
         let placement = vec![("n1".to_string(), vec![("v100".to_string(), 2)])];
-        s.write(|w| w.add_intent(1, 1, "start", Some(&placement), 5.0))
+        s.write(|w| w.add_intent(1, 1, IntentKind::Start, Some(&placement), 5.0))
             .unwrap();
     }
     let (mut d, log) = released_for_tomorrow_then_a_round(&slurm, &path, 1_000_005.0);
@@ -474,10 +475,11 @@ fn a_job_released_after_a_preemption_cut_short_is_held_again() {
         }
         {
             let mut s = Store::open(&path).unwrap();
-            s.write(|w| w.add_intent(2, 1, "preempt", None, 3.0))
+            s.write(|w| w.add_intent(2, 1, IntentKind::Preempt, None, 3.0))
                 .unwrap();
             if last == "hold" {
-                s.write(|w| w.add_intent(3, 1, "hold", None, 4.0)).unwrap();
+                s.write(|w| w.add_intent(3, 1, IntentKind::Hold, None, 4.0))
+                    .unwrap();
             }
         }
         slurm.requeue_hold(1).unwrap();

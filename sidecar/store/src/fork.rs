@@ -633,7 +633,8 @@ mod tests {
         assert_eq!(s.jobs().unwrap().len(), 1, "old rows kept");
         // Version 3's lease table and intent holders exist.
         assert_eq!(s.lease().unwrap(), None);
-        s.write(|w| w.add_intent(1, 5, "hold", None, 0.0)).unwrap();
+        s.write(|w| w.add_intent(1, 5, crate::IntentKind::Hold, None, 0.0))
+            .unwrap();
         assert_eq!(s.all_intents().unwrap()[0].holder, None);
         s.write(|w| w.put_fork_job(&ForkJob::new(5, 10.0))).unwrap();
         assert_eq!(s.fork_jobs().unwrap().len(), 1);

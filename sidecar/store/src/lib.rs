@@ -10,6 +10,7 @@
 //! in place; every write is one transaction.
 
 pub mod fork;
+pub mod intent;
 mod prune;
 mod schema;
 
@@ -19,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use fork::{ForkCopy, ForkJob, ForkRound, ForkState, OuterStep, RoundState};
+pub use intent::{IntentKind, Outcome};
 pub use lease::{Lease, LeaseGrant};
 pub use prune::{Horizon, Pruned};
 pub use schema::SCHEMA_VERSION;
@@ -235,16 +237,16 @@ pub struct Intent {
     pub round: u64,
     /// The job.
     pub job: u64,
-    /// `start`, `preempt`, `hold`, ...
-    pub action: String,
+    /// What it does (stored as `start`, `preempt`, `hold`, ...).
+    pub action: IntentKind,
     /// The placement, for a start.
     pub placement: Option<NodeGpus>,
     /// When it was written, seconds since the epoch.
     pub created_s: f64,
     /// When it was carried out, if it was.
     pub done_s: Option<f64>,
-    /// What happened (`ok` or the error).
-    pub outcome: Option<String>,
+    /// What happened (stored as `ok`, `skipped: WHY`, `error: WHY` or `interrupted`).
+    pub outcome: Option<Outcome>,
     /// The daemon that wrote it (`host:pid`), when it ran under a lease.
     #[serde(default)]
     pub holder: Option<String>,
@@ -723,11 +725,14 @@ impl Store {
                     id: r.get(0)?,
                     round: r.get::<_, i64>(1)? as u64,
                     job: r.get::<_, i64>(2)? as u64,
-                    action: r.get(3)?,
+                    action: word(r, 3)?,
                     placement: placement.and_then(|p| serde_json::from_str(&p).ok()),
                     created_s: r.get(5)?,
                     done_s: r.get(6)?,
-                    outcome: r.get(7)?,
+                    outcome: r
+                        .get::<_, Option<String>>(7)?
+                        .map(|_| word(r, 7))
+                        .transpose()?,
                     holder: r.get(8)?,
                 })
             })
@@ -879,7 +884,7 @@ impl Writer<'_> {
         &mut self,
         round: u64,
         job: u64,
-        action: &str,
+        action: IntentKind,
         placement: Option<&NodeGpus>,
         now_s: f64,
     ) -> Result<i64, StoreError> {
@@ -913,18 +918,23 @@ impl Writer<'_> {
         self.tx
             .execute(
                 "INSERT INTO intents(round, job, action, placement, created_s, holder) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![round as i64, job as i64, action, placement, now_s, holder],
+                params![round as i64, job as i64, action.as_str(), placement, now_s, holder],
             )
             .map_err(self.err())?;
         Ok(self.tx.last_insert_rowid())
     }
 
     /// Marks an intent carried out, with its outcome.
-    pub fn close_intent(&mut self, id: i64, now_s: f64, outcome: &str) -> Result<(), StoreError> {
+    pub fn close_intent(
+        &mut self,
+        id: i64,
+        now_s: f64,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
         self.tx
             .execute(
                 "UPDATE intents SET done_s = ?2, outcome = ?3 WHERE id = ?1",
-                params![id, now_s, outcome],
+                params![id, now_s, outcome.to_string()],
             )
             .map(|_| ())
             .map_err(self.err())
@@ -962,6 +972,17 @@ impl Writer<'_> {
             .map(|_| ())
             .map_err(self.err())
     }
+}
+
+/// Column `i` of a row, a stored word read as its type (an intent's kind or outcome).
+fn word<T>(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<T>
+where
+    T: std::str::FromStr<Err = intent::UnknownWord>,
+{
+    let text: String = r.get(i)?;
+    text.parse().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 #[cfg(test)]

@@ -137,13 +137,13 @@ mod tests {
                 };
                 w.put_round(&round, &[Decision::new(1, r), Decision::new(4, r)])?;
             }
-            let a = w.add_intent(1, 1, "start", None, 10.0)?;
-            w.close_intent(a, 10.0, "ok")?;
-            w.add_intent(1, 2, "hold", None, 10.0)?;
-            let b = w.add_intent(2, 4, "hold", None, 20.0)?;
-            w.close_intent(b, 20.0, "ok")?;
-            let c = w.add_intent(3, 4, "start", None, 30.0)?;
-            w.close_intent(c, 30.0, "ok")
+            let a = w.add_intent(1, 1, crate::IntentKind::Start, None, 10.0)?;
+            w.close_intent(a, 10.0, &crate::Outcome::Ok)?;
+            w.add_intent(1, 2, crate::IntentKind::Hold, None, 10.0)?;
+            let b = w.add_intent(2, 4, crate::IntentKind::Hold, None, 20.0)?;
+            w.close_intent(b, 20.0, &crate::Outcome::Ok)?;
+            let c = w.add_intent(3, 4, crate::IntentKind::Start, None, 30.0)?;
+            w.close_intent(c, 30.0, &crate::Outcome::Ok)
         })
         .unwrap();
         let p = s
@@ -166,7 +166,7 @@ mod tests {
             .query_row("SELECT count(*) FROM rounds", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rounds, 3, "rounds 8 to 10 are within the horizon");
-        let left: Vec<(u64, String)> = s
+        let left: Vec<(u64, crate::IntentKind)> = s
             .all_intents()
             .unwrap()
             .into_iter()
@@ -174,7 +174,7 @@ mod tests {
             .collect();
         assert_eq!(
             left,
-            vec![(2, "hold".into()), (4, "start".into())],
+            vec![(2, crate::IntentKind::Hold), (4, crate::IntentKind::Start)],
             "the open intent and job 4's last intent stay"
         );
         assert_eq!(

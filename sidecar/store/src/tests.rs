@@ -35,7 +35,7 @@ fn a_failed_write_leaves_nothing_behind() {
     let mut s = Store::in_memory().unwrap();
     let r: Result<(), StoreError> = s.write(|w| {
         w.put_job(&job(1))?;
-        w.add_intent(1, 1, "start", None, 0.0)?;
+        w.add_intent(1, 1, crate::IntentKind::Start, None, 0.0)?;
         Err(StoreError::Version {
             path: "x".into(),
             found: 0,
@@ -64,14 +64,18 @@ fn intents_open_until_closed() {
     let mut s = Store::in_memory().unwrap();
     let p: NodeGpus = vec![("n4".into(), vec![("v100".into(), 2), ("k80".into(), 2)])];
     let id = s
-        .write(|w| w.add_intent(3, 9, "start", Some(&p), 10.0))
+        .write(|w| w.add_intent(3, 9, crate::IntentKind::Start, Some(&p), 10.0))
         .unwrap();
     let open = s.open_intents().unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].placement.as_ref(), Some(&p));
-    s.write(|w| w.close_intent(id, 11.0, "ok")).unwrap();
+    s.write(|w| w.close_intent(id, 11.0, &crate::Outcome::Ok))
+        .unwrap();
     assert!(s.open_intents().unwrap().is_empty());
-    assert_eq!(s.all_intents().unwrap()[0].outcome.as_deref(), Some("ok"));
+    assert_eq!(
+        s.all_intents().unwrap()[0].outcome,
+        Some(crate::Outcome::Ok)
+    );
 }
 
 #[test]
@@ -151,9 +155,10 @@ fn intents_are_written_only_under_the_lease() {
         b.acquire_lease("b:2", now, 60.0, 1.0).unwrap(),
         LeaseGrant::Standby(_)
     ));
-    a.write(|w| w.add_intent(1, 7, "start", None, 0.0)).unwrap();
+    a.write(|w| w.add_intent(1, 7, crate::IntentKind::Start, None, 0.0))
+        .unwrap();
     let e = b
-        .write(|w| w.add_intent(1, 7, "start", None, 0.0))
+        .write(|w| w.add_intent(1, 7, crate::IntentKind::Start, None, 0.0))
         .unwrap_err();
     assert!(
         matches!(&e, StoreError::NotLeader { holder, .. } if holder == "a:1"),
@@ -165,7 +170,7 @@ fn intents_are_written_only_under_the_lease() {
         LeaseGrant::Leading(_)
     ));
     let e = a
-        .write(|w| w.add_intent(2, 7, "hold", None, 0.0))
+        .write(|w| w.add_intent(2, 7, crate::IntentKind::Hold, None, 0.0))
         .unwrap_err();
     assert!(matches!(e, StoreError::NotLeader { .. }), "{e}");
     let intents = a.all_intents().unwrap();

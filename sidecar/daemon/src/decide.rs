@@ -1,0 +1,510 @@
+//! The round's decision, pure: from a [`RoundSnapshot`] and the configuration, the served
+//! policy's plan (look-ahead, site-aware Hadar, Slurm's rules), the placements the daemon
+//! can enforce, the actions that carry them out, and each job's decision in words. No IO,
+//! no clock: the same snapshot gives the same decision.
+
+use crate::actions::{self, Action};
+use crate::config::DaemonConfig;
+use crate::daemon::DaemonError;
+use crate::eligible::{self, Blocked};
+use crate::site::Site;
+use crate::snapshot::RoundSnapshot;
+use crate::spec::{self, JobSpec, Priors, RateOrigins};
+use crate::view::{self, ClusterView};
+use crate::{exclusive, explain, facts};
+use hadar_core::passes::enforce::Verdict;
+use hadar_core::passes::lookahead::Choice;
+use hadar_core::passes::served::{ServedDecision, decide_with};
+use hadar_core::policies::hadar::{HadarConfig, RoundStats};
+use hadar_core::{Cluster, Job, JobId, JobState, RoundInput, RoundPlan, WaitReason};
+use hadar_formats::ThroughputTable;
+use hadar_slurm::{JobStatus, NodeState};
+use hadar_store::{Decision, JobRow, NodeGpus, Phase};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// What the round decided.
+#[derive(Clone, Debug)]
+pub struct RoundDecision {
+    /// The cluster as the policy saw it.
+    pub cv: ClusterView,
+    /// Waiting jobs Slurm would not start yet (user hold, dependency, `--begin`).
+    pub blocked: BTreeMap<u64, Blocked>,
+    /// Jobs whose Slurm request names GPU types.
+    pub typed: HashSet<u64>,
+    /// The planned jobs' states after the look-ahead.
+    pub states: Vec<JobState>,
+    /// The core's plan (`None` without a usable cluster).
+    pub plan: Option<RoundPlan>,
+    /// The planner's statistics (its price bounds).
+    pub stats: Option<RoundStats>,
+    /// The enforceable placements, job to GPUs.
+    pub planned: BTreeMap<u64, NodeGpus>,
+    /// Planned jobs whose start the look-ahead defers.
+    pub deferred: usize,
+    /// The actions that carry the plan out, in order.
+    pub actions: Vec<Action>,
+    /// Each active job's decision in words (forked jobs' are the fork pass's, added later).
+    pub decisions: Vec<Decision>,
+}
+
+/// The served policy's output translated into Slurm's names and checked for what the
+/// daemon can enforce.
+#[derive(Default)]
+struct Translated {
+    planned: BTreeMap<u64, NodeGpus>,
+    unenforceable: Vec<(u64, String)>,
+    commitments: BTreeMap<u64, Choice>,
+}
+
+/// Decides the round from `snap`.
+pub fn decide(
+    snap: &RoundSnapshot,
+    config: &DaemonConfig,
+    table: &ThroughputTable,
+) -> Result<RoundDecision, DaemonError> {
+    let rows = &snap.rows;
+    let (cv, exclusive_ids, busy) = cluster_view(snap, config);
+    let blocked: BTreeMap<u64, Blocked> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| rows.get(&j.id).is_some_and(|r| r.phase == Phase::Waiting))
+        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
+        .collect();
+    let priors = priors(config);
+    let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
+    // The site's rules as this round applies them: the limits note which jobs a limit on one
+    // type keeps off it, for the words.
+    let mut site = snap.site.clone();
+    let (mut states, site_blocked) = match &cv.cluster {
+        Some(cluster) => job_states(
+            snap,
+            &mut site,
+            config,
+            table,
+            &priors,
+            cluster,
+            &cv.types,
+            &blocked,
+            &mut origins,
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    // Jobs whose Slurm request names GPU types: those a user restricted to some types
+    // (only a typed request keeps them there) and those Slurm already holds to types.
+    // Every other job gets typeless requests (see `GpuSpec::update_fields`).
+    let typed: HashSet<u64> = rows
+        .values()
+        .filter(|r| {
+            r.bound_types.is_some() || snap.specs.get(&r.id).is_some_and(|s| s.gpu_types.is_some())
+        })
+        .map(|r| r.id)
+        .collect();
+    let mut stats = None;
+    let mut plan = None;
+    let mut t = Translated::default();
+    if let Some(cluster) = &cv.cluster {
+        let d = served(
+            snap,
+            &site,
+            config,
+            cluster,
+            &states,
+            &typed,
+            &site_blocked,
+            &mut stats,
+        )?;
+        // Rates' origins under the types the look-ahead left each job, for the words.
+        for (id, types) in &d.commitments.restricted {
+            if let Some(s) = snap.specs.get(&id.0) {
+                let s = bind_types(s, Some(types));
+                let (_, o) = profile(snap, table, &priors, id.0, &s, &cv.types);
+                origins.insert(id.0, o);
+            }
+        }
+        t = translate(rows, cluster, &d);
+        states = d.jobs;
+        plan = Some(d.plan);
+    }
+    let is_new = |id: u64| {
+        rows.get(&id).is_none_or(|r| {
+            !matches!(r.phase, Phase::Running | Phase::Starting)
+                || !r
+                    .placement
+                    .as_ref()
+                    .zip(t.planned.get(&id))
+                    .is_some_and(|(p, q)| view::same_gpus(p, q))
+        })
+    };
+    for (id, why) in exclusive::conflicts(&t.planned, &exclusive_ids, &is_new, &busy) {
+        let gpus = t.planned.remove(&id).unwrap_or_default();
+        t.unenforceable
+            .push((id, format!("{}: {why}", explain::placement_words(&gpus))));
+    }
+    let actions = enforcement(snap, &t.planned);
+    let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable);
+    explain_overrides(
+        snap,
+        &site,
+        config,
+        &cv,
+        &states,
+        &t,
+        &origins,
+        &mut decisions,
+    );
+    let deferred = t
+        .commitments
+        .values()
+        .filter(|c| !c.starts_now(snap.now_s))
+        .count();
+    Ok(RoundDecision {
+        cv,
+        blocked,
+        typed,
+        states,
+        plan,
+        stats,
+        planned: t.planned,
+        deferred,
+        actions,
+        decisions,
+    })
+}
+
+/// The cluster view (GPUs held by jobs hadar does not manage are not the policy's), with the
+/// exclusive jobs' fencing, the exclusive jobs, and the nodes with unmanaged jobs (which an
+/// exclusive job may not share).
+fn cluster_view(
+    snap: &RoundSnapshot,
+    config: &DaemonConfig,
+) -> (ClusterView, BTreeSet<u64>, BTreeSet<String>) {
+    let mut foreign: Vec<(String, String, u32)> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| {
+            !snap.rows.contains_key(&j.id)
+                && matches!(
+                    j.status,
+                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                )
+        })
+        .flat_map(|j| j.gpu_parts())
+        .collect();
+    let busy: BTreeSet<String> = foreign.iter().map(|(n, _, _)| n.clone()).collect();
+    let exclusive_ids = exclusive::fence_off(&snap.rows, &snap.nodes, &mut foreign);
+    let cv = view::build(&snap.nodes, &config.partitions, &foreign);
+    (cv, exclusive_ids, busy)
+}
+
+/// The planned jobs' states (active, not forked, not blocked), in arrival order, without
+/// those the site's limits hold back (returned with the limit); records each job's rates'
+/// origins in `origins`.
+#[allow(clippy::too_many_arguments)]
+fn job_states(
+    snap: &RoundSnapshot,
+    site: &mut Site,
+    config: &DaemonConfig,
+    table: &ThroughputTable,
+    priors: &Priors,
+    cluster: &Cluster,
+    types: &[String],
+    blocked: &BTreeMap<u64, Blocked>,
+    origins: &mut BTreeMap<u64, RateOrigins>,
+) -> (Vec<JobState>, Vec<(JobId, WaitReason)>) {
+    let strength = config.hadar.priority_strength;
+    let now_s = snap.now_s;
+    let mut states = Vec::new();
+    for r in snap.rows.values().filter(|r| {
+        r.phase != Phase::Finished && !snap.owned.contains(&r.id) && !blocked.contains_key(&r.id)
+    }) {
+        let Some(spec) = snap.specs.get(&r.id) else {
+            continue;
+        };
+        let spec = bind_types(spec, r.bound_types.as_deref());
+        let (throughput, o) = profile(snap, table, priors, r.id, &spec, types);
+        origins.insert(r.id, o);
+        let job = Arc::new(Job {
+            id: JobId(r.id),
+            kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
+            arrival_s: r.arrival_s,
+            workers: r.workers,
+            total_steps: r.total_steps,
+            weight: snap
+                .site
+                .weight(r.id, r.workers, now_s - r.arrival_s, cluster, strength),
+            throughput,
+        });
+        let mut js = JobState::arrived(job, types.len());
+        js.remaining_steps = (r.total_steps - r.steps_done).max(1.0).min(r.total_steps);
+        js.placement = r
+            .placement
+            .as_ref()
+            .and_then(|p| view::to_placement(cluster, p));
+        js.run_s = r.run_s;
+        js.run_s_by_type = types
+            .iter()
+            .map(|t| r.run_s_by_type.get(t).copied().unwrap_or(0.0))
+            .collect();
+        js.attained_gpu_s = r.attained_gpu_s;
+        js.rounds_run = r.rounds_run;
+        js.first_start_s = r.first_start_s;
+        states.push(js);
+    }
+    states.sort_by(|a, b| a.job.arrival_order(&b.job));
+    let site_blocked = crate::site::blocked(site, &mut states, &snap.slurm_jobs, cluster);
+    (states, site_blocked)
+}
+
+/// The served policy (look-ahead, site-aware Hadar, Slurm's rules) over `states`, its plan
+/// validated; the planner's statistics go to `stats`.
+#[allow(clippy::too_many_arguments)]
+fn served(
+    snap: &RoundSnapshot,
+    site: &Site,
+    config: &DaemonConfig,
+    cluster: &Cluster,
+    states: &[JobState],
+    typed: &HashSet<u64>,
+    site_blocked: &[(JobId, WaitReason)],
+    stats: &mut Option<RoundStats>,
+) -> Result<ServedDecision, DaemonError> {
+    let mut target = facts::target(&snap.rows, typed, &snap.nodes);
+    crate::site::reservations::leave_out_of_lookahead(site, &mut target);
+    let hadar_config: HadarConfig = config.hadar.clone();
+    let input = RoundInput {
+        now_s: snap.now_s,
+        round_s: config.sidecar.round_seconds,
+        restart_s: config.sidecar.restart_seconds,
+        cluster,
+        jobs: states,
+    };
+    let d = decide_with(&config.served(), &input, &target, |i| {
+        let (plan, s) = crate::site::plan(site, &hadar_config, i, &snap.slurm_jobs, site_blocked);
+        *stats = Some(s);
+        plan
+    });
+    d.plan
+        .validate(cluster, &d.jobs)
+        .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+    Ok(d)
+}
+
+/// The plan in Slurm's names: enforced placements, jobs that stay where they are, and the
+/// refused ones with why; and the look-ahead's commitments.
+fn translate(rows: &BTreeMap<u64, JobRow>, cluster: &Cluster, d: &ServedDecision) -> Translated {
+    let mut t = Translated::default();
+    for (a, (_, verdict)) in d.plan.assignments.iter().zip(&d.verdicts) {
+        let gpus = view::to_node_gpus(cluster, &a.placement);
+        match verdict {
+            Verdict::Enforced => {
+                t.planned.insert(a.job.0, gpus);
+            }
+            // A running or starting job stays where it is rather than being
+            // preempted towards GPUs Slurm would not give it.
+            Verdict::Stays { .. } => {
+                if let Some(here) = rows.get(&a.job.0).and_then(|r| r.placement.clone()) {
+                    t.planned.insert(a.job.0, here);
+                }
+            }
+            Verdict::Refused { why } => t.unenforceable.push((
+                a.job.0,
+                format!("{}: {why}", explain::placement_words(&gpus)),
+            )),
+        }
+    }
+    t.commitments = d
+        .commitments
+        .choices
+        .iter()
+        .map(|(id, c)| (id.0, c.clone()))
+        .collect();
+    t
+}
+
+/// The actions that turn where the (not forked) jobs stand into `planned`, in the order
+/// they are carried out.
+fn enforcement(snap: &RoundSnapshot, planned: &BTreeMap<u64, NodeGpus>) -> Vec<Action> {
+    let gang_rows: BTreeMap<u64, JobRow> = snap
+        .rows
+        .iter()
+        .filter(|(id, _)| !snap.owned.contains(id))
+        .map(|(id, r)| (*id, r.clone()))
+        .collect();
+    let mut todo = actions::plan(&gang_rows, planned);
+    // A job on a node that is down or not responding can neither checkpoint nor be
+    // requeued by us (a requeue sent then was seen to leave the job started elsewhere
+    // without its GPUs); Slurm requeues it itself when it declares the node dead, and it
+    // is placed again then.
+    let down: HashSet<&str> = snap
+        .nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Down)
+        .map(|n| n.name.as_str())
+        .collect();
+    todo.retain(|a| match a {
+        Action::Preempt { job } => !snap
+            .rows
+            .get(job)
+            .and_then(|r| r.placement.as_ref())
+            .is_some_and(|p| p.iter().any(|(n, _)| down.contains(n.as_str()))),
+        _ => true,
+    });
+    actions::order_starts_by_gres(&mut todo, &|node: &str, gpu_type: &str| {
+        snap.nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| {
+                n.gpus
+                    .iter()
+                    .position(|(t, _)| t.eq_ignore_ascii_case(gpu_type))
+            })
+            .unwrap_or(usize::MAX)
+    });
+    todo
+}
+
+/// Each active job's decision from the plan.
+fn decisions(
+    snap: &RoundSnapshot,
+    plan: &Option<RoundPlan>,
+    planned: &BTreeMap<u64, NodeGpus>,
+    origins: &BTreeMap<u64, RateOrigins>,
+    unusable: &[(String, String)],
+) -> Vec<Decision> {
+    // Looked up per job: a scan of the plan per job was quadratic in the queue length.
+    let assigned: HashMap<u64, &hadar_core::Assignment> = plan
+        .iter()
+        .flat_map(|p| p.assignments.iter())
+        .map(|a| (a.job.0, a))
+        .collect();
+    let waiting: HashMap<u64, &hadar_core::Waiting> = plan
+        .iter()
+        .flat_map(|p| p.waiting.iter())
+        .map(|w| (w.job.0, w))
+        .collect();
+    let mut out = Vec::new();
+    for r in snap.rows.values().filter(|r| r.phase != Phase::Finished) {
+        let rates = origins
+            .get(&r.id)
+            .map(|o| explain::rates_words(o))
+            .unwrap_or_default();
+        let base = Decision::new(r.id, snap.round);
+        let d = if plan.is_none() {
+            Decision {
+                text: explain::no_cluster(unusable),
+                ..base
+            }
+        } else if let Some(a) = assigned.get(&r.id) {
+            let p = planned.get(&r.id).cloned().unwrap_or_default();
+            let kept = snap
+                .before
+                .get(&r.id)
+                .and_then(|b| b.placement.as_ref())
+                .is_some_and(|q| view::same_gpus(q, &p));
+            let text = explain::runs(
+                &p,
+                a.rate,
+                a.payoff,
+                kept,
+                a.placement.types().len() > 1,
+                &rates,
+            );
+            Decision {
+                runs: true,
+                placement: Some(p),
+                rate: Some(a.rate),
+                payoff: a.payoff,
+                text,
+                ..base
+            }
+        } else if let Some(w) = waiting.get(&r.id) {
+            Decision {
+                wait_reason: serde_json::to_value(&w.reason).ok(),
+                text: explain::waits(&w.reason, &rates),
+                ..base
+            }
+        } else {
+            Decision {
+                text: format!("waits: no record of this job's request could be read. {rates}"),
+                ..base
+            }
+        };
+        out.push(d);
+    }
+    out
+}
+
+/// The words for jobs the daemon cannot place as planned, jobs the look-ahead defers, and
+/// the site's priority factors.
+fn explain_overrides(
+    snap: &RoundSnapshot,
+    site: &Site,
+    config: &DaemonConfig,
+    cv: &ClusterView,
+    states: &[JobState],
+    t: &Translated,
+    origins: &BTreeMap<u64, RateOrigins>,
+    decisions: &mut [Decision],
+) {
+    let now_s = snap.now_s;
+    for (job, why) in &t.unenforceable {
+        if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+            d.runs = false;
+            d.placement = None;
+            d.text = format!("waits: Hadar's best placement for it, {why}");
+        }
+    }
+    for (job, c) in t.commitments.iter().filter(|(_, c)| !c.starts_now(now_s)) {
+        if let Some(d) = decisions.iter_mut().find(|d| d.job == *job && !d.runs) {
+            let rates = origins
+                .get(job)
+                .map(|o| explain::rates_words(o))
+                .unwrap_or_default();
+            d.text = explain::committed(&c.gpu_type, c.start_s - now_s, c.finish_s - now_s, &rates);
+        }
+    }
+    if let Some(cluster) = &cv.cluster {
+        let strength = config.hadar.priority_strength;
+        site.explain(decisions, states, now_s, cluster, strength);
+    }
+}
+
+/// The rate priors the configuration sets.
+pub fn priors(config: &DaemonConfig) -> Priors {
+    Priors {
+        default_rate_per_gpu: config.sidecar.default_rate_per_gpu,
+        throughput_scale: config.sidecar.throughput_scale,
+    }
+}
+
+/// Job `id`'s throughput on `types` under `spec`, with where each rate came from (its
+/// learned rates in the snapshot first; see [`spec::profile`]).
+fn profile(
+    snap: &RoundSnapshot,
+    table: &ThroughputTable,
+    priors: &Priors,
+    id: u64,
+    spec: &JobSpec,
+    types: &[String],
+) -> (hadar_core::ThroughputProfile, RateOrigins) {
+    let learned = snap.learned.get(&id).map_or(&[][..], Vec::as_slice);
+    spec::profile(spec, types, learned, table, priors)
+}
+
+/// The spec with its GPU types limited to `bound` (the types of its first placement).
+pub(crate) fn bind_types(spec: &JobSpec, bound: Option<&[String]>) -> JobSpec {
+    let mut s = spec.clone();
+    if let Some(b) = bound {
+        let allowed: Vec<String> = match &spec.gpu_types {
+            Some(own) => own
+                .iter()
+                .filter(|t| b.iter().any(|u| u.eq_ignore_ascii_case(t)))
+                .cloned()
+                .collect(),
+            None => b.to_vec(),
+        };
+        s.gpu_types = Some(allowed);
+    }
+    s
+}

@@ -1,0 +1,348 @@
+//! The round's last act before its record: the decision carried out on Slurm. Holds, then
+//! checkpoint signals to every job being preempted, one grace period, their requeues, then
+//! starts; then the fork pass's copy jobs on the GPUs left over. Each action is an intent in
+//! the store first and is closed with its outcome; a failed action does not stop the others.
+
+use crate::actions::Action;
+use crate::daemon::{Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome};
+use crate::decide::{self, RoundDecision};
+use crate::eligible;
+use crate::explain;
+use crate::faults;
+use crate::fork::{ActionLog, ForkDecision};
+use crate::reconcile;
+use crate::snapshot::RoundSnapshot;
+use crate::view;
+use hadar_slurm::{GpuSpec, JobStatus};
+use hadar_store::{IntentKind, JobRow, Outcome, Phase};
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// What enforcement did.
+pub struct Enforced {
+    /// Actions carried out, `(job, action, outcome)`: the plan's, then the fork pass's.
+    pub done: ActionLog,
+    /// The fork pass's decision per forked job.
+    pub fork_decisions: BTreeMap<u64, ForkDecision>,
+    /// Milliseconds spent carrying out the plan's actions (grace periods included).
+    pub enforce_ms: f64,
+}
+
+impl<S: SlurmApi> Daemon<S> {
+    /// Carries out `decision`, taken from `snap`: says why waiting jobs wait, enforces the
+    /// plan's actions, then lets the fork pass start its rounds on the GPUs left over.
+    pub(crate) fn carry_out(
+        &mut self,
+        snap: &RoundSnapshot,
+        decision: &RoundDecision,
+        mut fork_actions: ActionLog,
+    ) -> Result<Enforced, DaemonError> {
+        let mut rows = snap.rows.clone();
+        self.say_why_jobs_wait(snap, decision);
+        let started = Instant::now();
+        let mut done = self.enforce(snap, &decision.actions, &mut rows, &decision.typed)?;
+        let enforce_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let (started, fork_decisions) = self.start_forks(snap, decision, &rows);
+        fork_actions.extend(started);
+        for (job, action, outcome) in &fork_actions {
+            tracing::info!(job, action = %action, "{outcome}");
+        }
+        done.extend(fork_actions);
+        Ok(Enforced {
+            done,
+            fork_decisions,
+            enforce_ms,
+        })
+    }
+
+    /// Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
+    fn start_forks(
+        &mut self,
+        snap: &RoundSnapshot,
+        decision: &RoundDecision,
+        rows: &BTreeMap<u64, JobRow>,
+    ) -> (ActionLog, BTreeMap<u64, ForkDecision>) {
+        let Some(f) = self.fork.as_mut() else {
+            return (Vec::new(), BTreeMap::new());
+        };
+        let mut occupied: Vec<(String, String, u32)> = snap
+            .slurm_jobs
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j.status,
+                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                )
+            })
+            .flat_map(|j| j.gpu_parts())
+            .collect();
+        for (id, gpus) in &decision.planned {
+            if rows.get(id).is_some_and(|r| r.phase != Phase::Running) {
+                for (node, per_type) in gpus {
+                    for (t, c) in per_type {
+                        occupied.push((node.clone(), t.clone(), *c));
+                    }
+                }
+            }
+        }
+        let priors = decide::priors(&self.config);
+        f.start_rounds(
+            &mut self.store,
+            rows,
+            &snap.specs,
+            &snap.owned,
+            &snap.nodes,
+            &snap.slurm_jobs,
+            &occupied,
+            &self.table,
+            &priors,
+            snap.now_unix,
+            self.epoch,
+        )
+    }
+
+    /// Carries out the plan's actions (see the module).
+    fn enforce(
+        &mut self,
+        snap: &RoundSnapshot,
+        todo: &[Action],
+        rows: &mut BTreeMap<u64, JobRow>,
+        typed: &HashSet<u64>,
+    ) -> Result<ActionLog, DaemonError> {
+        let mut done = Vec::new();
+        self.hold_jobs(snap.round, todo, rows, &mut done)?;
+        self.preempt_jobs(snap.round, todo, rows, &mut done)?;
+        self.start_jobs(snap, todo, rows, typed, &mut done)?;
+        Ok(done)
+    }
+
+    /// Holds the released jobs whose plan changed before they started.
+    fn hold_jobs(
+        &mut self,
+        round: u64,
+        todo: &[Action],
+        rows: &mut BTreeMap<u64, JobRow>,
+        done: &mut ActionLog,
+    ) -> Result<(), DaemonError> {
+        let now = |d: &Self| now_unix() - d.epoch;
+        for a in todo.iter().filter(|a| matches!(a, Action::Hold { .. })) {
+            let id = a.job();
+            let t = now(self);
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, IntentKind::Hold, None, t))?;
+            faults::reached("hold-intent");
+            let result = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => {
+                    self.slurm.hold(id).map(|_| Outcome::Ok)
+                }
+                Ok(_) => Ok(Outcome::Skipped("not a released pending job".into())),
+                Err(e) => Err(e),
+            };
+            faults::reached("hold-done");
+            let text = outcome(result);
+            if let (false, Some(r)) = (matches!(text, Outcome::Error(_)), rows.get_mut(&id)) {
+                r.phase = Phase::Waiting;
+                r.placement = None;
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, IntentKind::Hold.to_string(), text.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Signals every job being preempted to checkpoint, waits one grace period, and
+    /// requeues them held.
+    fn preempt_jobs(
+        &mut self,
+        round: u64,
+        todo: &[Action],
+        rows: &mut BTreeMap<u64, JobRow>,
+        done: &mut ActionLog,
+    ) -> Result<(), DaemonError> {
+        let now = |d: &Self| now_unix() - d.epoch;
+        let signal = self.config.sidecar.preempt_signal.clone();
+        let preempts = todo.iter().filter(|a| matches!(a, Action::Preempt { .. }));
+        let mut signalled: Vec<(u64, i64)> = Vec::new();
+        for a in preempts {
+            let id = a.job();
+            let t = now(self);
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, IntentKind::Preempt, None, t))?;
+            faults::reached("preempt-intent");
+            match self.slurm.signal(id, &signal) {
+                Ok(()) => {
+                    if let Some(r) = rows.get_mut(&id) {
+                        r.phase = Phase::Preempting;
+                    }
+                    let r = rows.get(&id).cloned();
+                    self.store
+                        .write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
+                    signalled.push((id, intent));
+                    faults::reached("preempt-signalled");
+                }
+                Err(e) => {
+                    let text = Outcome::Error(e.to_string());
+                    self.close(intent, &text, rows.get(&id))?;
+                    done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
+                }
+            }
+        }
+        if !signalled.is_empty() {
+            std::thread::sleep(Duration::from_secs_f64(
+                self.config.sidecar.preempt_grace_seconds,
+            ));
+        }
+        for (id, intent) in signalled {
+            let result = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Running => {
+                    self.slurm.requeue_hold(id).map(|_| Outcome::Ok)
+                }
+                Ok(_) => Ok(Outcome::Skipped("no longer running".into())),
+                Err(e) => Err(e),
+            };
+            faults::reached("preempt-requeued");
+            let text = outcome(result);
+            if let Some(r) = rows.get_mut(&id) {
+                if text.is_ok() {
+                    reconcile::account(r, now(self), None);
+                    r.accounted_s = None;
+                    r.phase = Phase::Waiting;
+                    r.placement = None;
+                    r.preemptions += 1;
+                } else {
+                    r.phase = Phase::Running;
+                }
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Gives held jobs their planned GPUs and releases them.
+    fn start_jobs(
+        &mut self,
+        snap: &RoundSnapshot,
+        todo: &[Action],
+        rows: &mut BTreeMap<u64, JobRow>,
+        typed: &HashSet<u64>,
+        done: &mut ActionLog,
+    ) -> Result<(), DaemonError> {
+        let round = snap.round;
+        let now = |d: &Self| now_unix() - d.epoch;
+        for a in todo {
+            let Action::Start { job: id, placement } = a else {
+                continue;
+            };
+            let id = *id;
+            // slurmd refuses to launch a job whose credential is from the same second as the
+            // revocation of its last run ("Job credential revoked"; the job then fails): a
+            // job requeued moments ago (by this round, or by a run that crashed right after
+            // its requeue) is started only once the requeue has settled.
+            if let Some(prev) = self
+                .store
+                .last_intent(id)?
+                .filter(|i| matches!(i.action, IntentKind::Preempt | IntentKind::RequeueHold))
+            {
+                let since = now(self) - prev.done_s.unwrap_or(prev.created_s);
+                if since < REQUEUE_SETTLE_SECONDS {
+                    std::thread::sleep(Duration::from_secs_f64(REQUEUE_SETTLE_SECONDS - since));
+                }
+            }
+            let t = now(self);
+            let intent = self
+                .store
+                .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
+            faults::reached("start-intent");
+            let spec = GpuSpec {
+                nodes: placement.clone(),
+                typed: typed.contains(&id),
+            };
+            let result = match self.slurm.job(id) {
+                Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
+                    .slurm
+                    .set_placement(id, &spec)
+                    .inspect(|_| faults::reached("start-placed"))
+                    .and_then(|_| self.slurm.start_now(id))
+                    .and_then(|_| self.slurm.release(id))
+                    .map(|_| Outcome::Ok),
+                Ok(Some(j)) => Ok(Outcome::Skipped(format!(
+                    "job is {} and not held",
+                    j.status.as_str()
+                ))),
+                Ok(None) => Ok(Outcome::Skipped("Slurm no longer knows the job".into())),
+                Err(e) => Err(e),
+            };
+            faults::reached("start-released");
+            let text = outcome(result);
+            if text.is_ok()
+                && let Some(r) = rows.get_mut(&id)
+            {
+                r.phase = Phase::Starting;
+                r.placement = Some(placement.clone());
+                r.starts += 1;
+                if spec.typed && !snap.retypes {
+                    // Slurm now holds the job to these types (and any it had) for good.
+                    let mut types = r.bound_types.clone().unwrap_or_default();
+                    types.extend(view::per_type(placement).into_keys());
+                    types.sort();
+                    types.dedup();
+                    r.bound_types = Some(types);
+                }
+            }
+            self.close(intent, &text, rows.get(&id))?;
+            done.push((id, IntentKind::Start.to_string(), text.to_string()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn close(
+        &mut self,
+        intent: i64,
+        text: &Outcome,
+        row: Option<&JobRow>,
+    ) -> Result<(), DaemonError> {
+        let now_s = now_unix() - self.epoch;
+        self.store.write(|w| {
+            if let Some(r) = row {
+                w.put_job(r)?;
+            }
+            w.close_intent(intent, now_s, text)
+        })?;
+        Ok(())
+    }
+
+    /// Writes in each waiting job's `Comment` why it waits (see [`eligible::reason_words`]);
+    /// best effort: a failed update is logged and retried next round.
+    fn say_why_jobs_wait(&self, snap: &RoundSnapshot, decision: &RoundDecision) {
+        let (slurm_jobs, rows, owned) = (&snap.slurm_jobs, &snap.rows, &snap.owned);
+        let (planned, blocked, specs) = (&decision.planned, &decision.blocked, &snap.specs);
+        let mut queue: Vec<&JobRow> = rows
+            .values()
+            .filter(|r| r.phase == Phase::Waiting && !owned.contains(&r.id))
+            .filter(|r| !planned.contains_key(&r.id) && !blocked.contains_key(&r.id))
+            .collect();
+        queue.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        for j in slurm_jobs {
+            let Some(r) = rows.get(&j.id).filter(|r| r.phase == Phase::Waiting) else {
+                continue;
+            };
+            if owned.contains(&r.id) {
+                continue;
+            }
+            let position = queue.iter().position(|q| q.id == r.id).map_or(0, |p| p + 1);
+            let types = specs.get(&r.id).and_then(|s| s.gpu_types.as_deref());
+            let words = match planned.get(&r.id) {
+                Some(gpus) => format!("hadar: starting on {}", explain::placement_words(gpus)),
+                None => eligible::reason_words(blocked.get(&r.id), r.workers, types, position),
+            };
+            if eligible::may_write(j.comment.as_deref(), &words)
+                && let Err(e) = self.slurm.set_comment(r.id, &words)
+            {
+                tracing::warn!(job = r.id, "could not write why the job waits: {e}");
+            }
+        }
+    }
+}

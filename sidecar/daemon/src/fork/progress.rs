@@ -1,0 +1,65 @@
+//! What the user sees of a forked job: its progress comment, its copies' GPUs, and its
+//! decision in words for `hadar explain`.
+
+use super::*;
+/// The GPUs of a round's copies, in Slurm's names.
+pub fn copies_gpus(copies: &[ForkCopy]) -> NodeGpus {
+    copies
+        .iter()
+        .map(|c| (c.node.clone(), vec![(c.gpu_type.clone(), c.gpus)]))
+        .collect()
+}
+
+/// The logical job's progress comment: one word with no spaces, so that `scontrol show job`
+/// prints it unambiguously and a shell reads it with one pattern.
+pub fn comment(fj: &ForkJob, open: Option<&ForkRound>) -> String {
+    let (round, copies) = match open {
+        Some(r) => (r.round, r.copies.len()),
+        None => (fj.next_round, 0),
+    };
+    format!(
+        "{COMMENT_TAG};state={};round={round};copies={copies};steps={}/{};pct={:.0}",
+        fj.state.as_str(),
+        fj.steps_done as u64,
+        fj.total_steps as u64,
+        fj.percent().floor()
+    )
+}
+
+pub(crate) fn describe(fj: &ForkJob, open: Option<&ForkRound>) -> ForkDecision {
+    let progress = format!(
+        "{} of {} steps ({:.0}%)",
+        fj.steps_done as u64,
+        fj.total_steps as u64,
+        fj.percent().floor()
+    );
+    match (fj.state, open) {
+        (ForkState::Active, Some(r)) => {
+            let gpus = copies_gpus(&r.copies);
+            ForkDecision {
+                text: format!(
+                    "runs forked (HadarE): round {}, {} copies on {}; {progress}",
+                    r.round,
+                    r.copies.len(),
+                    crate::explain::placement_words(&gpus)
+                ),
+                placement: Some(gpus),
+            }
+        }
+        (ForkState::Active, None) => ForkDecision {
+            placement: None,
+            text: format!("forked (HadarE), between rounds; {progress}"),
+        },
+        (state, _) => ForkDecision {
+            placement: None,
+            text: format!(
+                "forked (HadarE), {}; {progress}{}",
+                state.as_str(),
+                fj.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+        },
+    }
+}

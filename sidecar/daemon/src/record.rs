@@ -1,0 +1,73 @@
+//! The round's record for `hadar status`: capacity, planned and busy GPUs per type, the
+//! planner's prices, the nodes' use and the actions, from the snapshot and the decision
+//! (pure).
+
+use crate::decide::RoundDecision;
+use crate::fork::ActionLog;
+use crate::snapshot::RoundSnapshot;
+use crate::view;
+use hadar_core::market::PriceBook;
+use hadar_slurm::JobStatus;
+use hadar_store::RoundRow;
+
+/// The round's summary; the caller adds the policy's name, its time and the actions.
+pub fn summary(snap: &RoundSnapshot, decision: &RoundDecision, partitions: &[String]) -> RoundRow {
+    let cv = &decision.cv;
+    let mut summary = RoundRow {
+        round: snap.round,
+        started_s: snap.now_s,
+        slurm_release: snap.slurm_release.clone(),
+        ..Default::default()
+    };
+    summary.unusable_nodes = cv.unusable.clone();
+    if let Some(cluster) = &cv.cluster {
+        for t in cluster.types() {
+            summary
+                .capacity
+                .insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
+        }
+        for p in decision.planned.values() {
+            for (t, c) in view::per_type(p) {
+                *summary.planned_use.entry(t).or_default() += c;
+            }
+        }
+        if let (Some(stats), Some(plan)) = (&decision.stats, &decision.plan)
+            && let Some(bounds) = stats.price_bounds
+        {
+            summary.price_bounds = Some((bounds.low, bounds.high));
+            let mut book = PriceBook::new(cluster, &vec![bounds; cluster.type_count()]);
+            for a in &plan.assignments {
+                book.charge(&a.placement);
+            }
+            for n in cluster.node_ids() {
+                for t in cluster.types() {
+                    if cluster.capacity(n, t) > 0 {
+                        summary.prices.push((
+                            cluster.node(n).name.clone(),
+                            cluster.type_name(t).to_string(),
+                            book.next_price(n, t),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let held: Vec<(String, String, u32)> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Running)
+        .flat_map(|j| j.gpu_parts())
+        .collect();
+    for (_, t, c) in &held {
+        *summary.busy.entry(t.clone()).or_default() += c;
+    }
+    summary.nodes = view::node_rows(&snap.nodes, partitions, decision.planned.values(), &held);
+    summary
+}
+
+/// The actions as the record shows them, `(job, "action: outcome")`.
+pub fn action_texts(done: &ActionLog) -> Vec<(u64, String)> {
+    done.iter()
+        .map(|(j, a, o)| (*j, format!("{a}: {o}")))
+        .collect()
+}
