@@ -383,8 +383,20 @@ fn daemon_back_takes_back_waiting_jobs_and_adopts_running_ones(bed: &mut Testbed
 }
 
 /// The lease's holder as `hadar status` shows it, if one leads.
+/// The lease's holder as `hadar status` shows it; `None` also while the first daemon is still
+/// creating the state database (status then fails, saying so).
 fn leader(serve: &Serve) -> Option<String> {
-    let status = serve.hadar(&["status"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["status", "--state"])
+        .arg(&serve.state)
+        .output()
+        .expect("run hadar status");
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no hadar tables yet"), "hadar status: {err}");
+        return None;
+    }
+    let status = String::from_utf8_lossy(&out.stdout);
     let line = status.lines().find(|l| l.starts_with("leader: "))?;
     let holder = line.strip_prefix("leader: ")?.split_whitespace().next()?;
     (holder != "none;").then(|| holder.to_string())

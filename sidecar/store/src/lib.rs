@@ -38,6 +38,15 @@ pub enum StoreError {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// The file has no hadar tables (yet): a daemon that is creating it has not finished, or
+    /// the file is not a hadar state database.
+    #[error(
+        "state database {path} has no hadar tables yet: a starting daemon has not finished creating it, or it is not hadar's state database"
+    )]
+    NoSchema {
+        /// The database file.
+        path: String,
+    },
     /// The database was written by another schema version.
     #[error(
         "state database {path} has schema version {found}, this hadar uses {expected}; move it aside or use the matching hadar"
@@ -414,6 +423,21 @@ impl Store {
             path: shown,
             fence: None,
         };
+        let has_meta: bool = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(|source| StoreError::Sqlite {
+                path: store.path.clone(),
+                source,
+            })?;
+        if !has_meta {
+            return Err(StoreError::NoSchema { path: store.path });
+        }
         store.check_version()?;
         Ok(store)
     }

@@ -177,3 +177,16 @@ fn intents_are_written_only_under_the_lease() {
     assert_eq!(intents.len(), 1);
     assert_eq!(intents[0].holder.as_deref(), Some("a:1"));
 }
+
+#[test]
+fn a_database_without_tables_yet_is_named_as_such_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // What a reader may see while a starting daemon creates the file.
+    std::fs::write(&path, b"").unwrap();
+    let err = Store::open_read_only(&path).err().expect("no tables yet");
+    assert!(matches!(err, StoreError::NoSchema { .. }), "{err:?}");
+    assert!(err.to_string().contains("no hadar tables yet"), "{err}");
+    drop(Store::open(&path).unwrap());
+    Store::open_read_only(&path).unwrap();
+}
