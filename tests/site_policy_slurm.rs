@@ -316,6 +316,20 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
     assert_eq!(running, 4);
 }
 
+/// What Slurm alone does with such a job: submits an unmanaged (`#HADAR off`) job with
+/// `args` and waits until Slurm gives it a pending reason; its id and the reason.
+fn unmanaged_pending_reason(bed: &Testbed, args: &[&str]) -> (u32, String) {
+    let mut all = args.to_vec();
+    all.extend(["-o", "/dev/null"]);
+    let id = submit(bed, &all, "#!/bin/sh\n#HADAR off\nsleep 60\n");
+    let mut reason = String::new();
+    wait_until("Slurm gives the unmanaged job a reason", 30, || {
+        reason = bed.job(id).unwrap().field("Reason").unwrap_or_default();
+        reason != "None"
+    });
+    (id, reason)
+}
+
 fn state_of(bed: &Testbed, id: u32) -> String {
     bed.job(id).unwrap().field("JobState").unwrap_or_default()
 }
@@ -494,20 +508,7 @@ fn a_parent_accounts_grp_tres_covers_its_children(bed: &mut Testbed) {
     let explained = serve.hadar(&["explain", &waiting.to_string()]);
     // What Slurm itself does with such a job: an unmanaged one in kid2 pends for the
     // parent's limit.
-    let unmanaged = submit(
-        bed,
-        &["-A", "kid2", "--gpus=1", "-o", "/dev/null"],
-        "#!/bin/sh\n#HADAR off\nsleep 60\n",
-    );
-    let mut slurm_reason = String::new();
-    wait_until("Slurm gives the unmanaged job a reason", 30, || {
-        slurm_reason = bed
-            .job(unmanaged)
-            .unwrap()
-            .field("Reason")
-            .unwrap_or_default();
-        slurm_reason != "None"
-    });
+    let (unmanaged, slurm_reason) = unmanaged_pending_reason(bed, &["-A", "kid2", "--gpus=1"]);
     println!(
         "dept's waiting job {waiting}: Reason={} ; explain: {explained}; an unmanaged kid2 job: {} Reason={slurm_reason}",
         info.field("Reason").unwrap_or_default(),
@@ -567,20 +568,8 @@ fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
         .find(|id| state_of(bed, **id) == "PENDING")
         .expect("one of rm_a's jobs pending");
     let explained = serve.hadar(&["explain", &waiting.to_string()]);
-    let unmanaged = submit(
-        bed,
-        &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
-        "#!/bin/sh\n#HADAR off\nsleep 60\n",
-    );
-    let mut slurm_reason = String::new();
-    wait_until("Slurm gives the unmanaged job a reason", 30, || {
-        slurm_reason = bed
-            .job(unmanaged)
-            .unwrap()
-            .field("Reason")
-            .unwrap_or_default();
-        slurm_reason != "None"
-    });
+    let (unmanaged, slurm_reason) =
+        unmanaged_pending_reason(bed, &["-A", "rm_a", "--gpus=1", "--time=3"]);
     println!(
         "rm_a's waiting job {waiting}: explain: {explained}; an unmanaged 3-minute rm_a job: {} Reason={slurm_reason}",
         state_of(bed, unmanaged)
@@ -635,20 +624,7 @@ fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
     });
     std::thread::sleep(std::time::Duration::from_secs(4));
     let info = bed.job(id).unwrap();
-    let unmanaged = submit(
-        bed,
-        &["-A", "mins_a", "--gpus=1", "-o", "/dev/null"],
-        "#!/bin/sh\n#HADAR off\nsleep 60\n",
-    );
-    let mut slurm_reason = String::new();
-    wait_until("Slurm gives the unmanaged job a reason", 30, || {
-        slurm_reason = bed
-            .job(unmanaged)
-            .unwrap()
-            .field("Reason")
-            .unwrap_or_default();
-        slurm_reason != "None"
-    });
+    let (unmanaged, slurm_reason) = unmanaged_pending_reason(bed, &["-A", "mins_a", "--gpus=1"]);
     println!(
         "mins_a used {} GPU-minute(s); its job {id}: {} Reason={}; explain: {explained}; an unmanaged mins_a job: {} Reason={slurm_reason}",
         used_gpu_minutes(bed, "mins_a"),
