@@ -143,16 +143,12 @@ pub fn decide(
     }
     let actions = enforcement(snap, &t.planned);
     let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable);
-    explain_overrides(
-        snap,
-        &site,
-        config,
-        &cv,
-        &states,
-        &t,
-        &origins,
-        &mut decisions,
-    );
+    explain_overrides(snap, &t, &origins, &mut decisions);
+    if let Some(cluster) = &cv.cluster {
+        // The site's priority factors, and the limits on one type that keep a job off it.
+        let strength = config.hadar.priority_strength;
+        site.explain(&mut decisions, &states, snap.now_s, cluster, strength);
+    }
     let deferred = t
         .commitments
         .values()
@@ -435,14 +431,9 @@ fn decisions(
     out
 }
 
-/// The words for jobs the daemon cannot place as planned, jobs the look-ahead defers, and
-/// the site's priority factors.
+/// The words for jobs the daemon cannot place as planned and jobs the look-ahead defers.
 fn explain_overrides(
     snap: &RoundSnapshot,
-    site: &Site,
-    config: &DaemonConfig,
-    cv: &ClusterView,
-    states: &[JobState],
     t: &Translated,
     origins: &BTreeMap<u64, RateOrigins>,
     decisions: &mut [Decision],
@@ -463,10 +454,6 @@ fn explain_overrides(
                 .unwrap_or_default();
             d.text = explain::committed(&c.gpu_type, c.start_s - now_s, c.finish_s - now_s, &rates);
         }
-    }
-    if let Some(cluster) = &cv.cluster {
-        let strength = config.hadar.priority_strength;
-        site.explain(decisions, states, now_s, cluster, strength);
     }
 }
 
