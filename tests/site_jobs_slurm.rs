@@ -72,14 +72,6 @@ fn field(bed: &Testbed, id: u32, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// `squeue`'s comment column (`%k`) for job `id`.
-fn squeue_comment(bed: &Testbed, id: u32) -> String {
-    bed.client("squeue", &["-h", "-j", &id.to_string(), "-o", "%k"])
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 // ----- scenarios -----
 
 fn gpus_per_task_job_runs_one_srun_task_per_gpu(bed: &mut Testbed) {

@@ -309,6 +309,11 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
         explained.contains("QOS gpu4 MaxTRESPerUser=gres/gpu=4"),
         "{explained}"
     );
+    // Where users look: squeue's Comment names the limit too.
+    wait_until("squeue names the limit", 15, || {
+        squeue_comment(bed, fifth)
+            .starts_with("hadar: waiting for the site's limit QOS gpu4 MaxTRESPerUser")
+    });
     let running = theirs
         .iter()
         .filter(|id| bed.job(**id).unwrap().field("JobState").as_deref() == Some("RUNNING"))
@@ -1068,6 +1073,10 @@ fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
         explained.contains(&format!("reservation {RESV}")),
         "{explained}"
     );
+    // Where users look: squeue's Comment names the reservation too.
+    wait_until("squeue names the reservation", 15, || {
+        squeue_comment(bed, other).starts_with(&format!("hadar: reservation {RESV}"))
+    });
     // A v100 node frees up: the other job runs there; a second reservation job still gets
     // n2's slower p100s, the only GPUs it is offered.
     bed.client("scancel", &[&fillers[0].to_string()]).unwrap();

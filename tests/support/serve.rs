@@ -276,6 +276,14 @@ pub fn run_hadar(state: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A job's `Comment` as users see it (`squeue -o %k`).
+pub fn squeue_comment(bed: &Testbed, id: u32) -> String {
+    bed.client("squeue", &["-h", "-j", &id.to_string(), "-o", "%k"])
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// The fork runner of this checkout (`wrappers/hadar-fork-run`).
 pub fn fork_runner() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("wrappers/hadar-fork-run")

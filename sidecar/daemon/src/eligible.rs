@@ -72,6 +72,22 @@ pub fn reason_words(
     }
 }
 
+/// The words for a job the site's rules keep waiting (a limit, a reservation, its time
+/// limit), as the plan gives the reason; `None` for the other reasons, which
+/// [`reason_words`] puts as the GPUs it waits for.
+pub fn site_words(reason: &hadar_core::WaitReason) -> Option<String> {
+    use hadar_core::WaitReason;
+    match reason {
+        WaitReason::SiteLimit { limit } => {
+            Some(format!("hadar: waiting for the site's limit {limit}"))
+        }
+        WaitReason::Reservation { .. } | WaitReason::TimeLimit { .. } => {
+            Some(format!("hadar: {reason}"))
+        }
+        _ => None,
+    }
+}
+
 /// Whether hadar may write `words` over a job's current `Comment`: it has none, or one of
 /// hadar's own (`hadar: ...`, also the form of a directive comment the plugin already read
 /// into the record), and it differs.
@@ -136,5 +152,28 @@ mod tests {
         assert!(may_write(Some("hadar: type=resnet50"), "hadar: x"));
         assert!(!may_write(Some("hadar: x"), "hadar: x"));
         assert!(!may_write(Some("my own note"), "hadar: x"));
+    }
+
+    #[test]
+    fn site_reasons_are_named_and_others_left_to_the_gpu_words() {
+        use hadar_core::WaitReason;
+        let limit = WaitReason::SiteLimit {
+            limit: "QOS gpu4 MaxTRESPerUser=gres/gpu=4 (QOSMaxGRESPerUser)".into(),
+        };
+        assert_eq!(
+            site_words(&limit).as_deref(),
+            Some(
+                "hadar: waiting for the site's limit QOS gpu4 MaxTRESPerUser=gres/gpu=4 (QOSMaxGRESPerUser)"
+            )
+        );
+        let resv = WaitReason::Reservation {
+            name: "resv_n2".into(),
+            why: "it is not active yet".into(),
+        };
+        assert_eq!(
+            site_words(&resv).as_deref(),
+            Some("hadar: reservation resv_n2: it is not active yet")
+        );
+        assert_eq!(site_words(&WaitReason::DoesNotFit), None);
     }
 }

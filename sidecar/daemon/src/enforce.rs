@@ -325,6 +325,12 @@ impl<S: SlurmApi> Daemon<S> {
             .filter(|r| !planned.contains_key(&r.id) && !blocked.contains_key(&r.id))
             .collect();
         queue.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        let site_reasons: BTreeMap<u64, String> = decision
+            .plan
+            .iter()
+            .flat_map(|p| &p.waiting)
+            .filter_map(|w| Some((w.job.0, eligible::site_words(&w.reason)?)))
+            .collect();
         for j in slurm_jobs {
             let Some(r) = rows.get(&j.id).filter(|r| r.phase == Phase::Waiting) else {
                 continue;
@@ -336,7 +342,10 @@ impl<S: SlurmApi> Daemon<S> {
             let types = specs.get(&r.id).and_then(|s| s.gpu_types.as_deref());
             let words = match planned.get(&r.id) {
                 Some(gpus) => format!("hadar: starting on {}", explain::placement_words(gpus)),
-                None => eligible::reason_words(blocked.get(&r.id), r.workers, types, position),
+                None => match (blocked.get(&r.id), site_reasons.get(&r.id)) {
+                    (None, Some(words)) => words.clone(),
+                    (b, _) => eligible::reason_words(b, r.workers, types, position),
+                },
             };
             if eligible::may_write(j.comment.as_deref(), &words)
                 && let Err(e) = self.slurm.set_comment(r.id, &words)

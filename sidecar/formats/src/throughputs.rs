@@ -227,15 +227,13 @@ impl ThroughputTable {
     }
 
     /// What the table says of `job_type` with `workers` workers of `gpu_type`, as a prior
-    /// before the job has run there. On a type the table has a column of that name (in any
-    /// case), its measured rate, or the largest smaller measured worker count's scaled
+    /// before the job has run there. On a type the table has a column for ([`Self::column`]:
+    /// its name in any case, or the name Slurm's GPU auto-detection gives the same GPU, as the
+    /// simulator reads it), its measured rate, or the largest smaller measured worker count's scaled
     /// linearly ([`Self::rate_or_scaled`]); a zero or missing rate there means the job cannot
     /// run so. On any other type, the estimated rate ([`Self::estimated_rate`]), or none.
     pub fn prior(&self, job_type: &str, gpu_type: &str, workers: u32) -> TableRate {
-        let measured_type = self
-            .gpu_types
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(gpu_type));
+        let measured_type = self.measures(gpu_type);
         let (rate, kind): (_, fn(f64) -> TableRate) = if measured_type {
             (
                 self.rate_or_scaled(job_type, gpu_type, workers),
@@ -424,6 +422,9 @@ mod tests {
             TableRate::Estimated(t.estimated_rate(job, "a100", 2).unwrap())
         );
         assert_eq!(t.prior(job, "x100", 2), TableRate::CannotRun);
+        // The name Slurm's auto-detection gives a V100 reads the V100 column, as in the
+        // simulator.
+        assert_eq!(t.prior(job, "tesla_v100-sxm2-16gb", 2), TableRate::Measured(two));
         assert_eq!(t.prior("no such job", "v100", 1), TableRate::CannotRun);
         let small = ThroughputTable::parse_gavel_json(SMALL, "t.json").unwrap();
         assert_eq!(
