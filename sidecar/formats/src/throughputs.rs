@@ -424,7 +424,10 @@ mod tests {
         assert_eq!(t.prior(job, "x100", 2), TableRate::CannotRun);
         // The name Slurm's auto-detection gives a V100 reads the V100 column, as in the
         // simulator.
-        assert_eq!(t.prior(job, "tesla_v100-sxm2-16gb", 2), TableRate::Measured(two));
+        assert_eq!(
+            t.prior(job, "tesla_v100-sxm2-16gb", 2),
+            TableRate::Measured(two)
+        );
         assert_eq!(t.prior("no such job", "v100", 1), TableRate::CannotRun);
         let small = ThroughputTable::parse_gavel_json(SMALL, "t.json").unwrap();
         assert_eq!(
