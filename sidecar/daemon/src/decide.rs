@@ -7,7 +7,7 @@ use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
 use crate::daemon::DaemonError;
 use crate::eligible::{self, Blocked};
-use crate::site::Site;
+use crate::site::{Site, SiteWaits};
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
 use crate::view::{self, ClusterView};
@@ -73,13 +73,9 @@ pub fn decide(
         .collect();
     let priors = priors(config);
     let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
-    // The site's rules as this round applies them: the limits note which jobs a limit on one
-    // type keeps off it, for the words.
-    let mut site = snap.site.clone();
     let (mut states, site_blocked) = match &cv.cluster {
         Some(cluster) => job_states(
             snap,
-            &mut site,
             config,
             table,
             &priors,
@@ -88,7 +84,7 @@ pub fn decide(
             &blocked,
             &mut origins,
         ),
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), SiteWaits::default()),
     };
     // Jobs whose Slurm request names GPU types: those a user restricted to some types
     // (only a typed request keeps them there) and those Slurm already holds to types.
@@ -106,12 +102,12 @@ pub fn decide(
     if let Some(cluster) = &cv.cluster {
         let d = served(
             snap,
-            &site,
+            &snap.site,
             config,
             cluster,
             &states,
             &typed,
-            &site_blocked,
+            &site_blocked.waits,
             &mut stats,
         )?;
         // Rates' origins under the types the look-ahead left each job, for the words.
@@ -147,7 +143,14 @@ pub fn decide(
     if let Some(cluster) = &cv.cluster {
         // The site's priority factors, and the limits on one type that keep a job off it.
         let strength = config.hadar.priority_strength;
-        site.explain(&mut decisions, &states, snap.now_s, cluster, strength);
+        snap.site.explain(
+            &mut decisions,
+            &states,
+            &site_blocked.typed_off,
+            snap.now_s,
+            cluster,
+            strength,
+        );
     }
     let deferred = t
         .commitments
@@ -199,7 +202,6 @@ fn cluster_view(
 #[allow(clippy::too_many_arguments)]
 fn job_states(
     snap: &RoundSnapshot,
-    site: &mut Site,
     config: &DaemonConfig,
     table: &ThroughputTable,
     priors: &Priors,
@@ -207,7 +209,7 @@ fn job_states(
     types: &[String],
     blocked: &BTreeMap<u64, Blocked>,
     origins: &mut BTreeMap<u64, RateOrigins>,
-) -> (Vec<JobState>, Vec<(JobId, WaitReason)>) {
+) -> (Vec<JobState>, SiteWaits) {
     let strength = config.hadar.priority_strength;
     let now_s = snap.now_s;
     let mut states = Vec::new();
@@ -248,7 +250,7 @@ fn job_states(
         states.push(js);
     }
     states.sort_by(|a, b| a.job.arrival_order(&b.job));
-    let site_blocked = crate::site::blocked(site, &mut states, &snap.slurm_jobs, cluster);
+    let site_blocked = crate::site::blocked(&snap.site, &mut states, &snap.slurm_jobs, cluster);
     (states, site_blocked)
 }
 

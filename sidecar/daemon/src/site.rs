@@ -111,16 +111,20 @@ fn site_jobs(
 /// ([`hadar_core::site::limits::full_types`]) loses the type in `states` (so the look-ahead
 /// does not commit it there) and is listed too: if it waits, it waits for that limit.
 pub fn blocked(
-    site: &mut Site,
+    site: &Site,
     states: &mut Vec<JobState>,
     slurm_jobs: &[SlurmJob],
     cluster: &Cluster,
-) -> Vec<(JobId, WaitReason)> {
+) -> SiteWaits {
     let waiting = states.iter().filter(|j| j.placement.is_none());
     let (_, mut out) = site.offers(waiting.map(|j| j.id().0));
     states.retain(|s| !out.iter().any(|(j, _)| *j == s.id()));
+    let mut typed_off = Vec::new();
     if site.limits().is_empty() {
-        return out;
+        return SiteWaits {
+            waits: out,
+            typed_off,
+        };
     }
     let (site_jobs, _) = site_jobs(site, states, slurm_jobs);
     let held = held(site, states, slurm_jobs);
@@ -148,17 +152,27 @@ pub fn blocked(
         &running,
         cluster.type_names(),
     );
-    site.typed_off.clear();
     for (job, types, label) in full {
         if let Some(s) = states.iter_mut().find(|s| s.id() == job) {
             *s = hadar_core::site::time_limit::without_types(s, &types);
         }
         let names: Vec<&str> = types.iter().map(|t| cluster.type_name(*t)).collect();
-        site.typed_off
-            .push((job, format!("{label} keeps it off {}", names.join(", "))));
+        typed_off.push((job, format!("{label} keeps it off {}", names.join(", "))));
         out.push((job, WaitReason::SiteLimit { limit: label }));
     }
-    out
+    SiteWaits {
+        waits: out,
+        typed_off,
+    }
+}
+
+/// The waiting jobs the site's rules hold back this round ([`blocked`]).
+#[derive(Clone, Debug, Default)]
+pub struct SiteWaits {
+    /// Each job left out of the plan, or kept off a type, with why.
+    pub waits: Vec<(JobId, WaitReason)>,
+    /// The waiting jobs a full limit on one GPU type keeps off that type, in words.
+    pub typed_off: Vec<(JobId, String)>,
 }
 
 /// Plans the round with Hadar within the site's limits and time limits
@@ -234,8 +248,6 @@ pub struct Site {
     reservations: Vec<hadar_core::site::reservations::Reservation>,
     /// The round's time, seconds since 1970, at which reservations are judged.
     now_unix: f64,
-    /// This round's waiting jobs a full limit on one GPU type keeps off that type, in words.
-    typed_off: Vec<(JobId, String)>,
 }
 
 impl Site {
@@ -258,7 +270,6 @@ impl Site {
             weights,
             limits,
             now_unix: 0.0,
-            typed_off: Vec::new(),
         }
     }
 
@@ -342,11 +353,12 @@ impl Site {
         &self,
         decisions: &mut [Decision],
         states: &[JobState],
+        typed_off: &[(JobId, String)],
         now_s: f64,
         cluster: &Cluster,
         strength: f64,
     ) {
-        for (job, words) in &self.typed_off {
+        for (job, words) in typed_off {
             if let Some(d) = decisions.iter_mut().find(|d| d.job == job.0) {
                 d.text.push_str(&format!(" Site limit: {words}."));
             }
