@@ -4,7 +4,8 @@
 //! job whose time limit a slow type would exceed waits for a fast one and is not killed; a
 //! reserved node goes only to the jobs of its reservation, which get only its nodes; a
 //! limit on one GPU type (`gres/gpu:v100=2`) counts only that type, a parent account's
-//! `GrpTRES` covers its children's jobs, `GrpTRESRunMins` bounds the GPU-minutes left and
+//! `GrpTRES` covers its children's jobs, an account's `GrpTRES=cpu=` counts its jobs' CPUs,
+//! `GrpTRESRunMins` bounds the GPU-minutes left and
 //! `GrpTRESMins` stops an account that used its GPU-minutes.
 //! One cluster for all scenarios; each creates its own accounts and QOS with `sacctmgr`.
 //! `harness = false`: arguments are name filters.
@@ -33,6 +34,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_parent_accounts_grp_tres_covers_its_children",
         a_parent_accounts_grp_tres_covers_its_children,
+    ),
+    (
+        "an_accounts_cpu_limit_counts_the_cpus_its_jobs_ask_for",
+        an_accounts_cpu_limit_counts_the_cpus_its_jobs_ask_for,
     ),
     (
         "grp_tres_run_mins_bounds_the_gpu_minutes_left",
@@ -531,6 +536,67 @@ fn a_parent_accounts_grp_tres_covers_its_children(bed: &mut Testbed) {
         "{explained}"
     );
     assert_eq!(slurm_reason, "AssocGrpGRES");
+    drop(serve);
+}
+
+fn an_accounts_cpu_limit_counts_the_cpus_its_jobs_ask_for(bed: &mut Testbed) {
+    sacctmgr(
+        bed,
+        &["add", "account", "cpu_a", "fairshare=1", "GrpTRES=cpu=4"],
+    );
+    account_user(bed, "cpu_a", "root");
+    // Every GPU is free, and each job asks for one GPU and 2 CPUs: two fit in cpu_a's 4
+    // CPUs, the third waits for the account's CPUs, not for a GPU.
+    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
+    let text = script("resnet50-b64", steps, "");
+    let ids: Vec<u32> = (0..3)
+        .map(|_| {
+            submit(
+                bed,
+                &["-A", "cpu_a", "--gpus=1", "-c", "2", "-o", "/dev/null"],
+                &text,
+            )
+        })
+        .collect();
+    let serve = Serve::start(bed, "cpu-limit");
+    let running = |bed: &Testbed| {
+        ids.iter()
+            .filter(|id| state_of(bed, **id) == "RUNNING")
+            .count()
+    };
+    wait_until("two of cpu_a's jobs run", 60, || running(bed) == 2);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    assert_eq!(running(bed), 2);
+    let waiting = *ids
+        .iter()
+        .find(|id| state_of(bed, **id) == "PENDING")
+        .expect("one of cpu_a's jobs pending");
+    let info = bed.job(waiting).unwrap();
+    let explained = serve.hadar(&["explain", &waiting.to_string()]);
+    let (unmanaged, slurm_reason) =
+        unmanaged_pending_reason(bed, &["-A", "cpu_a", "--gpus=1", "-c", "2"]);
+    println!(
+        "cpu_a's waiting job {waiting}: Reason={} ; explain: {explained}; an unmanaged cpu_a job: {} Reason={slurm_reason}",
+        info.field("Reason").unwrap_or_default(),
+        state_of(bed, unmanaged),
+    );
+    assert!(
+        info.field("Reason")
+            .unwrap_or_default()
+            .starts_with("JobHeld"),
+        "{}",
+        info.0
+    );
+    assert!(
+        explained.contains("account cpu_a GrpTRES=cpu=4 (AssocGrpCpuLimit)"),
+        "{explained}"
+    );
+    assert!(
+        squeue_comment(bed, waiting).contains("AssocGrpCpuLimit"),
+        "{}",
+        squeue_comment(bed, waiting)
+    );
+    assert_eq!(slurm_reason, "AssocGrpCpuLimit");
     drop(serve);
 }
 

@@ -44,7 +44,7 @@
 //! down only lets a job start earlier, so the result is still a lower bound, slightly
 //! weaker, and the LP stays small.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, GpuType};
 use crate::job::{Job, JobId};
 use crate::lp::{LinearProgram, LpError, Var};
 
@@ -76,9 +76,9 @@ pub enum BoundError {
 }
 
 /// Per-type rate of a job in each bound: `None` where it cannot run.
-type RateFn = fn(&Job, &Cluster, crate::cluster::GpuType) -> Option<f64>;
+type RateFn = fn(&Job, &Cluster, GpuType) -> Option<f64>;
 
-fn own_rate(job: &Job, cluster: &Cluster, t: crate::cluster::GpuType) -> Option<f64> {
+fn own_rate(job: &Job, cluster: &Cluster, t: GpuType) -> Option<f64> {
     // A gang of N workers needs N GPUs of the type, even in the fluid relaxation's
     // time-sharing sense (it uses N GPUs while it runs).
     if job.workers > cluster.total_of_type(t) {
@@ -87,7 +87,7 @@ fn own_rate(job: &Job, cluster: &Cluster, t: crate::cluster::GpuType) -> Option<
     job.rate_on(t)
 }
 
-fn per_gpu_rate(job: &Job, _cluster: &Cluster, t: crate::cluster::GpuType) -> Option<f64> {
+fn per_gpu_rate(job: &Job, _cluster: &Cluster, t: GpuType) -> Option<f64> {
     job.throughput
         .curve(t)
         .points()
@@ -200,6 +200,59 @@ fn solve_bound(
     forking: bool,
     max_intervals: usize,
 ) -> Result<f64, BoundError> {
+    let arrivals = check_jobs(jobs)?;
+    let types: Vec<GpuType> = cluster.types().collect();
+    let rates: Vec<Vec<Option<f64>>> = jobs
+        .iter()
+        .map(|j| types.iter().map(|&t| rate(j, cluster, t)).collect())
+        .collect();
+    for (j, r) in jobs.iter().zip(&rates) {
+        if j.total_steps > 0.0 && r.iter().all(Option::is_none) {
+            return Err(BoundError::CannotRun(j.id));
+        }
+    }
+    let cuts = if forking {
+        Vec::new()
+    } else {
+        gang_cuts(cluster, jobs, &rates)
+    };
+    let starts = breakpoints(&arrivals, max_intervals);
+    let scale = time_scale(cluster, jobs, &rates, &starts);
+    let mut b = BoundLp::new(starts, scale);
+    let vars: Vec<JobVars> = jobs
+        .iter()
+        .zip(&arrivals)
+        .zip(&rates)
+        .map(|((job, &a), job_rates)| {
+            let mixed_rate = if cuts.is_empty() {
+                0.0
+            } else {
+                mixed_rate(job, cluster)
+            };
+            b.job_vars(job, a, job_rates, &types, mixed_rate)
+        })
+        .collect();
+    for ((job, v), job_rates) in jobs.iter().zip(&vars).zip(&rates) {
+        b.completion(job, v, job_rates, forking);
+    }
+    for (ti, &t) in types.iter().enumerate() {
+        b.capacity(
+            jobs,
+            &vars,
+            ti,
+            f64::from(cluster.total_of_type(t)),
+            forking,
+        );
+    }
+    for cut in &cuts {
+        b.gang_cut(jobs, &vars, cut);
+    }
+    b.solve()
+}
+
+/// Refuses jobs with a non-finite or negative arrival or step count; returns the arrivals
+/// measured from the first.
+fn check_jobs(jobs: &[Job]) -> Result<Vec<f64>, BoundError> {
     if jobs.is_empty() {
         return Err(BoundError::NoJobs);
     }
@@ -216,31 +269,15 @@ fn solve_bound(
         .iter()
         .map(|j| j.arrival_s)
         .fold(f64::INFINITY, f64::min);
-    let arrivals: Vec<f64> = jobs.iter().map(|j| j.arrival_s - first).collect();
-    let starts = breakpoints(&arrivals, max_intervals);
-    let k_last = starts.len() - 1;
-    let types: Vec<_> = cluster.types().collect();
-    let rates: Vec<Vec<Option<f64>>> = jobs
-        .iter()
-        .map(|j| types.iter().map(|&t| rate(j, cluster, t)).collect())
-        .collect();
-    for (j, r) in jobs.iter().zip(&rates) {
-        if j.total_steps > 0.0 && r.iter().all(Option::is_none) {
-            return Err(BoundError::CannotRun(j.id));
-        }
-    }
-    let cuts = if forking {
-        Vec::new()
-    } else {
-        gang_cuts(cluster, jobs, &rates)
-    };
+    Ok(jobs.iter().map(|j| j.arrival_s - first).collect())
+}
 
-    // Time is measured in units of `scale` seconds so that the LP's numbers are of order
-    // one: the length of the horizon if each job ran alone at its best rate, back to back,
-    // spread over the GPUs.
+/// The LP's unit of time, so that its numbers are of order one: the length of the horizon
+/// if each job ran alone at its best rate, back to back, spread over the GPUs.
+fn time_scale(cluster: &Cluster, jobs: &[Job], rates: &[Vec<Option<f64>>], starts: &[f64]) -> f64 {
     let serial: f64 = jobs
         .iter()
-        .zip(&rates)
+        .zip(rates)
         .map(|(j, r)| {
             j.total_steps
                 / r.iter()
@@ -250,61 +287,94 @@ fn solve_bound(
                     .max(f64::MIN_POSITIVE)
         })
         .sum();
-    let scale = (serial / f64::from(cluster.total_gpus().max(1)))
-        .max(starts[k_last])
-        .max(1.0);
-    let len = |k: usize| (starts[k + 1] - starts[k]) / scale;
+    (serial / f64::from(cluster.total_gpus().max(1)))
+        .max(starts[starts.len() - 1])
+        .max(1.0)
+}
 
-    let mut lp = LinearProgram::new();
-    let tail = lp.add_nonneg(); // length of the last interval, in `scale` units
-    // Per job, per interval k from its own (arrival rounded down onto a breakpoint), per
-    // type: scaled time as a whole gang and, with cuts, as part of a mixed gang.
-    let vars: Vec<JobVars> = jobs
-        .iter()
-        .zip(&arrivals)
-        .zip(&rates)
-        .map(|((job, &a), job_rates)| {
-            let first_k = starts.partition_point(|&s| s <= a).saturating_sub(1);
-            let mixed_rate = if cuts.is_empty() {
-                0.0
-            } else {
-                mixed_rate(job, cluster)
-            };
-            let mut grid = |on: &dyn Fn(usize) -> bool| -> Vec<Vec<Option<Var>>> {
-                (0..=k_last)
-                    .map(|k| {
-                        (0..types.len())
-                            .map(|ti| (k >= first_k && on(ti)).then(|| lp.add_nonneg()))
-                            .collect()
-                    })
-                    .collect()
-            };
-            let whole = grid(&|ti| job_rates[ti].is_some());
-            let mixed = grid(&|ti| mixed_rate > 0.0 && job.rate_on(types[ti]).is_some());
-            JobVars {
-                whole,
-                mixed,
-                mixed_rate,
-            }
-        })
-        .collect();
-    // `terms <= bound` in interval k (for the last one, `terms <= bound * tail`).
-    let limit = |lp: &mut LinearProgram, mut terms: Vec<(Var, f64)>, k: usize, bound: f64| {
+/// The time-indexed LP being built: the intervals, the unit of time and the free length of
+/// the last interval, which it minimises.
+struct BoundLp {
+    lp: LinearProgram,
+    /// The length of the last interval, in `scale` units.
+    tail: Var,
+    /// The intervals' starts, seconds from the first arrival.
+    starts: Vec<f64>,
+    /// The last interval's index.
+    k_last: usize,
+    /// Seconds per LP time unit.
+    scale: f64,
+}
+
+impl BoundLp {
+    fn new(starts: Vec<f64>, scale: f64) -> BoundLp {
+        let mut lp = LinearProgram::new();
+        let tail = lp.add_nonneg();
+        let k_last = starts.len() - 1;
+        BoundLp {
+            lp,
+            tail,
+            starts,
+            k_last,
+            scale,
+        }
+    }
+
+    /// Interval `k`'s length (not the last), in `scale` units.
+    fn len(&self, k: usize) -> f64 {
+        (self.starts[k + 1] - self.starts[k]) / self.scale
+    }
+
+    /// A job's variables: per interval from its own (its arrival `a` rounded down onto a
+    /// breakpoint), per type, its scaled time as a whole gang and, with cuts
+    /// (`mixed_rate > 0`), as part of a mixed gang.
+    fn job_vars(
+        &mut self,
+        job: &Job,
+        a: f64,
+        job_rates: &[Option<f64>],
+        types: &[GpuType],
+        mixed_rate: f64,
+    ) -> JobVars {
+        let first_k = self.starts.partition_point(|&s| s <= a).saturating_sub(1);
+        let mut grid = |on: &dyn Fn(usize) -> bool| -> Vec<Vec<Option<Var>>> {
+            (0..=self.k_last)
+                .map(|k| {
+                    (0..types.len())
+                        .map(|ti| (k >= first_k && on(ti)).then(|| self.lp.add_nonneg()))
+                        .collect()
+                })
+                .collect()
+        };
+        let whole = grid(&|ti| job_rates[ti].is_some());
+        let mixed = grid(&|ti| mixed_rate > 0.0 && job.rate_on(types[ti]).is_some());
+        JobVars {
+            whole,
+            mixed,
+            mixed_rate,
+        }
+    }
+
+    /// `terms <= bound` in interval k (for the last one, `terms <= bound * tail`).
+    fn limit(&mut self, mut terms: Vec<(Var, f64)>, k: usize, bound: f64) {
         if terms.is_empty() {
             return;
         }
-        if k < k_last {
-            lp.at_most(terms, bound * len(k));
+        if k < self.k_last {
+            let rhs = bound * self.len(k);
+            self.lp.at_most(terms, rhs);
         } else {
-            terms.push((tail, -bound));
-            lp.at_most(terms, 0.0);
+            terms.push((self.tail, -bound));
+            self.lp.at_most(terms, 0.0);
         }
-    };
-    for ((job, v), job_rates) in jobs.iter().zip(&vars).zip(&rates) {
-        // Completion: steps done, in `scale`-second units of rate x time.
-        let per_step = scale / job.total_steps.max(f64::MIN_POSITIVE);
+    }
+
+    /// The job completes its steps (in `scale`-second units of rate x time) and, unless
+    /// forking, runs at most once at any moment.
+    fn completion(&mut self, job: &Job, v: &JobVars, job_rates: &[Option<f64>], forking: bool) {
+        let per_step = self.scale / job.total_steps.max(f64::MIN_POSITIVE);
         let mut done: Vec<(Var, f64)> = Vec::new();
-        for k in 0..=k_last {
+        for k in 0..=self.k_last {
             for (x, r) in v.whole[k].iter().zip(job_rates) {
                 if let (Some(x), Some(r)) = (x, r) {
                     done.push((*x, r * per_step));
@@ -314,23 +384,22 @@ fn solve_bound(
                 done.push((*x, v.mixed_rate * per_step));
             }
             if !forking {
-                // At most one copy of the job at a time.
                 let terms = v.whole[k].iter().chain(&v.mixed[k]).flatten();
-                limit(&mut lp, terms.map(|&x| (x, 1.0)).collect(), k, 1.0);
+                self.limit(terms.map(|&x| (x, 1.0)).collect(), k, 1.0);
             }
         }
         if job.total_steps > 0.0 {
-            lp.at_least(done, 1.0);
+            self.lp.at_least(done, 1.0);
         }
     }
-    for (ti, &t) in types.iter().enumerate() {
-        let gpus = f64::from(cluster.total_of_type(t));
-        for k in 0..=k_last {
-            // GPU-seconds used: a gang holds its workers; a forking job's variable is
-            // already in GPU-seconds.
+
+    /// Type `ti` gives out at most `gpus` GPU-seconds per second in every interval: a gang
+    /// holds its workers; a forking job's variable is already in GPU-seconds.
+    fn capacity(&mut self, jobs: &[Job], vars: &[JobVars], ti: usize, gpus: f64, forking: bool) {
+        for k in 0..=self.k_last {
             let terms: Vec<(Var, f64)> = jobs
                 .iter()
-                .zip(&vars)
+                .zip(vars)
                 .flat_map(|(job, v)| {
                     let w = if forking { 1.0 } else { f64::from(job.workers) };
                     [v.whole[k][ti], v.mixed[k][ti]]
@@ -339,23 +408,29 @@ fn solve_bound(
                         .map(move |x| (x, w))
                 })
                 .collect();
-            limit(&mut lp, terms, k, gpus);
+            self.limit(terms, k, gpus);
         }
     }
-    for cut in &cuts {
-        for k in 0..=k_last {
+
+    /// At most `cut.gangs` whole gangs of `cut.workers` or more run on the cut's type at once.
+    fn gang_cut(&mut self, jobs: &[Job], vars: &[JobVars], cut: &GangCut) {
+        for k in 0..=self.k_last {
             let terms: Vec<(Var, f64)> = jobs
                 .iter()
-                .zip(&vars)
+                .zip(vars)
                 .filter(|(job, _)| job.workers >= cut.workers)
                 .filter_map(|(_, v)| v.whole[k][cut.ti].map(|x| (x, 1.0)))
                 .collect();
-            limit(&mut lp, terms, k, f64::from(cut.gangs));
+            self.limit(terms, k, f64::from(cut.gangs));
         }
     }
-    lp.minimize([(tail, 1.0)]);
-    let sol = lp.solve()?;
-    Ok(starts[k_last] + sol.value(tail).max(0.0) * scale)
+
+    /// Minimises the makespan: the last interval's start plus its free length.
+    fn solve(mut self) -> Result<f64, BoundError> {
+        self.lp.minimize([(self.tail, 1.0)]);
+        let sol = self.lp.solve()?;
+        Ok(self.starts[self.k_last] + sol.value(self.tail).max(0.0) * self.scale)
+    }
 }
 
 #[cfg(test)]

@@ -48,7 +48,10 @@ impl NodeState {
         }
         // `RESERVED` and `MAINT` (a node in an active reservation) are not blocking: which
         // jobs a reserved node is offered to is the reservation rule's (see
-        // `crate::reservation` and `hadar_core::site::reservations`).
+        // `crate::reservation` and `hadar_core::site::reservations`). Nor is `PLANNED` (23.02
+        // and later): backfill has planned the node for a pending job, often the managed job
+        // hadar just released there, and Slurm itself keeps lower-priority jobs from delaying
+        // that plan, so reading the node as unusable only cost hadar the node for a round.
         let blocking = [
             "REBOOT_REQUESTED",
             "REBOOT_ISSUED",
@@ -56,7 +59,6 @@ impl NodeState {
             "POWERING_DOWN",
             "POWERING_UP",
             "FUTURE",
-            "PLANNED",
         ];
         if let Some(f) = flags.iter().find(|f| blocking.contains(f)) {
             return NodeState::Other(format!("{base}+{f}"));
@@ -209,6 +211,8 @@ mod tests {
         // Reserved nodes are usable; the reservation rule decides for which jobs.
         assert_eq!(NodeState::parse("IDLE+MAINT+RESERVED"), NodeState::Idle);
         assert_eq!(NodeState::parse("MIXED+RESERVED"), NodeState::Mixed);
+        assert_eq!(NodeState::parse("IDLE+PLANNED"), NodeState::Idle);
+        assert_eq!(NodeState::parse("MIXED+PLANNED"), NodeState::Mixed);
         assert!(NodeState::parse("MIXED").usable());
     }
 

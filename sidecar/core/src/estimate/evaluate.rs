@@ -194,6 +194,37 @@ pub fn evaluate(
     catalog: &GpuCatalog,
     replay: &ReplaySettings,
 ) -> Result<EvalReport, EvalError> {
+    check_settings(replay)?;
+    let grid = Grid::new(table, traits, catalog)?;
+    let constants_all = fit_constants(&grid.samples_without(None));
+    let priors: Vec<ThroughputProfile> = (0..grid.jobs.len())
+        .map(|j| {
+            let k = fit_constants(&grid.samples_without(Some(j)));
+            profile_for_types(grid.jobs[j], &grid.gpu_names, catalog, &k)
+        })
+        .collect();
+    let in_sample: Vec<ThroughputProfile> = grid
+        .jobs
+        .iter()
+        .map(|job| profile_for_types(job, &grid.gpu_names, catalog, &constants_all))
+        .collect();
+    let (per_type, overall) = accuracy(&grid, &priors, &in_sample);
+    let jobs = job_rows(&grid, &priors);
+    let refinement = refinement(&grid, &priors, replay);
+    Ok(EvalReport {
+        constants_all,
+        gpu_types: grid.gpu_names,
+        per_type,
+        overall,
+        jobs,
+        refinement,
+        skipped_job_types: grid.skipped_job_types,
+        skipped_gpu_types: grid.skipped_gpu_types,
+    })
+}
+
+/// Refuses replay settings out of range.
+fn check_settings(replay: &ReplaySettings) -> Result<(), EvalError> {
     if !(replay.noise.is_finite() && replay.noise >= 0.0 && replay.noise < 1.0) {
         return Err(EvalError::BadSettings(format!(
             "noise must be in [0, 1), got {}",
@@ -206,109 +237,146 @@ pub fn evaluate(
             replay.tolerance
         )));
     }
-    // Resolve names, in first-seen order.
-    let mut gpu_names: Vec<String> = Vec::new();
-    let mut skipped_gpu_types: Vec<String> = Vec::new();
-    let mut job_names: Vec<String> = Vec::new();
-    let mut skipped_job_types: Vec<String> = Vec::new();
-    for m in table {
-        let known_gpu = catalog.lookup(&m.gpu_type).is_some();
-        let list = if known_gpu {
-            &mut gpu_names
-        } else {
-            &mut skipped_gpu_types
-        };
-        if !list.contains(&m.gpu_type) {
-            list.push(m.gpu_type.clone());
+    Ok(())
+}
+
+/// The table's measurements on the job types with traits and the GPU types with specs.
+struct Grid<'a> {
+    /// GPU types evaluated, in first-seen order.
+    gpu_names: Vec<String>,
+    /// GPU types without a spec.
+    skipped_gpu_types: Vec<String>,
+    /// Job types without traits.
+    skipped_job_types: Vec<String>,
+    /// The evaluated GPU types' specs, indexed like `gpu_names`.
+    specs: Vec<&'a GpuSpec>,
+    /// The evaluated job types' traits, in first-seen order.
+    jobs: Vec<&'a JobTraits>,
+    /// `measured[j][g]`: the positive `(workers, rate)` points of job `j` on GPU type `g`.
+    measured: Vec<Vec<Vec<(u32, f64)>>>,
+}
+
+impl<'a> Grid<'a> {
+    /// Resolves the table's names against `traits` and `catalog`.
+    fn new(
+        table: &[Measurement],
+        traits: &'a [JobTraits],
+        catalog: &'a GpuCatalog,
+    ) -> Result<Grid<'a>, EvalError> {
+        let mut gpu_names: Vec<String> = Vec::new();
+        let mut skipped_gpu_types: Vec<String> = Vec::new();
+        let mut job_names: Vec<String> = Vec::new();
+        let mut skipped_job_types: Vec<String> = Vec::new();
+        for m in table {
+            let gpus = if catalog.lookup(&m.gpu_type).is_some() {
+                &mut gpu_names
+            } else {
+                &mut skipped_gpu_types
+            };
+            push_new(gpus, &m.gpu_type);
+            let jobs = if traits.iter().any(|t| t.name == m.job_type) {
+                &mut job_names
+            } else {
+                &mut skipped_job_types
+            };
+            push_new(jobs, &m.job_type);
         }
-        let known_job = traits.iter().any(|t| t.name == m.job_type);
-        let list = if known_job {
-            &mut job_names
-        } else {
-            &mut skipped_job_types
-        };
-        if !list.contains(&m.job_type) {
-            list.push(m.job_type.clone());
+        if job_names.is_empty() {
+            return Err(EvalError::NothingToEvaluate(
+                "no job type of the table has traits".into(),
+            ));
         }
-    }
-    if job_names.is_empty() {
-        return Err(EvalError::NothingToEvaluate(
-            "no job type of the table has traits".into(),
-        ));
-    }
-    if gpu_names.is_empty() {
-        return Err(EvalError::NothingToEvaluate(
-            "no GPU type of the table is in the GPU catalog".into(),
-        ));
-    }
-    let specs: Vec<&GpuSpec> = gpu_names.iter().filter_map(|g| catalog.lookup(g)).collect();
-    let jobs: Vec<&JobTraits> = job_names
-        .iter()
-        .filter_map(|n| traits.iter().find(|t| &t.name == n))
-        .collect();
-    // measured[j][g] = (workers, rate) points.
-    let mut measured: Vec<Vec<Vec<(u32, f64)>>> = vec![vec![Vec::new(); specs.len()]; jobs.len()];
-    for m in table {
-        let (Some(j), Some(g)) = (
-            job_names.iter().position(|n| *n == m.job_type),
-            gpu_names.iter().position(|n| *n == m.gpu_type),
-        ) else {
-            continue;
-        };
-        if m.rate.is_finite() && m.rate > 0.0 {
-            measured[j][g].push((m.workers, m.rate));
+        if gpu_names.is_empty() {
+            return Err(EvalError::NothingToEvaluate(
+                "no GPU type of the table is in the GPU catalog".into(),
+            ));
         }
+        let specs: Vec<&GpuSpec> = gpu_names.iter().filter_map(|g| catalog.lookup(g)).collect();
+        let jobs: Vec<&JobTraits> = job_names
+            .iter()
+            .filter_map(|n| traits.iter().find(|t| &t.name == n))
+            .collect();
+        let mut measured = vec![vec![Vec::new(); specs.len()]; jobs.len()];
+        for m in table {
+            let (Some(j), Some(g)) = (
+                job_names.iter().position(|n| *n == m.job_type),
+                gpu_names.iter().position(|n| *n == m.gpu_type),
+            ) else {
+                continue;
+            };
+            if m.rate.is_finite() && m.rate > 0.0 {
+                measured[j][g].push((m.workers, m.rate));
+            }
+        }
+        Ok(Grid {
+            gpu_names,
+            skipped_gpu_types,
+            skipped_job_types,
+            specs,
+            jobs,
+            measured,
+        })
     }
-    let single = |j: usize, g: usize| {
-        measured[j][g]
+
+    /// Job `j`'s single-worker rate on GPU type `g`, when measured.
+    fn single(&self, j: usize, g: usize) -> Option<f64> {
+        self.measured[j][g]
             .iter()
             .find(|&&(w, _)| w == 1)
             .map(|&(_, r)| r)
-    };
-    let samples_without = |skip: Option<usize>| -> Vec<Sample<'_>> {
+    }
+
+    /// The single-worker samples of every job type but `skip`.
+    fn samples_without(&self, skip: Option<usize>) -> Vec<Sample<'a>> {
         let mut s = Vec::new();
-        for (j, job) in jobs.iter().enumerate() {
+        for (j, job) in self.jobs.iter().enumerate() {
             if Some(j) == skip {
                 continue;
             }
-            for (g, gpu) in specs.iter().enumerate() {
-                if let Some(rate) = single(j, g) {
+            for (g, gpu) in self.specs.iter().enumerate() {
+                if let Some(rate) = self.single(j, g) {
                     s.push(Sample { job, gpu, rate });
                 }
             }
         }
         s
-    };
+    }
+}
 
-    let constants_all = fit_constants(&samples_without(None));
-    let priors: Vec<ThroughputProfile> = (0..jobs.len())
-        .map(|j| {
-            let k = fit_constants(&samples_without(Some(j)));
-            profile_for_types(jobs[j], &gpu_names, catalog, &k)
-        })
-        .collect();
-    let in_sample: Vec<ThroughputProfile> = jobs
-        .iter()
-        .map(|job| profile_for_types(job, &gpu_names, catalog, &constants_all))
-        .collect();
+/// Appends `name` unless `list` holds it.
+fn push_new(list: &mut Vec<String>, name: &str) {
+    if !list.iter().any(|n| n == name) {
+        list.push(name.to_string());
+    }
+}
 
-    // Accuracy.
-    let ape = |est: Option<f64>, truth: f64| est.map_or(1.0, |e| (e - truth).abs() / truth);
+/// The absolute relative error of an estimate (1 when the model says the job cannot run).
+fn ape(est: Option<f64>, truth: f64) -> f64 {
+    est.map_or(1.0, |e| (e - truth).abs() / truth)
+}
+
+/// Per GPU type and pooled accuracy of the leave-one-job-out `priors` (and, for contrast,
+/// of the `in_sample` profiles).
+fn accuracy(
+    grid: &Grid<'_>,
+    priors: &[ThroughputProfile],
+    in_sample: &[ThroughputProfile],
+) -> (Vec<TypeAccuracy>, Overall) {
     let mut per_type = Vec::new();
     let (mut all_ape, mut all_est, mut all_meas, mut in_sample_ape, mut all_multi) =
         (vec![], vec![], vec![], vec![], vec![]);
-    for (g, name) in gpu_names.iter().enumerate() {
+    for (g, name) in grid.gpu_names.iter().enumerate() {
         let t = GpuType(g as u16);
         let (mut apes, mut est, mut meas, mut multi) = (vec![], vec![], vec![], vec![]);
-        for j in 0..jobs.len() {
-            if let Some(truth) = single(j, g) {
+        for j in 0..grid.jobs.len() {
+            if let Some(truth) = grid.single(j, g) {
                 let e = priors[j].rate(t, 1);
                 apes.push(ape(e, truth));
                 est.push(e.unwrap_or(0.0));
                 meas.push(truth);
                 in_sample_ape.push(ape(in_sample[j].rate(t, 1), truth));
             }
-            for &(w, truth) in &measured[j][g] {
+            for &(w, truth) in &grid.measured[j][g] {
                 if w > 1 {
                     multi.push(ape(priors[j].rate(t, w), truth));
                 }
@@ -339,28 +407,43 @@ pub fn evaluate(
         in_sample_mape_pct: 100.0 * mean(&in_sample_ape),
         multi_worker_mape_pct: (!all_multi.is_empty()).then(|| 100.0 * mean(&all_multi)),
     };
-    let job_rows = (0..jobs.len())
+    (per_type, overall)
+}
+
+/// Each job type's single-worker estimates next to its measurements.
+fn job_rows(grid: &Grid<'_>, priors: &[ThroughputProfile]) -> Vec<JobComparison> {
+    (0..grid.jobs.len())
         .map(|j| JobComparison {
-            job_type: jobs[j].name.clone(),
-            rates: (0..specs.len())
+            job_type: grid.jobs[j].name.clone(),
+            rates: (0..grid.specs.len())
                 .filter_map(|g| {
-                    single(j, g).map(|measured| RateComparison {
-                        gpu_type: gpu_names[g].clone(),
+                    grid.single(j, g).map(|measured| RateComparison {
+                        gpu_type: grid.gpu_names[g].clone(),
                         estimated: priors[j].rate(GpuType(g as u16), 1).unwrap_or(0.0),
                         measured,
                     })
                 })
                 .collect(),
         })
-        .collect();
+        .collect()
+}
 
-    // Refinement replay: each (job, type) cell observed round after round on that type.
+/// The refinement replay: each (job, type) cell observed round after round on that type,
+/// then one observation on a type judged on the job's other types. One seeded generator
+/// draws the noise for both, in that order.
+fn refinement(
+    grid: &Grid<'_>,
+    priors: &[ThroughputProfile],
+    replay: &ReplaySettings,
+) -> Convergence {
     let mut rng = SmallRng::seed_from_u64(replay.seed);
     let mut noisy = |truth: f64| truth * (1.0 + replay.noise * standard_normal(&mut rng)).max(0.05);
     let (mut rounds_needed, mut cells, mut prior_within, mut within_at_end) = (Vec::new(), 0, 0, 0);
     for (j, prior) in priors.iter().enumerate() {
-        for g in 0..specs.len() {
-            let Some(truth) = single(j, g) else { continue };
+        for g in 0..grid.specs.len() {
+            let Some(truth) = grid.single(j, g) else {
+                continue;
+            };
             let t = GpuType(g as u16);
             cells += 1;
             let mut est = OnlineEstimate::new(prior.clone());
@@ -385,31 +468,9 @@ pub fn evaluate(
         }
     }
     rounds_needed.sort_unstable();
-    let mut cross_type = Vec::new();
-    for (g, observed_type) in gpu_names.iter().enumerate() {
-        let (mut before, mut after) = (Vec::new(), Vec::new());
-        for (j, prior) in priors.iter().enumerate() {
-            let Some(truth) = single(j, g) else { continue };
-            let mut est = OnlineEstimate::new(prior.clone());
-            let _ = est.observe(GpuType(g as u16), 1, noisy(truth));
-            for h in (0..specs.len()).filter(|&h| h != g) {
-                if let Some(other) = single(j, h) {
-                    let u = GpuType(h as u16);
-                    before.push(ape(prior.rate(u, 1), other));
-                    after.push(ape(est.rate(u, 1), other));
-                }
-            }
-        }
-        if !before.is_empty() {
-            cross_type.push(CrossType {
-                observed_type: observed_type.clone(),
-                others_prior_mape_pct: 100.0 * mean(&before),
-                others_after_one_mape_pct: 100.0 * mean(&after),
-            });
-        }
-    }
+    let cross_type = cross_type(grid, priors, &mut noisy);
     let as_f64: Vec<f64> = rounds_needed.iter().map(|&r| f64::from(r)).collect();
-    let refinement = Convergence {
+    Convergence {
         settings: *replay,
         cells,
         reached: rounds_needed.len(),
@@ -423,17 +484,42 @@ pub fn evaluate(
         max_rounds_needed: rounds_needed.last().copied(),
         within_at_end,
         cross_type,
-    };
-    Ok(EvalReport {
-        constants_all,
-        gpu_types: gpu_names,
-        per_type,
-        overall,
-        jobs: job_rows,
-        refinement,
-        skipped_job_types,
-        skipped_gpu_types,
-    })
+    }
+}
+
+/// Per observed GPU type: the MAPE on the job's other types before and after one
+/// observation on it.
+fn cross_type(
+    grid: &Grid<'_>,
+    priors: &[ThroughputProfile],
+    noisy: &mut impl FnMut(f64) -> f64,
+) -> Vec<CrossType> {
+    let mut out = Vec::new();
+    for (g, observed_type) in grid.gpu_names.iter().enumerate() {
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for (j, prior) in priors.iter().enumerate() {
+            let Some(truth) = grid.single(j, g) else {
+                continue;
+            };
+            let mut est = OnlineEstimate::new(prior.clone());
+            let _ = est.observe(GpuType(g as u16), 1, noisy(truth));
+            for h in (0..grid.specs.len()).filter(|&h| h != g) {
+                if let Some(other) = grid.single(j, h) {
+                    let u = GpuType(h as u16);
+                    before.push(ape(prior.rate(u, 1), other));
+                    after.push(ape(est.rate(u, 1), other));
+                }
+            }
+        }
+        if !before.is_empty() {
+            out.push(CrossType {
+                observed_type: observed_type.clone(),
+                others_prior_mape_pct: 100.0 * mean(&before),
+                others_after_one_mape_pct: 100.0 * mean(&after),
+            });
+        }
+    }
+    out
 }
 
 /// A standard normal draw (Box-Muller).
