@@ -155,27 +155,18 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Steps/s of a job of `job_type` on `gpus` (type and count per part): a gang over several
-/// types runs at its slowest type's measured rate for the whole worker count.
+/// Steps/s of a job of `job_type` on `gpus` ([`hadar_formats::ThroughputTable::gang_rate`]).
 fn gang_rate(
     table: &hadar_formats::ThroughputTable,
     job_type: &str,
     gpus: &[(String, u32)],
 ) -> Result<f64, Failure> {
-    let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
-    let mut rate = f64::INFINITY;
-    for (t, _) in gpus {
-        let r = table
-            .rate_or_scaled(job_type, t, workers)
-            .filter(|r| *r > 0.0)
-            .ok_or_else(|| {
-                Failure::runtime(anyhow!(
-                    "{job_type} has no measured rate on {t} with {workers} workers"
-                ))
-            })?;
-        rate = rate.min(r);
-    }
-    Ok(rate)
+    table.gang_rate(job_type, gpus).map_err(|t| {
+        let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
+        Failure::runtime(anyhow!(
+            "{job_type} has no measured rate on {t} with {workers} workers"
+        ))
+    })
 }
 
 /// One copy of a forked job, under the fork-runner contract.

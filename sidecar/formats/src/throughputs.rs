@@ -194,6 +194,23 @@ impl ThroughputTable {
         })
     }
 
+    /// Steps/s of a gang of `job_type` on `gpus` (type and count per part): a gang over
+    /// several types runs at its slowest type's rate for the whole worker count, as the
+    /// simulator's jobs do ([`hadar_core::Job`]). `Err` names the first type with no positive
+    /// rate ([`Self::rate_or_scaled`]) for that worker count.
+    pub fn gang_rate(&self, job_type: &str, gpus: &[(String, u32)]) -> Result<f64, String> {
+        let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
+        let mut rate = f64::INFINITY;
+        for (t, _) in gpus {
+            let r = self
+                .rate_or_scaled(job_type, t, workers)
+                .filter(|r| *r > 0.0)
+                .ok_or_else(|| t.clone())?;
+            rate = rate.min(r);
+        }
+        Ok(rate)
+    }
+
     /// Steps/s of `job_type` with `workers` workers on `gpu_type`, a GPU type the table has
     /// no column for (an A100, an H100): the estimator's rate
     /// ([`hadar_core::estimate`]: the job type's traits and the GPU's datasheet), times the
@@ -436,6 +453,29 @@ mod tests {
             "zero rate"
         );
         assert_eq!(small.prior("A", "v100", 4), TableRate::Measured(7.0));
+    }
+
+    /// A gang runs at its slowest part's rate for the whole worker count; a part on a type
+    /// the job cannot run on is named.
+    #[test]
+    fn a_gang_runs_at_its_slowest_types_rate() {
+        let t = crate::embedded::throughputs().unwrap();
+        let job = "ResNet-18 (batch size 64)";
+        let gpus = |parts: &[(&str, u32)]| -> Vec<(String, u32)> {
+            parts.iter().map(|(t, c)| (t.to_string(), *c)).collect()
+        };
+        let v100 = t.rate(job, "v100", 2).unwrap();
+        let k80 = t.rate(job, "k80", 2).unwrap();
+        assert_eq!(t.gang_rate(job, &gpus(&[("v100", 2)])), Ok(v100));
+        assert_eq!(
+            t.gang_rate(job, &gpus(&[("v100", 1), ("k80", 1)])),
+            Ok(v100.min(k80))
+        );
+        let small = ThroughputTable::parse_gavel_json(SMALL, "t.json").unwrap();
+        assert_eq!(
+            small.gang_rate("A", &gpus(&[("v100", 1), ("k80", 1)])),
+            Err("k80".to_string())
+        );
     }
 
     #[test]
