@@ -427,14 +427,12 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
     }
 }
 
+/// A job as the simulator tracks it: its state and the types of its first placement.
+type Tracked = (JobState, Option<Vec<GpuType>>);
+
 /// The same state as the simulator holds it: its cluster, and each job's state with the
 /// types of its first placement, in arrival order.
-fn sim_state(
-    w: &World,
-    at: &Where,
-    site: &Site,
-    strength: f64,
-) -> (Cluster, Vec<(JobState, Option<Vec<GpuType>>)>) {
+fn sim_state(w: &World, at: &Where, site: &Site, strength: f64) -> (Cluster, Vec<Tracked>) {
     let types = type_order(w);
     let nodes = w
         .nodes
