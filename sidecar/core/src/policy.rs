@@ -8,6 +8,7 @@
 
 use crate::cluster::Cluster;
 use crate::job::JobState;
+use crate::passes::TargetFacts;
 use crate::plan::RoundPlan;
 
 /// Everything a policy may look at when planning a round.
@@ -34,4 +35,14 @@ pub trait Policy: Send {
     /// (see [`RoundPlan::validate`]); jobs not assigned should be listed as waiting with a
     /// reason.
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan;
+
+    /// Plans the coming round knowing what the target says about the jobs (their phases,
+    /// the GPU types it holds each to, the GPUs each holds): the simulator passes its cluster
+    /// model's facts here, the daemon Slurm's. Only a policy that applies the target's rules
+    /// ([`crate::passes::served::ServedPolicy`]) reads them; the others plan as
+    /// [`Policy::plan`].
+    fn plan_on(&mut self, input: &RoundInput<'_>, facts: &TargetFacts) -> RoundPlan {
+        let _ = facts;
+        self.plan(input)
+    }
 }

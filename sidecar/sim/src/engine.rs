@@ -233,10 +233,10 @@ pub fn simulate_with(
             });
         }
 
-        let states: Vec<JobState> = active
-            .iter()
-            .map(|t| cfg.model.as_seen(cluster, &t.state, t.held.as_deref()))
-            .collect();
+        let (states, facts) = cfg.model.round_view(
+            cluster,
+            active.iter().map(|t| (&t.state, t.held.as_deref())),
+        );
         let input = RoundInput {
             now_s: now,
             round_s: cfg.round_s,
@@ -245,7 +245,7 @@ pub fn simulate_with(
             jobs: &states,
         };
         let started = Instant::now();
-        let plan = policy.plan(&input);
+        let plan = policy.plan_on(&input, &facts);
         decision_ms.push(started.elapsed().as_secs_f64() * 1e3);
         plan.validate(cluster, &states)
             .map_err(|violation| SimError::PolicyViolation {

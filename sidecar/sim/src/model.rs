@@ -2,6 +2,7 @@
 //! daemon lives with on Slurm. All are off by default, as in Gavel's simulator; the restart
 //! (checkpoint and reload) cost is [`crate::SimConfig::restart_s`].
 
+use hadar_core::passes::TargetFacts;
 use hadar_core::{Cluster, GpuType, JobState};
 
 /// A cluster's constraints, as the simulator models them.
@@ -79,6 +80,39 @@ impl ClusterModel {
             hadar_core::passes::restrict_types(cluster, &mut s, &names);
         }
         s
+    }
+
+    /// The round as a policy sees it under this model: each job's state as seen
+    /// ([`ClusterModel::as_seen`]), and what the target says about the jobs for the passes
+    /// that apply its rules ([`hadar_core::Policy::plan_on`]). A job with a placement runs
+    /// and holds it; under `keeps_types` a job that has started is held to the types of its
+    /// first placement and its request names them, as Slurm 22.05 holds a typed request
+    /// (what the daemon tells the same passes: [`hadar_core::passes::JobFacts`]). `jobs` are
+    /// the active jobs in arrival order, each with the types of its first placement.
+    pub fn round_view<'a>(
+        &self,
+        cluster: &Cluster,
+        jobs: impl IntoIterator<Item = (&'a JobState, Option<&'a [GpuType]>)>,
+    ) -> (Vec<JobState>, TargetFacts) {
+        let mut held_names = Vec::new();
+        let states: Vec<JobState> = jobs
+            .into_iter()
+            .map(|(state, held)| {
+                if let Some(h) = held.filter(|_| self.keeps_types) {
+                    let names = h.iter().map(|t| cluster.type_name(*t).to_string());
+                    held_names.push((state.id(), names.collect::<Vec<_>>()));
+                }
+                self.as_seen(cluster, state, held)
+            })
+            .collect();
+        let mut facts = TargetFacts::from_input(cluster, &states);
+        for (id, names) in held_names {
+            if let Some(f) = facts.jobs.get_mut(&id) {
+                f.held_types = Some(names);
+                f.typed = true;
+            }
+        }
+        (states, facts)
     }
 }
 

@@ -129,34 +129,81 @@ pub fn enforceable(
 }
 
 /// The pass: each assignment of `plan` judged by `rules`, in the plan's order. A running or
-/// starting job whose placement breaks a rule stays where it is; any other job waits.
+/// starting job whose placement breaks a rule stays where it is; any other job waits. A job
+/// that stays keeps the GPUs it holds, which the plan may have given to others: an
+/// assignment that no longer fits beside the staying jobs is not carried out either (so the
+/// placements carried out never exceed the cluster, and a job is never started on GPUs a
+/// job that stays still holds).
 pub fn judge(
     cluster: &Cluster,
     plan: &RoundPlan,
     facts: &TargetFacts,
     rules: &EnforceRules,
 ) -> Vec<(JobId, Verdict)> {
-    plan.assignments
+    let mut verdicts: Vec<(JobId, Verdict)> = plan
+        .assignments
         .iter()
         .map(|a| {
             let f = facts.job(a.job);
             let verdict = match enforceable(cluster, &a.placement, &f, &facts.node_types, rules) {
                 Ok(()) => Verdict::Enforced,
-                Err(why) => {
-                    let stays = matches!(
-                        f.phase,
-                        super::JobPhase::Running | super::JobPhase::Starting
-                    ) && !f.holds.is_empty();
-                    if stays {
-                        Verdict::Stays { why }
-                    } else {
-                        Verdict::Refused { why }
-                    }
-                }
+                Err(why) => not_carried_out(&f, why),
             };
             (a.job, verdict)
         })
-        .collect()
+        .collect();
+    // Each job made to stay may push out another assignment, whose job may stay in turn:
+    // until none changes (verdicts only leave `Enforced`, so this ends).
+    loop {
+        let mut free: Vec<Vec<u32>> = cluster.nodes().iter().map(|n| n.gpus.clone()).collect();
+        for (job, _) in verdicts
+            .iter()
+            .filter(|(_, v)| matches!(v, Verdict::Stays { .. }))
+        {
+            for (n, t, c) in &facts.job(*job).holds {
+                if let (Some(n), Some(t)) = (cluster.node_by_name(n), cluster.type_by_name(t)) {
+                    let left = &mut free[n.index()][t.index()];
+                    *left = left.saturating_sub(*c);
+                }
+            }
+        }
+        let mut changed = false;
+        for (a, (_, verdict)) in plan.assignments.iter().zip(verdicts.iter_mut()) {
+            if *verdict != Verdict::Enforced {
+                continue;
+            }
+            let parts = a.placement.parts();
+            let fits = parts
+                .iter()
+                .all(|p| free[p.node.index()][p.gpu_type.index()] >= p.gpus);
+            if fits {
+                for p in parts {
+                    free[p.node.index()][p.gpu_type.index()] -= p.gpus;
+                }
+            } else {
+                let why = "needs GPUs a job that stays where it is still holds".to_string();
+                *verdict = not_carried_out(&facts.job(a.job), why);
+                changed = true;
+            }
+        }
+        if !changed {
+            return verdicts;
+        }
+    }
+}
+
+/// A placement that is not carried out: a running or starting job holding GPUs stays where
+/// it is, any other job waits.
+fn not_carried_out(f: &JobFacts, why: String) -> Verdict {
+    let stays = matches!(
+        f.phase,
+        super::JobPhase::Running | super::JobPhase::Starting
+    ) && !f.holds.is_empty();
+    if stays {
+        Verdict::Stays { why }
+    } else {
+        Verdict::Refused { why }
+    }
 }
 
 #[cfg(test)]
@@ -291,5 +338,52 @@ mod tests {
             matches!(v[3].1, Verdict::Refused { .. }),
             "a job being preempted is not kept: {v:?}"
         );
+    }
+
+    #[test]
+    fn a_job_that_stays_keeps_its_gpus_from_the_jobs_the_plan_gave_them_to() {
+        // Job 1 runs on n3's K80s and is planned across two nodes unevenly: it stays, so
+        // job 2 cannot have n3's K80s; job 3, planned there from n4's K80s, stays on those,
+        // so job 5 cannot have them either. Job 6 is left alone.
+        let c = cluster();
+        let assign = |job: u64, parts: &[(&str, &str, u32)]| crate::Assignment {
+            job: JobId(job),
+            placement: on(&c, parts),
+            rate: 1.0,
+            payoff: None,
+        };
+        let plan = RoundPlan {
+            assignments: vec![
+                assign(1, &[("n1", "v100", 3), ("n4", "v100", 1)]),
+                assign(2, &[("n3", "k80", 2)]),
+                assign(3, &[("n3", "k80", 2)]),
+                assign(5, &[("n4", "k80", 2)]),
+                assign(6, &[("n4", "v100", 1)]),
+            ],
+            waiting: vec![],
+        };
+        let mut f = TargetFacts {
+            node_types: node_types(),
+            ..TargetFacts::default()
+        };
+        for (job, holds) in [(1, ("n3", 4)), (3, ("n4", 2))] {
+            f.jobs.insert(
+                JobId(job),
+                JobFacts {
+                    phase: JobPhase::Running,
+                    holds: vec![(holds.0.to_string(), "k80".to_string(), holds.1)],
+                    ..JobFacts::waiting()
+                },
+            );
+        }
+        let v = judge(&c, &plan, &f, &EnforceRules::default());
+        assert!(matches!(v[0].1, Verdict::Stays { .. }), "{v:?}");
+        let Verdict::Refused { why } = &v[1].1 else {
+            panic!("{v:?}");
+        };
+        assert!(why.contains("stays where it is"), "{why}");
+        assert!(matches!(v[2].1, Verdict::Stays { .. }), "{v:?}");
+        assert!(matches!(v[3].1, Verdict::Refused { .. }), "{v:?}");
+        assert_eq!(v[4].1, Verdict::Enforced);
     }
 }

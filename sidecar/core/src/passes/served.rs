@@ -201,9 +201,13 @@ impl Policy for ServedPolicy {
             .facts
             .take()
             .unwrap_or_else(|| TargetFacts::from_input(input.cluster, input.jobs));
+        self.plan_on(input, &facts)
+    }
+
+    fn plan_on(&mut self, input: &RoundInput<'_>, facts: &TargetFacts) -> RoundPlan {
         let inner = &mut self.inner;
-        let decision = decide_with(&self.config, input, &facts, |i| inner.plan(i));
-        let plan = decision.enforced_plan(input.cluster, &facts);
+        let decision = decide_with(&self.config, input, facts, |i| inner.plan(i));
+        let plan = decision.enforced_plan(input.cluster, facts);
         self.last = Some(decision);
         plan
     }
