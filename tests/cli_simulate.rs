@@ -481,3 +481,131 @@ fn the_cluster_model_costs_time_and_refuses_bad_figures() {
     assert_ne!(code, 0);
     assert!(err.contains("cluster model"), "{err}");
 }
+
+/// `--config` with `[sidecar] policy = "hadare"` and `--fork-jobs` runs the mixed round
+/// `hadar serve` runs: the named jobs as HadarE's copies over what the others leave, the
+/// others as `served`'s gangs; every job completes. With every job forked it is HadarE;
+/// under `policy = "hadar"` the named jobs run as plain jobs, as on the cluster.
+#[test]
+fn config_with_fork_jobs_runs_the_mixed_round() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(format!("{root}/etc/hadar.toml")).unwrap();
+    assert!(text.contains("\npolicy = \"hadar\"\n"));
+    let hadare = dir.path().join("hadare.toml");
+    std::fs::write(
+        &hadare,
+        text.replace("\npolicy = \"hadar\"\n", "\npolicy = \"hadare\"\n"),
+    )
+    .unwrap();
+    let hadare = hadare.to_str().unwrap();
+    let plain = format!("{root}/etc/hadar.toml");
+    let few_jobs = format!("{root}/tests/data/few-jobs.trace");
+    let physical = format!("{root}/tests/data/physical-cluster.toml");
+    let tracker = dir.path().join("tracker.jsonl");
+    let workload = ["--trace", &few_jobs, "--cluster", &physical];
+    let run = |config: &str, extra: &[&str]| {
+        let mut args = vec!["--config", config];
+        args.extend_from_slice(&workload);
+        args.extend_from_slice(extra);
+        simulate_json(&args)
+    };
+    let ttd = |v: &Value| v["results"][0]["ttd_s"].as_f64().unwrap();
+
+    let mixed = run(
+        hadare,
+        &[
+            "--fork-jobs",
+            "1,3",
+            "--trace-out",
+            tracker.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(mixed["workload"]["fork_jobs"], 2, "{mixed}");
+    assert_eq!(mixed["workload"]["forked_by_hadare"], true);
+    let r = &mixed["results"][0];
+    assert_eq!(r["policy"], "served");
+    assert_eq!(r["jobs_completed"], 4, "{r}");
+    let lines: Vec<Value> = std::fs::read_to_string(&tracker)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds = |job: u64| -> HashSet<String> {
+        lines
+            .iter()
+            .filter(|l| l["job"] == job)
+            .map(|l| l["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for job in [1, 3] {
+        assert_eq!(
+            kinds(job),
+            HashSet::from(["forked".to_string()]),
+            "job {job}"
+        );
+    }
+    for job in [0, 2] {
+        assert_eq!(kinds(job), HashSet::from(["gang".to_string()]), "job {job}");
+    }
+    // In every round, plain gangs and forked copies together fit each node's GPUs.
+    let capacity: HashMap<&str, u32> = [
+        ("v100-a", 4),
+        ("p100-a", 4),
+        ("p100-b", 4),
+        ("k80-a", 4),
+        ("k80-b", 4),
+        ("mixed", 4),
+    ]
+    .into();
+    let mut used: HashMap<(u64, String), u32> = HashMap::new();
+    for l in &lines {
+        for c in l["copies"].as_array().unwrap() {
+            let node = c["node"].as_str().unwrap().to_string();
+            *used
+                .entry((l["round"].as_u64().unwrap(), node))
+                .or_default() += c["gpus"].as_u64().unwrap() as u32;
+        }
+    }
+    for ((round, node), gpus) in &used {
+        assert!(
+            gpus <= &capacity[node.as_str()],
+            "round {round}: {node} {gpus}"
+        );
+    }
+
+    // Every job forked: the mixed round is HadarE (the file's [hadare]).
+    let all = run(hadare, &["--fork-jobs", "all"]);
+    let alone = run(hadare, &["--policy", "hadare"]);
+    assert_eq!(all["workload"]["fork_jobs"], 4);
+    assert_eq!(ttd(&all), ttd(&alone), "{all}\n{alone}");
+    // A forked job's copies are new jobs every round: keeping types holds it to none.
+    let kept = run(hadare, &["--policy", "hadare", "--keeps-types"]);
+    assert_eq!(ttd(&kept), ttd(&alone));
+
+    // Under policy = "hadar" the same jobs run as plain ones.
+    let as_plain = run(&plain, &["--fork-jobs", "1,3"]);
+    assert_eq!(as_plain["workload"]["forked_by_hadare"], false);
+    assert_eq!(ttd(&as_plain), ttd(&run(&plain, &[])));
+
+    // Bad lists are named; without --config there is no policy to fork by.
+    let (_, err, code) = hadar(&[
+        "simulate",
+        "--config",
+        hadare,
+        "--trace",
+        &few_jobs,
+        "--cluster",
+        &physical,
+        "--fork-jobs",
+        "2,9",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--fork-jobs") && err.contains("job 9"),
+        "{err}"
+    );
+    let (_, err, code) = hadar(&["simulate", "--fork-jobs", "x"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--config"), "{err}");
+}

@@ -40,6 +40,10 @@ const SCENARIOS: &[Scenario] = &[
         forked_job_completes_with_its_spool_hidden_from_the_daemon,
     ),
     (
+        "plain_and_forked_jobs_share_the_cluster",
+        plain_and_forked_jobs_share_the_cluster,
+    ),
+    (
         "pytorch_example_trains_forked_with_the_outer_step",
         pytorch_example_trains_forked_with_the_outer_step,
     ),
@@ -502,6 +506,38 @@ fn forked_job_runs_copies_on_several_types_and_completes_exactly(bed: &mut Testb
                 && l.contains(&format!("job={id}"))),
         "{log}"
     );
+}
+
+/// A plain job and a forked one at once (the mixed round): the plain job runs where Hadar
+/// placed it (the only node with 4 V100s) and keeps it; the forked job's copies go only to
+/// the GPUs it leaves, and the forked job completes exactly.
+fn plain_and_forked_jobs_share_the_cluster(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "mixed");
+    let out = format!(
+        "--output={}/plain-%j.txt",
+        serve::fork_jobs_dir(bed).display()
+    );
+    let plain = serve::submit(
+        bed,
+        &["--gpus=4", &out],
+        &serve::script("resnet50-b64", 10_000_000, "gpu-types=v100"),
+    );
+    wait_state(bed, plain, &["RUNNING"], 40);
+    let held = vec![("n1".to_string(), "v100".to_string(), 4)];
+    assert_eq!(serve::allocation(bed, plain), held);
+    let total = 300;
+    let id = submit_forked(bed, total, 1, "", "");
+    wait_state(bed, id, &["COMPLETED"], 180);
+    assert_eq!(serve::allocation(bed, plain), held, "the plain job stayed");
+    let fork = serve.status(id)["fork"].clone();
+    assert!(!check_tracker(&fork, total).is_empty());
+    for r in fork["rounds"].as_array().unwrap() {
+        for c in r["copies"].as_array().unwrap() {
+            assert_ne!(c["node"], "n1", "a copy on the plain job's GPUs: {r:#}");
+        }
+    }
+    bed.client("scancel", &[&plain.to_string()])
+        .expect("cancel the plain job");
 }
 
 fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testbed) {

@@ -848,6 +848,14 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["round_s", "restart_s", "gpu_types"])]
     pub config: Option<PathBuf>,
 
+    /// With --config: the trace's jobs that opted into forking (`#HADAR fork=yes`), as job
+    /// ids (0-based trace order) and ranges, e.g. `0,3,10-19`, or `all`. Under the file's
+    /// `[sidecar] policy = "hadare"`, `served` plans them by HadarE over the GPUs the other
+    /// jobs leave (the mixed round `hadar serve` runs); under `policy = "hadar"` they run as
+    /// plain jobs, as on the cluster.
+    #[arg(long, value_name = "LIST", requires = "config")]
+    pub fork_jobs: Option<String>,
+
     /// Round length in seconds.
     #[arg(long, value_name = "S", default_value_t = 360.0)]
     pub round_s: f64,

@@ -127,6 +127,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             served: file
                 .as_ref()
                 .map_or_else(|| a.hadar.served_config(), |c| c.served()),
+            forked: Default::default(),
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!(

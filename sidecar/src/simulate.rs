@@ -6,10 +6,12 @@ use crate::table::Table;
 use anyhow::Context;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::tracker::TrackerRecord;
-use hadar_core::{Cluster, Job};
+use hadar_core::{Cluster, Job, JobId};
+use hadar_daemon::config::PolicyChoice;
 use hadar_formats::{ThroughputTable, embedded, load_cluster, load_trace};
 use hadar_sim::{Beliefs, EstimatedThroughputs, SimConfig, SimReport, Workload, simulate_with};
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// The workload a simulation runs on, with where each part came from.
 pub struct Inputs {
@@ -24,6 +26,17 @@ pub struct Inputs {
     pub unmeasured_types: (Vec<String>, Vec<String>),
     /// With --accounts: the account names and each job's account (by job index).
     pub accounts: Option<(Vec<String>, Vec<Option<usize>>)>,
+    /// With --fork-jobs: the jobs that opted into forking.
+    pub fork: Option<ForkJobs>,
+}
+
+/// The jobs `--fork-jobs` names, and what the configuration does with them.
+pub struct ForkJobs {
+    /// How many jobs opted into forking.
+    pub jobs: usize,
+    /// True under `[sidecar] policy = "hadare"` (HadarE forks them); false under
+    /// `"hadar"` (they run as plain jobs).
+    pub forked: bool,
 }
 
 /// Reads cluster, throughputs and trace (or their embedded defaults).
@@ -65,6 +78,7 @@ pub fn load_inputs(
         trace_origin,
         throughput_source: "true",
         accounts: None,
+        fork: None,
     })
 }
 
@@ -125,7 +139,7 @@ enum Outcome {
 
 /// Runs the command: settings, then each policy, then the outputs.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
-    let settings = Settings::from_args(&args)?;
+    let mut settings = Settings::from_args(&args)?;
     let mut inputs = load_inputs(
         args.cluster.as_deref(),
         args.gpus_per_node,
@@ -138,6 +152,17 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     if let Some(path) = &args.accounts {
         apply_accounts(&mut inputs, path, args.priority_strength)?;
     }
+    if let Some(list) = &args.fork_jobs {
+        let ids = parse_fork_jobs(list, &inputs.jobs)?;
+        let forked = settings.fork_policy == Some(PolicyChoice::Hadare);
+        inputs.fork = Some(ForkJobs {
+            jobs: ids.len(),
+            forked,
+        });
+        if forked {
+            settings.opts.forked = ids;
+        }
+    }
     let workload = Workload {
         cluster: inputs.cluster.clone(),
         jobs: inputs.jobs.clone(),
@@ -149,12 +174,53 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     write_outputs(&args, &inputs, &settings.cfg, runs)
 }
 
+/// The job ids `--fork-jobs` names: `all`, or ids and ranges `A-B` separated by commas,
+/// each a job of the trace.
+fn parse_fork_jobs(list: &str, jobs: &[Job]) -> Result<BTreeSet<JobId>, Failure> {
+    let known: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
+    if list.trim().eq_ignore_ascii_case("all") {
+        return Ok(known);
+    }
+    let bad = |what: String| Failure::input(anyhow::anyhow!("--fork-jobs: {what}"));
+    let last = known.last().map_or(0, |j| j.0);
+    let mut out = BTreeSet::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (a, b) = item.split_once('-').unwrap_or((item, item));
+        let num = |x: &str| {
+            x.trim().parse::<u64>().map_err(|_| {
+                bad(format!(
+                    "`{item}` is neither a job id nor a range A-B of job ids (or `all`)"
+                ))
+            })
+        };
+        let (a, b) = (num(a)?, num(b)?);
+        if a > b {
+            return Err(bad(format!("`{item}`: the range ends before it starts")));
+        }
+        // Past the last job, the first id looked at is one the trace lacks.
+        for id in a..=b.min(last.saturating_add(1)).max(a) {
+            if !known.contains(&JobId(id)) {
+                return Err(bad(format!(
+                    "job {id} is not in the trace (its job ids are 0 to {last}, in trace order)"
+                )));
+            }
+            out.insert(JobId(id));
+        }
+    }
+    if out.is_empty() {
+        return Err(bad(format!("`{list}` names no job")));
+    }
+    Ok(out)
+}
+
 /// What the command line (and `--config`) ask for: the policies, the simulator's settings
 /// and the policies' options.
 struct Settings {
     names: Vec<PolicyName>,
     cfg: SimConfig,
     opts: PolicyOptions,
+    /// With --config: the file's `[sidecar] policy` (what `fork=yes` jobs get).
+    fork_policy: Option<PolicyChoice>,
 }
 
 impl Settings {
@@ -195,6 +261,7 @@ impl Settings {
                 hadare: c.hadare.clone(),
                 tiresias: args.hadar.tiresias_config(),
                 served: c.served(),
+                forked: BTreeSet::new(),
             },
             None => PolicyOptions {
                 seed: args.seed,
@@ -202,9 +269,15 @@ impl Settings {
                 hadare: args.hadar.hadare_config(),
                 tiresias: args.hadar.tiresias_config(),
                 served: args.hadar.served_config(),
+                forked: BTreeSet::new(),
             },
         };
-        Ok(Settings { names, cfg, opts })
+        Ok(Settings {
+            names,
+            cfg,
+            opts,
+            fork_policy: serve.map(|c| c.sidecar.policy),
+        })
     }
 }
 
@@ -413,6 +486,17 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
         inputs.throughput_source
     );
     out.insert_str(out.len() - 1, &unmeasured_notes(&inputs.unmeasured_types));
+    if let Some(f) = &inputs.fork {
+        let what = if f.forked {
+            "`served` forks them by HadarE over the GPUs the other jobs leave ([sidecar] policy = \"hadare\")"
+        } else {
+            "they run as plain jobs ([sidecar] policy = \"hadar\")"
+        };
+        out.insert_str(
+            out.len() - 1,
+            &format!("fork:    {} jobs opted into forking; {what}\n", f.jobs),
+        );
+    }
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
         "policy",
@@ -542,6 +626,8 @@ fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value 
             "throughput_source": inputs.throughput_source,
             "estimated_gpu_types": inputs.unmeasured_types.0,
             "unusable_gpu_types": inputs.unmeasured_types.1,
+            "fork_jobs": inputs.fork.as_ref().map(|f| f.jobs),
+            "forked_by_hadare": inputs.fork.as_ref().map(|f| f.forked),
         },
         "results": results,
     })

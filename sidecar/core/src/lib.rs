@@ -8,8 +8,11 @@
 //! passes around the same Hadar as the policy `served` ([`passes::served::ServedPolicy`]),
 //! configured from the same `hadar.toml` with `--config`. What the daemon still does outside
 //! this crate: the site's rules are read from Slurm (and applied by [`site`]'s pure passes
-//! only in the daemon), and `fork=yes` jobs are planned by its fork pass (the same round as
-//! a pure pass, [`passes::mixed`], is here; the daemon does not call it yet).
+//! only in the daemon). `fork=yes` jobs under `[sidecar] policy = "hadare"` are planned by
+//! the mixed round, [`passes::mixed`]: the daemon's fork pass takes its copies from
+//! [`passes::mixed::plan_mixed`]'s forked plan over what its plain plan leaves, and the
+//! simulator runs the same round as [`passes::mixed::MixedPolicy`] (`hadar simulate --config
+//! FILE --fork-jobs LIST`).
 //!
 //! * [`cluster`]: nodes, GPU types and capacities.
 //! * [`throughput`]: how fast a job runs on each GPU type with a given number of workers.

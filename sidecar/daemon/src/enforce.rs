@@ -9,7 +9,7 @@ use crate::decide::{self, RoundDecision};
 use crate::eligible;
 use crate::explain;
 use crate::faults;
-use crate::fork::{ActionLog, ForkDecision};
+use crate::fork::{ActionLog, ForkDecision, PlainRound};
 use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
@@ -55,7 +55,8 @@ impl<S: SlurmApi> Daemon<S> {
         })
     }
 
-    /// Forked jobs get the GPUs that no job holds and Hadar's plan does not give out.
+    /// Forked jobs get the GPUs that no job holds and the plain jobs' plan does not give out:
+    /// the mixed round's forked plan over what `decision` leaves.
     fn start_forks(
         &mut self,
         snap: &RoundSnapshot,
@@ -65,35 +66,21 @@ impl<S: SlurmApi> Daemon<S> {
         let Some(f) = self.fork.as_mut() else {
             return (Vec::new(), BTreeMap::new());
         };
-        let mut occupied: Vec<(String, String, u32)> = snap
-            .slurm_jobs
-            .iter()
-            .filter(|j| {
-                matches!(
-                    j.status,
-                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
-                )
-            })
-            .flat_map(|j| j.gpu_parts())
-            .collect();
-        for (id, gpus) in &decision.planned {
-            if rows.get(id).is_some_and(|r| r.phase != Phase::Running) {
-                for (node, per_type) in gpus {
-                    for (t, c) in per_type {
-                        occupied.push((node.clone(), t.clone(), *c));
-                    }
-                }
-            }
-        }
+        let (cluster, plan) = plain_round(snap, decision);
+        let plain = PlainRound {
+            cluster: cluster.as_ref(),
+            types: &decision.cv.types,
+            jobs: &decision.states,
+            plan: &plan,
+        };
         let priors = decide::priors(&self.config);
         f.start_rounds(
             &mut self.store,
             rows,
             &snap.specs,
             &snap.owned,
-            &snap.nodes,
             &snap.slurm_jobs,
-            &occupied,
+            &plain,
             &self.table,
             &priors,
             snap.now_unix,
@@ -354,4 +341,54 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
     }
+}
+
+/// The plain jobs' side of the mixed round from `decision`: the cluster the plain plan was
+/// made over, less the GPUs of managed jobs Slurm runs whose placement the plain jobs' states
+/// do not carry (a finished job still completing, one the site's limits leave out); and the
+/// enforced placements as a plan.
+pub(crate) fn plain_round(
+    snap: &RoundSnapshot,
+    decision: &RoundDecision,
+) -> (Option<hadar_core::Cluster>, hadar_core::RoundPlan) {
+    let Some(cluster) = &decision.cv.cluster else {
+        return (None, hadar_core::RoundPlan::default());
+    };
+    let placed: HashSet<u64> = decision
+        .states
+        .iter()
+        .filter(|s| s.placement.is_some())
+        .map(|s| s.id().0)
+        .collect();
+    // Jobs not in `rows` hold GPUs the cluster view already left out.
+    let held: Vec<(String, String, u32)> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| {
+            snap.rows.contains_key(&j.id)
+                && !placed.contains(&j.id)
+                && matches!(
+                    j.status,
+                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                )
+        })
+        .flat_map(|j| j.gpu_parts())
+        .collect();
+    let assignments = decision
+        .planned
+        .iter()
+        .filter_map(|(id, gpus)| {
+            Some(hadar_core::Assignment {
+                job: hadar_core::JobId(*id),
+                placement: view::to_placement(cluster, gpus)?,
+                rate: 0.0,
+                payoff: None,
+            })
+        })
+        .collect();
+    let plan = hadar_core::RoundPlan {
+        assignments,
+        waiting: Vec::new(),
+    };
+    (view::less(cluster, &held), plan)
 }

@@ -115,6 +115,29 @@ pub fn to_placement(cluster: &Cluster, gpus: &NodeGpus) -> Option<Placement> {
     Some(Placement::gang(parts))
 }
 
+/// `cluster` without the GPUs `held` lists (`(node, type, count)` in Slurm's names): the same
+/// nodes and types, so placements keep their ids; `None` when no GPU is left.
+pub fn less(cluster: &Cluster, held: &[(String, String, u32)]) -> Option<Cluster> {
+    let names = cluster.type_names();
+    let nodes = cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            let mut gpus = n.gpus.clone();
+            for (_, t, c) in held.iter().filter(|(node, _, _)| *node == n.name) {
+                if let Some(i) = names.iter().position(|u| u.eq_ignore_ascii_case(t)) {
+                    gpus[i] = gpus[i].saturating_sub(*c);
+                }
+            }
+            Node {
+                name: n.name.clone(),
+                gpus,
+            }
+        })
+        .collect();
+    Cluster::new(names.to_vec(), nodes).ok()
+}
+
 /// GPUs per type of a placement in Slurm's names.
 pub fn per_type(gpus: &NodeGpus) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
@@ -236,6 +259,33 @@ mod tests {
         assert_eq!(c.total_of_type(GpuType(2)), 2);
         assert_eq!(v.unusable, vec![("n3".to_string(), "drained".to_string())]);
         assert_eq!(v.foreign.get("p100"), Some(&3));
+    }
+
+    #[test]
+    fn less_keeps_every_node_and_type_and_takes_out_what_is_held() {
+        let c = build(&testbed(NodeState::Idle), &[], &[]).cluster.unwrap();
+        let held = vec![
+            ("n4".to_string(), "K80".to_string(), 2),
+            ("n1".to_string(), "v100".to_string(), 5),
+            ("elsewhere".to_string(), "v100".to_string(), 1),
+        ];
+        let l = less(&c, &held).unwrap();
+        assert_eq!(l.type_names(), c.type_names());
+        assert_eq!(l.nodes().len(), c.nodes().len());
+        assert_eq!(l.node_by_name("n4"), c.node_by_name("n4"));
+        assert_eq!(l.node(l.node_by_name("n1").unwrap()).gpus, vec![0, 0, 0]);
+        assert_eq!(l.node(l.node_by_name("n4").unwrap()).gpus, vec![2, 0, 0]);
+        assert_eq!(l.total_gpus(), c.total_gpus() - 6);
+        let all: Vec<_> = c
+            .nodes()
+            .iter()
+            .flat_map(|n| {
+                c.type_names()
+                    .iter()
+                    .map(|t| (n.name.clone(), t.clone(), 9))
+            })
+            .collect();
+        assert_eq!(less(&c, &all), None);
     }
 
     #[test]

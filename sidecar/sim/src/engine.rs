@@ -302,7 +302,10 @@ pub fn simulate_with(
             let overhead =
                 cfg.model
                     .overhead_s(cfg.restart_s, restarted, starts, forked, cfg.round_s);
-            t.held.get_or_insert_with(|| a.placement.types());
+            // A forked job's copies are new Slurm jobs every round: nothing holds it to types.
+            if !forked {
+                t.held.get_or_insert_with(|| a.placement.types());
+            }
             let need_s = t.state.remaining_steps / rate;
             let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
                 (overhead + need_s, t.state.remaining_steps)

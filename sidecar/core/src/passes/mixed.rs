@@ -10,12 +10,17 @@
 //! next round, so both policies see the whole cluster again every round. The caller leaves
 //! out of `input` what neither policy may give (GPUs of jobs hadar does not manage, forked
 //! jobs whose round is still open).
+//!
+//! The daemon's fork pass takes its copies from [`plan_mixed`]'s forked plan; the simulator
+//! and `hadar dry-run` run the same round through [`MixedPolicy`], a [`Policy`] over the
+//! plain policy (the served one under `hadar simulate --config FILE` with `[sidecar] policy
+//! = "hadare"`).
 
 use crate::cluster::{Cluster, Node, NodeId};
 use crate::job::{JobId, JobState};
 use crate::plan::{RoundPlan, WaitReason, Waiting};
 use crate::policies::hadare::{HadarEConfig, plan_round};
-use crate::policy::RoundInput;
+use crate::policy::{Policy, RoundInput};
 use std::collections::BTreeSet;
 
 /// A mixed round's two plans. Together they fit the input's cluster: the forked plan's
@@ -75,6 +80,62 @@ pub fn plan_mixed(
         plain,
         forked,
         left,
+    }
+}
+
+impl MixedPlan {
+    /// Both plans as one: the plain jobs' assignments, then the forked jobs' copies; the
+    /// waiting jobs of both.
+    pub fn combined(self) -> RoundPlan {
+        let mut plan = self.plain;
+        plan.assignments.extend(self.forked.assignments);
+        plan.waiting.extend(self.forked.waiting);
+        plan
+    }
+}
+
+/// The mixed round as a [`Policy`]: the jobs of `forked` (those that opted into forking)
+/// by HadarE over what `plain`'s plan leaves, every other job by `plain`. Named as `plain`
+/// is: it is the policy `hadar serve` runs under `[sidecar] policy = "hadare"`.
+pub struct MixedPolicy {
+    plain: Box<dyn Policy>,
+    hadare: HadarEConfig,
+    forked: BTreeSet<JobId>,
+    last: Option<MixedPlan>,
+}
+
+impl MixedPolicy {
+    /// `plain` for the jobs not in `forked`, HadarE with `hadare` for those in it.
+    pub fn new(plain: Box<dyn Policy>, hadare: HadarEConfig, forked: BTreeSet<JobId>) -> Self {
+        MixedPolicy {
+            plain,
+            hadare,
+            forked,
+            last: None,
+        }
+    }
+
+    /// The jobs planned by HadarE.
+    pub fn forked(&self) -> &BTreeSet<JobId> {
+        &self.forked
+    }
+
+    /// The last round's two plans (and the GPUs left for forked jobs).
+    pub fn last_plan(&self) -> Option<&MixedPlan> {
+        self.last.as_ref()
+    }
+}
+
+impl Policy for MixedPolicy {
+    fn name(&self) -> &str {
+        self.plain.name()
+    }
+
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+        let plain = &mut self.plain;
+        let m = plan_mixed(input, &self.forked, &self.hadare, |i| plain.plan(i));
+        self.last = Some(m.clone());
+        m.combined()
     }
 }
 
@@ -246,6 +307,37 @@ mod tests {
                 reason: WaitReason::DoesNotFit
             }]
         );
+    }
+
+    /// The policy is the two plans together, named as its plain policy; the forked job runs
+    /// as copies, the plain one as a gang, and the whole fits the cluster.
+    #[test]
+    fn the_policy_is_the_two_plans_together() {
+        let c = crate::passes::two_node_cluster();
+        let jobs = vec![job(1, 4, 10_000.0), job(2, 4, 10_000.0), job(3, 2, 800.0)];
+        let forked = BTreeSet::from([JobId(2), JobId(3)]);
+        let cfg = HadarEConfig::default();
+        let mut p = MixedPolicy::new(
+            Box::new(HadarPolicy::new(HadarConfig::default())),
+            cfg.clone(),
+            forked.clone(),
+        );
+        assert_eq!(p.name(), "hadar");
+        let plan = p.plan(&input(&c, &jobs));
+        let m = plan_mixed(&input(&c, &jobs), &forked, &cfg, hadar);
+        assert_eq!(p.last_plan(), Some(&m));
+        assert_eq!(plan, m.combined());
+        assert!(plan.validate(&c, &jobs).is_ok());
+        for a in &plan.assignments {
+            let kind = if forked.contains(&a.job) {
+                crate::PlacementKind::Forked
+            } else {
+                crate::PlacementKind::Gang
+            };
+            assert_eq!(a.placement.kind(), kind, "job {:?}", a.job);
+        }
+        assert!(plan.assignments.iter().any(|a| a.job == JobId(1)));
+        assert!(plan.assignments.iter().any(|a| forked.contains(&a.job)));
     }
 
     proptest! {

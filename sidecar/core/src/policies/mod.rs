@@ -156,6 +156,11 @@ pub struct PolicyOptions {
     /// The served policy's passes (`served`: look-ahead and enforceability rules around
     /// Hadar).
     pub served: crate::passes::served::ServedConfig,
+    /// The jobs that opted into forking (`#HADAR fork=yes`) when they are forked (`hadar
+    /// serve` under `[sidecar] policy = "hadare"`): `served` then plans them by HadarE
+    /// (`hadare`) over the GPUs its plain jobs leave ([`crate::passes::mixed`]). Empty: no
+    /// job forks.
+    pub forked: std::collections::BTreeSet<crate::JobId>,
 }
 
 /// Builds the round policy for `name`; `None` for the bounds, which are not round policies.
@@ -171,10 +176,21 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
-        PolicyName::Served => Some(Box::new(crate::passes::served::ServedPolicy::new(
-            opts.served.clone(),
-            Box::new(hadar::HadarPolicy::new(opts.hadar.clone())),
-        ))),
+        PolicyName::Served => {
+            let served = Box::new(crate::passes::served::ServedPolicy::new(
+                opts.served.clone(),
+                Box::new(hadar::HadarPolicy::new(opts.hadar.clone())),
+            ));
+            if opts.forked.is_empty() {
+                Some(served)
+            } else {
+                Some(Box::new(crate::passes::mixed::MixedPolicy::new(
+                    served,
+                    opts.hadare.clone(),
+                    opts.forked.clone(),
+                )))
+            }
+        }
         PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
     }
 }

@@ -15,10 +15,11 @@
 //! round, it sets `state=failed` and releases it, and the runner exits 1. When the logical
 //! job is cancelled, its running copy job is cancelled and the open round counts nothing.
 //!
-//! Sharing the cluster: jobs without `fork=yes` are planned by Hadar first (see the daemon's
-//! round); forked jobs are then planned by HadarE over the GPUs nothing else holds or is
-//! about to hold. A copy job holds its GPUs until its deadline, a little before the next
-//! round, so every round both policies see the whole cluster again.
+//! Sharing the cluster: jobs without `fork=yes` are planned by Hadar first (the daemon's
+//! round decision); forked jobs are then planned by HadarE over the GPUs nothing else holds
+//! or is about to hold: the core's mixed round ([`hadar_core::passes::mixed`]), which the
+//! simulator runs too. A copy job holds its GPUs until its deadline, a little before the
+//! next round, so every round both policies see the whole cluster again.
 //!
 //! Crash safety: a round is written to the store (state `submitting`) before its copy job
 //! is submitted, and its steps are added to the job's aggregate only in the transaction that
@@ -31,13 +32,13 @@
 use crate::config::{DaemonConfig, ForkConfig};
 use crate::fork_consolidate::{RoundPlan, RoundReport, apply};
 use crate::spec::{self, JobSpec, Priors};
-use crate::view;
-use hadar_core::policies::hadare::{HadarEConfig, plan_round};
+use hadar_core::passes::mixed::plan_mixed;
+use hadar_core::policies::hadare::HadarEConfig;
 use hadar_core::tracker::consolidation_weights;
 use hadar_core::{Job, JobId, JobState, Part, Placement, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::Outer;
-use hadar_slurm::{JobStatus, NodeInfo, Slurm, SlurmError, SlurmJob};
+use hadar_slurm::{JobStatus, Slurm, SlurmError, SlurmJob};
 use hadar_store::{
     ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, OuterStep, Phase, RoundState, Store,
     StoreError,
@@ -136,7 +137,6 @@ pub struct Forker {
     restart_s: f64,
     /// `[sidecar] rate_learning_weight`: how much a new measurement moves a learned rate.
     learn_weight: f64,
-    partitions: Vec<String>,
     hadar_bin: PathBuf,
 }
 
@@ -152,7 +152,6 @@ impl Forker {
             round_s: config.sidecar.round_seconds,
             restart_s: config.sidecar.restart_seconds,
             learn_weight: config.sidecar.rate_learning_weight,
-            partitions: config.partitions.clone(),
         }
     }
 }
@@ -170,3 +169,4 @@ pub use progress::{comment, copies_gpus};
 pub use script::outer_args;
 use script::*;
 pub use sizing::{fork_profile, split_budget};
+pub use start::PlainRound;

@@ -1,12 +1,27 @@
-//! New rounds for forked jobs: HadarE plans copies on the GPUs nothing else holds, and
-//! each planned job's round is recorded, then submitted as one heterogeneous copy job as the
-//! job's user.
+//! New rounds for forked jobs: the mixed round ([`plan_mixed`], as the simulator runs it)
+//! gives them copies on the GPUs the plain jobs' plan leaves, and each planned job's round is
+//! recorded, then submitted as one heterogeneous copy job as the job's user.
 
 use super::*;
+
+/// The plain jobs' side of the mixed round, as the round's decision left it.
+pub struct PlainRound<'a> {
+    /// The cluster both policies plan over (the plain plan's node and type ids), less the
+    /// GPUs neither may give (jobs hadar does not manage, managed jobs Slurm runs that the
+    /// plain jobs do not account for); `None` when no GPU is left.
+    pub cluster: Option<&'a hadar_core::Cluster>,
+    /// The GPU type names of the managed partitions, in the cluster's order.
+    pub types: &'a [String],
+    /// The plain jobs' states (a started one with where it runs now).
+    pub jobs: &'a [JobState],
+    /// Their enforced plan (the placements the daemon carries out this round).
+    pub plan: &'a hadar_core::RoundPlan,
+}
+
 impl Forker {
-    /// Plans the forked jobs that have no open round with HadarE, over the GPUs nothing
-    /// holds (`occupied` lists `(node, type, count)` held or about to be held), and submits
-    /// one copy job per planned job. Returns the actions taken and a decision per owned job.
+    /// Plans the forked jobs that have no open round by the mixed round's forked plan (HadarE
+    /// over what `plain` leaves, [`plan_mixed`]), and submits one copy job per planned job.
+    /// Returns the actions taken and a decision per owned job.
     #[allow(clippy::too_many_arguments)]
     pub fn start_rounds(
         &mut self,
@@ -14,9 +29,8 @@ impl Forker {
         rows: &BTreeMap<u64, JobRow>,
         specs: &BTreeMap<u64, JobSpec>,
         owned: &BTreeSet<u64>,
-        nodes: &[NodeInfo],
         slurm_jobs: &[SlurmJob],
-        occupied: &[(String, String, u32)],
+        plain: &PlainRound<'_>,
         table: &ThroughputTable,
         priors: &Priors,
         now_unix: f64,
@@ -25,7 +39,6 @@ impl Forker {
         let now_s = now_unix - epoch;
         let mut done = Vec::new();
         let mut decisions = BTreeMap::new();
-        let cv = view::build(nodes, &self.partitions, occupied);
         let mut states = Vec::new();
         let mut trackers: BTreeMap<u64, ForkJob> = BTreeMap::new();
         for &id in owned {
@@ -41,29 +54,35 @@ impl Forker {
             if fj.state != ForkState::Active || open.is_some() || !held {
                 continue;
             }
-            let Some(cluster) = &cv.cluster else {
+            let Some(cluster) = plain.cluster else {
                 continue;
             };
-            let js = fork_state(store, row, spec, &fj, &cv.types, cluster, table, priors);
+            let js = fork_state(store, row, spec, &fj, plain.types, cluster, table, priors);
             states.push(js);
             trackers.insert(id, fj);
         }
-        let Some(cluster) = &cv.cluster else {
+        let Some(cluster) = plain.cluster else {
             return (done, decisions);
         };
         if states.is_empty() {
             return (done, decisions);
         }
-        states.sort_by(|a, b| a.job.arrival_order(&b.job));
+        let mut jobs: Vec<JobState> = plain.jobs.to_vec();
+        jobs.extend(states.iter().cloned());
+        jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
+        let forked: BTreeSet<JobId> = states.iter().map(JobState::id).collect();
         let input = RoundInput {
             now_s,
             round_s: self.round_s,
             restart_s: self.restart_s,
             cluster,
-            jobs: &states,
+            jobs: &jobs,
         };
-        let plan = plan_round(&self.hadare, &input);
-        if let Err(e) = plan.validate(cluster, &states) {
+        // The plain jobs were planned by the round's decision (the served policy, as
+        // `plan_mixed`'s plain policy would): their plan is given, not planned again.
+        let mixed = plan_mixed(&input, &forked, &self.hadare, |_| plain.plan.clone());
+        let plan = mixed.forked;
+        if let Some(Err(e)) = mixed.left.as_ref().map(|l| plan.validate(l, &states)) {
             tracing::error!("HadarE's plan is invalid, no copies started: {e}");
             return (done, decisions);
         }
