@@ -510,6 +510,7 @@ impl<S: SlurmApi> Daemon<S> {
             w.set_meta("round", &snap.round.to_string())
         })?;
         faults::reached("round-recorded");
+        self.keep_round(&snap, &decision);
         self.beat(snap.round, reading.took_back);
         Ok(RoundReport {
             round: snap.round,

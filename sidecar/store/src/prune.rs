@@ -5,7 +5,7 @@
 //! its tracker and rounds). [`Store::prune`] deletes what lies past the horizon and keeps
 //! everything a live job may still need: open intents (a restarted daemon reads them), the
 //! last intent of every unfinished job (the daemon reads it to tell its own release from
-//! its owner's), the last round (`hadar status`), and every record of a job that has not
+//! its owner's), the last round (`hadar status`) and its kept snapshot, and every record of a job that has not
 //! finished, forked ones included. After a prune that deleted rows the WAL is checkpointed
 //! and truncated, so freed pages are reused and the files stay the same size.
 
@@ -30,12 +30,14 @@ pub struct Pruned {
     pub intents: usize,
     /// Finished jobs (with their decisions, learned rates and fork records).
     pub jobs: usize,
+    /// Kept rounds' snapshots (`hadar replay`), pruned as the round summaries are.
+    pub snapshots: usize,
 }
 
 impl Pruned {
     /// Rows deleted in all.
     pub fn total(&self) -> usize {
-        self.rounds + self.intents + self.jobs
+        self.rounds + self.intents + self.jobs + self.snapshots
     }
 }
 
@@ -80,6 +82,19 @@ impl Store {
                     params![before_s, through],
                 )
                 .map_err(w.err())?;
+            p.snapshots = tx
+                .execute(
+                    "DELETE FROM round_snapshots
+                     WHERE round < (SELECT MAX(round) FROM round_snapshots)
+                     AND (round <= ?2 OR started_s < ?1)",
+                    params![before_s, through],
+                )
+                .map_err(w.err())?;
+            tx.execute(
+                "DELETE FROM round_inputs WHERE digest NOT IN (SELECT inputs FROM round_snapshots)",
+                [],
+            )
+            .map_err(w.err())?;
             p.intents = tx
                 .execute(
                     "DELETE FROM intents WHERE done_s IS NOT NULL
@@ -182,7 +197,8 @@ mod tests {
             Pruned {
                 rounds: 7,
                 intents: 1,
-                jobs: 1
+                jobs: 1,
+                snapshots: 0
             }
         );
         let again = s
