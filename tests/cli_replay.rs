@@ -192,6 +192,7 @@ fn a_pruned_round_says_so() {
         .prune(hadar_store::Horizon {
             before_s: 0.0,
             through_round: 1,
+            snapshots_through_round: 0,
         })
         .unwrap();
     let (code, _, err) = text(&hadar(&["--round", "1"], &db));

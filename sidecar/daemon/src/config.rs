@@ -169,6 +169,9 @@ pub struct SidecarConfig {
     /// Rounds of history (rounds and their actions) the state database keeps; whichever of
     /// this and `keep_days` passes them first deletes them.
     pub keep_rounds: u64,
+    /// Rounds whose snapshots (`hadar replay`) the state database keeps, within
+    /// `keep_rounds` and `keep_days`: a snapshot is larger than a round's summary.
+    pub keep_snapshot_rounds: u64,
     /// Seconds without a completed round after which `hadar fail-open` hands the managed
     /// jobs hadar holds back to Slurm's own scheduling.
     pub fail_open_after: f64,
@@ -206,6 +209,7 @@ impl Default for SidecarConfig {
             metrics_textfile: None,
             keep_days: 30.0,
             keep_rounds: 10_000,
+            keep_snapshot_rounds: 240,
             fail_open_after: 900.0,
             heartbeat: None,
             lease_seconds: 90.0,
@@ -398,6 +402,13 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
         "sidecar.keep_rounds",
         s.keep_rounds as f64,
         s.keep_rounds >= 1,
+        "give at least 1",
+    )?;
+    range(
+        path,
+        "sidecar.keep_snapshot_rounds",
+        s.keep_snapshot_rounds as f64,
+        s.keep_snapshot_rounds >= 1,
         "give at least 1",
     )?;
     // A round that takes its whole period plus a slow Slurm must not look like a dead

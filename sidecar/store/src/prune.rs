@@ -19,6 +19,9 @@ pub struct Horizon {
     pub before_s: f64,
     /// Rounds numbered up to this one (and intents written in them) are deleted.
     pub through_round: u64,
+    /// Kept rounds' snapshots numbered up to this one are deleted too (they are larger than
+    /// the rounds' summaries, so a site may keep fewer of them).
+    pub snapshots_through_round: u64,
 }
 
 /// Rows one prune deleted, by table.
@@ -52,6 +55,9 @@ impl Store {
     pub fn prune(&mut self, horizon: Horizon) -> Result<Pruned, StoreError> {
         let before_s = horizon.before_s;
         let through = i64::try_from(horizon.through_round).unwrap_or(i64::MAX);
+        let snapshots_through = i64::try_from(horizon.snapshots_through_round)
+            .unwrap_or(i64::MAX)
+            .max(through);
         let pruned = self.write(|w| {
             let tx = &w.tx;
             let mut p = Pruned::default();
@@ -87,7 +93,7 @@ impl Store {
                     "DELETE FROM round_snapshots
                      WHERE round < (SELECT MAX(round) FROM round_snapshots)
                      AND (round <= ?2 OR started_s < ?1)",
-                    params![before_s, through],
+                    params![before_s, snapshots_through],
                 )
                 .map_err(w.err())?;
             tx.execute(
@@ -165,6 +171,7 @@ mod tests {
             .prune(Horizon {
                 before_s: 50.0,
                 through_round: 7,
+                snapshots_through_round: 0,
             })
             .unwrap();
         let ids: Vec<u64> = s.jobs().unwrap().iter().map(|j| j.id).collect();
@@ -205,6 +212,7 @@ mod tests {
             .prune(Horizon {
                 before_s: 1e9,
                 through_round: 100,
+                snapshots_through_round: 0,
             })
             .unwrap();
         assert_eq!(

@@ -137,11 +137,12 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        // keep_rounds: rounds up to 6 go.
+        // keep_rounds: rounds up to 5 go; keep_snapshot_rounds: snapshots up to 6.
         let p = s
             .prune(Horizon {
                 before_s: 0.0,
-                through_round: 6,
+                through_round: 5,
+                snapshots_through_round: 6,
             })
             .unwrap();
         assert_eq!(p.snapshots, 6);
@@ -159,6 +160,7 @@ mod tests {
         s.prune(Horizon {
             before_s: 1e9,
             through_round: 0,
+            snapshots_through_round: 0,
         })
         .unwrap();
         assert_eq!(s.kept_rounds().unwrap(), vec![10], "the last round stays");
