@@ -212,6 +212,23 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
         "{out}"
     );
     report_shows_the_preemption(bed, &serve, id, &node);
+    every_round_replays(&serve);
+}
+
+/// `hadar replay --all` on the run's state database: every kept round of the run (placing,
+/// checkpointing on a drained node, placing again, finishing) decides the same again from
+/// its snapshot.
+fn every_round_replays(serve: &Serve) {
+    let out = serve.hadar(&["replay", "--all"]);
+    let identical = out.lines().filter(|l| l.ends_with(": identical")).count();
+    assert!(identical > 1, "more than one round replayed: {out}");
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.ends_with("all identical")),
+        "{out}"
+    );
+    eprintln!("{}", out.lines().last().unwrap_or_default());
 }
 
 /// `hadar report` on the run's state: the job's row counts its preemption, and its stretches
@@ -321,6 +338,8 @@ fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
                 j["phase"] == "finished" && j["final_state"] == "completed" && j["starts"] == 1
             })
     });
+    // Rounds of the three daemons (two of them killed) replay alike.
+    every_round_replays(&serve);
 }
 
 fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {

@@ -38,6 +38,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
         BenchCommand::Round(a) => round_bench(a),
         BenchCommand::Average(a) => average_bench(a),
         BenchCommand::ReadSlurm(a) => read_slurm_bench(a),
+        BenchCommand::Snapshot(a) => crate::bench_snapshot::run(a),
     }
 }
 
@@ -88,7 +89,7 @@ fn read_slurm_bench(a: BenchReadSlurmArgs) -> Result<(), Failure> {
 
 /// The captured answers grown to `jobs` jobs: the captured jobs copied in turn, each copy
 /// under a new id (the text copy's records renumbered the same way).
-fn scaled_answers(jobs: u32) -> anyhow::Result<(String, String)> {
+pub(crate) fn scaled_answers(jobs: u32) -> anyhow::Result<(String, String)> {
     let mut answer: serde_json::Value = serde_json::from_str(CAPTURED_JOBS_JSON)?;
     let captured = answer["jobs"]
         .as_array()

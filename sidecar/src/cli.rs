@@ -77,6 +77,17 @@ pub enum Command {
     FailOpen(FailOpenArgs),
     /// Say why a job runs where it does, or why it waits.
     Explain(ExplainArgs),
+    /// Decide a past round again from its kept snapshot and compare with what was recorded.
+    ///
+    /// Each round the daemon keeps what it read (Slurm's nodes and jobs, its own jobs,
+    /// learned rates, the site's rules), the configuration and throughput table it decided
+    /// with, and its decision (placements, actions, each job's decision), for as long as
+    /// `[sidecar] keep_rounds` and `keep_days` keep the round. Prints `round N: identical`
+    /// and exits 0 when the decision comes out the same; prints the first difference (job,
+    /// field, recorded and recomputed values) and exits 1 when not; exits 2 when the round
+    /// or the database is not there. The fork pass's decisions for `fork=yes` jobs are not
+    /// compared (they are made while enforcing, not from the snapshot).
+    Replay(ReplayArgs),
     /// Check hadar.toml against the live Slurm cluster and this machine.
     ///
     /// Lists every GPU type of the cluster and how hadar rates it (measured, estimated from
@@ -189,6 +200,25 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+/// `hadar replay` arguments.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("which").required(true).args(["round", "all"])))]
+pub struct ReplayArgs {
+    /// The daemon's state database.
+    #[arg(long, value_name = "FILE")]
+    pub state: PathBuf,
+    /// The round to replay.
+    #[arg(long, value_name = "N")]
+    pub round: Option<u64>,
+    /// Replay every kept round.
+    #[arg(long)]
+    pub all: bool,
+    /// Decide with this hadar.toml instead of the configuration the round was decided with
+    /// (to see whether an edit would change the decision).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// `hadar fail-open` arguments.
@@ -593,6 +623,29 @@ pub enum BenchCommand {
     /// daemon's readers on them. Prints the answer sizes and median milliseconds; the time
     /// Slurm takes to write the answer is not included.
     ReadSlurm(BenchReadSlurmArgs),
+    /// Measure what keeping a round for `hadar replay` costs: bytes and milliseconds.
+    ///
+    /// Builds the round a daemon would read with --jobs waiting managed jobs (Slurm's JSON
+    /// answers captured on the 26.05 test cluster, each job copied under a new id with a
+    /// hadar record) on --nodes copies of the captured nodes, decides it with the default
+    /// configuration, keeps it in a temporary state database --repetitions times, and
+    /// replays it once. Prints the kept size, the median time to encode and write it, and
+    /// the replay's time and verdict.
+    Snapshot(BenchSnapshotArgs),
+}
+
+/// `hadar bench snapshot` arguments.
+#[derive(Args, Debug)]
+pub struct BenchSnapshotArgs {
+    /// Managed jobs in the queue.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub jobs: u32,
+    /// Nodes (copies of the four captured ones).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub nodes: u32,
+    /// Timed repetitions (after one untimed warm-up).
+    #[arg(long, value_name = "N", default_value_t = 11)]
+    pub repetitions: u32,
 }
 
 /// `hadar bench read-slurm` arguments.

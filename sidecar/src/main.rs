@@ -6,6 +6,7 @@
 
 mod average;
 mod bench;
+mod bench_snapshot;
 mod check_config;
 mod cli;
 mod dry_run;
@@ -14,6 +15,7 @@ mod estimate;
 mod fork_consolidate;
 mod generate;
 mod logging;
+mod replay;
 mod report;
 mod serve;
 mod simulate;
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         cli::Command::Status(a) => serve::status(a),
         cli::Command::FailOpen(a) => serve::fail_open(a),
         cli::Command::Explain(a) => serve::explain(a),
+        cli::Command::Replay(a) => replay::run(a),
         cli::Command::CheckConfig(a) => check_config::run(a),
         cli::Command::Emulate(a) => emulate::run(a),
         cli::Command::Report(a) => serve::report(a),

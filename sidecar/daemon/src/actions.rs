@@ -6,7 +6,7 @@ use hadar_store::{JobRow, NodeGpus, Phase};
 use std::collections::BTreeMap;
 
 /// One thing to do to one job.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Action {
     /// Give a held job these GPUs and release it.
     Start {

@@ -9,13 +9,16 @@ use hadar_core::estimate::{GpuCatalog, SiteGpu};
 use hadar_core::policies::hadar::HadarConfig;
 use hadar_core::policies::hadare::HadarEConfig;
 use hadar_request::Outer;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Everything `hadar serve` reads from `hadar.toml`.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Serialized as the daemon used it (parsed, defaults filled in) into each kept round's
+/// inputs, so `hadar replay` decides with it after the file changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DaemonConfig {
     /// `[sidecar]`.
     pub sidecar: SidecarConfig,
@@ -71,7 +74,7 @@ impl DaemonConfig {
 }
 
 /// Which policy schedules the jobs that opted into forking (`#HADAR fork=yes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyChoice {
     /// Every job, `fork=yes` or not, is one gang-scheduled Slurm job placed by Hadar.
@@ -83,7 +86,7 @@ pub enum PolicyChoice {
 }
 
 /// `[fork]`: how forked (HadarE) jobs run on Slurm.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ForkConfig {
     /// The folder where each forked job gets its own folder (owned by the job's user) for
@@ -125,7 +128,7 @@ impl Default for ForkConfig {
 }
 
 /// `[sidecar]`: the daemon's own settings.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SidecarConfig {
     /// The Unix socket the plugin notifies of new jobs (a notice starts a round early).
@@ -166,6 +169,9 @@ pub struct SidecarConfig {
     /// Rounds of history (rounds and their actions) the state database keeps; whichever of
     /// this and `keep_days` passes them first deletes them.
     pub keep_rounds: u64,
+    /// Rounds whose snapshots (`hadar replay`) the state database keeps, within
+    /// `keep_rounds` and `keep_days`: a snapshot is larger than a round's summary.
+    pub keep_snapshot_rounds: u64,
     /// Seconds without a completed round after which `hadar fail-open` hands the managed
     /// jobs hadar holds back to Slurm's own scheduling.
     pub fail_open_after: f64,
@@ -203,6 +209,7 @@ impl Default for SidecarConfig {
             metrics_textfile: None,
             keep_days: 30.0,
             keep_rounds: 10_000,
+            keep_snapshot_rounds: 240,
             fail_open_after: 900.0,
             heartbeat: None,
             lease_seconds: 90.0,
@@ -395,6 +402,13 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
         "sidecar.keep_rounds",
         s.keep_rounds as f64,
         s.keep_rounds >= 1,
+        "give at least 1",
+    )?;
+    range(
+        path,
+        "sidecar.keep_snapshot_rounds",
+        s.keep_snapshot_rounds as f64,
+        s.keep_snapshot_rounds >= 1,
         "give at least 1",
     )?;
     // A round that takes its whole period plus a slow Slurm must not look like a dead

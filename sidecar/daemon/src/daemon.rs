@@ -448,12 +448,14 @@ impl<S: SlurmApi> Daemon<S> {
         result
     }
 
-    /// Deletes history older than `keep_days` or `keep_rounds` (see [`Store::prune`]).
+    /// Deletes history older than `keep_days` or `keep_rounds`, and kept rounds' snapshots
+    /// older than `keep_snapshot_rounds` (see [`Store::prune`]).
     fn prune(&mut self, now_unix: f64) -> Result<(), DaemonError> {
         let s = &self.config.sidecar;
         let horizon = Horizon {
             before_s: now_unix - self.epoch - s.keep_days * 86_400.0,
             through_round: self.round.saturating_sub(s.keep_rounds),
+            snapshots_through_round: self.round.saturating_sub(s.keep_snapshot_rounds),
         };
         let pruned = self.store.prune(horizon)?;
         if pruned.total() > 0 {
@@ -510,6 +512,7 @@ impl<S: SlurmApi> Daemon<S> {
             w.set_meta("round", &snap.round.to_string())
         })?;
         faults::reached("round-recorded");
+        self.keep_round(&snap, &decision);
         self.beat(snap.round, reading.took_back);
         Ok(RoundReport {
             round: snap.round,

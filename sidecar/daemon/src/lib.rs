@@ -18,6 +18,7 @@
 //! * [`decide`]: the round's decision from its snapshot (pure).
 //! * [`enforce`]: the decision carried out on Slurm, each action an intent first.
 //! * [`record`]: the round's summary for `hadar status` (pure).
+//! * [`replay`]: each round's snapshot kept, and its decision computed again (`hadar replay`).
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
@@ -45,6 +46,7 @@ pub mod notices;
 pub mod progress;
 pub mod reconcile;
 pub mod record;
+pub mod replay;
 pub mod sd_notify;
 pub mod shadow;
 pub mod shared;

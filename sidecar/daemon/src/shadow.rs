@@ -358,6 +358,7 @@ impl<S: SlurmApi> Shadow<S> {
         let horizon = Horizon {
             before_s: now_unix - self.epoch - s.keep_days * 86_400.0,
             through_round: self.round.saturating_sub(s.keep_rounds),
+            snapshots_through_round: 0,
         };
         self.store.prune(horizon)?;
         Ok(())

@@ -239,8 +239,10 @@ pub fn plan(
     (plan, stats)
 }
 
-/// The site's rules for one round.
-#[derive(Clone, Debug, Default)]
+/// The site's rules for one round. Kept (in a round's snapshot) as what they are derived
+/// from, Slurm's figures and the round's time ([`SiteRecord`]), and derived again on reading.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(from = "SiteRecord", into = "SiteRecord")]
 pub struct Site {
     figures: SiteFigures,
     weights: Option<PriorityWeights>,
@@ -248,6 +250,28 @@ pub struct Site {
     reservations: Vec<hadar_core::site::reservations::Reservation>,
     /// The round's time, seconds since 1970, at which reservations are judged.
     now_unix: f64,
+}
+
+/// What a [`Site`] is derived from, as a round's snapshot keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SiteRecord {
+    figures: SiteFigures,
+    now_unix: f64,
+}
+
+impl From<SiteRecord> for Site {
+    fn from(r: SiteRecord) -> Site {
+        Site::new(r.figures).at(r.now_unix)
+    }
+}
+
+impl From<Site> for SiteRecord {
+    fn from(s: Site) -> SiteRecord {
+        SiteRecord {
+            figures: s.figures,
+            now_unix: s.now_unix,
+        }
+    }
 }
 
 impl Site {

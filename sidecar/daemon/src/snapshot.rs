@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// What one round plans from: Slurm's nodes and jobs and the store's jobs, rates and the
 /// fork pass's ownership, as they stand after the round's upkeep.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RoundSnapshot {
     /// The round number.
     pub round: u64,

@@ -19,10 +19,10 @@ use hadar_core::{RateCurve, ThroughputProfile};
 use hadar_formats::{TableRate, ThroughputTable};
 use hadar_request::{Record, Scope};
 use hadar_store::LearnedRate;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A managed job's request, as the daemon uses it (decoded from the plugin's record).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// GPUs (workers) it trains with.
     pub workers: u32,

@@ -878,3 +878,49 @@ fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
     assert_eq!(started(&r), vec![2], "{r:?}");
     assert_eq!(next.store().lease().unwrap().unwrap().term, 2);
 }
+
+/// Every round of a run that starts, preempts, re-places and finishes jobs decides the same
+/// again from its kept snapshot; with another configuration the decision can differ.
+#[test]
+fn every_kept_round_replays_identically() {
+    use hadar_daemon::replay::{Replayed, replay};
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
+    slurm.submit(2, "hadar:v1 gpus=4 steps=1000 gpu-types=k80");
+    slurm.submit(3, "hadar:v1 gpus=2 type=resnet50-b64 steps=1000");
+    slurm.submit(4, "hadar:v1 gpus=4 type=transformer-b64 steps=1000");
+    slurm.submit(5, "hadar:v1 gpus=1 type=a3c steps=1000");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    d.round(1_000_001.0).unwrap();
+    slurm.schedule();
+    d.round(1_000_002.0).unwrap();
+    slurm.set_node_state("n3", NodeState::Draining);
+    d.round(1_000_003.0).unwrap();
+    slurm.finish(3);
+    slurm.submit(6, "hadar:v1 gpus=2 type=lm-b20 steps=1000");
+    d.round(1_000_004.0).unwrap();
+    slurm.schedule();
+    d.round(1_000_005.0).unwrap();
+    let store = d.store();
+    assert_eq!(store.kept_rounds().unwrap(), vec![1, 2, 3, 4, 5]);
+    for round in 1..=5 {
+        assert_eq!(
+            replay(store, round, None).unwrap(),
+            Replayed::Identical,
+            "round {round}"
+        );
+    }
+    // Decided with another configuration (priors twice as fast), round 1 differs: its
+    // rates are not the recorded ones.
+    let other = DaemonConfig::parse(
+        "other.toml",
+        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 0\nthroughput_scale = 2\n",
+    )
+    .unwrap();
+    match replay(store, 1, Some(&other)).unwrap() {
+        Replayed::Differs(diff) => assert!(diff.job.is_some(), "{diff}"),
+        Replayed::Identical => panic!("another configuration decided the same"),
+    }
+    let e = replay(store, 9, None).unwrap_err().to_string();
+    assert_eq!(e, "round 9: not run yet; the last round is 5");
+}

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Isolated steps/s per job type, GPU type and worker count.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ThroughputTable {
     /// job type -> GPU type (lower case) -> (workers, steps/s) points.
     rates: BTreeMap<String, BTreeMap<String, Vec<(u32, f64)>>>,

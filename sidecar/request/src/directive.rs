@@ -150,7 +150,7 @@ fn parse_scaled(v: &str) -> Option<f64> {
 }
 
 /// How a forked job's copies are consolidated after each round (`outer=`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Outer {
     /// `outer=mean`: the copies' steps-weighted mean.
     Mean,

@@ -9,7 +9,7 @@ use crate::{SlurmError, hostlist};
 use serde::Deserialize;
 
 /// The flags of a reservation that change who may use its nodes, and when.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReservationFlags {
     /// `MAINT`: a maintenance reservation (its nodes are also shown as `MAINT`).
     pub maint: bool,
@@ -45,7 +45,7 @@ impl ReservationFlags {
 }
 
 /// One reservation.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reservation {
     /// `ReservationName`.
     pub name: String,

@@ -6,10 +6,11 @@
 //! a pure function of the command's text.
 
 use crate::{Slurm, SlurmError};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// The priority and enforcement settings of `scontrol show config`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SiteConfig {
     /// `PriorityType=priority/multifactor`.
     pub multifactor: bool,
@@ -32,7 +33,7 @@ pub struct SiteConfig {
 }
 
 /// What a limit needs to know of one job (`squeue`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobAccount {
     /// User name.
     pub user: String,
@@ -53,7 +54,7 @@ pub struct JobAccount {
 
 /// The limits of one `*TRES*` list (`cpu=8,mem=16G,gres/gpu=4,gres/gpu:v100=2`) that hadar
 /// honours.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TresLimits {
     /// `gres/gpu`: GPUs of any type.
     pub gpus: Option<u32>,
@@ -73,7 +74,7 @@ impl TresLimits {
 }
 
 /// A QOS's priority and GPU and job limits (`sacctmgr show qos`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct QosFigures {
     /// Name.
     pub name: String,
@@ -96,7 +97,7 @@ pub struct QosFigures {
 }
 
 /// An association's limits (`sacctmgr show assoc`): an account's when `user` is `None`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AssocFigures {
     /// Account.
     pub account: String,
@@ -123,7 +124,7 @@ pub struct AssocFigures {
 }
 
 /// A partition's priority factor and time limit (`scontrol show partition`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PartitionFigures {
     /// Name.
     pub name: String,
@@ -134,13 +135,14 @@ pub struct PartitionFigures {
 }
 
 /// Everything of the site's rules that hadar reads in a round.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SiteFigures {
     /// Priority and enforcement settings.
     pub config: SiteConfig,
     /// Per job id.
     pub jobs: HashMap<u64, JobAccount>,
     /// `sshare`'s FairShare per (account, user); empty without multifactor.
+    #[serde(with = "pairs")]
     pub fairshare: HashMap<(String, String), f64>,
     /// QOS; empty without accounting.
     pub qos: Vec<QosFigures>,
@@ -152,6 +154,25 @@ pub struct SiteFigures {
     pub partitions: Vec<PartitionFigures>,
     /// Advance reservations (`scontrol show reservation`).
     pub reservations: Vec<crate::reservation::Reservation>,
+}
+
+/// A map keyed by `(account, user)` as JSON writes it: a list of `[[account, user], value]`
+/// (a JSON object's keys are strings only), sorted so the same map reads the same.
+mod pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::HashMap;
+
+    type Key = (String, String);
+
+    pub fn serialize<S: Serializer>(map: &HashMap<Key, f64>, s: S) -> Result<S::Ok, S::Error> {
+        let mut entries: Vec<(&Key, &f64)> = map.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        entries.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashMap<Key, f64>, D::Error> {
+        Ok(Vec::<(Key, f64)>::deserialize(d)?.into_iter().collect())
+    }
 }
 
 fn bad(what: &'static str, detail: String) -> SlurmError {

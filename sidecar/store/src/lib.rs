@@ -13,6 +13,7 @@ pub mod fork;
 pub mod intent;
 mod prune;
 mod schema;
+mod snapshots;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,7 @@ pub use intent::{IntentKind, Outcome};
 pub use lease::{Lease, LeaseGrant};
 pub use prune::{Horizon, Pruned};
 pub use schema::SCHEMA_VERSION;
+pub use snapshots::KeptRound;
 
 pub mod lease;
 

@@ -5,7 +5,7 @@
 //! its tracker and rounds). [`Store::prune`] deletes what lies past the horizon and keeps
 //! everything a live job may still need: open intents (a restarted daemon reads them), the
 //! last intent of every unfinished job (the daemon reads it to tell its own release from
-//! its owner's), the last round (`hadar status`), and every record of a job that has not
+//! its owner's), the last round (`hadar status`) and its kept snapshot, and every record of a job that has not
 //! finished, forked ones included. After a prune that deleted rows the WAL is checkpointed
 //! and truncated, so freed pages are reused and the files stay the same size.
 
@@ -19,6 +19,9 @@ pub struct Horizon {
     pub before_s: f64,
     /// Rounds numbered up to this one (and intents written in them) are deleted.
     pub through_round: u64,
+    /// Kept rounds' snapshots numbered up to this one are deleted too (they are larger than
+    /// the rounds' summaries, so a site may keep fewer of them).
+    pub snapshots_through_round: u64,
 }
 
 /// Rows one prune deleted, by table.
@@ -30,12 +33,14 @@ pub struct Pruned {
     pub intents: usize,
     /// Finished jobs (with their decisions, learned rates and fork records).
     pub jobs: usize,
+    /// Kept rounds' snapshots (`hadar replay`), pruned as the round summaries are.
+    pub snapshots: usize,
 }
 
 impl Pruned {
     /// Rows deleted in all.
     pub fn total(&self) -> usize {
-        self.rounds + self.intents + self.jobs
+        self.rounds + self.intents + self.jobs + self.snapshots
     }
 }
 
@@ -50,6 +55,9 @@ impl Store {
     pub fn prune(&mut self, horizon: Horizon) -> Result<Pruned, StoreError> {
         let before_s = horizon.before_s;
         let through = i64::try_from(horizon.through_round).unwrap_or(i64::MAX);
+        let snapshots_through = i64::try_from(horizon.snapshots_through_round)
+            .unwrap_or(i64::MAX)
+            .max(through);
         let pruned = self.write(|w| {
             let tx = &w.tx;
             let mut p = Pruned::default();
@@ -80,6 +88,19 @@ impl Store {
                     params![before_s, through],
                 )
                 .map_err(w.err())?;
+            p.snapshots = tx
+                .execute(
+                    "DELETE FROM round_snapshots
+                     WHERE round < (SELECT MAX(round) FROM round_snapshots)
+                     AND (round <= ?2 OR started_s < ?1)",
+                    params![before_s, snapshots_through],
+                )
+                .map_err(w.err())?;
+            tx.execute(
+                "DELETE FROM round_inputs WHERE digest NOT IN (SELECT inputs FROM round_snapshots)",
+                [],
+            )
+            .map_err(w.err())?;
             p.intents = tx
                 .execute(
                     "DELETE FROM intents WHERE done_s IS NOT NULL
@@ -150,6 +171,7 @@ mod tests {
             .prune(Horizon {
                 before_s: 50.0,
                 through_round: 7,
+                snapshots_through_round: 0,
             })
             .unwrap();
         let ids: Vec<u64> = s.jobs().unwrap().iter().map(|j| j.id).collect();
@@ -182,13 +204,15 @@ mod tests {
             Pruned {
                 rounds: 7,
                 intents: 1,
-                jobs: 1
+                jobs: 1,
+                snapshots: 0
             }
         );
         let again = s
             .prune(Horizon {
                 before_s: 1e9,
                 through_round: 100,
+                snapshots_through_round: 0,
             })
             .unwrap();
         assert_eq!(

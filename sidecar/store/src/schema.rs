@@ -3,7 +3,7 @@
 //! transaction, when the daemon opens it; a newer one is refused rather than misread.
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Creates every table of version 1 (run once, in the transaction that creates the
 /// database; the migrations then bring it to [`SCHEMA_VERSION`]).
@@ -45,6 +45,18 @@ CREATE TABLE lease (
     id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL,
     expires_unix REAL NOT NULL, term INTEGER NOT NULL);
 ALTER TABLE intents ADD COLUMN holder TEXT;
+",
+    ),
+    (
+        3,
+        // Version 4: each round's snapshot and decision, for `hadar replay`; the inputs a
+        // round was decided with besides its snapshot (the configuration as the daemon used
+        // it and the throughput table) are kept once per distinct content, by digest.
+        "
+CREATE TABLE round_inputs (digest TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE round_snapshots (
+    round INTEGER PRIMARY KEY, started_s REAL NOT NULL,
+    inputs TEXT NOT NULL REFERENCES round_inputs(digest), data TEXT NOT NULL);
 ",
     ),
 ];

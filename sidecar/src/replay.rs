@@ -1,0 +1,74 @@
+//! `hadar replay`: past rounds decided again from their kept snapshots
+//! ([`hadar_daemon::replay`]), one line per round.
+
+use crate::Failure;
+use crate::cli::ReplayArgs;
+use anyhow::anyhow;
+use hadar_daemon::DaemonConfig;
+use hadar_daemon::replay::{self, ReplayError, Replayed};
+use hadar_store::Store;
+
+/// Runs `hadar replay`: exit 0 when every round asked for is identical, 1 when one differs
+/// (or cannot be decided again), 2 when a round or the database is not there.
+pub fn run(a: ReplayArgs) -> Result<(), Failure> {
+    if !a.state.exists() {
+        return Err(Failure::input(anyhow!(
+            "no state database at {}",
+            a.state.display()
+        )));
+    }
+    let store = Store::open_read_only(&a.state).map_err(Failure::input)?;
+    let config = a
+        .config
+        .as_deref()
+        .map(DaemonConfig::load)
+        .transpose()
+        .map_err(Failure::input)?;
+    let rounds = match a.round {
+        Some(n) => vec![n],
+        None => store.kept_rounds().map_err(Failure::input)?,
+    };
+    if rounds.is_empty() {
+        return Err(Failure::input(anyhow!(
+            "{} keeps no rounds (none has run, or they were recorded by a hadar without replay)",
+            a.state.display()
+        )));
+    }
+    let mut differ = 0;
+    for n in &rounds {
+        match replay::replay(&store, *n, config.as_ref()) {
+            Ok(Replayed::Identical) => println!("round {n}: identical"),
+            Ok(Replayed::Differs(d)) => {
+                differ += 1;
+                println!("round {n}: differs: {d}");
+            }
+            Err(e @ (ReplayError::NotKept { .. } | ReplayError::Store(_))) => {
+                return Err(Failure::input(e));
+            }
+            Err(e) => {
+                differ += 1;
+                println!("round {n}: not replayed: {e}");
+            }
+        }
+    }
+    if a.all {
+        println!(
+            "replayed {} rounds ({} to {}): {}",
+            rounds.len(),
+            rounds[0],
+            rounds[rounds.len() - 1],
+            if differ == 0 {
+                "all identical".to_string()
+            } else {
+                format!("{differ} not identical")
+            }
+        );
+    }
+    if differ > 0 {
+        return Err(Failure::runtime(anyhow!(
+            "{differ} of {} rounds did not replay identically",
+            rounds.len()
+        )));
+    }
+    Ok(())
+}
