@@ -47,7 +47,7 @@ impl Scheduler {
     }
 }
 
-/// The test cluster's timing, as measured on it (docs/prediction.md says how).
+/// The test cluster's timing (docs/prediction.md).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timing {
     /// Slurm alone: seconds from a job's GPUs being free (or its submission) to its end,
@@ -70,7 +70,8 @@ pub struct Timing {
 }
 
 impl Default for Timing {
-    /// The figures measured on the test cluster (docs/prediction.md).
+    /// First estimates for the test cluster (docs/prediction.md); each run prints what it
+    /// observed, and `--model` changes them.
     fn default() -> Self {
         Timing {
             slurm_start_s: 2.0,
