@@ -163,9 +163,9 @@ pub fn simulate_with(
             cfg.round_s
         )));
     }
-    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s <= cfg.round_s) {
         return Err(SimError::InvalidConfig(format!(
-            "restart cost must be at least 0 and shorter than a round ({} s), got {}",
+            "restart cost must be at least 0 and at most a round ({} s), got {}",
             cfg.round_s, cfg.restart_s
         )));
     }
@@ -299,9 +299,15 @@ pub fn simulate_with(
                 t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
             let starts = t.state.placement.as_ref() != Some(&a.placement);
             let forked = a.placement.kind() == PlacementKind::Forked;
-            let overhead =
+            // Overheads longer than a round carry into the job's next rounds while it keeps
+            // its placement (a 3 s restart plus a 2 s start in 3 s rounds, as the daemon has
+            // on the test cluster); a new placement starts a new debt.
+            let owed =
                 cfg.model
-                    .overhead_s(cfg.restart_s, restarted, starts, forked, cfg.round_s);
+                    .overhead_s(cfg.restart_s, restarted, starts, forked, f64::INFINITY)
+                    + if starts { 0.0 } else { t.owed_s };
+            let overhead = owed.min(cfg.round_s);
+            t.owed_s = owed - overhead;
             // A forked job's copies are new Slurm jobs every round: nothing holds it to types.
             if !forked {
                 t.held.get_or_insert_with(|| a.placement.types());
@@ -488,6 +494,8 @@ struct Tracked {
     restarts: u32,
     /// The GPU types of its first placement (kept when the model says so).
     held: Option<Vec<hadar_core::GpuType>>,
+    /// Overhead seconds still to pay from a previous round, on the same placement.
+    owed_s: f64,
     stop_s: f64,
     /// Integral of the number of active jobs over the job's time in the system.
     contention_s: f64,
@@ -501,6 +509,7 @@ impl Tracked {
             truth: job,
             restarts: 0,
             held: None,
+            owed_s: 0.0,
             stop_s: 0.0,
             contention_s: 0.0,
             in_system_s: 0.0,

@@ -12,7 +12,9 @@ pub struct ClusterModel {
     /// before its first step: Slurm's release, prolog and launch.
     pub start_latency_s: f64,
     /// Seconds a forked job loses at the start of every round it runs: its copies are jobs
-    /// started anew each round.
+    /// started anew each round. When set, it is all a forked round loses: a copy job starts
+    /// from the last checkpoint on whatever GPUs it gets, so neither the restart cost nor
+    /// the start latency is added when the copies land elsewhere.
     pub copy_startup_s: f64,
     /// A started job keeps the GPU types of its first placement for its life (Slurm 22.05
     /// keeps the types of a typed request): policies see it only on those types.
@@ -21,20 +23,28 @@ pub struct ClusterModel {
 
 impl ClusterModel {
     /// Checks the figures against the round length: each must be a number of seconds at
-    /// least 0 and, with the restart cost, under a round.
+    /// least 0 and at most a round (together they may exceed one: what a round cannot
+    /// hold is paid in the job's next rounds), and a copy's start-up under a round (else a
+    /// forked job would never train).
     pub fn validate(&self, round_s: f64, restart_s: f64) -> Result<(), String> {
         for (name, v) in [
+            ("restart cost", restart_s),
             ("start latency", self.start_latency_s),
             ("copy start-up", self.copy_startup_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be at least 0 seconds, got {v}"));
             }
+            if v > round_s {
+                return Err(format!(
+                    "{name} ({v} s) must be at most a round ({round_s} s)"
+                ));
+            }
         }
-        let worst = restart_s + self.start_latency_s.max(self.copy_startup_s);
-        if worst >= round_s {
+        if self.copy_startup_s > 0.0 && self.copy_startup_s >= round_s {
             return Err(format!(
-                "restart cost plus start latency or copy start-up ({worst} s) must be shorter than a round ({round_s} s)"
+                "copy start-up ({} s) must be shorter than a round ({round_s} s)",
+                self.copy_startup_s
             ));
         }
         Ok(())
@@ -42,7 +52,7 @@ impl ClusterModel {
 
     /// Seconds a job loses at the start of its round: the restart cost when `restarted`, the
     /// start latency when it `starts` on GPUs it did not hold, the copies' start-up when
-    /// `forked`; never the whole round.
+    /// `forked` (only that when the copies' start-up is set); never the whole round.
     pub fn overhead_s(
         &self,
         restart_s: f64,
@@ -51,6 +61,9 @@ impl ClusterModel {
         forked: bool,
         round_s: f64,
     ) -> f64 {
+        if forked && self.copy_startup_s > 0.0 {
+            return self.copy_startup_s.min(round_s);
+        }
         let mut s = 0.0;
         if restarted {
             s += restart_s;
@@ -130,9 +143,19 @@ mod tests {
         assert_eq!(m.overhead_s(10.0, false, false, false, 60.0), 0.0);
         assert_eq!(m.overhead_s(10.0, true, true, false, 60.0), 15.0);
         assert_eq!(m.overhead_s(10.0, false, false, true, 60.0), 7.0);
-        assert_eq!(m.overhead_s(100.0, true, true, true, 60.0), 60.0);
+        // A forked round's copies start anew anyway: moving them costs nothing more.
+        assert_eq!(m.overhead_s(10.0, true, true, true, 60.0), 7.0);
+        assert_eq!(m.overhead_s(100.0, true, true, false, 60.0), 60.0);
+        let no_copies = ClusterModel {
+            copy_startup_s: 0.0,
+            ..m.clone()
+        };
+        assert_eq!(no_copies.overhead_s(10.0, true, true, true, 60.0), 15.0);
         assert!(m.validate(60.0, 10.0).is_ok());
-        assert!(m.validate(15.0, 10.0).is_err());
+        // Together over a round is fine (paid over several rounds); one alone is not.
+        assert!(m.validate(15.0, 10.0).is_ok());
+        assert!(m.validate(9.0, 10.0).unwrap_err().contains("restart cost"));
+        assert!(m.validate(7.0, 0.0).unwrap_err().contains("copy start-up"));
         let bad = ClusterModel {
             start_latency_s: -1.0,
             ..m

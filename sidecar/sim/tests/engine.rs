@@ -423,3 +423,59 @@ fn the_cluster_model_charges_start_latency_and_holds_a_started_job_to_its_types(
     assert_eq!(free_ttd, 1180.0);
     assert_eq!(kept_ttd, 2000.0);
 }
+
+/// Runs every job on node 0 in its first round and on node 1 after.
+struct MoveOnce {
+    round: u32,
+}
+
+impl Policy for MoveOnce {
+    fn name(&self) -> &str {
+        "move-once"
+    }
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+        let node = NodeId(self.round.min(1));
+        self.round += 1;
+        let mut plan = RoundPlan::default();
+        for js in input.jobs {
+            plan.assignments.push(Assignment {
+                job: js.id(),
+                placement: Placement::gang(vec![Part {
+                    node,
+                    gpu_type: GpuType(0),
+                    gpus: 1,
+                }]),
+                rate: 1.0,
+                payoff: None,
+            });
+        }
+        plan
+    }
+}
+
+#[test]
+fn overheads_longer_than_a_round_carry_into_the_next_rounds() {
+    // 3 s rounds, a 3 s restart and a 2 s start latency, as the daemon has on the test
+    // cluster: the move in round 1 costs 5 s, 3 s in it and 2 s in round 2.
+    let cfg = SimConfig {
+        round_s: 3.0,
+        restart_s: 3.0,
+        model: hadar_sim::ClusterModel {
+            start_latency_s: 2.0,
+            ..Default::default()
+        },
+        ..SimConfig::default()
+    };
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 10.0, 1.0)],
+    };
+    let mut steps = Vec::new();
+    let r = simulate_observed(&w, &mut MoveOnce { round: 0 }, &cfg, &mut |rec| {
+        steps.push(rec.runs[0].steps)
+    })
+    .unwrap();
+    assert_eq!(steps, vec![1.0, 0.0, 1.0, 3.0, 3.0, 2.0]);
+    assert_eq!(r.jobs[0].finish_s, 17.0);
+    assert_eq!(r.jobs[0].restarts, 1);
+}

@@ -17,6 +17,15 @@
 //! job one gang-scheduled Slurm job) and with `policy = "hadare"` (each job `fork=yes`, run
 //! as rounds of copies through the fork runner and averaged), and prints makespan, average
 //! JCT and GPU utilisation of each (see [`trace_mode`]).
+//!
+//! With `--predict --seeds 1,2,3,4` it runs each seed's workload three ways (Slurm alone,
+//! `hadar serve` with Hadar, with HadarE) and the same workload in the simulator with the
+//! test cluster's model, and prints predicted against measured JCT and makespan
+//! ([`predict`]).
+
+mod accuracy;
+mod model;
+mod predict;
 
 use hadar_formats::short_name;
 use hadar_slurm_testbed::{Options, Testbed};
@@ -25,7 +34,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// One job of the workload.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct WorkJob {
     job_type: String,
     workers: u32,
@@ -39,6 +48,8 @@ struct RunResult {
     makespan_s: f64,
     avg_jct_s: f64,
     jobs: usize,
+    /// Per job, in workload order.
+    times: Vec<predict::JobTimes>,
 }
 
 struct Args {
@@ -53,6 +64,8 @@ struct Args {
     json: bool,
     /// `--no-lookahead`: the daemon runs with `[hadar] earliest_finish_types = false`.
     no_lookahead: bool,
+    /// `--predict`: the prediction table (with `--seeds`, `--record`, `--from`, `--model`).
+    predict: predict::PredictArgs,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 1,
         json: false,
         no_lookahead: false,
+        predict: predict::PredictArgs::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -112,8 +126,19 @@ fn parse_args() -> Result<Args, String> {
                     .filter(|x: &f64| x.is_finite() && *x >= 4.0)
                     .ok_or("--round: give at least 4 seconds")?
             }
+            "--predict" => a.predict.on = true,
+            "--schedulers" => a.predict.schedulers = predict::parse_schedulers(&v()?)?,
+            "--seeds" => a.predict.seeds = predict::parse_seeds(&v()?)?,
+            "--record" => a.predict.record = Some(PathBuf::from(v()?)),
+            "--from" => a.predict.from = Some(PathBuf::from(v()?)),
+            "--model" => predict::set_timing(&mut a.predict.timing, &v()?)?,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.predict.from.is_some() {
+        // Recomputing from a record needs no cluster and no binary.
+        a.predict.on = true;
+        return Ok(a);
     }
     if a.policies != a.trace.is_some() {
         return Err("--policies hadar,hadare and --trace FILE go together".into());
@@ -213,6 +238,7 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut submit = Vec::new();
     let mut end = Vec::new();
+    let mut times = Vec::new();
     for id in &ids {
         let left = deadline.saturating_duration_since(Instant::now());
         let info = bed
@@ -228,6 +254,16 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
         };
         submit.push(t("SubmitTime")? as f64);
         end.push(t("EndTime")? as f64);
+        times.push(predict::JobTimes {
+            id: u64::from(*id),
+            submit: t("SubmitTime")? as f64,
+            start: t("StartTime")? as f64,
+            end: t("EndTime")? as f64,
+            restarts: info
+                .field("Restarts")
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0),
+        });
     }
     let first = submit.iter().copied().fold(f64::INFINITY, f64::min);
     let last = end.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -236,6 +272,7 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
         makespan_s: last - first,
         avg_jct_s: jct,
         jobs: ids.len(),
+        times,
     })
 }
 
@@ -287,6 +324,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.predict.on {
+        return predict::predict_mode(&a);
+    }
     if a.policies {
         return trace_mode(&a);
     }
@@ -408,6 +448,12 @@ struct PolicyResult {
     makespan_s: f64,
     avg_jct_s: f64,
     utilisation: f64,
+    /// Per job, in the order submitted.
+    times: Vec<predict::JobTimes>,
+    /// HadarE's copy jobs, as Slurm last showed them.
+    copies: Vec<predict::CopyJob>,
+    /// The daemon's config file.
+    config: String,
 }
 
 /// Runs the trace with `hadar serve` under `policy` and measures it. GPU utilisation is the mean, over
@@ -419,6 +465,7 @@ fn run_policy(
     jobs: &[TraceJob],
     scale: f64,
     forked: bool,
+    round_s: f64,
 ) -> Result<PolicyResult, String> {
     use std::os::unix::fs::PermissionsExt;
     let policy = if forked { "hadare" } else { "hadar" };
@@ -437,11 +484,11 @@ fn run_policy(
         bed.path("etc/slurm.conf").display(),
         bed.path("run/hadar.sock").display(),
         state.display(),
-        a.round_s,
+        round_s,
         dir.join("spool").display(),
         runner.display(),
     );
-    std::fs::write(&config, text).map_err(|e| e.to_string())?;
+    std::fs::write(&config, &text).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
     let mut daemon = Command::new(&a.hadar)
         .args(["serve", "--config"])
@@ -453,7 +500,8 @@ fn run_policy(
         .stderr(log)
         .spawn()
         .map_err(|e| format!("starting hadar serve: {e}"))?;
-    let result = submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner);
+    let result = submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner)
+        .map(|r| PolicyResult { config: text, ..r });
     // Whatever happened, no job of this run may outlive it (job processes survive their
     // slurmd on this test cluster and would report into the next run's jobs).
     let _ = bed.cancel_all();
@@ -519,6 +567,7 @@ fn submit_and_measure(
     }
     let deadline = Instant::now() + Duration::from_secs(3600);
     let mut samples: Vec<u32> = Vec::new();
+    let mut copies: std::collections::BTreeMap<String, predict::CopyJob> = Default::default();
     loop {
         let text = bed
             .client("scontrol", &["-d", "show", "job"])
@@ -530,8 +579,12 @@ fn submit_and_measure(
             .flat_map(|j| j.gpu_parts())
             .map(|(_, _, c)| c)
             .sum();
-        let mine: Vec<&hadar_slurm::SlurmJob> =
+        for j in all.iter().filter(|j| j.name.starts_with("hadar-fork-")) {
+            predict::note_copy(&mut copies, j);
+        }
+        let mut mine: Vec<&hadar_slurm::SlurmJob> =
             all.iter().filter(|j| ids.contains(&j.id)).collect();
+        mine.sort_by_key(|j| ids.iter().position(|i| *i == j.id));
         if let Some(bad) = mine
             .iter()
             .find(|j| j.status.is_terminal() && j.status != hadar_slurm::JobStatus::Completed)
@@ -549,10 +602,23 @@ fn submit_and_measure(
                 / ids.len() as f64;
             let mean_busy =
                 samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
+            let times = mine
+                .iter()
+                .map(|j| predict::JobTimes {
+                    id: j.id,
+                    submit: j.submit_time.unwrap_or(0) as f64,
+                    start: j.start_time.unwrap_or(0) as f64,
+                    end: j.end_time.unwrap_or(0) as f64,
+                    restarts: j.restarts,
+                })
+                .collect();
             return Ok(PolicyResult {
                 makespan_s: last - first,
                 avg_jct_s: jct,
                 utilisation: mean_busy / total_gpus.max(1) as f64,
+                times,
+                copies: copies.into_values().collect(),
+                config: String::new(),
             });
         }
         samples.push(busy);
@@ -592,7 +658,7 @@ fn trace_mode(a: &Args) -> ExitCode {
     eprintln!("{} jobs, time scale {scale:.1}", jobs.len());
     let mut results = Vec::new();
     for forked in [false, true] {
-        match run_policy(&bed, a, &jobs, scale, forked) {
+        match run_policy(&bed, a, &jobs, scale, forked, a.round_s) {
             Ok(r) => results.push(r),
             Err(e) => {
                 eprintln!(

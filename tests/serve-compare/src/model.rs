@@ -1,0 +1,364 @@
+//! The test cluster as the simulator models it, and a measured workload turned into the
+//! simulator's input: the same jobs (Gavel's rates, the steps each ran, the moments they were
+//! submitted) on the same nodes, played through the policy each scheduler runs.
+//!
+//! * **Slurm alone**: `hadar_core::policies::slurm_backfill` (FIFO with backfill,
+//!   non-preemptive), each job held to the type it asked for. Slurm is event-driven, so the
+//!   simulator plays it in 1 s rounds; its start latency (launch, the program's start-up and
+//!   end) is longer than such a round, and a job that never moves pays it exactly once, so it
+//!   is added to the job's run on its one type.
+//! * **`hadar serve` with Hadar**: `hadar_core::passes::served` over Hadar, configured from the
+//!   daemon's own config file, in the daemon's rounds, with its restart cost and the start
+//!   latency measured on the cluster.
+//! * **`hadar serve` with HadarE** (every job `fork=yes`): HadarE's `plan_round`, the code
+//!   the daemon's fork pass calls, in the daemon's rounds, each round costing the copies'
+//!   start-up; a job ends a little after its last round (`finish_s`: the daemon counts the
+//!   round at its next round, releases the job, and its finish step runs).
+
+use crate::WorkJob;
+use hadar_core::passes::served::ServedPolicy;
+use hadar_core::policies::slurm_backfill::SlurmBackfill;
+use hadar_core::policies::{hadar::HadarPolicy, hadare::HadarEPolicy};
+use hadar_core::{Cluster, Job, JobId, Node, Policy, RateCurve, ThroughputProfile};
+use hadar_sim::{ClusterModel, SimConfig, Workload};
+
+/// The three ways a workload is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduler {
+    /// Slurm alone, each job asking for its fastest type.
+    Slurm,
+    /// `hadar serve`, `policy = "hadar"`.
+    Hadar,
+    /// `hadar serve`, `policy = "hadare"`, every job `fork=yes`.
+    HadarE,
+}
+
+impl Scheduler {
+    /// All three, in the order they run.
+    pub const ALL: [Scheduler; 3] = [Scheduler::Slurm, Scheduler::Hadar, Scheduler::HadarE];
+
+    /// The name used in tables and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheduler::Slurm => "slurm",
+            Scheduler::Hadar => "hadar",
+            Scheduler::HadarE => "hadare",
+        }
+    }
+}
+
+/// The test cluster's timing (docs/prediction.md).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Timing {
+    /// Slurm alone: seconds from a job's GPUs being free (or its submission) to its end,
+    /// beyond its training time: scheduling, launch, the program's start and exit.
+    pub slurm_start_s: f64,
+    /// `hadar serve`'s round (`round_seconds`) with Hadar.
+    pub hadar_round_s: f64,
+    /// `restart_seconds` of the daemon with Hadar: checkpoint, requeue and reload.
+    pub hadar_restart_s: f64,
+    /// With Hadar, seconds a job loses each time it starts: the release, Slurm's start, the
+    /// program's start-up.
+    pub hadar_start_s: f64,
+    /// `hadar serve`'s round with HadarE.
+    pub hadare_round_s: f64,
+    /// With HadarE, seconds of each round a forked job's copies do not train: the copy
+    /// job's submission and start, the runner's and program's start-up, the deadline margin.
+    pub hadare_copy_startup_s: f64,
+    /// With HadarE, seconds from the end of a job's last round to its end in Slurm.
+    pub hadare_finish_s: f64,
+}
+
+impl Default for Timing {
+    /// First estimates for the test cluster (docs/prediction.md); each run prints what it
+    /// observed, and `--model` changes them.
+    fn default() -> Self {
+        Timing {
+            slurm_start_s: 2.0,
+            hadar_round_s: 3.0,
+            hadar_restart_s: 3.0,
+            hadar_start_s: 2.0,
+            hadare_round_s: 10.0,
+            hadare_copy_startup_s: 4.0,
+            hadare_finish_s: 5.0,
+        }
+    }
+}
+
+/// The cluster from its nodes' names and typed GPU counts (as `scontrol show node` gives
+/// them); types in order of first appearance.
+pub fn cluster_of(nodes: &[(String, Vec<(String, u32)>)]) -> Result<Cluster, String> {
+    let mut types: Vec<String> = Vec::new();
+    for (_, gpus) in nodes {
+        for (t, _) in gpus {
+            if !types.contains(t) {
+                types.push(t.clone());
+            }
+        }
+    }
+    let nodes = nodes
+        .iter()
+        .map(|(name, gpus)| Node {
+            name: name.clone(),
+            gpus: types
+                .iter()
+                .map(|t| gpus.iter().filter(|(g, _)| g == t).map(|(_, c)| c).sum())
+                .collect(),
+        })
+        .collect();
+    Cluster::new(types, nodes).map_err(|e| format!("the test cluster: {e}"))
+}
+
+/// The simulator's jobs for a measured workload: job `i` is `work[i]`, arriving
+/// `arrivals[i]` seconds after the first submission, with Gavel's unscaled rates and its
+/// steps divided by the time scale (so it runs as many seconds as on the cluster). For
+/// `Scheduler::Slurm` each job can run only on the type it asked for, and its start
+/// latency is added to its run there.
+pub fn sim_jobs(
+    work: &[WorkJob],
+    arrivals: &[f64],
+    scale: f64,
+    cluster: &Cluster,
+    who: Scheduler,
+    timing: &Timing,
+) -> Result<Vec<Job>, String> {
+    if work.len() != arrivals.len() {
+        return Err(format!(
+            "{} jobs but {} submission times",
+            work.len(),
+            arrivals.len()
+        ));
+    }
+    let table = hadar_formats::embedded::throughputs().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for (i, (j, at)) in work.iter().zip(arrivals).enumerate() {
+        let name = table
+            .resolve_job_type(&j.job_type)
+            .ok_or_else(|| format!("job {i}: unknown job type {}", j.job_type))?
+            .to_string();
+        let mut profile = table
+            .profile(&name, cluster)
+            .ok_or_else(|| format!("job {i}: no rates for {name}"))?;
+        let mut steps = j.steps as f64 / scale;
+        if who == Scheduler::Slurm {
+            let t = cluster
+                .type_by_name(&j.fastest)
+                .ok_or_else(|| format!("job {i}: the cluster has no {}", j.fastest))?;
+            let rate = profile
+                .rate(t, j.workers)
+                .ok_or_else(|| format!("job {i}: {name} has no rate on {}", j.fastest))?;
+            profile = ThroughputProfile::new(
+                cluster
+                    .types()
+                    .map(|u| {
+                        if u == t {
+                            profile.curve(u).clone()
+                        } else {
+                            RateCurve::default()
+                        }
+                    })
+                    .collect(),
+            );
+            steps += timing.slurm_start_s * rate;
+        }
+        out.push(Job {
+            id: JobId(i as u64),
+            kind: name,
+            arrival_s: *at,
+            workers: j.workers,
+            total_steps: steps,
+            weight: 1.0,
+            throughput: profile,
+        });
+    }
+    Ok(out)
+}
+
+/// The simulator's settings and policy for one scheduler; `config` is the daemon's config
+/// file text (its `[hadar]`, `[hadare]` and look-ahead settings are the policies').
+pub fn sim_setup(
+    who: Scheduler,
+    timing: &Timing,
+    config: &str,
+) -> Result<(SimConfig, Box<dyn Policy>), String> {
+    let c =
+        hadar_daemon::DaemonConfig::parse("daemon config", config).map_err(|e| e.to_string())?;
+    Ok(match who {
+        Scheduler::Slurm => (
+            SimConfig {
+                round_s: 1.0,
+                ..SimConfig::default()
+            },
+            Box::new(SlurmBackfill::new()),
+        ),
+        Scheduler::Hadar => (
+            SimConfig {
+                round_s: timing.hadar_round_s,
+                restart_s: timing.hadar_restart_s,
+                model: ClusterModel {
+                    start_latency_s: timing.hadar_start_s,
+                    ..ClusterModel::default()
+                },
+                ..SimConfig::default()
+            },
+            Box::new(ServedPolicy::new(
+                c.served(),
+                Box::new(HadarPolicy::new(c.hadar.clone())),
+            )),
+        ),
+        Scheduler::HadarE => (
+            SimConfig {
+                round_s: timing.hadare_round_s,
+                restart_s: c.sidecar.restart_seconds,
+                model: ClusterModel {
+                    copy_startup_s: timing.hadare_copy_startup_s,
+                    ..ClusterModel::default()
+                },
+                ..SimConfig::default()
+            },
+            Box::new(HadarEPolicy::new(c.hadare.clone())),
+        ),
+    })
+}
+
+/// A prediction: each job's completion time (in `work` order) and the makespan, seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Predicted {
+    pub jct_s: Vec<f64>,
+    pub makespan_s: f64,
+}
+
+/// Plays the measured workload through the simulator as `who` runs it.
+pub fn predict(
+    work: &[WorkJob],
+    arrivals: &[f64],
+    scale: f64,
+    cluster: &Cluster,
+    who: Scheduler,
+    timing: &Timing,
+    config: &str,
+) -> Result<Predicted, String> {
+    let jobs = sim_jobs(work, arrivals, scale, cluster, who, timing)?;
+    let (cfg, mut policy) = sim_setup(who, timing, config)?;
+    let w = Workload {
+        cluster: cluster.clone(),
+        jobs,
+    };
+    let report = hadar_sim::simulate(&w, policy.as_mut(), &cfg)
+        .map_err(|e| format!("simulating {}: {e}", who.as_str()))?;
+    let extra = if who == Scheduler::HadarE {
+        timing.hadare_finish_s
+    } else {
+        0.0
+    };
+    let mut jct = vec![f64::NAN; work.len()];
+    let mut last = f64::NEG_INFINITY;
+    for o in &report.jobs {
+        jct[o.id.0 as usize] = o.jct_s() + extra;
+        last = last.max(o.finish_s + extra);
+    }
+    let first = arrivals.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok(Predicted {
+        jct_s: jct,
+        makespan_s: last - first,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn test_cluster() -> Cluster {
+        let n = |name: &str, g: &[(&str, u32)]| {
+            (
+                name.to_string(),
+                g.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
+            )
+        };
+        cluster_of(&[
+            n("n1", &[("v100", 4)]),
+            n("n2", &[("p100", 4)]),
+            n("n3", &[("k80", 4)]),
+            n("n4", &[("v100", 2), ("k80", 2)]),
+        ])
+        .unwrap()
+    }
+
+    const CONFIG: &str = "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\n\n[sidecar]\nround_seconds = 3\nrestart_seconds = 3\nthroughput_scale = 10\n";
+
+    #[test]
+    fn the_cluster_keeps_nodes_and_types() {
+        let c = test_cluster();
+        assert_eq!(c.type_names(), ["v100", "p100", "k80"]);
+        assert_eq!(c.nodes().len(), 4);
+        assert_eq!(c.total_gpus(), 16);
+        let v100 = c.type_by_name("v100").unwrap();
+        assert_eq!(c.total_of_type(v100), 6);
+        assert_eq!(c.nodes()[3].gpus, vec![2, 0, 2]);
+        assert!(cluster_of(&[]).is_err());
+    }
+
+    #[test]
+    fn measured_jobs_become_sim_jobs_that_run_as_long_as_on_the_cluster() {
+        let c = test_cluster();
+        let work = crate::workload(6, 3, 10.0);
+        let at: Vec<f64> = (0..6).map(|i| i as f64 * 0.5).collect();
+        let t = Timing::default();
+        let jobs = sim_jobs(&work, &at, 10.0, &c, Scheduler::Hadar, &t).unwrap();
+        let table = hadar_formats::embedded::throughputs().unwrap();
+        for (i, (j, w)) in jobs.iter().zip(&work).enumerate() {
+            assert_eq!(j.id, JobId(i as u64));
+            assert_eq!(j.arrival_s, at[i]);
+            assert_eq!(j.workers, w.workers);
+            // At its fastest type it runs as long as `hadar emulate` does at time scale 10.
+            let fast = c.type_by_name(&w.fastest).unwrap();
+            let real_s =
+                w.steps as f64 / (table.rate(&j.kind, &w.fastest, w.workers).unwrap() * 10.0);
+            let sim_s = j.total_steps / j.throughput.rate(fast, j.workers).unwrap();
+            assert!((real_s - sim_s).abs() < 1e-9, "{real_s} vs {sim_s}");
+        }
+        // Slurm's jobs run only on the type asked for, their start latency included.
+        let slurm = sim_jobs(&work, &at, 10.0, &c, Scheduler::Slurm, &t).unwrap();
+        for (j, w) in slurm.iter().zip(&work) {
+            let fast = c.type_by_name(&w.fastest).unwrap();
+            for ty in c.types().filter(|u| *u != fast) {
+                assert!(j.throughput.rate(ty, j.workers).is_none());
+            }
+            let plain = jobs.iter().find(|p| p.id == j.id).unwrap();
+            let extra = (j.total_steps - plain.total_steps) / j.rate_on(fast).unwrap();
+            assert!((extra - t.slurm_start_s).abs() < 1e-9);
+        }
+        assert!(sim_jobs(&work, &at[..2], 10.0, &c, Scheduler::Slurm, &t).is_err());
+    }
+
+    #[test]
+    fn one_job_alone_is_predicted_at_its_run_plus_overheads() {
+        let c = test_cluster();
+        let work = crate::workload(1, 1, 10.0);
+        let table = hadar_formats::embedded::throughputs().unwrap();
+        let name = table
+            .resolve_job_type(&work[0].job_type)
+            .unwrap()
+            .to_string();
+        let rate = table
+            .rate(&name, &work[0].fastest, work[0].workers)
+            .unwrap();
+        let alone = work[0].steps as f64 / (rate * 10.0);
+        let t = Timing::default();
+        let p = predict(&work, &[0.0], 10.0, &c, Scheduler::Slurm, &t, CONFIG).unwrap();
+        assert!(
+            (p.jct_s[0] - (alone + t.slurm_start_s)).abs() < 0.1,
+            "{p:?}"
+        );
+        assert_eq!(p.makespan_s, p.jct_s[0]);
+        let h = predict(&work, &[0.0], 10.0, &c, Scheduler::Hadar, &t, CONFIG).unwrap();
+        assert!(
+            (h.jct_s[0] - (alone + t.hadar_start_s)).abs() < 0.1,
+            "{h:?}"
+        );
+        let e = predict(&work, &[0.0], 10.0, &c, Scheduler::HadarE, &t, CONFIG).unwrap();
+        // Forked over several GPUs it ends sooner than alone on one, but pays every round.
+        assert!(e.jct_s[0] > t.hadare_copy_startup_s + t.hadare_finish_s);
+        assert!(e.jct_s[0].is_finite());
+    }
+}

@@ -1,0 +1,543 @@
+//! `--predict`: does the simulator predict the test cluster?
+//!
+//! For each seed, the seeded workload runs on the test cluster three ways: Slurm alone (each
+//! job asking for its fastest type), `hadar serve` with Hadar, and `hadar serve` with HadarE
+//! (every job `fork=yes`). Each run is recorded (per job: Slurm's submit, start and end
+//! times; HadarE's copy jobs; the daemon's config; the machine's load) as one JSON line per
+//! seed in `--record FILE`. Then the same jobs, submitted at the same moments, are played
+//! through the simulator with the test cluster's model ([`crate::model`]), and the command
+//! prints per job the predicted and measured JCT, the makespans, and the errors, per seed and
+//! over the seeds. `--from FILE` recomputes the table from a record without the cluster;
+//! `--model KEY=VALUE,...` changes the model's figures ([`Timing`]).
+
+use crate::accuracy::{self, RunErrors};
+use crate::model::{self, Scheduler, Timing};
+use crate::{Args, TraceJob, WorkJob};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// What `--predict` was asked.
+#[derive(Clone, Debug)]
+pub struct PredictArgs {
+    pub on: bool,
+    pub seeds: Vec<u64>,
+    pub record: Option<PathBuf>,
+    pub from: Option<PathBuf>,
+    pub timing: Timing,
+    /// `--schedulers slurm,hadar,hadare`: which runs to make (all three by default).
+    pub schedulers: Vec<Scheduler>,
+}
+
+impl Default for PredictArgs {
+    fn default() -> Self {
+        PredictArgs {
+            on: false,
+            seeds: vec![1, 2, 3, 4],
+            record: None,
+            from: None,
+            timing: Timing::default(),
+            schedulers: Scheduler::ALL.to_vec(),
+        }
+    }
+}
+
+/// `--seeds 1,2,3`.
+pub fn parse_seeds(s: &str) -> Result<Vec<u64>, String> {
+    let seeds: Result<Vec<u64>, _> = s.split(',').map(|x| x.trim().parse()).collect();
+    match seeds {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => Err(format!(
+            "--seeds {s}: give whole numbers separated by commas"
+        )),
+    }
+}
+
+/// `--schedulers slurm,hadar`.
+pub fn parse_schedulers(s: &str) -> Result<Vec<Scheduler>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        let who = Scheduler::ALL
+            .into_iter()
+            .find(|w| w.as_str() == item)
+            .ok_or_else(|| format!("--schedulers {item}: give slurm, hadar or hadare"))?;
+        if !out.contains(&who) {
+            out.push(who);
+        }
+    }
+    Ok(out)
+}
+
+/// `--model slurm_start_s=2,hadar_start_s=1.5`: sets figures of the model by name.
+pub fn set_timing(t: &mut Timing, s: &str) -> Result<(), String> {
+    for item in s.split(',').filter(|x| !x.trim().is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--model {item}: write KEY=SECONDS"))?;
+        let v: f64 = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| format!("--model {item}: give a number of seconds, at least 0"))?;
+        let slot = match k.trim() {
+            "slurm_start_s" => &mut t.slurm_start_s,
+            "hadar_round_s" => &mut t.hadar_round_s,
+            "hadar_restart_s" => &mut t.hadar_restart_s,
+            "hadar_start_s" => &mut t.hadar_start_s,
+            "hadare_round_s" => &mut t.hadare_round_s,
+            "hadare_copy_startup_s" => &mut t.hadare_copy_startup_s,
+            "hadare_finish_s" => &mut t.hadare_finish_s,
+            other => return Err(format!("--model: unknown figure {other}")),
+        };
+        *slot = v;
+    }
+    Ok(())
+}
+
+/// One job's times in Slurm (seconds since the epoch).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobTimes {
+    pub id: u64,
+    pub submit: f64,
+    pub start: f64,
+    pub end: f64,
+    pub restarts: u32,
+}
+
+/// One of HadarE's copy jobs (`hadar-fork-JOB-rROUND`), as Slurm last showed it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CopyJob {
+    pub name: String,
+    pub start: Option<f64>,
+    pub end: Option<f64>,
+    pub comment: Option<String>,
+}
+
+/// Keeps what Slurm shows of a copy job (its het components share a name): the earliest
+/// start, the latest end, the round report.
+pub fn note_copy(
+    copies: &mut std::collections::BTreeMap<String, CopyJob>,
+    j: &hadar_slurm::SlurmJob,
+) {
+    let c = copies.entry(j.name.clone()).or_insert(CopyJob {
+        name: j.name.clone(),
+        start: None,
+        end: None,
+        comment: None,
+    });
+    if let Some(s) = j
+        .start_time
+        .filter(|_| j.status != hadar_slurm::JobStatus::Pending)
+    {
+        let s = s as f64;
+        c.start = Some(c.start.map_or(s, |x| x.min(s)));
+    }
+    if let Some(e) = j.end_time.filter(|_| j.status.is_terminal()) {
+        let e = e as f64;
+        c.end = Some(c.end.map_or(e, |x| x.max(e)));
+    }
+    if let Some(m) = j.comment.as_ref().filter(|m| m.starts_with("hadar-round:")) {
+        c.comment = Some(m.clone());
+    }
+}
+
+/// One scheduler's run of a seed.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Measured {
+    pub scheduler: String,
+    pub times: Vec<JobTimes>,
+    pub copies: Vec<CopyJob>,
+    /// The daemon's config file (empty for Slurm alone).
+    pub config: String,
+    /// `/proc/loadavg` before and after the run.
+    pub load: (String, String),
+}
+
+/// One seed: the workload, the cluster and the three runs.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SeedRecord {
+    pub seed: u64,
+    pub time_scale: f64,
+    pub cluster: Vec<(String, Vec<(String, u32)>)>,
+    pub work: Vec<WorkJob>,
+    pub runs: Vec<Measured>,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Runs one seed's workload three ways on the cluster.
+fn measure_seed(
+    bed: &hadar_slurm_testbed::Testbed,
+    a: &Args,
+    seed: u64,
+) -> Result<SeedRecord, String> {
+    let work = crate::workload(a.jobs, seed, a.time_scale);
+    let text = bed
+        .client("scontrol", &["show", "node"])
+        .map_err(|e| e.to_string())?;
+    let cluster = hadar_slurm::node::parse_nodes(&text)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|n| (n.name, n.gpus))
+        .collect();
+    let trace: Vec<TraceJob> = work
+        .iter()
+        .map(|j| TraceJob {
+            job_type: j.job_type.clone(),
+            workers: j.workers,
+            steps: j.steps,
+            fastest_s: 0.0,
+        })
+        .collect();
+    let mut runs = Vec::new();
+    for &who in &a.predict.schedulers {
+        let before = loadavg();
+        eprintln!("seed {seed}: {} (load {before})", who.as_str());
+        let (times, copies, config) = match who {
+            Scheduler::Slurm => {
+                let r =
+                    crate::run(bed, a, &work, false).map_err(|e| format!("Slurm alone: {e}"))?;
+                (r.times, Vec::new(), String::new())
+            }
+            Scheduler::Hadar | Scheduler::HadarE => {
+                let forked = who == Scheduler::HadarE;
+                let round = if forked {
+                    a.predict.timing.hadare_round_s
+                } else {
+                    a.predict.timing.hadar_round_s
+                };
+                let r = crate::run_policy(bed, a, &trace, a.time_scale, forked, round)
+                    .map_err(|e| format!("{}: {e}", who.as_str()))?;
+                (r.times, r.copies, r.config)
+            }
+        };
+        runs.push(Measured {
+            scheduler: who.as_str().to_string(),
+            times,
+            copies,
+            config,
+            load: (before, loadavg()),
+        });
+    }
+    Ok(SeedRecord {
+        seed,
+        time_scale: a.time_scale,
+        cluster,
+        work,
+        runs,
+    })
+}
+
+/// Runs every seed, appending each record to `path` as it is done.
+fn measure(a: &Args, path: &std::path::Path) -> Result<Vec<SeedRecord>, String> {
+    let Some(bed) = crate::start_testbed() else {
+        return Err("no test cluster".into());
+    };
+    let mut out = Vec::new();
+    for &seed in &a.predict.seeds {
+        let rec = measure_seed(&bed, a, seed)?;
+        let line = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        writeln!(f, "{line}").map_err(|e| format!("{}: {e}", path.display()))?;
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// Reads a record written by [`measure`].
+fn read_records(path: &std::path::Path) -> Result<Vec<SeedRecord>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// One scheduler's measured and predicted figures on one seed.
+pub struct Compared {
+    pub who: Scheduler,
+    pub measured_jct: Vec<f64>,
+    pub predicted_jct: Vec<f64>,
+    pub measured_makespan: f64,
+    pub predicted_makespan: f64,
+    pub errors: RunErrors,
+}
+
+/// Measured JCTs (end - submit), arrivals (from the first submission) and makespan.
+pub fn measured_figures(times: &[JobTimes]) -> (Vec<f64>, Vec<f64>, f64) {
+    let first = times.iter().map(|t| t.submit).fold(f64::INFINITY, f64::min);
+    let last = times
+        .iter()
+        .map(|t| t.end)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (
+        times.iter().map(|t| t.end - t.submit).collect(),
+        times.iter().map(|t| t.submit - first).collect(),
+        last - first,
+    )
+}
+
+/// Predicts one seed's three runs and compares.
+fn compare(rec: &SeedRecord, timing: &Timing) -> Result<Vec<Compared>, String> {
+    let cluster = model::cluster_of(&rec.cluster)?;
+    let mut out = Vec::new();
+    for run in &rec.runs {
+        let who = Scheduler::ALL
+            .into_iter()
+            .find(|s| s.as_str() == run.scheduler)
+            .ok_or_else(|| format!("seed {}: unknown scheduler {}", rec.seed, run.scheduler))?;
+        let (jct, arrivals, makespan) = measured_figures(&run.times);
+        let p = model::predict(
+            &rec.work,
+            &arrivals,
+            rec.time_scale,
+            &cluster,
+            who,
+            timing,
+            &run.config,
+        )
+        .map_err(|e| format!("seed {}: {e}", rec.seed))?;
+        let errors = accuracy::run_errors(p.makespan_s, makespan, &p.jct_s, &jct)
+            .map_err(|e| format!("seed {} {}: {e}", rec.seed, who.as_str()))?;
+        out.push(Compared {
+            who,
+            measured_jct: jct,
+            predicted_jct: p.jct_s,
+            measured_makespan: makespan,
+            predicted_makespan: p.makespan_s,
+            errors,
+        });
+    }
+    Ok(out)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The model's figures as this seed's runs show them (medians over jobs; see
+/// docs/prediction.md for what each is).
+pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
+    let table = hadar_formats::embedded::throughputs().ok();
+    let run = |name: &str| rec.runs.iter().find(|r| r.scheduler == name);
+    let mut out = Vec::new();
+    if let (Some(slurm), Some(table)) = (run("slurm"), table.as_ref()) {
+        let ends: Vec<f64> = slurm.times.iter().map(|t| t.end).collect();
+        let mut extra = Vec::new();
+        for (t, j) in slurm.times.iter().zip(&rec.work) {
+            let rate = table
+                .resolve_job_type(&j.job_type)
+                .and_then(|n| table.rate(n, &j.fastest, j.workers));
+            let Some(rate) = rate else { continue };
+            let train = j.steps as f64 / (rate * rec.time_scale);
+            // Free since the last end before its start (or its submission).
+            let free = ends
+                .iter()
+                .copied()
+                .filter(|e| *e <= t.start)
+                .fold(t.submit, f64::max);
+            extra.push(t.end - free - train);
+        }
+        out.push(("slurm_start_s", median(extra)));
+    }
+    if let Some(h) = run("hadar") {
+        let first = h
+            .times
+            .iter()
+            .map(|t| t.submit)
+            .fold(f64::INFINITY, f64::min);
+        let starts = h.times.iter().map(|t| t.start - first).collect();
+        out.push(("hadar first start after submission (min)", {
+            let v: Vec<f64> = starts;
+            v.into_iter().reduce(f64::min)
+        }));
+    }
+    if let Some(e) = run("hadare") {
+        let mut trained = Vec::new();
+        for c in &e.copies {
+            for part in c.comment.iter().flat_map(|m| m.split(';')) {
+                // cK=ok:STEPS:SECONDS:EXIT
+                if let Some((_, v)) = part.split_once('=')
+                    && let Some(rest) = v.strip_prefix("ok:")
+                    && let Some(secs) = rest.split(':').nth(1).and_then(|s| s.parse().ok())
+                {
+                    trained.push(secs);
+                }
+            }
+        }
+        let round = rec
+            .runs
+            .iter()
+            .find(|r| r.scheduler == "hadare")
+            .and_then(|r| hadar_daemon::DaemonConfig::parse("config", &r.config).ok())
+            .map(|c| c.sidecar.round_seconds);
+        out.push((
+            "hadare_copy_startup_s",
+            round.zip(median(trained)).map(|(r, m)| r - m),
+        ));
+        let mut finish = Vec::new();
+        for t in &e.times {
+            let prefix = format!("hadar-fork-{}-r", t.id);
+            let last = e
+                .copies
+                .iter()
+                .filter(|c| c.name.starts_with(&prefix))
+                .filter_map(|c| c.end)
+                .reduce(f64::max);
+            if let Some(l) = last {
+                finish.push(t.end - l);
+            }
+        }
+        out.push(("hadare_finish_s", median(finish)));
+    }
+    out
+}
+
+fn print_seed(rec: &SeedRecord, cmp: &[Compared]) {
+    println!(
+        "\nseed {}: {} jobs, time scale {}; load before/after each run: {}",
+        rec.seed,
+        rec.work.len(),
+        rec.time_scale,
+        rec.runs
+            .iter()
+            .map(|r| format!("{} {} / {}", r.scheduler, r.load.0, r.load.1))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    print!("{:<4} {:<22}", "job", "type x GPUs");
+    for c in cmp {
+        print!(" {:>15}", format!("{} pred/meas", c.who.as_str()));
+    }
+    println!();
+    for (i, j) in rec.work.iter().enumerate() {
+        print!("{i:<4} {:<22}", format!("{} x{}", j.job_type, j.workers));
+        for c in cmp {
+            print!(
+                " {:>15}",
+                format!("{:.0}/{:.0}", c.predicted_jct[i], c.measured_jct[i])
+            );
+        }
+        println!();
+    }
+    for c in cmp {
+        println!(
+            "{:<7} makespan predicted {:>5.0} s, measured {:>5.0} s ({:+.1}%); mean |JCT error| {:.1}%",
+            c.who.as_str(),
+            c.predicted_makespan,
+            c.measured_makespan,
+            c.errors.makespan_pct,
+            c.errors.mean_abs_jct_pct
+        );
+    }
+    let observed = observed_timing(rec)
+        .into_iter()
+        .map(|(k, v)| format!("{k} {}", v.map_or("-".into(), |v| format!("{v:.1}"))))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("observed on this seed's runs: {observed}");
+}
+
+/// `--predict`: measure (or read `--from`), predict, print.
+pub fn predict_mode(a: &Args) -> ExitCode {
+    let records = match &a.predict.from {
+        Some(path) => read_records(path),
+        None => {
+            let path = a.predict.record.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!(
+                    "hadar-predict-{}.jsonl",
+                    hadar_slurm_testbed::controller_port()
+                ))
+            });
+            eprintln!("recording the runs in {}", path.display());
+            measure(a, &path)
+        }
+    };
+    let records = match records {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hadar-serve-compare: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let t = &a.predict.timing;
+    println!(
+        "model: Slurm start {} s (1 s rounds); Hadar rounds {} s, restart {} s, start {} s; HadarE rounds {} s, copy start-up {} s, finish {} s",
+        t.slurm_start_s,
+        t.hadar_round_s,
+        t.hadar_restart_s,
+        t.hadar_start_s,
+        t.hadare_round_s,
+        t.hadare_copy_startup_s,
+        t.hadare_finish_s
+    );
+    let mut per: Vec<(Scheduler, Vec<RunErrors>)> =
+        Scheduler::ALL.iter().map(|s| (*s, Vec::new())).collect();
+    let mut json = Vec::new();
+    for rec in &records {
+        let cmp = match compare(rec, t) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("hadar-serve-compare: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        print_seed(rec, &cmp);
+        for c in &cmp {
+            if let Some((_, v)) = per.iter_mut().find(|(s, _)| *s == c.who) {
+                v.push(c.errors);
+            }
+            json.push(serde_json::json!({
+                "seed": rec.seed, "scheduler": c.who.as_str(),
+                "makespan_s": {"predicted": c.predicted_makespan, "measured": c.measured_makespan},
+                "avg_jct_s": {"measured": c.measured_jct.iter().sum::<f64>() / c.measured_jct.len() as f64,
+                              "predicted": c.predicted_jct.iter().sum::<f64>() / c.predicted_jct.len() as f64},
+                "makespan_error_pct": c.errors.makespan_pct,
+                "mean_abs_jct_error_pct": c.errors.mean_abs_jct_pct,
+            }));
+        }
+    }
+    println!("\nover {} seeds:", records.len());
+    for (who, runs) in &per {
+        if let Some(s) = accuracy::summarise(runs) {
+            println!(
+                "{:<7} makespan |error| mean {:.1}%, max {:.1}%; mean |JCT error| {:.1}% -> {}",
+                who.as_str(),
+                s.mean_abs_makespan_pct,
+                s.max_abs_makespan_pct,
+                s.mean_abs_jct_pct,
+                if accuracy::meets_aim(&s) {
+                    "within the aim (10% / 15%)"
+                } else {
+                    "misses the aim (10% / 15%)"
+                }
+            );
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::Value::Array(json));
+    }
+    ExitCode::SUCCESS
+}
