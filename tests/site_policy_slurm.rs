@@ -547,57 +547,77 @@ fn an_accounts_cpu_limit_counts_the_cpus_its_jobs_ask_for(bed: &mut Testbed) {
     account_user(bed, "cpu_a", "root");
     // Every GPU is free, and each job asks for one GPU and 2 CPUs: two fit in cpu_a's 4
     // CPUs, the third waits for the account's CPUs, not for a GPU.
+    let held = one_held_by_a_limit(bed, "cpu-limit", &["-A", "cpu_a", "--gpus=1", "-c", "2"], 3);
+    assert!(
+        held.slurm_state.starts_with("JobHeld"),
+        "{}",
+        held.slurm_state
+    );
+    assert!(
+        held.explained
+            .contains("account cpu_a GrpTRES=cpu=4 (AssocGrpCpuLimit)"),
+        "{}",
+        held.explained
+    );
+    let comment = squeue_comment(bed, held.waiting);
+    assert!(comment.contains("AssocGrpCpuLimit"), "{comment}");
+    assert_eq!(held.slurm_reason, "AssocGrpCpuLimit");
+}
+
+/// What a limit scenario saw of its one held job.
+struct HeldByLimit {
+    /// The held job.
+    waiting: u32,
+    /// Its `Reason` in Slurm (hadar holds it: `JobHeldUser`).
+    slurm_state: String,
+    /// `hadar explain` of it.
+    explained: String,
+    /// Slurm's pending reason for an unmanaged job submitted the same way.
+    slurm_reason: String,
+}
+
+/// Submits `jobs` managed jobs with `args`, starts `hadar serve` (state `name`), waits
+/// until all but one run and stay so, and returns what hadar and Slurm say of the held one.
+fn one_held_by_a_limit(bed: &mut Testbed, name: &str, args: &[&str], jobs: usize) -> HeldByLimit {
     let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
     let text = script("resnet50-b64", steps, "");
-    let ids: Vec<u32> = (0..3)
-        .map(|_| {
-            submit(
-                bed,
-                &["-A", "cpu_a", "--gpus=1", "-c", "2", "-o", "/dev/null"],
-                &text,
-            )
-        })
-        .collect();
-    let serve = Serve::start(bed, "cpu-limit");
+    let mut submitted = args.to_vec();
+    submitted.extend(["-o", "/dev/null"]);
+    let ids: Vec<u32> = (0..jobs).map(|_| submit(bed, &submitted, &text)).collect();
+    let serve = Serve::start(bed, name);
     let running = |bed: &Testbed| {
         ids.iter()
             .filter(|id| state_of(bed, **id) == "RUNNING")
             .count()
     };
-    wait_until("two of cpu_a's jobs run", 60, || running(bed) == 2);
+    let runs = jobs - 1;
+    wait_until(&format!("{runs} of {args:?} run"), 60, || {
+        running(bed) == runs
+    });
     std::thread::sleep(std::time::Duration::from_secs(6));
-    assert_eq!(running(bed), 2);
+    assert_eq!(running(bed), runs);
     let waiting = *ids
         .iter()
         .find(|id| state_of(bed, **id) == "PENDING")
-        .expect("one of cpu_a's jobs pending");
-    let info = bed.job(waiting).unwrap();
+        .expect("one job pending");
+    let slurm_state = bed
+        .job(waiting)
+        .unwrap()
+        .field("Reason")
+        .unwrap_or_default();
     let explained = serve.hadar(&["explain", &waiting.to_string()]);
-    let (unmanaged, slurm_reason) =
-        unmanaged_pending_reason(bed, &["-A", "cpu_a", "--gpus=1", "-c", "2"]);
+    let (unmanaged, slurm_reason) = unmanaged_pending_reason(bed, args);
+    drop(serve);
     println!(
-        "cpu_a's waiting job {waiting}: Reason={} ; explain: {explained}; an unmanaged cpu_a job: {} Reason={slurm_reason}",
-        info.field("Reason").unwrap_or_default(),
+        "{args:?}: waiting job {waiting}: Reason={slurm_state} ; explain: {explained}; an unmanaged one: {} Reason={slurm_reason}",
         state_of(bed, unmanaged),
     );
-    assert!(
-        info.field("Reason")
-            .unwrap_or_default()
-            .starts_with("JobHeld"),
-        "{}",
-        info.0
-    );
-    assert!(
-        explained.contains("account cpu_a GrpTRES=cpu=4 (AssocGrpCpuLimit)"),
-        "{explained}"
-    );
-    assert!(
-        squeue_comment(bed, waiting).contains("AssocGrpCpuLimit"),
-        "{}",
-        squeue_comment(bed, waiting)
-    );
-    assert_eq!(slurm_reason, "AssocGrpCpuLimit");
-    drop(serve);
+    HeldByLimit {
+        waiting,
+        slurm_state,
+        explained,
+        slurm_reason,
+    }
 }
 
 fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
@@ -614,43 +634,14 @@ fn grp_tres_run_mins_bounds_the_gpu_minutes_left(bed: &mut Testbed) {
     );
     // Every GPU is free. Four 1-GPU jobs of 3 minutes: three make 9 GPU-minutes, the
     // fourth would make 12.
-    let steps = (gavel_rate("resnet50-b64", "v100", 1) * TIME_SCALE * 60.0) as u64;
-    let text = script("resnet50-b64", steps, "");
-    let ids: Vec<u32> = (0..4)
-        .map(|_| {
-            submit(
-                bed,
-                &["-A", "rm_a", "--gpus=1", "--time=3", "-o", "/dev/null"],
-                &text,
-            )
-        })
-        .collect();
-    let serve = Serve::start(bed, "run-mins");
-    let running = |bed: &Testbed| {
-        ids.iter()
-            .filter(|id| state_of(bed, **id) == "RUNNING")
-            .count()
-    };
-    wait_until("three of rm_a's jobs run", 60, || running(bed) == 3);
-    std::thread::sleep(std::time::Duration::from_secs(6));
-    assert_eq!(running(bed), 3);
-    let waiting = *ids
-        .iter()
-        .find(|id| state_of(bed, **id) == "PENDING")
-        .expect("one of rm_a's jobs pending");
-    let explained = serve.hadar(&["explain", &waiting.to_string()]);
-    let (unmanaged, slurm_reason) =
-        unmanaged_pending_reason(bed, &["-A", "rm_a", "--gpus=1", "--time=3"]);
-    println!(
-        "rm_a's waiting job {waiting}: explain: {explained}; an unmanaged 3-minute rm_a job: {} Reason={slurm_reason}",
-        state_of(bed, unmanaged)
-    );
+    let held = one_held_by_a_limit(bed, "run-mins", &["-A", "rm_a", "--gpus=1", "--time=3"], 4);
     assert!(
-        explained.contains("account rm_a GrpTRESRunMins=gres/gpu=10 (AssocGrpGRESRunMinutes)"),
-        "{explained}"
+        held.explained
+            .contains("account rm_a GrpTRESRunMins=gres/gpu=10 (AssocGrpGRESRunMinutes)"),
+        "{}",
+        held.explained
     );
-    assert_eq!(slurm_reason, "AssocGrpGRESRunMinutes");
-    drop(serve);
+    assert_eq!(held.slurm_reason, "AssocGrpGRESRunMinutes");
 }
 
 /// `sshare`'s `GrpTRESRaw` on `gres/gpu` (GPU-minutes) of `account`'s own row.
