@@ -7,7 +7,7 @@ use hadar_daemon::decide::decide;
 use hadar_daemon::replay::keep;
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
-use hadar_slurm::{JobStatus, NodeInfo, NodeState, SlurmJob};
+use hadar_slurm::{NodeInfo, NodeState, SlurmJob};
 use hadar_store::{JobRow, RoundRow, Store};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,31 +16,7 @@ use std::process::{Command, Output};
 const RECORD: &str = "hadar:v1 gpus=2 type=resnet50-b64 steps=1000";
 
 fn slurm_job(id: u64) -> SlurmJob {
-    SlurmJob {
-        id,
-        name: format!("job{id}"),
-        user_id: Some(1000),
-        group_id: None,
-        status: JobStatus::Pending,
-        reason: Some("JobHeldUser".into()),
-        priority: Some(0),
-        admin_comment: Some(RECORD.into()),
-        comment: None,
-        partition: Some("gpu".into()),
-        nodes: vec![],
-        req_nodes: vec![],
-        tres_per_node: None,
-        tres_per_job: None,
-        alloc: vec![],
-        restarts: 0,
-        het_job_id: None,
-        submit_time: Some(1_000_000),
-        start_time: None,
-        end_time: None,
-        exit_code: None,
-        site: Default::default(),
-        array: None,
-    }
+    SlurmJob::held_with_record(id, RECORD)
 }
 
 /// Round `round` with jobs 1 and 2 waiting on two nodes of V100s and K80s.

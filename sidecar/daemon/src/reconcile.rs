@@ -295,10 +295,8 @@ pub(crate) mod tests {
     /// A job as Slurm shows it, managed (`hadar:v1 gpus=2 steps=100`), held or not.
     pub(crate) fn sj(id: u64, status: JobStatus, held: bool) -> SlurmJob {
         SlurmJob {
-            id,
             name: format!("j{id}"),
             user_id: Some(0),
-            group_id: None,
             status,
             reason: Some(if held {
                 "JobHeldUser".into()
@@ -306,22 +304,8 @@ pub(crate) mod tests {
                 "None".into()
             }),
             priority: Some(if held { 0 } else { 1 }),
-            admin_comment: Some("hadar:v1 gpus=2 steps=100".into()),
-            comment: None,
-            partition: Some("gpu".into()),
-            nodes: vec![],
-            req_nodes: vec![],
-            tres_per_node: None,
-            tres_per_job: None,
-            alloc: vec![],
-            restarts: 0,
-            het_job_id: None,
             submit_time: Some(1010),
-            start_time: None,
-            end_time: None,
-            exit_code: None,
-            site: Default::default(),
-            array: None,
+            ..SlurmJob::held_with_record(id, "hadar:v1 gpus=2 steps=100")
         }
     }
 

@@ -567,29 +567,15 @@ mod tests {
 
     fn job(id: u64, status: JobStatus, gres: &str) -> SlurmJob {
         SlurmJob {
-            id,
             name: "resnet50".into(),
-            user_id: Some(1000),
             group_id: Some(1000),
             status,
             reason: None,
             priority: Some(1),
             admin_comment: None,
-            comment: None,
-            partition: Some("gpu".into()),
-            nodes: vec![],
-            req_nodes: vec![],
             tres_per_node: Some(gres.into()),
-            tres_per_job: None,
-            alloc: vec![],
-            restarts: 0,
-            het_job_id: None,
             submit_time: Some(1_000),
-            start_time: None,
-            end_time: None,
-            exit_code: None,
-            site: Default::default(),
-            array: None,
+            ..SlurmJob::held_with_record(id, "")
         }
     }
 

@@ -52,31 +52,7 @@ impl FakeSlurm {
     }
 
     fn submit(&self, id: u64, record: &str) {
-        let job = SlurmJob {
-            id,
-            name: format!("job{id}"),
-            user_id: Some(1000),
-            group_id: None,
-            status: JobStatus::Pending,
-            reason: Some("JobHeldUser".into()),
-            priority: Some(0),
-            admin_comment: Some(record.into()),
-            comment: None,
-            partition: Some("gpu".into()),
-            nodes: vec![],
-            req_nodes: vec![],
-            tres_per_node: None,
-            tres_per_job: None,
-            alloc: vec![],
-            restarts: 0,
-            het_job_id: None,
-            submit_time: Some(1_000_000),
-            start_time: None,
-            end_time: None,
-            exit_code: None,
-            site: Default::default(),
-            array: None,
-        };
+        let job = SlurmJob::held_with_record(id, record);
         self.0.borrow_mut().jobs.insert(id, job);
     }
 

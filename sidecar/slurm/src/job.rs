@@ -292,6 +292,38 @@ pub fn parse_mb(text: &str) -> Option<u64> {
 }
 
 impl SlurmJob {
+    /// A job just submitted to the `gpu` partition as Slurm lists it before anything ran:
+    /// pending, held by hadar (`JobHeldUser`, priority 0) with `record` in its AdminComment,
+    /// user 1000, submitted at Unix second 1,000,000, no GPUs asked of Slurm. The starting
+    /// point tests and benchmarks change the fields they are about.
+    pub fn held_with_record(id: u64, record: &str) -> SlurmJob {
+        SlurmJob {
+            id,
+            name: format!("job{id}"),
+            user_id: Some(1000),
+            group_id: None,
+            status: JobStatus::Pending,
+            reason: Some("JobHeldUser".into()),
+            priority: Some(0),
+            admin_comment: Some(record.into()),
+            comment: None,
+            partition: Some("gpu".into()),
+            nodes: vec![],
+            req_nodes: vec![],
+            tres_per_node: None,
+            tres_per_job: None,
+            alloc: vec![],
+            restarts: 0,
+            het_job_id: None,
+            submit_time: Some(1_000_000),
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+            site: Default::default(),
+            array: None,
+        }
+    }
+
     /// True when Slurm holds the job (priority 0 or a held reason).
     pub fn is_held(&self) -> bool {
         self.status == JobStatus::Pending
