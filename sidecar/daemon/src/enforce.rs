@@ -14,7 +14,7 @@ use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
 use hadar_slurm::{GpuSpec, JobStatus};
-use hadar_store::{IntentKind, JobRow, Outcome, Phase};
+use hadar_store::{IntentKind, JobRow, NodeGpus, Outcome, Phase};
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -243,10 +243,7 @@ impl<S: SlurmApi> Daemon<S> {
                 .store
                 .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
             faults::reached("start-intent");
-            let spec = GpuSpec {
-                nodes: placement.clone(),
-                typed: typed.contains(&id),
-            };
+            let spec = request(snap, placement, typed.contains(&id));
             let result = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
                     .slurm
@@ -391,4 +388,24 @@ pub(crate) fn plain_round(
         waiting: Vec::new(),
     };
     (view::less(cluster, &held), plan)
+}
+
+/// The GPU request that gives a job `placement`: typed when the job must keep its types
+/// (`typed`), or when a typeless one would leave the type to Slurm
+/// ([`view::leaves_the_type_to_slurm`]) and this release lets a later update replace the
+/// types (on 22.05 a typed request would hold the job to them for good, so there the
+/// request stays typeless and the start order, [`crate::actions::order_starts_by_gres`],
+/// is what steers Slurm's choice). A typed request must give every node the same GPUs.
+fn request(snap: &RoundSnapshot, placement: &NodeGpus, typed: bool) -> GpuSpec {
+    let exact = GpuSpec {
+        nodes: placement.clone(),
+        typed: true,
+    };
+    let needs_types = snap.retypes
+        && exact.is_uniform()
+        && view::leaves_the_type_to_slurm(&snap.nodes, placement);
+    GpuSpec {
+        nodes: placement.clone(),
+        typed: typed || needs_types,
+    }
 }

@@ -165,6 +165,20 @@ pub fn same_gpus(a: &NodeGpus, b: &NodeGpus) -> bool {
     norm(a) == norm(b)
 }
 
+/// Whether a typeless request for `placement` would leave the GPU type to Slurm: it takes
+/// only some of the GPUs of a node that has several types (on n4 with 2 V100 and 2 K80, a
+/// typeless `Gres=gpu:1` gets whichever GPU Slurm's scheduler picks first, not the planned
+/// one). Only a typed request gives such a placement exactly.
+pub fn leaves_the_type_to_slurm(nodes: &[NodeInfo], placement: &NodeGpus) -> bool {
+    placement.iter().any(|(name, gpus)| {
+        nodes.iter().find(|n| &n.name == name).is_some_and(|n| {
+            let total: u32 = n.gpus.iter().map(|(_, c)| c).sum();
+            let taken: u32 = gpus.iter().map(|(_, c)| c).sum();
+            n.gpus.len() > 1 && taken < total
+        })
+    })
+}
+
 /// Whether two placements give the same number of GPUs on each node (whatever the types):
 /// the same typeless Slurm request.
 pub fn same_counts(a: &NodeGpus, b: &NodeGpus) -> bool {
@@ -245,6 +259,37 @@ mod tests {
             node("n3", n3, &[("k80", 4)]),
             node("n4", NodeState::Idle, &[("v100", 2), ("k80", 2)]),
         ]
+    }
+
+    #[test]
+    fn part_of_a_node_with_two_types_leaves_the_type_to_slurm() {
+        let nodes = testbed(NodeState::Idle);
+        let on = |parts: &[(&str, &[(&str, u32)])]| -> NodeGpus {
+            parts
+                .iter()
+                .map(|(n, g)| {
+                    let g = g.iter().map(|(t, c)| (t.to_string(), *c)).collect();
+                    (n.to_string(), g)
+                })
+                .collect()
+        };
+        assert!(leaves_the_type_to_slurm(
+            &nodes,
+            &on(&[("n4", &[("v100", 1)])])
+        ));
+        assert!(leaves_the_type_to_slurm(
+            &nodes,
+            &on(&[("n1", &[("v100", 2)]), ("n4", &[("v100", 2)])])
+        ));
+        // All of n4, or part of a node with one type: the node list decides the types.
+        assert!(!leaves_the_type_to_slurm(
+            &nodes,
+            &on(&[("n4", &[("v100", 2), ("k80", 2)])])
+        ));
+        assert!(!leaves_the_type_to_slurm(
+            &nodes,
+            &on(&[("n1", &[("v100", 1)])])
+        ));
     }
 
     #[test]
