@@ -397,15 +397,13 @@ pub(crate) fn plain_round(
 /// request stays typeless and the start order, [`crate::actions::order_starts_by_gres`],
 /// is what steers Slurm's choice). A typed request must give every node the same GPUs.
 fn request(snap: &RoundSnapshot, placement: &NodeGpus, typed: bool) -> GpuSpec {
-    let exact = GpuSpec {
+    let mut spec = GpuSpec {
         nodes: placement.clone(),
         typed: true,
     };
-    let needs_types = snap.retypes
-        && exact.is_uniform()
-        && view::leaves_the_type_to_slurm(&snap.nodes, placement);
-    GpuSpec {
-        nodes: placement.clone(),
-        typed: typed || needs_types,
-    }
+    spec.typed = typed
+        || (snap.retypes
+            && spec.is_uniform()
+            && view::leaves_the_type_to_slurm(&snap.nodes, placement));
+    spec
 }

@@ -2,7 +2,8 @@
 
 use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
 use hadar_core::{
-    Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy, RoundInput,
+    Assignment, Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy,
+    RoundInput,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -292,80 +293,12 @@ pub fn simulate_with(
         for a in &plan.assignments {
             let i = index_of[&a.job];
             ran[i] = true;
-            let t = &mut active[i];
-            let job = t.truth.clone();
-            let rate = a.placement.rate(&job.throughput, job.workers);
-            let restarted =
-                t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
-            let starts = t.state.placement.as_ref() != Some(&a.placement);
-            let forked = a.placement.kind() == PlacementKind::Forked;
-            // Overheads longer than a round carry into the job's next rounds while it keeps
-            // its placement (a 3 s restart plus a 2 s start in 3 s rounds, as the daemon has
-            // on the test cluster); a new placement starts a new debt.
-            let owed =
-                cfg.model
-                    .overhead_s(cfg.restart_s, restarted, starts, forked, f64::INFINITY)
-                    + if starts { 0.0 } else { t.owed_s };
-            let overhead = owed.min(cfg.round_s);
-            t.owed_s = owed - overhead;
-            // A forked job's copies are new Slurm jobs every round: nothing holds it to types.
-            if !forked {
-                t.held.get_or_insert_with(|| a.placement.types());
-            }
-            let need_s = t.state.remaining_steps / rate;
-            let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
-                (overhead + need_s, t.state.remaining_steps)
-            } else {
-                (cfg.round_s, rate * (cfg.round_s - overhead))
-            };
-            let productive = seconds - overhead;
-            for p in a.placement.parts() {
-                busy_by_type[p.gpu_type.index()] += p.gpus as f64 * productive;
-            }
-            let s = &mut t.state;
-            s.remaining_steps = if steps >= s.remaining_steps {
-                0.0
-            } else {
-                s.remaining_steps - steps
-            };
-            s.run_s += seconds;
-            for ty in a.placement.types() {
-                s.run_s_by_type[ty.index()] += seconds;
-            }
-            s.attained_gpu_s += a.placement.gpus() as f64 * seconds;
-            s.rounds_run += 1;
-            s.first_start_s.get_or_insert(now);
-            s.placement = Some(a.placement.clone());
-            if restarted {
-                t.restarts += 1;
+            let run = run_assignment(&mut active[i], a, cfg, now, &mut busy_by_type);
+            if run.restarted {
                 restarts_total += 1;
             }
-            t.stop_s = now + seconds;
-            end = end.max(now + seconds);
-            let copy_steps = match a.placement.kind() {
-                PlacementKind::Forked => a
-                    .placement
-                    .parts()
-                    .iter()
-                    .map(|p| {
-                        if rate > 0.0 {
-                            steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect(),
-                PlacementKind::Gang => Vec::new(),
-            };
-            runs.push(RoundRun {
-                job: a.job,
-                placement: a.placement.clone(),
-                steps,
-                copy_steps,
-                remaining_steps: s.remaining_steps,
-                seconds,
-                restarted,
-            });
+            end = end.max(now + run.seconds);
+            runs.push(run);
         }
         for (t, ran) in active.iter_mut().zip(&ran) {
             if !ran {
@@ -482,6 +415,87 @@ fn learn(
                 ..(*t.state.job).clone()
             });
         }
+    }
+}
+/// Runs job `t` for one round on assignment `a` starting at `now`: its start, restart and
+/// carried-over overheads, its progress at the placement's rate, the productive GPU-seconds
+/// per type (added to `busy_by_type`), and the round's record of it.
+fn run_assignment(
+    t: &mut Tracked,
+    a: &Assignment,
+    cfg: &SimConfig,
+    now: f64,
+    busy_by_type: &mut [f64],
+) -> RoundRun {
+    let job = t.truth.clone();
+    let rate = a.placement.rate(&job.throughput, job.workers);
+    let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
+    let starts = t.state.placement.as_ref() != Some(&a.placement);
+    let forked = a.placement.kind() == PlacementKind::Forked;
+    // Overheads longer than a round carry into the job's next rounds while it keeps
+    // its placement (a 3 s restart plus a 2 s start in 3 s rounds, as the daemon has
+    // on the test cluster); a new placement starts a new debt.
+    let owed = cfg
+        .model
+        .overhead_s(cfg.restart_s, restarted, starts, forked, f64::INFINITY)
+        + if starts { 0.0 } else { t.owed_s };
+    let overhead = owed.min(cfg.round_s);
+    t.owed_s = owed - overhead;
+    // A forked job's copies are new Slurm jobs every round: nothing holds it to types.
+    if !forked {
+        t.held.get_or_insert_with(|| a.placement.types());
+    }
+    let need_s = t.state.remaining_steps / rate;
+    let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
+        (overhead + need_s, t.state.remaining_steps)
+    } else {
+        (cfg.round_s, rate * (cfg.round_s - overhead))
+    };
+    let productive = seconds - overhead;
+    for p in a.placement.parts() {
+        busy_by_type[p.gpu_type.index()] += p.gpus as f64 * productive;
+    }
+    let s = &mut t.state;
+    s.remaining_steps = if steps >= s.remaining_steps {
+        0.0
+    } else {
+        s.remaining_steps - steps
+    };
+    s.run_s += seconds;
+    for ty in a.placement.types() {
+        s.run_s_by_type[ty.index()] += seconds;
+    }
+    s.attained_gpu_s += a.placement.gpus() as f64 * seconds;
+    s.rounds_run += 1;
+    s.first_start_s.get_or_insert(now);
+    s.placement = Some(a.placement.clone());
+    if restarted {
+        t.restarts += 1;
+    }
+    t.stop_s = now + seconds;
+    let copy_steps = match a.placement.kind() {
+        PlacementKind::Forked => a
+            .placement
+            .parts()
+            .iter()
+            .map(|p| {
+                if rate > 0.0 {
+                    steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+        PlacementKind::Gang => Vec::new(),
+    };
+    RoundRun {
+        job: a.job,
+        placement: a.placement.clone(),
+        steps,
+        copy_steps,
+        remaining_steps: s.remaining_steps,
+        seconds,
+        restarted,
     }
 }
 
