@@ -250,188 +250,16 @@ fn build(
             "no jobs: add [[job]] tables (TOML) or a \"jobs\" array (JSON)",
         ));
     }
-    let round_s = raw.round_s.unwrap_or(360.0);
-    if !(round_s.is_finite() && round_s > 0.0) {
-        return Err(ctx.invalid(
-            None,
-            "round_s",
-            format!("must be a positive number of seconds, found {round_s}"),
-        ));
-    }
-    let restart_s = raw.restart_s.unwrap_or(0.0);
-    if !(restart_s.is_finite() && (0.0..round_s).contains(&restart_s)) {
-        return Err(ctx.invalid(
-            None,
-            "restart_s",
-            format!("must be at least 0 and less than round_s ({round_s}), found {restart_s}"),
-        ));
-    }
-    let types = cluster.type_count();
+    let (round_s, restart_s) = timing(ctx, &raw)?;
     let mut seen = HashSet::new();
     let mut running_load = FreeCapacity::of(cluster);
     let mut jobs = Vec::with_capacity(raw.job.len());
     for (k, rj) in raw.job.into_iter().enumerate() {
-        let id = rj.id;
-        let bad = |field: &str, message: String| {
-            ctx.invalid(Some(k), field, format!("job {id}: {message}"))
-        };
-        if !seen.insert(id) {
-            return Err(bad("id", "this id is used by an earlier job too".into()));
+        let job = JobCtx { ctx, k, id: rj.id };
+        if !seen.insert(rj.id) {
+            return Err(job.bad("id", "this id is used by an earlier job too".into()));
         }
-        if !(1..=1_000_000).contains(&rj.gpus) {
-            return Err(bad(
-                "gpus",
-                format!("must be between 1 and 1000000, found {}", rj.gpus),
-            ));
-        }
-        let workers = rj.gpus as u32;
-        if !(rj.remaining_steps.is_finite() && rj.remaining_steps > 0.0) {
-            return Err(bad(
-                "remaining_steps",
-                format!("must be a positive number, found {}", rj.remaining_steps),
-            ));
-        }
-        let total_steps = rj.total_steps.unwrap_or(rj.remaining_steps);
-        if !(total_steps.is_finite() && total_steps >= rj.remaining_steps) {
-            return Err(bad(
-                "total_steps",
-                format!(
-                    "must be at least remaining_steps ({}), found {total_steps}",
-                    rj.remaining_steps
-                ),
-            ));
-        }
-        let arrival_s = rj.arrival_s.unwrap_or(0.0);
-        if !(arrival_s.is_finite() && arrival_s >= 0.0) {
-            return Err(bad(
-                "arrival_s",
-                format!("must be a time of at least 0 seconds, found {arrival_s}"),
-            ));
-        }
-        let weight = rj.weight.unwrap_or(1.0);
-        if !(weight.is_finite() && weight > 0.0) {
-            return Err(bad(
-                "weight",
-                format!("must be a positive number, found {weight}"),
-            ));
-        }
-        let (kind, throughput) = match (&rj.job_type, &rj.throughput) {
-            (Some(_), Some(_)) => {
-                return Err(bad(
-                    "throughput",
-                    "give either `job_type` or `throughput`, not both".into(),
-                ));
-            }
-            (None, None) => {
-                return Err(bad(
-                    "job_type",
-                    "missing: give a `job_type` of the throughput table or per-type `throughput`"
-                        .into(),
-                ));
-            }
-            (Some(name), None) => {
-                let profile = table.profile(name, cluster).ok_or_else(|| {
-                    let known: Vec<&str> = table.job_types().collect();
-                    bad(
-                        "job_type",
-                        format!("unknown job type `{name}`; known: {}", known.join(", ")),
-                    )
-                })?;
-                (name.clone(), profile)
-            }
-            (None, Some(map)) => {
-                let mut curves = vec![RateCurve::default(); types];
-                for (t, rate) in map {
-                    let field = format!("throughput.{t}");
-                    let ti = cluster.type_by_name(t).ok_or_else(|| {
-                        bad(
-                            &field,
-                            format!(
-                                "GPU type `{t}` is not in the cluster (types: {})",
-                                cluster.type_names().join(", ")
-                            ),
-                        )
-                    })?;
-                    if !(rate.is_finite() && *rate >= 0.0) {
-                        return Err(bad(
-                            &field,
-                            format!(
-                                "must be steps/s of at least 0 (0: cannot run there), found {rate}"
-                            ),
-                        ));
-                    }
-                    curves[ti.index()] = RateCurve::new([(workers, *rate)]);
-                }
-                ("custom".to_string(), ThroughputProfile::new(curves))
-            }
-        };
-        let placement = match &rj.running {
-            None => None,
-            Some(parts) => {
-                let mut out = Vec::with_capacity(parts.len());
-                for p in parts {
-                    let node = cluster.node_by_name(&p.node).ok_or_else(|| {
-                        bad(
-                            "running",
-                            format!("node `{}` is not in the cluster", p.node),
-                        )
-                    })?;
-                    let gpu_type = cluster.type_by_name(&p.gpu_type).ok_or_else(|| {
-                        bad(
-                            "running",
-                            format!("GPU type `{}` is not in the cluster", p.gpu_type),
-                        )
-                    })?;
-                    if !(1..=1_000_000).contains(&p.gpus) {
-                        return Err(bad(
-                            "running",
-                            format!("a part's gpus must be at least 1, found {}", p.gpus),
-                        ));
-                    }
-                    out.push(Part {
-                        node,
-                        gpu_type,
-                        gpus: p.gpus as u32,
-                    });
-                }
-                let placement = Placement::gang(out);
-                if placement.gpus() != workers {
-                    return Err(bad(
-                        "running",
-                        format!(
-                            "the parts hold {} GPUs but the job has {workers} workers",
-                            placement.gpus()
-                        ),
-                    ));
-                }
-                running_load.take_placement(&placement).map_err(|e| {
-                    bad(
-                        "running",
-                        format!(
-                            "node `{}` has {} GPUs of type `{}` left after earlier running jobs, {} asked for",
-                            cluster.node(e.node).name,
-                            e.free,
-                            cluster.type_name(e.gpu_type),
-                            e.wanted
-                        ),
-                    )
-                })?;
-                Some(placement)
-            }
-        };
-        let job = Job {
-            id: JobId(id),
-            kind,
-            arrival_s,
-            workers,
-            total_steps,
-            weight,
-            throughput,
-        };
-        let mut state = JobState::arrived(Arc::new(job), types);
-        state.remaining_steps = rj.remaining_steps;
-        state.placement = placement;
-        jobs.push(state);
+        jobs.push(job.state(rj, table, cluster, &mut running_load)?);
     }
     let latest = jobs.iter().map(|j| j.job.arrival_s).fold(0.0, f64::max);
     let now_s = raw.now_s.unwrap_or(latest);
@@ -449,6 +277,224 @@ fn build(
         round_s,
         restart_s,
     })
+}
+
+/// The file's round length and restart cost, checked against each other.
+fn timing(ctx: &Ctx<'_>, raw: &RawFile) -> Result<(f64, f64), FormatError> {
+    let round_s = raw.round_s.unwrap_or(360.0);
+    if !(round_s.is_finite() && round_s > 0.0) {
+        return Err(ctx.invalid(
+            None,
+            "round_s",
+            format!("must be a positive number of seconds, found {round_s}"),
+        ));
+    }
+    let restart_s = raw.restart_s.unwrap_or(0.0);
+    if !(restart_s.is_finite() && (0.0..round_s).contains(&restart_s)) {
+        return Err(ctx.invalid(
+            None,
+            "restart_s",
+            format!("must be at least 0 and less than round_s ({round_s}), found {restart_s}"),
+        ));
+    }
+    Ok((round_s, restart_s))
+}
+
+/// One job entry being read: where it is in the file, for its errors.
+struct JobCtx<'a> {
+    ctx: &'a Ctx<'a>,
+    /// The entry's position in the file, 0-based.
+    k: usize,
+    id: u64,
+}
+
+impl JobCtx<'_> {
+    fn bad(&self, field: &str, message: String) -> FormatError {
+        self.ctx
+            .invalid(Some(self.k), field, format!("job {}: {message}", self.id))
+    }
+
+    /// The job's state for the round: its checked fields, rates and running placement (whose
+    /// GPUs are taken from `running_load`, so running jobs cannot overlap).
+    fn state(
+        &self,
+        rj: RawJob,
+        table: &ThroughputTable,
+        cluster: &Cluster,
+        running_load: &mut FreeCapacity,
+    ) -> Result<JobState, FormatError> {
+        if !(1..=1_000_000).contains(&rj.gpus) {
+            return Err(self.bad(
+                "gpus",
+                format!("must be between 1 and 1000000, found {}", rj.gpus),
+            ));
+        }
+        let workers = rj.gpus as u32;
+        if !(rj.remaining_steps.is_finite() && rj.remaining_steps > 0.0) {
+            return Err(self.bad(
+                "remaining_steps",
+                format!("must be a positive number, found {}", rj.remaining_steps),
+            ));
+        }
+        let total_steps = rj.total_steps.unwrap_or(rj.remaining_steps);
+        if !(total_steps.is_finite() && total_steps >= rj.remaining_steps) {
+            return Err(self.bad(
+                "total_steps",
+                format!(
+                    "must be at least remaining_steps ({}), found {total_steps}",
+                    rj.remaining_steps
+                ),
+            ));
+        }
+        let arrival_s = rj.arrival_s.unwrap_or(0.0);
+        if !(arrival_s.is_finite() && arrival_s >= 0.0) {
+            return Err(self.bad(
+                "arrival_s",
+                format!("must be a time of at least 0 seconds, found {arrival_s}"),
+            ));
+        }
+        let weight = rj.weight.unwrap_or(1.0);
+        if !(weight.is_finite() && weight > 0.0) {
+            return Err(self.bad(
+                "weight",
+                format!("must be a positive number, found {weight}"),
+            ));
+        }
+        let (kind, throughput) = self.rates(&rj, workers, table, cluster)?;
+        let placement = match &rj.running {
+            None => None,
+            Some(parts) => Some(self.running(parts, workers, cluster, running_load)?),
+        };
+        let job = Job {
+            id: JobId(self.id),
+            kind,
+            arrival_s,
+            workers,
+            total_steps,
+            weight,
+            throughput,
+        };
+        let mut state = JobState::arrived(Arc::new(job), cluster.type_count());
+        state.remaining_steps = rj.remaining_steps;
+        state.placement = placement;
+        Ok(state)
+    }
+
+    /// The job's kind and rates: a job type of the table, or its own per-type `throughput`.
+    fn rates(
+        &self,
+        rj: &RawJob,
+        workers: u32,
+        table: &ThroughputTable,
+        cluster: &Cluster,
+    ) -> Result<(String, ThroughputProfile), FormatError> {
+        match (&rj.job_type, &rj.throughput) {
+            (Some(_), Some(_)) => Err(self.bad(
+                "throughput",
+                "give either `job_type` or `throughput`, not both".into(),
+            )),
+            (None, None) => Err(self.bad(
+                "job_type",
+                "missing: give a `job_type` of the throughput table or per-type `throughput`"
+                    .into(),
+            )),
+            (Some(name), None) => {
+                let profile = table.profile(name, cluster).ok_or_else(|| {
+                    let known: Vec<&str> = table.job_types().collect();
+                    self.bad(
+                        "job_type",
+                        format!("unknown job type `{name}`; known: {}", known.join(", ")),
+                    )
+                })?;
+                Ok((name.clone(), profile))
+            }
+            (None, Some(map)) => {
+                let mut curves = vec![RateCurve::default(); cluster.type_count()];
+                for (t, rate) in map {
+                    let field = format!("throughput.{t}");
+                    let ti = cluster.type_by_name(t).ok_or_else(|| {
+                        self.bad(
+                            &field,
+                            format!(
+                                "GPU type `{t}` is not in the cluster (types: {})",
+                                cluster.type_names().join(", ")
+                            ),
+                        )
+                    })?;
+                    if !(rate.is_finite() && *rate >= 0.0) {
+                        return Err(self.bad(
+                            &field,
+                            format!(
+                                "must be steps/s of at least 0 (0: cannot run there), found {rate}"
+                            ),
+                        ));
+                    }
+                    curves[ti.index()] = RateCurve::new([(workers, *rate)]);
+                }
+                Ok(("custom".to_string(), ThroughputProfile::new(curves)))
+            }
+        }
+    }
+
+    /// Where the job runs now: its parts, checked against the cluster, its worker count and
+    /// the GPUs earlier running jobs hold.
+    fn running(
+        &self,
+        parts: &[RawPart],
+        workers: u32,
+        cluster: &Cluster,
+        running_load: &mut FreeCapacity,
+    ) -> Result<Placement, FormatError> {
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let node = cluster.node_by_name(&p.node).ok_or_else(|| {
+                self.bad(
+                    "running",
+                    format!("node `{}` is not in the cluster", p.node),
+                )
+            })?;
+            let gpu_type = cluster.type_by_name(&p.gpu_type).ok_or_else(|| {
+                self.bad(
+                    "running",
+                    format!("GPU type `{}` is not in the cluster", p.gpu_type),
+                )
+            })?;
+            if !(1..=1_000_000).contains(&p.gpus) {
+                return Err(self.bad(
+                    "running",
+                    format!("a part's gpus must be at least 1, found {}", p.gpus),
+                ));
+            }
+            out.push(Part {
+                node,
+                gpu_type,
+                gpus: p.gpus as u32,
+            });
+        }
+        let placement = Placement::gang(out);
+        if placement.gpus() != workers {
+            return Err(self.bad(
+                "running",
+                format!(
+                    "the parts hold {} GPUs but the job has {workers} workers",
+                    placement.gpus()
+                ),
+            ));
+        }
+        running_load.take_placement(&placement).map_err(|e| {
+            self.bad(
+                "running",
+                format!(
+                    "node `{}` has {} GPUs of type `{}` left after earlier running jobs, {} asked for",
+                    cluster.node(e.node).name,
+                    e.free,
+                    cluster.type_name(e.gpu_type),
+                    e.wanted
+                ),
+            )
+        })?;
+        Ok(placement)
+    }
 }
 
 #[cfg(test)]
