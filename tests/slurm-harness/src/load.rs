@@ -73,6 +73,8 @@ type Error = Box<dyn std::error::Error>;
 /// Every job sleeps 20 s once started, so that the daemon keeps finding finished jobs and
 /// starting waiting ones (rounds with enforcement) while the burst is pending.
 const JOB_SCRIPT: &str = "#!/bin/sh\nsleep 20\n";
+/// The GPU request of every burst job.
+const GRES: &str = "--gres=gpu:1";
 
 /// The value at quantile `q` of sorted samples (nearest rank).
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -195,43 +197,96 @@ fn run(a: &Args) -> Result<(), Error> {
         machine_config: false,
         accounting: false,
     })?;
-    let gres = ["--gres=gpu:1"];
+    let (mut base, base_s) = baseline_burst(&mut bed, a)?;
+    let mut managed = managed_burst(&mut bed, &hadar, a)?;
+    report(a, &mut base, base_s, &mut managed);
+    let ok = managed.failed.is_empty()
+        && managed.accepted.len() == a.jobs
+        && managed.inside_us.len() >= a.jobs
+        && managed.pending_held + managed.running == a.jobs
+        && managed.rounds.len() >= a.rounds;
+    cancel_and_wait(&bed)?;
+    if let Some(first) = managed.failed.first() {
+        return Err(format!(
+            "{} managed submissions failed: {first}",
+            managed.failed.len()
+        )
+        .into());
+    }
+    if !ok {
+        return Err(format!(
+            "not every job was accepted and held ({} accepted, {} logged held, {} held + {} running in the queue, {} full rounds)",
+            managed.accepted.len(),
+            managed.inside_us.len(),
+            managed.pending_held,
+            managed.running,
+            managed.rounds.len()
+        )
+        .into());
+    }
+    Ok(())
+}
 
-    // 1. Baseline: no plugin, held by sbatch -H.
+/// The burst without the plugin, held by `sbatch -H`: each submission's latency (ms) and the
+/// burst's length (s). The queue is emptied after it.
+fn baseline_burst(bed: &mut Testbed, a: &Args) -> Result<(Vec<f64>, f64), Error> {
     bed.write_slurm_conf(None)?;
     bed.reconfigure()?;
     std::thread::sleep(Duration::from_secs(3));
     eprintln!("burst of {} jobs without the plugin", a.jobs);
     let started = Instant::now();
-    let (mut base, base_failed) = burst(&bed, a.jobs, a.submitters, &["-H", gres[0]]);
+    let (base, base_failed) = burst(bed, a.jobs, a.submitters, &["-H", GRES]);
     let base_s = started.elapsed().as_secs_f64();
-    if !base_failed.is_empty() {
+    if let Some(first) = base_failed.first() {
         return Err(format!(
-            "{} submissions failed without the plugin: {}",
-            base_failed.len(),
-            base_failed[0]
+            "{} submissions failed without the plugin: {first}",
+            base_failed.len()
         )
         .into());
     }
-    cancel_and_wait(&bed)?;
+    cancel_and_wait(bed)?;
+    Ok((base, base_s))
+}
 
-    // 2. The plugin, with hadar serve running.
+/// What the burst with the plugin and `hadar serve` gave.
+struct ManagedBurst {
+    /// Accepted submissions' latencies, ms.
+    accepted: Vec<f64>,
+    /// The submissions that failed, with sbatch's words.
+    failed: Vec<String>,
+    /// The burst's length, s.
+    seconds: f64,
+    /// Time inside the plugin per held job, µs (from slurmctld's log).
+    inside_us: Vec<f64>,
+    /// Jobs the plugin held without notifying the daemon.
+    not_notified: usize,
+    /// Slurm's queue after the burst: all jobs, pending held ones and running ones.
+    queued: usize,
+    pending_held: usize,
+    running: usize,
+    /// The daemon's `round done` log lines while at least 95% of the burst was queued.
+    rounds: Vec<String>,
+}
+
+/// The burst with the plugin installed and `hadar serve` running, then the daemon's rounds
+/// with the burst in the queue (the daemon is stopped after them).
+fn managed_burst(bed: &mut Testbed, hadar: &Path, a: &Args) -> Result<ManagedBurst, Error> {
     bed.write_slurm_conf(Some("hadar"))?;
     bed.reconfigure()?;
     std::thread::sleep(Duration::from_secs(3));
     let log_before = bed.controller_log().len();
-    let mut daemon = start_daemon(&bed, &hadar)?;
+    let mut daemon = start_daemon(bed, hadar)?;
     std::thread::sleep(Duration::from_secs(2));
     eprintln!(
         "burst of {} managed jobs with the plugin and hadar serve",
         a.jobs
     );
     let started = Instant::now();
-    let (mut with, failed) = burst(&bed, a.jobs, a.submitters, &gres);
-    let with_s = started.elapsed().as_secs_f64();
+    let (accepted, failed) = burst(bed, a.jobs, a.submitters, &[GRES]);
+    let seconds = started.elapsed().as_secs_f64();
     let ctl_log = bed.controller_log();
     let new_log = &ctl_log[log_before.min(ctl_log.len())..];
-    let mut inside: Vec<f64> = new_log
+    let inside_us: Vec<f64> = new_log
         .lines()
         .filter_map(|l| l.split(" held in ").nth(1)?.split(' ').next()?.parse().ok())
         .collect();
@@ -239,33 +294,50 @@ fn run(a: &Args) -> Result<(), Error> {
         .lines()
         .filter(|l| l.contains(" held in ") && l.contains("sidecar not notified"))
         .count();
-    let q = queue(&bed)?;
+    let q = queue(bed)?;
     let pending_held = q
         .iter()
         .filter(|(_, s, r)| s == "PENDING" && r.starts_with("JobHeld"))
         .count();
     let running = q.iter().filter(|(_, s, _)| s == "RUNNING").count();
+    let rounds = full_queue_rounds(bed, a);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    Ok(ManagedBurst {
+        accepted,
+        failed,
+        seconds,
+        inside_us,
+        not_notified,
+        queued: q.len(),
+        pending_held,
+        running,
+        rounds,
+    })
+}
 
-    // The daemon's rounds with the burst in the queue.
+/// The daemon's `round done` lines after the burst while at least 95% of it is still in the
+/// queue: waits for `a.rounds` of them, at most 10 minutes.
+fn full_queue_rounds(bed: &Testbed, a: &Args) -> Vec<String> {
     let serve_log = bed.path("log/hadar-serve.log");
     let deadline = Instant::now() + Duration::from_secs(600);
-    let rounds = loop {
+    loop {
         let text = std::fs::read_to_string(&serve_log).unwrap_or_default();
         let full: Vec<String> = text
             .lines()
             .filter(|l| l.contains("round done"))
-            // Rounds after the burst, while at least 95% of it is still in the queue.
             .filter(|l| log_number(l, "active").is_some_and(|n| n as usize * 20 >= a.jobs * 19))
             .map(str::to_string)
             .collect();
         if full.len() >= a.rounds || Instant::now() > deadline {
-            break full;
+            return full;
         }
         std::thread::sleep(Duration::from_secs(1));
-    };
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    }
+}
 
+/// Prints both bursts' latencies, the plugin's time, the queue and the daemon's rounds.
+fn report(a: &Args, base: &mut [f64], base_s: f64, m: &mut ManagedBurst) {
     println!(
         "burst of {} jobs from {} parallel submitters",
         a.jobs, a.submitters
@@ -274,38 +346,41 @@ fn run(a: &Args) -> Result<(), Error> {
         "without the plugin (sbatch -H):   accepted {}/{} in {base_s:.1} s; sbatch ms {}",
         base.len(),
         a.jobs,
-        summary(&mut base)
+        summary(base)
     );
     println!(
-        "with the plugin and hadar serve:  accepted {}/{} in {with_s:.1} s; sbatch ms {}",
-        with.len(),
+        "with the plugin and hadar serve:  accepted {}/{} in {:.1} s; sbatch ms {}",
+        m.accepted.len(),
         a.jobs,
-        summary(&mut with)
+        m.seconds,
+        summary(&mut m.accepted)
     );
     println!(
         "added by the plugin: median {:+.2} ms, p99 {:+.2} ms",
-        quantile(&with, 0.5) - quantile(&base, 0.5),
-        quantile(&with, 0.99) - quantile(&base, 0.99)
+        quantile(&m.accepted, 0.5) - quantile(base, 0.5),
+        quantile(&m.accepted, 0.99) - quantile(base, 0.99)
     );
-    if !inside.is_empty() {
+    if !m.inside_us.is_empty() {
         println!(
-            "held by the plugin (its log): {} jobs ({not_notified} without a notice); time inside the plugin us {}",
-            inside.len(),
-            summary(&mut inside)
+            "held by the plugin (its log): {} jobs ({} without a notice); time inside the plugin us {}",
+            m.inside_us.len(),
+            m.not_notified,
+            summary(&mut m.inside_us)
         );
     }
     println!(
-        "in Slurm's queue after the burst: {} jobs, {pending_held} pending held, {running} running (started by hadar serve)",
-        q.len()
+        "in Slurm's queue after the burst: {} jobs, {} pending held, {} running (started by hadar serve)",
+        m.queued, m.pending_held, m.running
     );
-    let with_actions: Vec<&String> = rounds
+    let with_actions: Vec<&String> = m
+        .rounds
         .iter()
         .filter(|l| log_number(l, "actions").is_some_and(|n| n > 0.0))
         .collect();
     println!(
         "hadar serve rounds with at least 95% of the {} jobs in the queue: {} rounds, {} with actions (ms):",
         a.jobs,
-        rounds.len(),
+        m.rounds.len(),
         with_actions.len()
     );
     for key in [
@@ -316,7 +391,7 @@ fn run(a: &Args) -> Result<(), Error> {
         "enforce_ms",
         "total_ms",
     ] {
-        let mut v: Vec<f64> = rounds.iter().filter_map(|l| log_number(l, key)).collect();
+        let mut v: Vec<f64> = m.rounds.iter().filter_map(|l| log_number(l, key)).collect();
         if !v.is_empty() {
             println!("  {key:<12} {}", summary(&mut v));
         }
@@ -330,23 +405,4 @@ fn run(a: &Args) -> Result<(), Error> {
             println!("  with actions: {key:<12} {}", summary(&mut v));
         }
     }
-    let ok = failed.is_empty()
-        && with.len() == a.jobs
-        && inside.len() >= a.jobs
-        && pending_held + running == a.jobs
-        && rounds.len() >= a.rounds;
-    cancel_and_wait(&bed)?;
-    if !failed.is_empty() {
-        return Err(format!("{} managed submissions failed: {}", failed.len(), failed[0]).into());
-    }
-    if !ok {
-        return Err(format!(
-            "not every job was accepted and held ({} accepted, {} logged held, {pending_held} held + {running} running in the queue, {} full rounds)",
-            with.len(),
-            inside.len(),
-            rounds.len()
-        )
-        .into());
-    }
-    Ok(())
 }
