@@ -302,6 +302,44 @@ fn plan_round_with(
 ) -> RoundPlan {
     let cluster = input.cluster;
     let max_copies = config.max_copies.max(1) as usize;
+    let (mut jobs, mut waiting) = forkables(config, input);
+    let horizon = jobs
+        .iter()
+        .map(|j| j.utility.remaining_best_s())
+        .fold(0.0, f64::max);
+    for j in &mut jobs {
+        j.utility.set_criticality(horizon, config.criticality);
+    }
+    let Ok(bounds) = PriceBook::bounds_from_utilities(
+        jobs.iter()
+            .map(|j| j.utility.best() / input.jobs[j.index].job.workers.max(1) as f64),
+    ) else {
+        return RoundPlan {
+            assignments: Vec::new(),
+            waiting,
+        };
+    };
+    jobs.sort_by(|a, b| {
+        input.jobs[a.index]
+            .job
+            .arrival_order(&input.jobs[b.index].job)
+    });
+    let mut book = PriceBook::new(cluster, &[bounds]).with_type_pressure(config.type_pressure);
+    let best_priced_out = priced_sweeps(&mut book, &mut jobs, max_copies);
+    if config.work_conservation {
+        conserve(&mut book, &mut jobs, max_copies);
+    }
+    let assignments = assign(input, &book, &jobs, &best_priced_out, &mut waiting);
+    RoundPlan {
+        assignments,
+        waiting,
+    }
+}
+
+/// Each job's copy options (every type and worker count it can run with on one node) and
+/// utility, in input order; the jobs that can run nowhere wait.
+fn forkables(config: &HadarEConfig, input: &RoundInput<'_>) -> (Vec<Forkable>, Vec<Waiting>) {
+    let cluster = input.cluster;
     let mut jobs: Vec<Forkable> = Vec::with_capacity(input.jobs.len());
     let mut waiting = Vec::new();
     for (index, js) in input.jobs.iter().enumerate() {
@@ -358,40 +396,26 @@ fn plan_round_with(
             moved: false,
         });
     }
-    let horizon = jobs
-        .iter()
-        .map(|j| j.utility.remaining_best_s())
-        .fold(0.0, f64::max);
-    for j in &mut jobs {
-        j.utility.set_criticality(horizon, config.criticality);
-    }
-    let Ok(bounds) = PriceBook::bounds_from_utilities(
-        jobs.iter()
-            .map(|j| j.utility.best() / input.jobs[j.index].job.workers.max(1) as f64),
-    ) else {
-        return RoundPlan {
-            assignments: Vec::new(),
-            waiting,
-        };
-    };
-    jobs.sort_by(|a, b| {
-        input.jobs[a.index]
-            .job
-            .arrival_order(&input.jobs[b.index].job)
-    });
-    let mut book = PriceBook::new(cluster, &[bounds]).with_type_pressure(config.type_pressure);
-    let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];
+    (jobs, waiting)
+}
 
-    // Passes 1 and 2: sweeps of the primal-dual test, one copy per job per sweep.
+/// Passes 1 and 2: sweeps of the primal-dual test, one copy per job per sweep, until a sweep
+/// adds none. Returns, per job that got no copy, its best priced-out candidate.
+fn priced_sweeps(
+    book: &mut PriceBook,
+    jobs: &mut [Forkable],
+    max_copies: usize,
+) -> Vec<Option<Candidate>> {
+    let mut best_priced_out: Vec<Option<Candidate>> = vec![None; jobs.len()];
     loop {
         let mut added = false;
         for (k, job) in jobs.iter_mut().enumerate() {
             if job.copies.len() >= max_copies || book.free_total() == 0 {
                 continue;
             }
-            match best_copy(&book, job, true) {
+            match best_copy(book, job, true) {
                 Some(c) if c.gain - c.price > 0.0 => {
-                    add_copy(&mut book, job, c);
+                    add_copy(book, job, c);
                     added = true;
                 }
                 other => {
@@ -402,14 +426,20 @@ fn plan_round_with(
             }
         }
         if !added {
-            break;
+            return best_priced_out;
         }
     }
+}
 
-    if config.work_conservation {
-        conserve(&mut book, &mut jobs, max_copies);
-    }
-
+/// The jobs with copies as forked assignments (by job id); the others join `waiting` with
+/// why they got none.
+fn assign(
+    input: &RoundInput<'_>,
+    book: &PriceBook,
+    jobs: &[Forkable],
+    best_priced_out: &[Option<Candidate>],
+    waiting: &mut Vec<Waiting>,
+) -> Vec<Assignment> {
     let mut assignments = Vec::new();
     for (k, job) in jobs.iter().enumerate() {
         let js = &input.jobs[job.index];
@@ -439,10 +469,7 @@ fn plan_round_with(
         });
     }
     assignments.sort_by_key(|a| a.job);
-    RoundPlan {
-        assignments,
-        waiting,
-    }
+    assignments
 }
 
 #[cfg(test)]
