@@ -164,7 +164,7 @@ fn start_daemon(bed: &Testbed, hadar: &Path) -> Result<std::process::Child, Erro
     let config = bed.path("etc/serve-load.toml");
     let text = format!(
         "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
-         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 5\ncommand_timeout_seconds = 60\n",
+         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 5\ncommand_timeout_seconds = 60\nlease_seconds = 120\n",
         conf = bed.path("etc/slurm.conf").display(),
         sock = bed.path("run/hadar.sock").display(),
         state = bed.path("state-load.db").display(),
@@ -277,6 +277,10 @@ fn managed_burst(bed: &mut Testbed, hadar: &Path, a: &Args) -> Result<ManagedBur
     let log_before = bed.controller_log().len();
     let mut daemon = start_daemon(bed, hadar)?;
     std::thread::sleep(Duration::from_secs(2));
+    if let Some(status) = daemon.try_wait()? {
+        let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap_or_default();
+        return Err(format!("hadar serve exited at start ({status}): {}", log.trim()).into());
+    }
     eprintln!(
         "burst of {} managed jobs with the plugin and hadar serve",
         a.jobs
