@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 const SCENARIOS: &[Scenario] = &[(
     "metrics_follow_a_start_a_waiting_job_and_foreign_gpus",
@@ -94,28 +95,7 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
     let textfile = bed.path("metrics/hadar.prom");
     std::fs::create_dir_all(textfile.parent().unwrap()).unwrap();
     let _ = std::fs::remove_file(&textfile);
-    // As systemd would start it: a notify socket, a watchdog, stderr on journald's stream
-    // (here the log file, named by its device and inode).
-    let notify_path = bed.path("run/notify.sock");
-    let _ = std::fs::remove_file(&notify_path);
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let into = heard.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 256];
-        while let Ok(n) = notify.recv(&mut buf) {
-            let note = String::from_utf8_lossy(&buf[..n]).into_owned();
-            into.lock().unwrap().push(note);
-        }
-    });
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(bed.path("log/hadar-serve.log"))
-        .unwrap()
-        .metadata()
-        .unwrap();
-    let stream = format!("{}:{}", log.dev(), log.ino());
+    let (notify_path, heard, stream) = as_systemd(bed);
     let mut serve = Serve::start_configured(
         bed,
         "metrics",
@@ -181,47 +161,8 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
         .client("squeue", &["-h", "-t", "PD", "-o", "%i"])
         .unwrap_or_default();
     assert_eq!(pending.trim(), second.to_string(), "the second job waits");
-    for (t, capacity) in capacity_per_type() {
-        let busy = held.get(&t).copied().unwrap_or(0);
-        let series = |s: &str| format!("hadar_gpus{{gpu_type=\"{t}\",state=\"{s}\"}}");
-        assert_eq!(get(&m, &series("busy")), f64::from(busy), "{t}: {m:?}");
-        assert_eq!(
-            get(&m, &series("idle")),
-            f64::from(capacity - busy),
-            "{t}: {m:?}"
-        );
-    }
-    assert_eq!(get(&m, "hadar_starts_total"), 1.0, "{m:?}");
-    assert_eq!(get(&m, "hadar_preemptions_total"), 0.0);
-    assert_eq!(get(&m, "hadar_slurm_command_failures_total"), 0.0);
-    assert_eq!(get(&m, "hadar_round_failures_total"), 0.0);
-    assert!(
-        get(&m, "hadar_notices_total") >= 2.0,
-        "one notice per submission: {m:?}"
-    );
-    let rounds = get(&m, "hadar_rounds_total");
-    assert!(rounds > get(&before, "hadar_rounds_total"), "{m:?}");
-    assert_eq!(
-        get(&m, "hadar_round_phase_seconds_count{phase=\"total\"}"),
-        rounds,
-        "every round's duration is observed"
-    );
-    let last = get(&m, "hadar_last_round_completed_timestamp_seconds");
-    let now = hadar_daemon::daemon::now_unix();
-    assert!(
-        last <= now && last > now - 10.0,
-        "last round at {last}, now {now}"
-    );
-
-    // The textfile: classic text (counters' families carry `_total`), written each round.
-    let text = std::fs::read_to_string(&textfile).expect("the textfile is written");
-    assert!(
-        text.contains("# TYPE hadar_starts_total counter\n"),
-        "{text}"
-    );
-    let f = parse(&text);
-    assert_eq!(get(&f, "hadar_starts_total"), 1.0);
-    assert!(get(&f, "hadar_rounds_total") >= rounds - 1.0);
+    assert_one_start_and_busy_gpus(&m, &before, &held);
+    assert_textfile(&textfile, get(&m, "hadar_rounds_total"));
 
     // Both jobs gone: the next rounds see an empty queue and the first job's GPUs idle.
     for id in [second, first] {
@@ -234,8 +175,6 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
             && get(&m, "hadar_running_jobs") == 0.0
             && get(&m, "hadar_gpus{gpu_type=\"v100\",state=\"idle\"}") == 4.0
     });
-    // systemd heard READY=1 first, watchdog pings while the loop turned, STOPPING=1 on
-    // SIGTERM; the log lines carry journald's level prefix and no timestamp.
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(serve.pid() as i32, libc::SIGTERM) };
     assert!(
@@ -243,7 +182,95 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
         "the daemon stops on SIGTERM"
     );
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let notes = heard.lock().unwrap().clone();
+    assert_systemd_heard_the_life(bed, &heard.lock().unwrap());
+    for f in fillers {
+        let _ = bed.client("scancel", &[&f.to_string()]);
+    }
+}
+
+/// As systemd would start the daemon: a notify socket whose messages a thread collects, and
+/// stderr on journald's stream (here the log file, named by its device and inode). Returns
+/// the socket's path, the messages heard, and the stream's `JOURNAL_STREAM` value.
+fn as_systemd(bed: &Testbed) -> (PathBuf, Arc<Mutex<Vec<String>>>, String) {
+    let notify_path = bed.path("run/notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let heard = Arc::new(Mutex::new(Vec::<String>::new()));
+    let into = heard.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = notify.recv(&mut buf) {
+            let note = String::from_utf8_lossy(&buf[..n]).into_owned();
+            into.lock().unwrap().push(note);
+        }
+    });
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(bed.path("log/hadar-serve.log"))
+        .unwrap()
+        .metadata()
+        .unwrap();
+    let stream = format!("{}:{}", log.dev(), log.ino());
+    (notify_path, heard, stream)
+}
+
+/// A scrape `m` of a round with one job started (since `before`) and one waiting: GPUs busy
+/// per type as Slurm holds them (`held`), the counters, and the rounds' timing series.
+fn assert_one_start_and_busy_gpus(
+    m: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, f64>,
+    held: &BTreeMap<String, u32>,
+) {
+    for (t, capacity) in capacity_per_type() {
+        let busy = held.get(&t).copied().unwrap_or(0);
+        let series = |s: &str| format!("hadar_gpus{{gpu_type=\"{t}\",state=\"{s}\"}}");
+        assert_eq!(get(m, &series("busy")), f64::from(busy), "{t}: {m:?}");
+        assert_eq!(
+            get(m, &series("idle")),
+            f64::from(capacity - busy),
+            "{t}: {m:?}"
+        );
+    }
+    assert_eq!(get(m, "hadar_starts_total"), 1.0, "{m:?}");
+    assert_eq!(get(m, "hadar_preemptions_total"), 0.0);
+    assert_eq!(get(m, "hadar_slurm_command_failures_total"), 0.0);
+    assert_eq!(get(m, "hadar_round_failures_total"), 0.0);
+    assert!(
+        get(m, "hadar_notices_total") >= 2.0,
+        "one notice per submission: {m:?}"
+    );
+    let rounds = get(m, "hadar_rounds_total");
+    assert!(rounds > get(before, "hadar_rounds_total"), "{m:?}");
+    assert_eq!(
+        get(m, "hadar_round_phase_seconds_count{phase=\"total\"}"),
+        rounds,
+        "every round's duration is observed"
+    );
+    let last = get(m, "hadar_last_round_completed_timestamp_seconds");
+    let now = hadar_daemon::daemon::now_unix();
+    assert!(
+        last <= now && last > now - 10.0,
+        "last round at {last}, now {now}"
+    );
+}
+
+/// The textfile: classic text (counters' families carry `_total`), written each round, at
+/// most one round behind the scrape that saw `rounds`.
+fn assert_textfile(textfile: &Path, rounds: f64) {
+    let text = std::fs::read_to_string(textfile).expect("the textfile is written");
+    assert!(
+        text.contains("# TYPE hadar_starts_total counter\n"),
+        "{text}"
+    );
+    let f = parse(&text);
+    assert_eq!(get(&f, "hadar_starts_total"), 1.0);
+    assert!(get(&f, "hadar_rounds_total") >= rounds - 1.0);
+}
+
+/// systemd heard READY=1 first, watchdog pings while the loop turned, STOPPING=1 on SIGTERM;
+/// the log lines carry journald's level prefix and no timestamp.
+fn assert_systemd_heard_the_life(bed: &Testbed, notes: &[String]) {
     assert_eq!(
         notes.first().map(String::as_str),
         Some("READY=1"),
@@ -275,9 +302,6 @@ fn metrics_follow_a_start_a_waiting_job_and_foreign_gpus(bed: &mut Testbed) {
         "{log}"
     );
     assert!(ours.iter().all(|l| l.starts_with('<')), "{log}");
-    for f in fillers {
-        let _ = bed.client("scancel", &[&f.to_string()]);
-    }
 }
 
 fn capacity_per_type() -> BTreeMap<String, u32> {
