@@ -147,8 +147,18 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
         })
     });
 
-    // Slurm alone scheduled every job: as submitted, never held, updated or requeued.
-    for ((id, info), (_, gres, _)) in ids.iter().zip(&infos).zip(&workload) {
+    assert_slurm_alone_scheduled(&ids, &infos, &workload);
+    assert_recorded_and_acted_on_nothing(bed, &state, &ids);
+    assert_report_rates_every_job(bed, &state, &ids, &infos);
+}
+
+/// Slurm alone scheduled every job: as submitted, never held, updated or requeued.
+fn assert_slurm_alone_scheduled(
+    ids: &[u32],
+    infos: &[hadar_slurm_testbed::JobInfo],
+    workload: &[(&str, &str, u32)],
+) {
+    for ((id, info), (_, gres, _)) in ids.iter().zip(infos).zip(workload) {
         assert_eq!(
             info.field("Restarts").as_deref(),
             Some("0"),
@@ -169,7 +179,13 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
             info.0
         );
     }
-    let store = hadar_store::Store::open_read_only(&state).unwrap();
+}
+
+/// The store and the log hold what Hadar would have done and no action: no intents, each
+/// job's decision, rounds that would have acted; `status` and the fail-open check see a
+/// live shadow daemon.
+fn assert_recorded_and_acted_on_nothing(bed: &Testbed, state: &Path, ids: &[u32]) {
+    let store = hadar_store::Store::open_read_only(state).unwrap();
     assert!(
         store.all_intents().unwrap().is_empty(),
         "shadow mode wrote intents: {:?}",
@@ -179,7 +195,7 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
     assert!(last.policy.contains("shadow"), "{last:?}");
     // What Hadar would have done is recorded: each job's last decision, and per round the
     // starts, moves and preemptions it would have made (some, on this workload).
-    for id in &ids {
+    for id in ids {
         let d = store
             .decision(u64::from(*id))
             .unwrap()
@@ -221,8 +237,15 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
         bed.path("etc/serve-shadow.toml").to_str().unwrap(),
     ]);
     assert!(health.contains("the daemon is alive"), "{health}");
+}
 
-    // The report: every job, Slurm's JCT (as scontrol shows it) and a predicted one.
+/// The report: every job, Slurm's JCT (as scontrol shows it) and a predicted one.
+fn assert_report_rates_every_job(
+    bed: &Testbed,
+    state: &Path,
+    ids: &[u32],
+    infos: &[hadar_slurm_testbed::JobInfo],
+) {
     let dir = bed.path("shadow-report");
     let printed = hadar(&[
         "report",
@@ -238,7 +261,7 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
         .skip(1)
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect();
-    for (id, info) in ids.iter().zip(&infos) {
+    for (id, info) in ids.iter().zip(infos) {
         let row = rows
             .iter()
             .find(|r| r[0] == id.to_string())
