@@ -116,7 +116,52 @@ fn check_plan(
     if let Err(e) = plan.validate(cluster, jobs) {
         return Err(TestCaseError::fail(format!("{policy}: invalid plan: {e}")));
     }
-    // Every active job is either assigned or waiting with a reason, exactly once.
+    check_every_job_listed_once(policy, cluster, jobs, plan)?;
+    let mut left = FreeCapacity::of(cluster);
+    for a in &plan.assignments {
+        left.take_placement(&a.placement)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    let non_preemptive = matches!(policy, PolicyName::YarnCs | PolicyName::Slurm);
+    if non_preemptive {
+        for js in jobs {
+            if let Some(p) = &js.placement {
+                prop_assert_eq!(
+                    plan.placement_of(js.id()),
+                    Some(p),
+                    "{}: running job {} was moved",
+                    policy,
+                    js.id()
+                );
+            }
+        }
+    }
+    match policy {
+        PolicyName::YarnCs => check_yarn_cs(cluster, jobs, plan, &left),
+        PolicyName::Slurm => check_slurm(cluster, jobs, plan, &left),
+        PolicyName::Tiresias => check_tiresias(cluster, jobs, plan, &left),
+        _ => Ok(()),
+    }
+}
+
+/// The reason `plan` gives for job `id`'s wait, if it waits.
+fn reason(plan: &RoundPlan, id: JobId) -> Option<&WaitReason> {
+    plan.waiting.iter().find(|w| w.job == id).map(|w| &w.reason)
+}
+
+/// Pending jobs (not running last round), in arrival order.
+fn pending(jobs: &[JobState]) -> Vec<&JobState> {
+    jobs.iter().filter(|js| js.placement.is_none()).collect()
+}
+
+/// Every active job is either assigned or waiting with a reason, exactly once; a job that can
+/// never run waits for that reason.
+fn check_every_job_listed_once(
+    policy: PolicyName,
+    cluster: &Cluster,
+    jobs: &[JobState],
+    plan: &RoundPlan,
+) -> Result<(), TestCaseError> {
     let mut seen: HashMap<JobId, usize> = HashMap::new();
     for id in plan
         .assignments
@@ -137,11 +182,10 @@ fn check_plan(
         "{}: a job is listed twice",
         policy
     );
-    let reason = |id: JobId| plan.waiting.iter().find(|w| w.job == id).map(|w| &w.reason);
     for js in jobs {
         if !can_ever_run(policy, &js.job, cluster) {
             prop_assert_eq!(
-                reason(js.id()),
+                reason(plan, js.id()),
                 Some(&WaitReason::CannotRunAnywhere),
                 "{}: job {}",
                 policy,
@@ -149,112 +193,111 @@ fn check_plan(
             );
         }
     }
+    Ok(())
+}
 
-    let mut left = FreeCapacity::of(cluster);
+/// YARN's capacity scheduler: FIFO, the head waits only if it cannot be consolidated in what
+/// is `left`, one type per job.
+fn check_yarn_cs(
+    cluster: &Cluster,
+    jobs: &[JobState],
+    plan: &RoundPlan,
+    left: &FreeCapacity,
+) -> Result<(), TestCaseError> {
+    let pending = pending(jobs);
+    // FIFO: a started job has no earlier pending job left waiting, unless that one can
+    // never run at all.
+    for (k, later) in pending.iter().enumerate() {
+        if plan.placement_of(later.id()).is_none() {
+            continue;
+        }
+        for earlier in &pending[..k] {
+            prop_assert!(
+                plan.placement_of(earlier.id()).is_some()
+                    || reason(plan, earlier.id()) == Some(&WaitReason::CannotRunAnywhere),
+                "yarn-cs started job {} while earlier job {} waits",
+                later.id(),
+                earlier.id()
+            );
+        }
+    }
+    if let Some(head) = pending.iter().find(|js| {
+        plan.placement_of(js.id()).is_none()
+            && reason(plan, js.id()) != Some(&WaitReason::CannotRunAnywhere)
+    }) {
+        let fits = usable_types(&head.job, cluster)
+            .iter()
+            .any(|&t| pack_consolidated(left, t, head.job.workers).is_some());
+        prop_assert!(
+            !fits,
+            "yarn-cs left head job {} waiting although it fits",
+            head.id()
+        );
+    }
     for a in &plan.assignments {
-        left.take_placement(&a.placement)
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(
+            a.placement.types().len(),
+            1,
+            "yarn-cs mixed types for job {}",
+            a.job
+        );
     }
-    let non_preemptive = matches!(policy, PolicyName::YarnCs | PolicyName::Slurm);
-    if non_preemptive {
-        for js in jobs {
-            if let Some(p) = &js.placement {
-                prop_assert_eq!(
-                    plan.placement_of(js.id()),
-                    Some(p),
-                    "{}: running job {} was moved",
-                    policy,
-                    js.id()
-                );
-            }
-        }
+    Ok(())
+}
+
+/// Slurm: every job on its requested type; the first pending job that can run starts
+/// whenever its type has room in what is `left`.
+fn check_slurm(
+    cluster: &Cluster,
+    jobs: &[JobState],
+    plan: &RoundPlan,
+    left: &FreeCapacity,
+) -> Result<(), TestCaseError> {
+    let by_id: HashMap<JobId, &JobState> = jobs.iter().map(|js| (js.id(), js)).collect();
+    for a in &plan.assignments {
+        let (t, _) =
+            requested_type(by_id[&a.job], cluster).expect("a started job has a requested type");
+        prop_assert_eq!(
+            a.placement.types(),
+            vec![t],
+            "slurm ran job {} off its requested type",
+            a.job
+        );
     }
-    // Pending jobs (not running last round), in arrival order.
-    let pending: Vec<&JobState> = jobs.iter().filter(|js| js.placement.is_none()).collect();
-    match policy {
-        PolicyName::YarnCs => {
-            // FIFO: a started job has no earlier pending job left waiting, unless that one can
-            // never run at all.
-            for (k, later) in pending.iter().enumerate() {
-                if plan.placement_of(later.id()).is_none() {
-                    continue;
-                }
-                for earlier in &pending[..k] {
-                    prop_assert!(
-                        plan.placement_of(earlier.id()).is_some()
-                            || reason(earlier.id()) == Some(&WaitReason::CannotRunAnywhere),
-                        "yarn-cs started job {} while earlier job {} waits",
-                        later.id(),
-                        earlier.id()
-                    );
-                }
-            }
-            // The head of the queue waits only if it cannot be consolidated in what is left.
-            if let Some(head) = pending.iter().find(|js| {
-                plan.placement_of(js.id()).is_none()
-                    && reason(js.id()) != Some(&WaitReason::CannotRunAnywhere)
-            }) {
-                let fits = usable_types(&head.job, cluster)
-                    .iter()
-                    .any(|&t| pack_consolidated(&left, t, head.job.workers).is_some());
-                prop_assert!(
-                    !fits,
-                    "yarn-cs left head job {} waiting although it fits",
-                    head.id()
-                );
-            }
-            for a in &plan.assignments {
-                prop_assert_eq!(
-                    a.placement.types().len(),
-                    1,
-                    "yarn-cs mixed types for job {}",
-                    a.job
-                );
-            }
-        }
-        PolicyName::Slurm => {
-            let by_id: HashMap<JobId, &JobState> = jobs.iter().map(|js| (js.id(), js)).collect();
-            for a in &plan.assignments {
-                let (t, _) = requested_type(by_id[&a.job], cluster)
-                    .expect("a started job has a requested type");
-                prop_assert_eq!(
-                    a.placement.types(),
-                    vec![t],
-                    "slurm ran job {} off its requested type",
-                    a.job
-                );
-            }
-            // The first pending job that can run starts whenever its type has room.
-            if let Some(head) = pending
-                .iter()
-                .find(|js| requested_type(js, cluster).is_some())
-                && plan.placement_of(head.id()).is_none()
-            {
-                let (t, _) = requested_type(head, cluster).expect("checked above");
-                prop_assert!(
-                    pack_consolidated(&left, t, head.job.workers).is_none(),
-                    "slurm left its highest-priority job {} waiting although it fits",
-                    head.id()
-                );
-            }
-        }
-        PolicyName::Tiresias => {
-            // Not blocking: a job left waiting could not have taken any GPUs left over.
-            for w in &plan.waiting {
-                let js = jobs
-                    .iter()
-                    .find(|js| js.id() == w.job)
-                    .expect("validated above");
-                let usable = usable_types(&js.job, cluster);
-                prop_assert!(
-                    pack_any_types(&left, &usable, js.job.workers).is_none(),
-                    "tiresias left job {} waiting although {} usable GPUs are free",
-                    w.job,
-                    js.job.workers
-                );
-            }
-        }
-        _ => {}
+    if let Some(head) = pending(jobs)
+        .into_iter()
+        .find(|js| requested_type(js, cluster).is_some())
+        && plan.placement_of(head.id()).is_none()
+    {
+        let (t, _) = requested_type(head, cluster).expect("checked above");
+        prop_assert!(
+            pack_consolidated(left, t, head.job.workers).is_none(),
+            "slurm left its highest-priority job {} waiting although it fits",
+            head.id()
+        );
+    }
+    Ok(())
+}
+
+/// Tiresias is not blocking: a job left waiting could not have taken any GPUs `left` over.
+fn check_tiresias(
+    cluster: &Cluster,
+    jobs: &[JobState],
+    plan: &RoundPlan,
+    left: &FreeCapacity,
+) -> Result<(), TestCaseError> {
+    for w in &plan.waiting {
+        let js = jobs
+            .iter()
+            .find(|js| js.id() == w.job)
+            .expect("validated above");
+        let usable = usable_types(&js.job, cluster);
+        prop_assert!(
+            pack_any_types(left, &usable, js.job.workers).is_none(),
+            "tiresias left job {} waiting although {} usable GPUs are free",
+            w.job,
+            js.job.workers
+        );
     }
     Ok(())
 }
