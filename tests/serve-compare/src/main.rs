@@ -8,8 +8,8 @@
 //! command prints the makespan and the average job completion time of both, from Slurm's
 //! own submit and end times.
 //!
-//! Usage: `hadar-serve-compare --hadar PATH [--jobs N] [--time-scale X] [--seed N]
-//! [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
+//! Usage (`--help` for all options): `hadar-serve-compare --hadar PATH [--jobs N]
+//! [--time-scale X] [--seed N] [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
 //! (`tests/install-deps`), from the repository root.
 //!
 //! With `--policies hadar,hadare --trace FILE` it instead runs the jobs of a Gavel trace
@@ -68,73 +68,125 @@ struct Args {
     predict: predict::PredictArgs,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        hadar: PathBuf::from("target/debug/hadar"),
-        trace: None,
-        policies: false,
-        longest_s: 120.0,
-        round_s: 10.0,
-        jobs: 16,
-        time_scale: 10.0,
-        seed: 1,
-        json: false,
-        no_lookahead: false,
-        predict: predict::PredictArgs::default(),
+/// `hadar-serve-compare`'s command line.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "hadar-serve-compare",
+    about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone and by `hadar serve`, and prints makespan and average JCT",
+    long_about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone (each job asking for its fastest GPU type) and by `hadar serve` (each job asking for a GPU count), and prints makespan and average JCT of both. Run it as root on a machine with Slurm installed (tests/install-deps), from the repository root, with HADAR_TESTBED_PORT set.\n\nWith --policies hadar,hadare --trace FILE it runs a Gavel trace by `hadar serve` with Hadar and with HadarE. With --predict it runs each seed three ways and compares with the simulator's prediction (docs/prediction.md); --predict --from FILE recomputes that table from a record, without the cluster."
+)]
+struct Cli {
+    /// The `hadar` binary the jobs and the daemon run.
+    #[arg(long, value_name = "PATH", default_value = "target/debug/hadar")]
+    hadar: PathBuf,
+    /// Jobs in the seeded workload.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(usize))]
+    jobs: usize,
+    /// Time scale of the jobs (`hadar emulate --time-scale`).
+    #[arg(long, value_name = "X", default_value_t = 10.0)]
+    time_scale: f64,
+    /// The workload's seed.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// The daemon runs with `[hadar] earliest_finish_types = false`.
+    #[arg(long)]
+    no_lookahead: bool,
+    /// A Gavel trace to run with --policies.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// With --trace: run it by `hadar serve` with these policies (only `hadar,hadare`).
+    #[arg(long, value_name = "LIST")]
+    policies: Option<String>,
+    /// With --trace: seconds the trace's longest job runs alone on its fastest type.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0, value_parser = positive_seconds)]
+    longest: f64,
+    /// With --trace: the daemon's round, seconds (at least 4).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = round_seconds)]
+    round: f64,
+    /// Predict each run with the simulator and compare (docs/prediction.md).
+    #[arg(long)]
+    predict: bool,
+    /// With --predict: the runs to make, of slurm, hadar, hadare (all by default).
+    #[arg(long, value_name = "LIST")]
+    schedulers: Option<String>,
+    /// With --predict: the seeds, e.g. 1,2,3,4.
+    #[arg(long, value_name = "LIST")]
+    seeds: Option<String>,
+    /// With --predict: append each seed's record (JSON lines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Recompute the prediction table from a record, without the cluster (implies --predict).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// With --predict, a diagnostic: the daemon's first round sees as many jobs as it started
+    /// on the cluster, instead of those submitted within the model's read delay.
+    #[arg(long)]
+    first_round_as_measured: bool,
+    /// With --predict: model figures, KEY=SECONDS,... (docs/prediction.md lists the keys).
+    #[arg(long, value_name = "KEY=SECONDS,...")]
+    model: Vec<String>,
+}
+
+/// `--format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    s.parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x > 0.0)
+        .ok_or_else(|| format!("{s}: give a positive number of seconds"))
+}
+
+fn round_seconds(s: &str) -> Result<f64, String> {
+    s.parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x >= 4.0)
+        .ok_or_else(|| format!("{s}: give at least 4 seconds"))
+}
+
+/// The command line as the runs use it, checked.
+fn args_of(cli: Cli) -> Result<Args, String> {
+    let mut predict = predict::PredictArgs {
+        on: cli.predict,
+        record: cli.record,
+        from: cli.from,
+        first_round_as_measured: cli.first_round_as_measured,
+        ..predict::PredictArgs::default()
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
-        match k.as_str() {
-            "--hadar" => a.hadar = PathBuf::from(v()?),
-            "--jobs" => {
-                a.jobs = v()?
-                    .parse()
-                    .map_err(|_| "--jobs: give a whole number".to_string())?
-            }
-            "--time-scale" => {
-                a.time_scale = v()?
-                    .parse()
-                    .map_err(|_| "--time-scale: give a number".to_string())?
-            }
-            "--seed" => {
-                a.seed = v()?
-                    .parse()
-                    .map_err(|_| "--seed: give a whole number".to_string())?
-            }
-            "--format" => a.json = v()? == "json",
-            "--no-lookahead" => a.no_lookahead = true,
-            "--trace" => a.trace = Some(PathBuf::from(v()?)),
-            "--policies" => {
-                let p = v()?;
-                if p != "hadar,hadare" {
-                    return Err(format!("--policies {p}: only hadar,hadare is supported"));
-                }
-                a.policies = true;
-            }
-            "--longest" => {
-                a.longest_s = v()?
-                    .parse()
-                    .ok()
-                    .filter(|x: &f64| x.is_finite() && *x > 0.0)
-                    .ok_or("--longest: give a positive number of seconds")?
-            }
-            "--round" => {
-                a.round_s = v()?
-                    .parse()
-                    .ok()
-                    .filter(|x: &f64| x.is_finite() && *x >= 4.0)
-                    .ok_or("--round: give at least 4 seconds")?
-            }
-            "--predict" => a.predict.on = true,
-            "--schedulers" => a.predict.schedulers = predict::parse_schedulers(&v()?)?,
-            "--seeds" => a.predict.seeds = predict::parse_seeds(&v()?)?,
-            "--record" => a.predict.record = Some(PathBuf::from(v()?)),
-            "--from" => a.predict.from = Some(PathBuf::from(v()?)),
-            "--model" => predict::set_timing(&mut a.predict.timing, &v()?)?,
-            other => return Err(format!("unknown argument {other}")),
-        }
+    if let Some(s) = &cli.schedulers {
+        predict.schedulers = predict::parse_schedulers(s)?;
     }
+    if let Some(s) = &cli.seeds {
+        predict.seeds = predict::parse_seeds(s)?;
+    }
+    for m in &cli.model {
+        predict::set_timing(&mut predict.timing, m)?;
+    }
+    if let Some(p) = &cli.policies
+        && p != "hadar,hadare"
+    {
+        return Err(format!("--policies {p}: only hadar,hadare is supported"));
+    }
+    let mut a = Args {
+        hadar: cli.hadar,
+        trace: cli.trace,
+        policies: cli.policies.is_some(),
+        longest_s: cli.longest,
+        round_s: cli.round,
+        jobs: cli.jobs,
+        time_scale: cli.time_scale,
+        seed: cli.seed,
+        json: cli.format == Format::Json,
+        no_lookahead: cli.no_lookahead,
+        predict,
+    };
     if a.predict.from.is_some() {
         // Recomputing from a record needs no cluster and no binary.
         a.predict.on = true;
@@ -217,8 +269,16 @@ fn script(hadar: &std::path::Path, j: &WorkJob, scale: f64, managed: bool) -> St
     )
 }
 
+/// Seconds since the epoch, to the microsecond: when a submission returned.
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunResult, String> {
     let mut ids = Vec::new();
+    let mut submitted = Vec::new();
     for j in work {
         let gres = if managed {
             format!("--gpus={}", j.workers)
@@ -233,13 +293,14 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
+        submitted.push(epoch_now());
         ids.push(sub.job_id.ok_or("sbatch printed no job id")?);
     }
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut submit = Vec::new();
     let mut end = Vec::new();
     let mut times = Vec::new();
-    for id in &ids {
+    for (id, at) in ids.iter().zip(&submitted) {
         let left = deadline.saturating_duration_since(Instant::now());
         let info = bed
             .wait_job(*id, &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"], left)
@@ -263,6 +324,7 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
                 .field("Restarts")
                 .and_then(|r| r.parse().ok())
                 .unwrap_or(0),
+            submitted: Some(*at),
         });
     }
     let first = submit.iter().copied().fold(f64::INFINITY, f64::min);
@@ -317,7 +379,7 @@ fn start_testbed() -> Option<Testbed> {
 }
 
 fn main() -> ExitCode {
-    let a = match parse_args() {
+    let a = match args_of(<Cli as clap::Parser>::parse()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("hadar-serve-compare: {e}");
@@ -531,6 +593,7 @@ fn submit_and_measure(
             .sum()
     };
     let mut ids = Vec::new();
+    let mut submitted = Vec::new();
     for j in jobs {
         let emulate = format!(
             "{} emulate --job-type {} --steps {} --time-scale {scale}",
@@ -563,6 +626,7 @@ fn submit_and_measure(
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
+        submitted.push(epoch_now());
         ids.push(u64::from(sub.job_id.ok_or("sbatch printed no job id")?));
     }
     let deadline = Instant::now() + Duration::from_secs(3600);
@@ -604,12 +668,14 @@ fn submit_and_measure(
                 samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
             let times = mine
                 .iter()
-                .map(|j| predict::JobTimes {
+                .zip(&submitted)
+                .map(|(j, at)| predict::JobTimes {
                     id: j.id,
                     submit: j.submit_time.unwrap_or(0) as f64,
                     start: j.start_time.unwrap_or(0) as f64,
                     end: j.end_time.unwrap_or(0) as f64,
                     restarts: j.restarts,
+                    submitted: Some(*at),
                 })
                 .collect();
             return Ok(PolicyResult {

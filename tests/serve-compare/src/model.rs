@@ -60,6 +60,15 @@ pub struct Timing {
     /// With Hadar, seconds a job loses each time it starts: the release, Slurm's start, the
     /// program's start-up.
     pub hadar_start_s: f64,
+    /// With Hadar, seconds from a submission to the daemon's read of the queue in the round
+    /// it starts (the plugin's notice, the read of Slurm): a round sees only the jobs
+    /// submitted before it. Rounds are woken by submissions, at most one per the daemon's
+    /// `MIN_WOKEN_GAP` (2 s).
+    pub hadar_read_s: f64,
+    /// Seconds between two submissions of the burst, for records whose jobs share Slurm's
+    /// whole-second `SubmitTime` and have no sub-second submission time of their own: such
+    /// jobs arrive in submission order this far apart.
+    pub submit_spacing_s: f64,
     /// `hadar serve`'s round with HadarE.
     pub hadare_round_s: f64,
     /// With HadarE, seconds of each round a forked job's copies do not train: the copy
@@ -78,6 +87,8 @@ impl Default for Timing {
             hadar_round_s: 3.0,
             hadar_restart_s: 3.0,
             hadar_start_s: 2.0,
+            hadar_read_s: 0.02,
+            submit_spacing_s: 0.009,
             hadare_round_s: 10.0,
             hadare_copy_startup_s: 4.0,
             hadare_finish_s: 5.0,
@@ -197,6 +208,8 @@ pub fn sim_setup(
                 restart_s: timing.hadar_restart_s,
                 model: ClusterModel {
                     start_latency_s: timing.hadar_start_s,
+                    wake_read_s: timing.hadar_read_s,
+                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()
@@ -212,6 +225,9 @@ pub fn sim_setup(
                 restart_s: c.sidecar.restart_seconds,
                 model: ClusterModel {
                     copy_startup_s: timing.hadare_copy_startup_s,
+                    // The same daemon loop: woken by submissions, as with Hadar.
+                    wake_read_s: timing.hadar_read_s,
+                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()
@@ -226,6 +242,9 @@ pub fn sim_setup(
 pub struct Predicted {
     pub jct_s: Vec<f64>,
     pub makespan_s: f64,
+    /// Jobs that ran in the simulator's first round (of a burst: those the daemon's first
+    /// read of the queue saw).
+    pub first_round_jobs: usize,
 }
 
 /// Plays the measured workload through the simulator as `who` runs it.
@@ -244,8 +263,13 @@ pub fn predict(
         cluster: cluster.clone(),
         jobs,
     };
-    let report = hadar_sim::simulate(&w, policy.as_mut(), &cfg)
-        .map_err(|e| format!("simulating {}: {e}", who.as_str()))?;
+    let mut first_round_jobs = 0;
+    let report = hadar_sim::simulate_observed(&w, policy.as_mut(), &cfg, &mut |r| {
+        if r.index == 0 {
+            first_round_jobs = r.runs.len();
+        }
+    })
+    .map_err(|e| format!("simulating {}: {e}", who.as_str()))?;
     let extra = if who == Scheduler::HadarE {
         timing.hadare_finish_s
     } else {
@@ -261,6 +285,7 @@ pub fn predict(
     Ok(Predicted {
         jct_s: jct,
         makespan_s: last - first,
+        first_round_jobs,
     })
 }
 
