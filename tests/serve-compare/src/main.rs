@@ -52,6 +52,7 @@ struct RunResult {
     times: Vec<predict::JobTimes>,
 }
 
+#[derive(Debug)]
 struct Args {
     hadar: PathBuf,
     trace: Option<PathBuf>,
@@ -369,13 +370,70 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
 /// The test cluster, with the plugin installed by its install script; `None` (said on
 /// stderr) when it cannot start.
 fn start_testbed() -> Option<Testbed> {
-    let options = Options::installed(std::env::temp_dir().join(format!(
+    let root = std::env::temp_dir().join(format!(
         "hadar-serve-compare-{}",
         hadar_slurm_testbed::controller_port()
-    )));
+    ));
+    // A daemon of an earlier run on this test cluster would act on this run's jobs (one
+    // left running requeued the jobs of a measurement every round: docs/prediction.md).
+    let left = leftover_daemons(std::path::Path::new("/proc"), &root);
+    if !left.is_empty() {
+        for (pid, cmd) in &left {
+            eprintln!(
+                "hadar-serve-compare: a hadar serve daemon of an earlier run on this test cluster ({}) is still running: pid {pid}: {cmd}",
+                root.display()
+            );
+        }
+        eprintln!(
+            "hadar-serve-compare: refusing to start: stop it first (kill {})",
+            left.iter()
+                .map(|(p, _)| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        return None;
+    }
+    let options = Options::installed(root);
     Testbed::start(options)
         .inspect_err(|e| eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}"))
         .ok()
+}
+
+/// True when `args` (a process's command line) is `hadar serve` with a file under `root`,
+/// the test cluster's scratch directory (its config, socket or state).
+fn is_daemon_of(args: &[String], root: &std::path::Path) -> bool {
+    args.iter().any(|a| a == "serve")
+        && args
+            .iter()
+            .any(|a| std::path::Path::new(a).starts_with(root))
+}
+
+/// The `hadar serve` processes (pid, command line) running for the test cluster at `root`,
+/// from the process table `proc_dir` (`/proc`).
+fn leftover_daemons(proc_dir: &std::path::Path, root: &std::path::Path) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if pid != me && is_daemon_of(&args, root) {
+            out.push((pid, args.join(" ")));
+        }
+    }
+    out.sort();
+    out
 }
 
 fn main() -> ExitCode {
@@ -790,6 +848,87 @@ mod tests {
         }
         let again = workload(16, 1, 10.0);
         assert_eq!(format!("{w:?}"), format!("{again:?}"));
+    }
+
+    #[test]
+    fn a_daemon_of_this_test_cluster_is_told_from_others() {
+        let root = std::path::Path::new("/tmp/hadar-serve-compare-17500");
+        let args = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        assert!(is_daemon_of(
+            &args(
+                "/w/target/debug/hadar serve --config /tmp/hadar-serve-compare-17500/etc/compare-hadare.toml"
+            ),
+            root
+        ));
+        // Another port's test cluster, another command, or no file of this one: not ours.
+        assert!(!is_daemon_of(
+            &args("hadar serve --config /tmp/hadar-serve-compare-17600/etc/compare-hadar.toml"),
+            root
+        ));
+        assert!(!is_daemon_of(
+            &args("hadar emulate --steps 5 /tmp/hadar-serve-compare-17500/x"),
+            root
+        ));
+        assert!(!is_daemon_of(
+            &args("hadar serve --config /etc/hadar.toml"),
+            root
+        ));
+        // Found in a process table laid out as /proc is (pid/cmdline, NUL-separated).
+        let proc_dir =
+            std::env::temp_dir().join(format!("serve-compare-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc_dir);
+        for (pid, cmd) in [
+            (
+                "41",
+                "hadar\0serve\0--config\0/tmp/hadar-serve-compare-17500/etc/c.toml\0",
+            ),
+            ("42", "hadar\0serve\0--config\0/etc/hadar.toml\0"),
+            ("self", "hadar\0serve\0/tmp/hadar-serve-compare-17500/x\0"),
+        ] {
+            std::fs::create_dir_all(proc_dir.join(pid)).unwrap();
+            std::fs::write(proc_dir.join(pid).join("cmdline"), cmd).unwrap();
+        }
+        let found = leftover_daemons(&proc_dir, root);
+        let _ = std::fs::remove_dir_all(&proc_dir);
+        assert_eq!(
+            found,
+            vec![(
+                41,
+                "hadar serve --config /tmp/hadar-serve-compare-17500/etc/c.toml".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn the_command_line_has_usage_and_checks_its_values() {
+        use clap::Parser;
+        let help = Cli::try_parse_from(["hadar-serve-compare", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert!(help.to_string().contains("--predict"));
+        let cli = Cli::try_parse_from([
+            "hadar-serve-compare",
+            "--from",
+            "r.jsonl",
+            "--seeds",
+            "2,3",
+            "--schedulers",
+            "hadar",
+            "--model",
+            "hadar_read_s=0.05",
+            "--model",
+            "submit_spacing_s=0.01",
+        ])
+        .unwrap();
+        let a = args_of(cli).unwrap();
+        assert!(a.predict.on);
+        assert_eq!(a.predict.seeds, vec![2, 3]);
+        assert_eq!(a.predict.schedulers, vec![model::Scheduler::Hadar]);
+        assert_eq!(a.predict.timing.hadar_read_s, 0.05);
+        assert_eq!(a.predict.timing.submit_spacing_s, 0.01);
+        let bad = Cli::try_parse_from(["hadar-serve-compare", "--from", "r", "--seeds", "x"]);
+        assert!(args_of(bad.unwrap()).unwrap_err().contains("--seeds"));
+        assert!(Cli::try_parse_from(["hadar-serve-compare", "--round", "2"]).is_err());
+        assert!(Cli::try_parse_from(["hadar-serve-compare", "--bogus"]).is_err());
     }
 
     #[test]

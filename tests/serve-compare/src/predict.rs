@@ -621,3 +621,49 @@ pub fn predict_mode(a: &Args) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(id: u64, submit: f64, start: f64, submitted: Option<f64>) -> JobTimes {
+        JobTimes {
+            id,
+            submit,
+            start,
+            end: start + 10.0,
+            restarts: 0,
+            submitted,
+        }
+    }
+
+    #[test]
+    fn arrivals_spread_a_second_in_submission_order_unless_the_record_has_its_own() {
+        let whole = [
+            t(12, 100.0, 101.0, None),
+            t(10, 100.0, 101.0, None),
+            t(13, 101.0, 103.0, None),
+        ];
+        let a = arrivals(&whole, 0.01);
+        assert!(
+            (a[0] - 0.01).abs() < 1e-12 && a[1] == 0.0 && a[2] == 1.0,
+            "{a:?}"
+        );
+        let own = [
+            t(1, 100.0, 101.0, Some(100.25)),
+            t(2, 100.0, 101.0, Some(100.5)),
+        ];
+        assert_eq!(arrivals(&own, 0.01), vec![0.0, 0.25]);
+        // Jobs started within a second of the first start were the first round's.
+        assert_eq!(started_first(&whole), 2);
+    }
+
+    #[test]
+    fn the_read_that_sees_n_jobs_falls_between_the_nth_and_the_next() {
+        let a = [0.0, 0.01, 0.02, 0.03];
+        assert!((read_seeing(&a, 2) - 0.015).abs() < 1e-12);
+        assert_eq!(read_seeing(&a, 4), 0.03);
+        assert!((read_seeing(&a, 0) - 0.005).abs() < 1e-12);
+        assert_eq!(read_seeing(&[], 3), 0.0);
+    }
+}
