@@ -9,7 +9,10 @@
 //!   is added to the job's run on its one type.
 //! * **`hadar serve` with Hadar**: `hadar_core::passes::served` over Hadar, configured from the
 //!   daemon's own config file, in the daemon's rounds, with its restart cost and the start
-//!   latency measured on the cluster.
+//!   latency measured on the cluster. Its rounds are woken by submissions (no sooner than
+//!   the daemon's `MIN_WOKEN_GAP` after the last) and each sees only the jobs submitted
+//!   before it read the queue, so a burst's first round plans a part of it
+//!   (docs/prediction.md).
 //! * **`hadar serve` with HadarE** (every job `fork=yes`): HadarE's `plan_round`, the code
 //!   the daemon's fork pass calls, in the daemon's rounds, each round costing the copies'
 //!   start-up; a job ends a little after its last round (`finish_s`: the daemon counts the
