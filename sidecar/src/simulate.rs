@@ -250,6 +250,7 @@ impl Settings {
                 start_latency_s: args.start_latency_s,
                 copy_startup_s: args.copy_startup_s,
                 keeps_types: args.keeps_types,
+                ..hadar_sim::ClusterModel::default()
             },
             ..SimConfig::default()
         };

@@ -198,7 +198,9 @@ pub fn simulate_with(
 
     let name = policy.name().to_string();
     let first_arrival = order[0].arrival_s;
-    let mut now = first_arrival;
+    // A round started by an arrival reads the queue `wake_read_s` after it.
+    let read_s = cfg.model.wake_read_s;
+    let mut now = first_arrival + read_s;
     let mut next = 0usize; // next job in `order` to arrive
     let mut active: Vec<Tracked> = Vec::new();
     let mut outcomes: Vec<JobOutcome> = Vec::with_capacity(order.len());
@@ -222,7 +224,7 @@ pub fn simulate_with(
         }
         if active.is_empty() {
             if next < order.len() {
-                now = order[next].arrival_s;
+                now = order[next].arrival_s + read_s;
                 continue;
             }
             break;
@@ -260,7 +262,7 @@ pub fn simulate_with(
                 t.state.placement = None;
             }
             if next < order.len() {
-                let until = order[next].arrival_s.max(now);
+                let until = (order[next].arrival_s + read_s).max(now);
                 add_contention(&mut active, until - now);
                 now = until;
                 rounds += 1;
@@ -287,13 +289,16 @@ pub fn simulate_with(
         for (i, t) in active.iter().enumerate() {
             index_of.insert(t.state.id(), i);
         }
+        let round_len =
+            cfg.model
+                .round_length(cfg.round_s, now, order.get(next).map(|j| j.arrival_s));
         let mut end = now;
         let mut runs = Vec::with_capacity(plan.assignments.len());
         let mut ran = vec![false; active.len()];
         for a in &plan.assignments {
             let i = index_of[&a.job];
             ran[i] = true;
-            let run = run_assignment(&mut active[i], a, cfg, now, &mut busy_by_type);
+            let run = run_assignment(&mut active[i], a, cfg, now, round_len, &mut busy_by_type);
             if run.restarted {
                 restarts_total += 1;
             }
@@ -417,7 +422,8 @@ fn learn(
         }
     }
 }
-/// Runs job `t` for one round on assignment `a` starting at `now`: its start, restart and
+/// Runs job `t` for one round of `round_len` seconds (the configured round, or less when an
+/// arrival wakes the next one) on assignment `a` starting at `now`: its start, restart and
 /// carried-over overheads, its progress at the placement's rate, the productive GPU-seconds
 /// per type (added to `busy_by_type`), and the round's record of it.
 fn run_assignment(
@@ -425,6 +431,7 @@ fn run_assignment(
     a: &Assignment,
     cfg: &SimConfig,
     now: f64,
+    round_len: f64,
     busy_by_type: &mut [f64],
 ) -> RoundRun {
     let job = t.truth.clone();
@@ -439,17 +446,17 @@ fn run_assignment(
         .model
         .overhead_s(cfg.restart_s, restarted, starts, forked, f64::INFINITY)
         + if starts { 0.0 } else { t.owed_s };
-    let overhead = owed.min(cfg.round_s);
+    let overhead = owed.min(round_len);
     t.owed_s = owed - overhead;
     // A forked job's copies are new Slurm jobs every round: nothing holds it to types.
     if !forked {
         t.held.get_or_insert_with(|| a.placement.types());
     }
     let need_s = t.state.remaining_steps / rate;
-    let (seconds, steps) = if rate > 0.0 && overhead + need_s <= cfg.round_s {
+    let (seconds, steps) = if rate > 0.0 && overhead + need_s <= round_len {
         (overhead + need_s, t.state.remaining_steps)
     } else {
-        (cfg.round_s, rate * (cfg.round_s - overhead))
+        (round_len, rate * (round_len - overhead))
     };
     let productive = seconds - overhead;
     for p in a.placement.parts() {

@@ -14,7 +14,9 @@
 //!   default 0 as in Gavel) at the start of its round, and counts one restart.
 //! * A [`ClusterModel`] adds the constraints a real cluster has (all off by default): a start
 //!   latency each time a job starts on GPUs it did not hold, a forked job's copies starting
-//!   anew each round, and the GPU types a started job keeps.
+//!   anew each round, the GPU types a started job keeps, and rounds woken by arrivals (a
+//!   round sees only the jobs submitted before it read the queue; a later arrival wakes
+//!   the next round, no sooner than a gap after this one began).
 //! * The plan is checked against capacity and gang rules every round; a policy that breaks
 //!   them is a bug, reported as [`SimError::PolicyViolation`].
 //!

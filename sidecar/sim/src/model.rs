@@ -19,6 +19,17 @@ pub struct ClusterModel {
     /// A started job keeps the GPU types of its first placement for its life (Slurm 22.05
     /// keeps the types of a typed request): policies see it only on those types.
     pub keeps_types: bool,
+    /// Seconds from a job's submission to the moment the round it starts reads the queue
+    /// (the plugin's notice waking the daemon, the daemon's read of Slurm). A round started
+    /// by an arrival (the first one, or one after the cluster stood idle, or a woken one)
+    /// begins this long after it, and sees every job that arrived by then: in a burst of
+    /// submissions it sees only those that came before its read.
+    pub wake_read_s: f64,
+    /// Rounds woken by arrivals, as the daemon's are (its `MIN_WOKEN_GAP`): when above 0,
+    /// a job arriving during a round ends that round early, and the next round begins at
+    /// the later of the arrival plus [`ClusterModel::wake_read_s`] and the round's start
+    /// plus this gap. 0 (the default, as in Gavel): an arrival waits for the round's end.
+    pub wake_gap_s: f64,
 }
 
 impl ClusterModel {
@@ -41,6 +52,14 @@ impl ClusterModel {
                 ));
             }
         }
+        for (name, v) in [
+            ("wake read", self.wake_read_s),
+            ("wake gap", self.wake_gap_s),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be at least 0 seconds, got {v}"));
+            }
+        }
         if self.copy_startup_s > 0.0 && self.copy_startup_s >= round_s {
             return Err(format!(
                 "copy start-up ({} s) must be shorter than a round ({round_s} s)",
@@ -48,6 +67,19 @@ impl ClusterModel {
             ));
         }
         Ok(())
+    }
+
+    /// How long the round beginning at `now` lasts when planned for `round_s`: the whole
+    /// round, unless woken rounds are on and `next_arrival` (the first job not yet seen)
+    /// wakes the next one sooner.
+    pub fn round_length(&self, round_s: f64, now: f64, next_arrival: Option<f64>) -> f64 {
+        match next_arrival {
+            Some(a) if self.wake_gap_s > 0.0 => {
+                let woken = (a + self.wake_read_s).max(now + self.wake_gap_s);
+                (woken - now).min(round_s)
+            }
+            _ => round_s,
+        }
     }
 
     /// Seconds a job loses at the start of its round: the restart cost when `restarted`, the
@@ -134,11 +166,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_arrival_wakes_the_next_round_no_sooner_than_the_gap() {
+        let off = ClusterModel::default();
+        assert_eq!(off.round_length(3.0, 10.0, Some(10.5)), 3.0);
+        let woken = ClusterModel {
+            wake_read_s: 0.1,
+            wake_gap_s: 2.0,
+            ..ClusterModel::default()
+        };
+        // Soon after the round's start: the gap holds the next round back.
+        assert_eq!(woken.round_length(3.0, 10.0, Some(10.5)), 2.0);
+        // Later: the arrival's round reads the queue `wake_read_s` after it.
+        assert!((woken.round_length(3.0, 10.0, Some(12.5)) - 2.6).abs() < 1e-9);
+        // Past the round's end, or none to come: the whole round.
+        assert_eq!(woken.round_length(3.0, 10.0, Some(14.0)), 3.0);
+        assert_eq!(woken.round_length(3.0, 10.0, None), 3.0);
+        let bad = ClusterModel {
+            wake_gap_s: -1.0,
+            ..woken
+        };
+        assert!(bad.validate(3.0, 0.0).unwrap_err().contains("wake gap"));
+    }
+
+    #[test]
     fn overheads_add_up_and_never_exceed_a_round() {
         let m = ClusterModel {
             start_latency_s: 5.0,
             copy_startup_s: 7.0,
-            keeps_types: false,
+            ..ClusterModel::default()
         };
         assert_eq!(m.overhead_s(10.0, false, false, false, 60.0), 0.0);
         assert_eq!(m.overhead_s(10.0, true, true, false, 60.0), 15.0);

@@ -479,3 +479,66 @@ fn overheads_longer_than_a_round_carry_into_the_next_rounds() {
     assert_eq!(r.jobs[0].finish_s, 17.0);
     assert_eq!(r.jobs[0].restarts, 1);
 }
+
+#[test]
+fn a_burst_is_seen_in_part_and_the_rest_wakes_the_next_round_after_the_gap() {
+    // The daemon's rounds on the test cluster: 3 s, woken by a submission no sooner than
+    // 2 s after the last began, reading the queue 0.02 s after the submission that woke it.
+    // Three jobs submitted 0.01 s apart: the first round (at 0.02 s) sees two; the third,
+    // arriving mid-round, wakes the next at 2.02 s, not at the round's end (3.02 s).
+    let cfg = SimConfig {
+        round_s: 3.0,
+        model: hadar_sim::ClusterModel {
+            wake_read_s: 0.02,
+            wake_gap_s: 2.0,
+            ..Default::default()
+        },
+        ..SimConfig::default()
+    };
+    let w = Workload {
+        cluster: cluster(4, 4),
+        jobs: vec![
+            job(0, 0.0, 1, 10.0, 1.0),
+            job(1, 0.01, 1, 10.0, 1.0),
+            job(2, 0.021, 1, 10.0, 1.0),
+        ],
+    };
+    let mut rounds = Vec::new();
+    let r = simulate_observed(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &cfg,
+        &mut |rec| {
+            rounds.push((
+                rec.start_s,
+                rec.runs.iter().map(|x| x.job.0).collect::<Vec<_>>(),
+            ))
+        },
+    )
+    .unwrap();
+    assert_eq!(rounds[0], (0.02, vec![0, 1]));
+    assert!((rounds[1].0 - 2.02).abs() < 1e-9, "{rounds:?}");
+    assert_eq!(rounds[1].1, vec![0, 1, 2]);
+    // Jobs 0 and 1 lose nothing to the early round: they end 10 s after their start.
+    assert!((r.jobs[0].finish_s - 10.02).abs() < 1e-9, "{:?}", r.jobs[0]);
+    assert!((r.jobs[2].finish_s - 12.02).abs() < 1e-9, "{:?}", r.jobs[2]);
+    // Off (the default): all three wait for a whole round from the first arrival.
+    let mut first = Vec::new();
+    simulate_observed(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &SimConfig {
+            round_s: 3.0,
+            ..SimConfig::default()
+        },
+        &mut |rec| first.push(rec.start_s),
+    )
+    .unwrap();
+    assert_eq!(first[..2], [0.0, 3.0]);
+}

@@ -8,8 +8,8 @@
 //! command prints the makespan and the average job completion time of both, from Slurm's
 //! own submit and end times.
 //!
-//! Usage: `hadar-serve-compare --hadar PATH [--jobs N] [--time-scale X] [--seed N]
-//! [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
+//! Usage (`--help` for all options): `hadar-serve-compare --hadar PATH [--jobs N]
+//! [--time-scale X] [--seed N] [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
 //! (`tests/install-deps`), from the repository root.
 //!
 //! With `--policies hadar,hadare --trace FILE` it instead runs the jobs of a Gavel trace
@@ -52,6 +52,7 @@ struct RunResult {
     times: Vec<predict::JobTimes>,
 }
 
+#[derive(Debug)]
 struct Args {
     hadar: PathBuf,
     trace: Option<PathBuf>,
@@ -68,73 +69,125 @@ struct Args {
     predict: predict::PredictArgs,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        hadar: PathBuf::from("target/debug/hadar"),
-        trace: None,
-        policies: false,
-        longest_s: 120.0,
-        round_s: 10.0,
-        jobs: 16,
-        time_scale: 10.0,
-        seed: 1,
-        json: false,
-        no_lookahead: false,
-        predict: predict::PredictArgs::default(),
+/// `hadar-serve-compare`'s command line.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "hadar-serve-compare",
+    about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone and by `hadar serve`, and prints makespan and average JCT",
+    long_about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone (each job asking for its fastest GPU type) and by `hadar serve` (each job asking for a GPU count), and prints makespan and average JCT of both. Run it as root on a machine with Slurm installed (tests/install-deps), from the repository root, with HADAR_TESTBED_PORT set.\n\nWith --policies hadar,hadare --trace FILE it runs a Gavel trace by `hadar serve` with Hadar and with HadarE. With --predict it runs each seed three ways and compares with the simulator's prediction (docs/prediction.md); --predict --from FILE recomputes that table from a record, without the cluster."
+)]
+struct Cli {
+    /// The `hadar` binary the jobs and the daemon run.
+    #[arg(long, value_name = "PATH", default_value = "target/debug/hadar")]
+    hadar: PathBuf,
+    /// Jobs in the seeded workload.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(usize))]
+    jobs: usize,
+    /// Time scale of the jobs (`hadar emulate --time-scale`).
+    #[arg(long, value_name = "X", default_value_t = 10.0)]
+    time_scale: f64,
+    /// The workload's seed.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// The daemon runs with `[hadar] earliest_finish_types = false`.
+    #[arg(long)]
+    no_lookahead: bool,
+    /// A Gavel trace to run with --policies.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// With --trace: run it by `hadar serve` with these policies (only `hadar,hadare`).
+    #[arg(long, value_name = "LIST")]
+    policies: Option<String>,
+    /// With --trace: seconds the trace's longest job runs alone on its fastest type.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0, value_parser = positive_seconds)]
+    longest: f64,
+    /// With --trace: the daemon's round, seconds (at least 4).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = round_seconds)]
+    round: f64,
+    /// Predict each run with the simulator and compare (docs/prediction.md).
+    #[arg(long)]
+    predict: bool,
+    /// With --predict: the runs to make, of slurm, hadar, hadare (all by default).
+    #[arg(long, value_name = "LIST")]
+    schedulers: Option<String>,
+    /// With --predict: the seeds, e.g. 1,2,3,4.
+    #[arg(long, value_name = "LIST")]
+    seeds: Option<String>,
+    /// With --predict: append each seed's record (JSON lines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Recompute the prediction table from a record, without the cluster (implies --predict).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// With --predict, a diagnostic: the daemon's first round sees as many jobs as it started
+    /// on the cluster, instead of those submitted within the model's read delay.
+    #[arg(long)]
+    first_round_as_measured: bool,
+    /// With --predict: model figures, KEY=SECONDS,... (docs/prediction.md lists the keys).
+    #[arg(long, value_name = "KEY=SECONDS,...")]
+    model: Vec<String>,
+}
+
+/// `--format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    s.parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x > 0.0)
+        .ok_or_else(|| format!("{s}: give a positive number of seconds"))
+}
+
+fn round_seconds(s: &str) -> Result<f64, String> {
+    s.parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x >= 4.0)
+        .ok_or_else(|| format!("{s}: give at least 4 seconds"))
+}
+
+/// The command line as the runs use it, checked.
+fn args_of(cli: Cli) -> Result<Args, String> {
+    let mut predict = predict::PredictArgs {
+        on: cli.predict,
+        record: cli.record,
+        from: cli.from,
+        first_round_as_measured: cli.first_round_as_measured,
+        ..predict::PredictArgs::default()
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
-        match k.as_str() {
-            "--hadar" => a.hadar = PathBuf::from(v()?),
-            "--jobs" => {
-                a.jobs = v()?
-                    .parse()
-                    .map_err(|_| "--jobs: give a whole number".to_string())?
-            }
-            "--time-scale" => {
-                a.time_scale = v()?
-                    .parse()
-                    .map_err(|_| "--time-scale: give a number".to_string())?
-            }
-            "--seed" => {
-                a.seed = v()?
-                    .parse()
-                    .map_err(|_| "--seed: give a whole number".to_string())?
-            }
-            "--format" => a.json = v()? == "json",
-            "--no-lookahead" => a.no_lookahead = true,
-            "--trace" => a.trace = Some(PathBuf::from(v()?)),
-            "--policies" => {
-                let p = v()?;
-                if p != "hadar,hadare" {
-                    return Err(format!("--policies {p}: only hadar,hadare is supported"));
-                }
-                a.policies = true;
-            }
-            "--longest" => {
-                a.longest_s = v()?
-                    .parse()
-                    .ok()
-                    .filter(|x: &f64| x.is_finite() && *x > 0.0)
-                    .ok_or("--longest: give a positive number of seconds")?
-            }
-            "--round" => {
-                a.round_s = v()?
-                    .parse()
-                    .ok()
-                    .filter(|x: &f64| x.is_finite() && *x >= 4.0)
-                    .ok_or("--round: give at least 4 seconds")?
-            }
-            "--predict" => a.predict.on = true,
-            "--schedulers" => a.predict.schedulers = predict::parse_schedulers(&v()?)?,
-            "--seeds" => a.predict.seeds = predict::parse_seeds(&v()?)?,
-            "--record" => a.predict.record = Some(PathBuf::from(v()?)),
-            "--from" => a.predict.from = Some(PathBuf::from(v()?)),
-            "--model" => predict::set_timing(&mut a.predict.timing, &v()?)?,
-            other => return Err(format!("unknown argument {other}")),
-        }
+    if let Some(s) = &cli.schedulers {
+        predict.schedulers = predict::parse_schedulers(s)?;
     }
+    if let Some(s) = &cli.seeds {
+        predict.seeds = predict::parse_seeds(s)?;
+    }
+    for m in &cli.model {
+        predict::set_timing(&mut predict.timing, m)?;
+    }
+    if let Some(p) = &cli.policies
+        && p != "hadar,hadare"
+    {
+        return Err(format!("--policies {p}: only hadar,hadare is supported"));
+    }
+    let mut a = Args {
+        hadar: cli.hadar,
+        trace: cli.trace,
+        policies: cli.policies.is_some(),
+        longest_s: cli.longest,
+        round_s: cli.round,
+        jobs: cli.jobs,
+        time_scale: cli.time_scale,
+        seed: cli.seed,
+        json: cli.format == Format::Json,
+        no_lookahead: cli.no_lookahead,
+        predict,
+    };
     if a.predict.from.is_some() {
         // Recomputing from a record needs no cluster and no binary.
         a.predict.on = true;
@@ -217,8 +270,16 @@ fn script(hadar: &std::path::Path, j: &WorkJob, scale: f64, managed: bool) -> St
     )
 }
 
+/// Seconds since the epoch, to the microsecond: when a submission returned.
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunResult, String> {
     let mut ids = Vec::new();
+    let mut submitted = Vec::new();
     for j in work {
         let gres = if managed {
             format!("--gpus={}", j.workers)
@@ -233,13 +294,14 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
+        submitted.push(epoch_now());
         ids.push(sub.job_id.ok_or("sbatch printed no job id")?);
     }
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut submit = Vec::new();
     let mut end = Vec::new();
     let mut times = Vec::new();
-    for id in &ids {
+    for (id, at) in ids.iter().zip(&submitted) {
         let left = deadline.saturating_duration_since(Instant::now());
         let info = bed
             .wait_job(*id, &["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"], left)
@@ -263,6 +325,7 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
                 .field("Restarts")
                 .and_then(|r| r.parse().ok())
                 .unwrap_or(0),
+            submitted: Some(*at),
         });
     }
     let first = submit.iter().copied().fold(f64::INFINITY, f64::min);
@@ -307,17 +370,74 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
 /// The test cluster, with the plugin installed by its install script; `None` (said on
 /// stderr) when it cannot start.
 fn start_testbed() -> Option<Testbed> {
-    let options = Options::installed(std::env::temp_dir().join(format!(
+    let root = std::env::temp_dir().join(format!(
         "hadar-serve-compare-{}",
         hadar_slurm_testbed::controller_port()
-    )));
+    ));
+    // A daemon of an earlier run on this test cluster would act on this run's jobs (one
+    // left running requeued the jobs of a measurement every round: docs/prediction.md).
+    let left = leftover_daemons(std::path::Path::new("/proc"), &root);
+    if !left.is_empty() {
+        for (pid, cmd) in &left {
+            eprintln!(
+                "hadar-serve-compare: a hadar serve daemon of an earlier run on this test cluster ({}) is still running: pid {pid}: {cmd}",
+                root.display()
+            );
+        }
+        eprintln!(
+            "hadar-serve-compare: refusing to start: stop it first (kill {})",
+            left.iter()
+                .map(|(p, _)| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        return None;
+    }
+    let options = Options::installed(root);
     Testbed::start(options)
         .inspect_err(|e| eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}"))
         .ok()
 }
 
+/// True when `args` (a process's command line) is `hadar serve` with a file under `root`,
+/// the test cluster's scratch directory (its config, socket or state).
+fn is_daemon_of(args: &[String], root: &std::path::Path) -> bool {
+    args.iter().any(|a| a == "serve")
+        && args
+            .iter()
+            .any(|a| std::path::Path::new(a).starts_with(root))
+}
+
+/// The `hadar serve` processes (pid, command line) running for the test cluster at `root`,
+/// from the process table `proc_dir` (`/proc`).
+fn leftover_daemons(proc_dir: &std::path::Path, root: &std::path::Path) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if pid != me && is_daemon_of(&args, root) {
+            out.push((pid, args.join(" ")));
+        }
+    }
+    out.sort();
+    out
+}
+
 fn main() -> ExitCode {
-    let a = match parse_args() {
+    let a = match args_of(<Cli as clap::Parser>::parse()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("hadar-serve-compare: {e}");
@@ -531,6 +651,7 @@ fn submit_and_measure(
             .sum()
     };
     let mut ids = Vec::new();
+    let mut submitted = Vec::new();
     for j in jobs {
         let emulate = format!(
             "{} emulate --job-type {} --steps {} --time-scale {scale}",
@@ -563,6 +684,7 @@ fn submit_and_measure(
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
+        submitted.push(epoch_now());
         ids.push(u64::from(sub.job_id.ok_or("sbatch printed no job id")?));
     }
     let deadline = Instant::now() + Duration::from_secs(3600);
@@ -604,12 +726,14 @@ fn submit_and_measure(
                 samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
             let times = mine
                 .iter()
-                .map(|j| predict::JobTimes {
+                .zip(&submitted)
+                .map(|(j, at)| predict::JobTimes {
                     id: j.id,
                     submit: j.submit_time.unwrap_or(0) as f64,
                     start: j.start_time.unwrap_or(0) as f64,
                     end: j.end_time.unwrap_or(0) as f64,
                     restarts: j.restarts,
+                    submitted: Some(*at),
                 })
                 .collect();
             return Ok(PolicyResult {
@@ -724,6 +848,87 @@ mod tests {
         }
         let again = workload(16, 1, 10.0);
         assert_eq!(format!("{w:?}"), format!("{again:?}"));
+    }
+
+    #[test]
+    fn a_daemon_of_this_test_cluster_is_told_from_others() {
+        let root = std::path::Path::new("/tmp/hadar-serve-compare-17500");
+        let args = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        assert!(is_daemon_of(
+            &args(
+                "/w/target/debug/hadar serve --config /tmp/hadar-serve-compare-17500/etc/compare-hadare.toml"
+            ),
+            root
+        ));
+        // Another port's test cluster, another command, or no file of this one: not ours.
+        assert!(!is_daemon_of(
+            &args("hadar serve --config /tmp/hadar-serve-compare-17600/etc/compare-hadar.toml"),
+            root
+        ));
+        assert!(!is_daemon_of(
+            &args("hadar emulate --steps 5 /tmp/hadar-serve-compare-17500/x"),
+            root
+        ));
+        assert!(!is_daemon_of(
+            &args("hadar serve --config /etc/hadar.toml"),
+            root
+        ));
+        // Found in a process table laid out as /proc is (pid/cmdline, NUL-separated).
+        let proc_dir =
+            std::env::temp_dir().join(format!("serve-compare-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc_dir);
+        for (pid, cmd) in [
+            (
+                "41",
+                "hadar\0serve\0--config\0/tmp/hadar-serve-compare-17500/etc/c.toml\0",
+            ),
+            ("42", "hadar\0serve\0--config\0/etc/hadar.toml\0"),
+            ("self", "hadar\0serve\0/tmp/hadar-serve-compare-17500/x\0"),
+        ] {
+            std::fs::create_dir_all(proc_dir.join(pid)).unwrap();
+            std::fs::write(proc_dir.join(pid).join("cmdline"), cmd).unwrap();
+        }
+        let found = leftover_daemons(&proc_dir, root);
+        let _ = std::fs::remove_dir_all(&proc_dir);
+        assert_eq!(
+            found,
+            vec![(
+                41,
+                "hadar serve --config /tmp/hadar-serve-compare-17500/etc/c.toml".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn the_command_line_has_usage_and_checks_its_values() {
+        use clap::Parser;
+        let help = Cli::try_parse_from(["hadar-serve-compare", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert!(help.to_string().contains("--predict"));
+        let cli = Cli::try_parse_from([
+            "hadar-serve-compare",
+            "--from",
+            "r.jsonl",
+            "--seeds",
+            "2,3",
+            "--schedulers",
+            "hadar",
+            "--model",
+            "hadar_read_s=0.05",
+            "--model",
+            "submit_spacing_s=0.01",
+        ])
+        .unwrap();
+        let a = args_of(cli).unwrap();
+        assert!(a.predict.on);
+        assert_eq!(a.predict.seeds, vec![2, 3]);
+        assert_eq!(a.predict.schedulers, vec![model::Scheduler::Hadar]);
+        assert_eq!(a.predict.timing.hadar_read_s, 0.05);
+        assert_eq!(a.predict.timing.submit_spacing_s, 0.01);
+        let bad = Cli::try_parse_from(["hadar-serve-compare", "--from", "r", "--seeds", "x"]);
+        assert!(args_of(bad.unwrap()).unwrap_err().contains("--seeds"));
+        assert!(Cli::try_parse_from(["hadar-serve-compare", "--round", "2"]).is_err());
+        assert!(Cli::try_parse_from(["hadar-serve-compare", "--bogus"]).is_err());
     }
 
     #[test]

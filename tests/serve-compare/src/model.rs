@@ -9,7 +9,10 @@
 //!   is added to the job's run on its one type.
 //! * **`hadar serve` with Hadar**: `hadar_core::passes::served` over Hadar, configured from the
 //!   daemon's own config file, in the daemon's rounds, with its restart cost and the start
-//!   latency measured on the cluster.
+//!   latency measured on the cluster. Its rounds are woken by submissions (no sooner than
+//!   the daemon's `MIN_WOKEN_GAP` after the last) and each sees only the jobs submitted
+//!   before it read the queue, so a burst's first round plans a part of it
+//!   (docs/prediction.md).
 //! * **`hadar serve` with HadarE** (every job `fork=yes`): HadarE's `plan_round`, the code
 //!   the daemon's fork pass calls, in the daemon's rounds, each round costing the copies'
 //!   start-up; a job ends a little after its last round (`finish_s`: the daemon counts the
@@ -60,6 +63,15 @@ pub struct Timing {
     /// With Hadar, seconds a job loses each time it starts: the release, Slurm's start, the
     /// program's start-up.
     pub hadar_start_s: f64,
+    /// With Hadar, seconds from a submission to the daemon's read of the queue in the round
+    /// it starts (the plugin's notice, the read of Slurm): a round sees only the jobs
+    /// submitted before it. Rounds are woken by submissions, at most one per the daemon's
+    /// `MIN_WOKEN_GAP` (2 s).
+    pub hadar_read_s: f64,
+    /// Seconds between two submissions of the burst, for records whose jobs share Slurm's
+    /// whole-second `SubmitTime` and have no sub-second submission time of their own: such
+    /// jobs arrive in submission order this far apart.
+    pub submit_spacing_s: f64,
     /// `hadar serve`'s round with HadarE.
     pub hadare_round_s: f64,
     /// With HadarE, seconds of each round a forked job's copies do not train: the copy
@@ -78,6 +90,8 @@ impl Default for Timing {
             hadar_round_s: 3.0,
             hadar_restart_s: 3.0,
             hadar_start_s: 2.0,
+            hadar_read_s: 0.02,
+            submit_spacing_s: 0.009,
             hadare_round_s: 10.0,
             hadare_copy_startup_s: 4.0,
             hadare_finish_s: 5.0,
@@ -197,6 +211,8 @@ pub fn sim_setup(
                 restart_s: timing.hadar_restart_s,
                 model: ClusterModel {
                     start_latency_s: timing.hadar_start_s,
+                    wake_read_s: timing.hadar_read_s,
+                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()
@@ -212,6 +228,9 @@ pub fn sim_setup(
                 restart_s: c.sidecar.restart_seconds,
                 model: ClusterModel {
                     copy_startup_s: timing.hadare_copy_startup_s,
+                    // The same daemon loop: woken by submissions, as with Hadar.
+                    wake_read_s: timing.hadar_read_s,
+                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()
@@ -226,6 +245,9 @@ pub fn sim_setup(
 pub struct Predicted {
     pub jct_s: Vec<f64>,
     pub makespan_s: f64,
+    /// Jobs that ran in the simulator's first round (of a burst: those the daemon's first
+    /// read of the queue saw).
+    pub first_round_jobs: usize,
 }
 
 /// Plays the measured workload through the simulator as `who` runs it.
@@ -244,8 +266,13 @@ pub fn predict(
         cluster: cluster.clone(),
         jobs,
     };
-    let report = hadar_sim::simulate(&w, policy.as_mut(), &cfg)
-        .map_err(|e| format!("simulating {}: {e}", who.as_str()))?;
+    let mut first_round_jobs = 0;
+    let report = hadar_sim::simulate_observed(&w, policy.as_mut(), &cfg, &mut |r| {
+        if r.index == 0 {
+            first_round_jobs = r.runs.len();
+        }
+    })
+    .map_err(|e| format!("simulating {}: {e}", who.as_str()))?;
     let extra = if who == Scheduler::HadarE {
         timing.hadare_finish_s
     } else {
@@ -261,6 +288,7 @@ pub fn predict(
     Ok(Predicted {
         jct_s: jct,
         makespan_s: last - first,
+        first_round_jobs,
     })
 }
 

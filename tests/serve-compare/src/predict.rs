@@ -27,6 +27,9 @@ pub struct PredictArgs {
     pub timing: Timing,
     /// `--schedulers slurm,hadar,hadare`: which runs to make (all three by default).
     pub schedulers: Vec<Scheduler>,
+    /// `--first-round-as-measured`: a diagnostic; the daemon's first round sees as many jobs
+    /// as it started on the cluster ([`read_seeing`]).
+    pub first_round_as_measured: bool,
 }
 
 impl Default for PredictArgs {
@@ -38,6 +41,7 @@ impl Default for PredictArgs {
             from: None,
             timing: Timing::default(),
             schedulers: Scheduler::ALL.to_vec(),
+            first_round_as_measured: false,
         }
     }
 }
@@ -85,6 +89,8 @@ pub fn set_timing(t: &mut Timing, s: &str) -> Result<(), String> {
             "hadar_round_s" => &mut t.hadar_round_s,
             "hadar_restart_s" => &mut t.hadar_restart_s,
             "hadar_start_s" => &mut t.hadar_start_s,
+            "hadar_read_s" => &mut t.hadar_read_s,
+            "submit_spacing_s" => &mut t.submit_spacing_s,
             "hadare_round_s" => &mut t.hadare_round_s,
             "hadare_copy_startup_s" => &mut t.hadare_copy_startup_s,
             "hadare_finish_s" => &mut t.hadare_finish_s,
@@ -103,6 +109,10 @@ pub struct JobTimes {
     pub start: f64,
     pub end: f64,
     pub restarts: u32,
+    /// When `sbatch` returned, by this program's clock (seconds since the epoch, to the
+    /// microsecond); Slurm's `SubmitTime` has whole seconds only. Absent in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted: Option<f64>,
 }
 
 /// One of HadarE's copy jobs (`hadar-fork-JOB-rROUND`), as Slurm last showed it.
@@ -273,6 +283,9 @@ pub struct Compared {
     pub measured_makespan: f64,
     pub predicted_makespan: f64,
     pub errors: RunErrors,
+    /// Jobs in the first round: (predicted, measured), the measured ones being those that
+    /// Slurm started within a second of the run's first start.
+    pub first_round: (usize, usize),
 }
 
 /// Measured JCTs (end - submit), arrivals (from the first submission) and makespan.
@@ -289,8 +302,55 @@ pub fn measured_figures(times: &[JobTimes]) -> (Vec<f64>, Vec<f64>, f64) {
     )
 }
 
+/// Arrivals to the sub-second, from the first submission: the harness's own submission
+/// times when the record has them for every job; else Slurm's whole-second submit times,
+/// with jobs sharing a second spread in submission (job id) order `spacing_s` apart.
+pub fn arrivals(times: &[JobTimes], spacing_s: f64) -> Vec<f64> {
+    if let Some(own) = times
+        .iter()
+        .map(|t| t.submitted)
+        .collect::<Option<Vec<f64>>>()
+    {
+        let first = own.iter().copied().fold(f64::INFINITY, f64::min);
+        return own.iter().map(|s| s - first).collect();
+    }
+    let first = times.iter().map(|t| t.submit).fold(f64::INFINITY, f64::min);
+    times
+        .iter()
+        .map(|t| {
+            let before = times
+                .iter()
+                .filter(|u| u.submit == t.submit && u.id < t.id)
+                .count();
+            t.submit - first + before as f64 * spacing_s
+        })
+        .collect()
+}
+
+/// Jobs Slurm started within a second of the run's first start: the first round's (the
+/// daemon's next round comes at least `MIN_WOKEN_GAP`, 2 s, later).
+pub fn started_first(times: &[JobTimes]) -> usize {
+    let first = times.iter().map(|t| t.start).fold(f64::INFINITY, f64::min);
+    times.iter().filter(|t| t.start <= first + 1.0).count()
+}
+
+/// `--first-round-as-measured`: the read delay after the first arrival at which the first
+/// round sees exactly `seen` jobs (halfway between the last seen and the first unseen).
+/// A diagnostic, not a prediction: it takes from the measurement what the model should
+/// know, to show how much of the error that one race accounts for.
+pub fn read_seeing(arrivals: &[f64], seen: usize) -> f64 {
+    let mut a = arrivals.to_vec();
+    a.sort_by(f64::total_cmp);
+    let Some(&first) = a.first() else { return 0.0 };
+    let last_seen = a[seen.clamp(1, a.len()) - 1];
+    match a.get(seen.max(1)) {
+        Some(&unseen) => (last_seen + unseen) / 2.0 - first,
+        None => last_seen - first,
+    }
+}
+
 /// Predicts one seed's three runs and compares.
-fn compare(rec: &SeedRecord, timing: &Timing) -> Result<Vec<Compared>, String> {
+fn compare(rec: &SeedRecord, timing: &Timing, as_measured: bool) -> Result<Vec<Compared>, String> {
     let cluster = model::cluster_of(&rec.cluster)?;
     let mut out = Vec::new();
     for run in &rec.runs {
@@ -298,14 +358,23 @@ fn compare(rec: &SeedRecord, timing: &Timing) -> Result<Vec<Compared>, String> {
             .into_iter()
             .find(|s| s.as_str() == run.scheduler)
             .ok_or_else(|| format!("seed {}: unknown scheduler {}", rec.seed, run.scheduler))?;
-        let (jct, arrivals, makespan) = measured_figures(&run.times);
+        let (jct, mut arrivals, makespan) = measured_figures(&run.times);
+        // Only the daemon's rounds see the order within a second: Slurm alone's model
+        // plays in 1 s steps.
+        let mut timing = timing.clone();
+        if who != Scheduler::Slurm {
+            arrivals = self::arrivals(&run.times, timing.submit_spacing_s);
+            if as_measured {
+                timing.hadar_read_s = read_seeing(&arrivals, started_first(&run.times));
+            }
+        }
         let p = model::predict(
             &rec.work,
             &arrivals,
             rec.time_scale,
             &cluster,
             who,
-            timing,
+            &timing,
             &run.config,
         )
         .map_err(|e| format!("seed {}: {e}", rec.seed))?;
@@ -318,6 +387,7 @@ fn compare(rec: &SeedRecord, timing: &Timing) -> Result<Vec<Compared>, String> {
             measured_makespan: makespan,
             predicted_makespan: p.makespan_s,
             errors,
+            first_round: (p.first_round_jobs, started_first(&run.times)),
         });
     }
     Ok(out)
@@ -444,12 +514,20 @@ fn print_seed(rec: &SeedRecord, cmp: &[Compared]) {
     }
     for c in cmp {
         println!(
-            "{:<7} makespan predicted {:>5.0} s, measured {:>5.0} s ({:+.1}%); mean |JCT error| {:.1}%",
+            "{:<7} makespan predicted {:>5.0} s, measured {:>5.0} s ({:+.1}%); mean |JCT error| {:.1}%{}",
             c.who.as_str(),
             c.predicted_makespan,
             c.measured_makespan,
             c.errors.makespan_pct,
-            c.errors.mean_abs_jct_pct
+            c.errors.mean_abs_jct_pct,
+            if c.who == Scheduler::Slurm {
+                String::new()
+            } else {
+                format!(
+                    "; jobs in the first round {} / {}",
+                    c.first_round.0, c.first_round.1
+                )
+            }
         );
     }
     let observed = observed_timing(rec)
@@ -484,11 +562,13 @@ pub fn predict_mode(a: &Args) -> ExitCode {
     };
     let t = &a.predict.timing;
     println!(
-        "model: Slurm start {} s (1 s rounds); Hadar rounds {} s, restart {} s, start {} s; HadarE rounds {} s, copy start-up {} s, finish {} s",
+        "model: Slurm start {} s (1 s rounds); Hadar rounds {} s, restart {} s, start {} s, read {} s after a submission; submissions {} s apart within a second; HadarE rounds {} s, copy start-up {} s, finish {} s",
         t.slurm_start_s,
         t.hadar_round_s,
         t.hadar_restart_s,
         t.hadar_start_s,
+        t.hadar_read_s,
+        t.submit_spacing_s,
         t.hadare_round_s,
         t.hadare_copy_startup_s,
         t.hadare_finish_s
@@ -497,7 +577,7 @@ pub fn predict_mode(a: &Args) -> ExitCode {
         Scheduler::ALL.iter().map(|s| (*s, Vec::new())).collect();
     let mut json = Vec::new();
     for rec in &records {
-        let cmp = match compare(rec, t) {
+        let cmp = match compare(rec, t, a.predict.first_round_as_measured) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("hadar-serve-compare: {e}");
@@ -540,4 +620,50 @@ pub fn predict_mode(a: &Args) -> ExitCode {
         println!("{}", serde_json::Value::Array(json));
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(id: u64, submit: f64, start: f64, submitted: Option<f64>) -> JobTimes {
+        JobTimes {
+            id,
+            submit,
+            start,
+            end: start + 10.0,
+            restarts: 0,
+            submitted,
+        }
+    }
+
+    #[test]
+    fn arrivals_spread_a_second_in_submission_order_unless_the_record_has_its_own() {
+        let whole = [
+            t(12, 100.0, 101.0, None),
+            t(10, 100.0, 101.0, None),
+            t(13, 101.0, 103.0, None),
+        ];
+        let a = arrivals(&whole, 0.01);
+        assert!(
+            (a[0] - 0.01).abs() < 1e-12 && a[1] == 0.0 && a[2] == 1.0,
+            "{a:?}"
+        );
+        let own = [
+            t(1, 100.0, 101.0, Some(100.25)),
+            t(2, 100.0, 101.0, Some(100.5)),
+        ];
+        assert_eq!(arrivals(&own, 0.01), vec![0.0, 0.25]);
+        // Jobs started within a second of the first start were the first round's.
+        assert_eq!(started_first(&whole), 2);
+    }
+
+    #[test]
+    fn the_read_that_sees_n_jobs_falls_between_the_nth_and_the_next() {
+        let a = [0.0, 0.01, 0.02, 0.03];
+        assert!((read_seeing(&a, 2) - 0.015).abs() < 1e-12);
+        assert_eq!(read_seeing(&a, 4), 0.03);
+        assert!((read_seeing(&a, 0) - 0.005).abs() < 1e-12);
+        assert_eq!(read_seeing(&[], 3), 0.0);
+    }
 }
