@@ -3,7 +3,7 @@
 use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
 use hadar_core::{
     Assignment, Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy,
-    RoundInput,
+    RoundInput, RoundPlan,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -158,44 +158,10 @@ pub fn simulate_with(
     mut beliefs: Option<&mut dyn crate::Beliefs>,
     observe: &mut dyn FnMut(&RoundRecord),
 ) -> Result<SimReport, SimError> {
-    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
-        return Err(SimError::InvalidConfig(format!(
-            "round length must be positive, got {}",
-            cfg.round_s
-        )));
-    }
-    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s <= cfg.round_s) {
-        return Err(SimError::InvalidConfig(format!(
-            "restart cost must be at least 0 and at most a round ({} s), got {}",
-            cfg.round_s, cfg.restart_s
-        )));
-    }
-    cfg.model
-        .validate(cfg.round_s, cfg.restart_s)
-        .map_err(SimError::InvalidConfig)?;
-    if w.jobs.is_empty() {
-        return Err(SimError::NoJobs);
-    }
+    check_config(cfg)?;
+    let order = arrival_order(w)?;
     let cluster = &w.cluster;
     let types = cluster.type_count();
-    let mut order: Vec<Arc<Job>> = w.jobs.iter().cloned().map(Arc::new).collect();
-    order.sort_by(|a, b| a.arrival_order(b));
-    for pair in order.windows(2) {
-        if pair[0].id == pair[1].id {
-            return Err(SimError::DuplicateJob(pair[0].id));
-        }
-    }
-    let mut ids: Vec<JobId> = order.iter().map(|j| j.id).collect();
-    ids.sort();
-    if let Some(d) = ids.windows(2).find(|p| p[0] == p[1]) {
-        return Err(SimError::DuplicateJob(d[0]));
-    }
-    for j in &order {
-        if !j.can_run_somewhere(cluster.types()) {
-            return Err(SimError::CannotRun(j.id));
-        }
-    }
-
     let name = policy.name().to_string();
     let first_arrival = order[0].arrival_s;
     // A round started by an arrival reads the queue `wake_read_s` after it.
@@ -204,10 +170,10 @@ pub fn simulate_with(
     let mut next = 0usize; // next job in `order` to arrive
     let mut active: Vec<Tracked> = Vec::new();
     let mut outcomes: Vec<JobOutcome> = Vec::with_capacity(order.len());
-    let mut busy_by_type = vec![0.0f64; types];
-    let mut restarts_total = 0u64;
-    let mut decision_ms: Vec<f64> = Vec::new();
-    let mut rounds = 0u64;
+    let mut tally = Tally {
+        busy_by_type: vec![0.0f64; types],
+        ..Tally::default()
+    };
 
     loop {
         while next < order.len() && order[next].arrival_s <= now {
@@ -229,10 +195,10 @@ pub fn simulate_with(
             }
             break;
         }
-        if rounds >= cfg.max_rounds {
+        if tally.rounds >= cfg.max_rounds {
             return Err(SimError::TooManyRounds {
                 policy: name,
-                rounds,
+                rounds: tally.rounds,
             });
         }
 
@@ -249,11 +215,13 @@ pub fn simulate_with(
         };
         let started = Instant::now();
         let plan = policy.plan_on(&input, &facts);
-        decision_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        tally
+            .decision_ms
+            .push(started.elapsed().as_secs_f64() * 1e3);
         plan.validate(cluster, &states)
             .map_err(|violation| SimError::PolicyViolation {
                 policy: name.clone(),
-                round: rounds,
+                round: tally.rounds,
                 violation,
             })?;
 
@@ -265,62 +233,27 @@ pub fn simulate_with(
                 let until = (order[next].arrival_s + read_s).max(now);
                 add_contention(&mut active, until - now);
                 now = until;
-                rounds += 1;
+                tally.rounds += 1;
                 continue;
             }
-            let first = active[0].state.id();
-            let reason = plan
-                .waiting
-                .iter()
-                .find(|w| w.job == first)
-                .map(|w| w.reason.to_string())
-                .unwrap_or_else(|| "no reason given".to_string());
-            return Err(SimError::Stuck {
-                policy: name,
-                at_s: now,
-                waiting: active.len(),
-                first,
-                reason,
-            });
+            return Err(stuck(name, now, &active, &plan));
         }
 
-        // Run the round.
-        let mut index_of = std::collections::HashMap::with_capacity(active.len());
-        for (i, t) in active.iter().enumerate() {
-            index_of.insert(t.state.id(), i);
-        }
         let round_len =
             cfg.model
                 .round_length(cfg.round_s, now, order.get(next).map(|j| j.arrival_s));
-        let mut end = now;
-        let mut runs = Vec::with_capacity(plan.assignments.len());
-        let mut ran = vec![false; active.len()];
-        for a in &plan.assignments {
-            let i = index_of[&a.job];
-            ran[i] = true;
-            let run = run_assignment(&mut active[i], a, cfg, now, round_len, &mut busy_by_type);
-            if run.restarted {
-                restarts_total += 1;
-            }
-            end = end.max(now + run.seconds);
-            runs.push(run);
-        }
-        for (t, ran) in active.iter_mut().zip(&ran) {
-            if !ran {
-                t.state.placement = None;
-            }
-        }
-        add_contention(&mut active, end - now);
-        if let Some(b) = beliefs.as_deref_mut() {
-            learn(b, &mut active, &index_of, &runs);
-        }
-        observe(&RoundRecord {
-            index: rounds,
-            start_s: now,
-            end_s: end,
-            runs,
-        });
-        rounds += 1;
+        let record = play_round(
+            &mut active,
+            &plan,
+            cfg,
+            now,
+            round_len,
+            &mut tally,
+            beliefs.as_deref_mut(),
+        );
+        let end = record.end_s;
+        observe(&record);
+        tally.rounds += 1;
 
         let mut still = Vec::with_capacity(active.len());
         for t in active {
@@ -333,7 +266,152 @@ pub fn simulate_with(
         active = still;
         now = end;
     }
+    Ok(report(
+        name,
+        cluster,
+        outcomes,
+        first_arrival,
+        tally,
+        order.len(),
+    ))
+}
 
+/// What a run adds up as it goes: busy GPU-seconds per type, restarts, each round's
+/// decision time, and the rounds played.
+#[derive(Default)]
+struct Tally {
+    busy_by_type: Vec<f64>,
+    restarts: u64,
+    decision_ms: Vec<f64>,
+    rounds: u64,
+}
+
+/// The round length, the restart cost and the cluster model must make sense together.
+fn check_config(cfg: &SimConfig) -> Result<(), SimError> {
+    if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
+        return Err(SimError::InvalidConfig(format!(
+            "round length must be positive, got {}",
+            cfg.round_s
+        )));
+    }
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s <= cfg.round_s) {
+        return Err(SimError::InvalidConfig(format!(
+            "restart cost must be at least 0 and at most a round ({} s), got {}",
+            cfg.round_s, cfg.restart_s
+        )));
+    }
+    cfg.model
+        .validate(cfg.round_s, cfg.restart_s)
+        .map_err(SimError::InvalidConfig)
+}
+
+/// The workload's jobs in arrival order: at least one, ids unique, each able to run on
+/// some type of the cluster.
+fn arrival_order(w: &Workload) -> Result<Vec<Arc<Job>>, SimError> {
+    if w.jobs.is_empty() {
+        return Err(SimError::NoJobs);
+    }
+    let mut order: Vec<Arc<Job>> = w.jobs.iter().cloned().map(Arc::new).collect();
+    order.sort_by(|a, b| a.arrival_order(b));
+    for pair in order.windows(2) {
+        if pair[0].id == pair[1].id {
+            return Err(SimError::DuplicateJob(pair[0].id));
+        }
+    }
+    let mut ids: Vec<JobId> = order.iter().map(|j| j.id).collect();
+    ids.sort();
+    if let Some(d) = ids.windows(2).find(|p| p[0] == p[1]) {
+        return Err(SimError::DuplicateJob(d[0]));
+    }
+    for j in &order {
+        if !j.can_run_somewhere(w.cluster.types()) {
+            return Err(SimError::CannotRun(j.id));
+        }
+    }
+    Ok(order)
+}
+
+/// The error for a round that placed nothing with no arrival left to wait for, naming the
+/// first active job and the policy's reason for it.
+fn stuck(policy: String, now: f64, active: &[Tracked], plan: &RoundPlan) -> SimError {
+    let first = active[0].state.id();
+    let reason = plan
+        .waiting
+        .iter()
+        .find(|w| w.job == first)
+        .map(|w| w.reason.to_string())
+        .unwrap_or_else(|| "no reason given".to_string());
+    SimError::Stuck {
+        policy,
+        at_s: now,
+        waiting: active.len(),
+        first,
+        reason,
+    }
+}
+
+/// Runs `plan` for a round of `round_len` from `now`: each assignment's progress, the jobs
+/// not placed lose their placement, waiting time is counted, and `beliefs` learn from the
+/// measured rates. Returns the round's record.
+fn play_round(
+    active: &mut [Tracked],
+    plan: &RoundPlan,
+    cfg: &SimConfig,
+    now: f64,
+    round_len: f64,
+    tally: &mut Tally,
+    beliefs: Option<&mut (dyn crate::Beliefs + '_)>,
+) -> RoundRecord {
+    let mut index_of = std::collections::HashMap::with_capacity(active.len());
+    for (i, t) in active.iter().enumerate() {
+        index_of.insert(t.state.id(), i);
+    }
+    let mut end = now;
+    let mut runs = Vec::with_capacity(plan.assignments.len());
+    let mut ran = vec![false; active.len()];
+    for a in &plan.assignments {
+        let i = index_of[&a.job];
+        ran[i] = true;
+        let run = run_assignment(
+            &mut active[i],
+            a,
+            cfg,
+            now,
+            round_len,
+            &mut tally.busy_by_type,
+        );
+        if run.restarted {
+            tally.restarts += 1;
+        }
+        end = end.max(now + run.seconds);
+        runs.push(run);
+    }
+    for (t, ran) in active.iter_mut().zip(&ran) {
+        if !ran {
+            t.state.placement = None;
+        }
+    }
+    add_contention(active, end - now);
+    if let Some(b) = beliefs {
+        learn(b, active, &index_of, &runs);
+    }
+    RoundRecord {
+        index: tally.rounds,
+        start_s: now,
+        end_s: end,
+        runs,
+    }
+}
+
+/// The run's metrics from the finished jobs and the tally.
+fn report(
+    policy: String,
+    cluster: &Cluster,
+    mut outcomes: Vec<JobOutcome>,
+    first_arrival: f64,
+    tally: Tally,
+    jobs: usize,
+) -> SimReport {
     outcomes.sort_by_key(|o| o.id);
     let ttd = outcomes
         .iter()
@@ -343,7 +421,7 @@ pub fn simulate_with(
     let mut jcts: Vec<f64> = outcomes.iter().map(JobOutcome::jct_s).collect();
     jcts.sort_by(f64::total_cmp);
     let total_gpus = cluster.total_gpus() as f64;
-    let busy: f64 = busy_by_type.iter().sum();
+    let busy: f64 = tally.busy_by_type.iter().sum();
     let ratio = |busy: f64, gpus: f64| {
         if ttd > 0.0 && gpus > 0.0 {
             busy / (gpus * ttd)
@@ -365,24 +443,27 @@ pub fn simulate_with(
             .types()
             .map(|t| TypeUtilisation {
                 gpu_type: cluster.type_name(t).to_string(),
-                utilisation: ratio(busy_by_type[t.index()], cluster.total_of_type(t) as f64),
+                utilisation: ratio(
+                    tally.busy_by_type[t.index()],
+                    cluster.total_of_type(t) as f64,
+                ),
             })
             .collect(),
         avg_queueing_s: mean(outcomes.iter().map(JobOutcome::queueing_s)),
-        restarts: restarts_total,
+        restarts: tally.restarts,
         ftf_mean: mean(ftf.iter().copied()),
         ftf_max: ftf.iter().copied().fold(0.0, f64::max),
-        decision_ms_mean: mean(decision_ms.iter().copied()),
-        decision_ms_max: decision_ms.iter().copied().fold(0.0, f64::max),
-        rounds,
-        jobs: order.len(),
+        decision_ms_mean: mean(tally.decision_ms.iter().copied()),
+        decision_ms_max: tally.decision_ms.iter().copied().fold(0.0, f64::max),
+        rounds: tally.rounds,
+        jobs,
         jobs_completed: outcomes.len(),
     };
-    Ok(SimReport {
-        policy: name,
+    SimReport {
+        policy,
         metrics,
         jobs: outcomes,
-    })
+    }
 }
 
 /// Feeds the round's measured rates to the beliefs and refreshes the profiles policies see.
