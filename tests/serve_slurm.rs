@@ -103,6 +103,18 @@ fn planned_parts(serve: &Serve, id: u32) -> Vec<(String, String, u32)> {
     parts
 }
 
+/// Fills n1-n3 with jobs hadar does not manage, leaving only n4's 2 V100 + 2 K80 free.
+fn occupy_all_but_n4(bed: &Testbed) -> Vec<u32> {
+    occupy(
+        bed,
+        &[
+            ("n1", "gpu:v100:4"),
+            ("n2", "gpu:p100:4"),
+            ("n3", "gpu:k80:4"),
+        ],
+    )
+}
+
 /// One-GPU jobs released together onto n4 (2 V100 + 2 K80), the only free GPUs. On 24.11
 /// and later each gets a request typed as planned, so each runs on the type hadar planned for
 /// it; with typeless requests Slurm chose the types itself, in its own start order, and gave a
@@ -110,14 +122,7 @@ fn planned_parts(serve: &Serve, id: u32) -> Vec<(String, String, u32)> {
 /// typeless (a typed one would hold a job to its type for good), so there only the nodes and
 /// counts are checked and the types printed.
 fn one_gpu_jobs_on_a_mixed_node_run_on_the_types_planned(bed: &mut Testbed) {
-    let fillers = occupy(
-        bed,
-        &[
-            ("n1", "gpu:v100:4"),
-            ("n2", "gpu:p100:4"),
-            ("n3", "gpu:k80:4"),
-        ],
-    );
+    let fillers = occupy_all_but_n4(bed);
     // Submitted while no daemon runs: the plugin holds them, and the daemon's first round
     // plans and releases all four at once. Two short jobs (about a minute on a K80) run on the
     // K80s at once rather than wait for a V100 held by one of two long jobs; they come first,
@@ -185,15 +190,7 @@ fn one_gpu_jobs_on_a_mixed_node_run_on_the_types_planned(bed: &mut Testbed) {
 }
 
 fn mixed_v100_k80_job_runs_at_the_slower_rate(bed: &mut Testbed) {
-    // Leave only n4's 2 V100 + 2 K80 free.
-    let fillers = occupy(
-        bed,
-        &[
-            ("n1", "gpu:v100:4"),
-            ("n2", "gpu:p100:4"),
-            ("n3", "gpu:k80:4"),
-        ],
-    );
+    let fillers = occupy_all_but_n4(bed);
     let _serve = Serve::start(bed, "mixed");
     let steps = 10_000;
     let id = submit(
@@ -434,14 +431,7 @@ fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
 }
 
 fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
-    let fillers = occupy(
-        bed,
-        &[
-            ("n1", "gpu:v100:4"),
-            ("n2", "gpu:p100:4"),
-            ("n3", "gpu:k80:4"),
-        ],
-    );
+    let fillers = occupy_all_but_n4(bed);
     let serve = Serve::start(bed, "status");
     let runs = submit(
         bed,
