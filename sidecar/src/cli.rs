@@ -587,6 +587,12 @@ pub struct DryRunArgs {
     /// the Hadar flags and the queue's round and restart seconds.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// With --config: the queue's jobs that opted into forking (`#HADAR fork=yes`), as job
+    /// ids and ranges, e.g. `0,3,10-19`, or `all`. Under the file's `[sidecar] policy =
+    /// "hadare"`, `served` plans them by HadarE over the GPUs the other jobs leave (the
+    /// mixed round `hadar serve` runs); under `policy = "hadar"` they run as plain jobs.
+    #[arg(long, value_name = "LIST", requires = "config")]
+    pub fork_jobs: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

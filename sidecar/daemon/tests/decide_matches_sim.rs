@@ -420,6 +420,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
         rows,
         specs,
         owned: BTreeSet::new(),
+        forks: Default::default(),
         learned,
         site: site(w),
         retypes: !w.keeps_types,
