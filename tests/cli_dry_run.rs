@@ -265,7 +265,10 @@ fn fork_jobs_plan_the_mixed_round_under_hadare() {
                 p["gpus"].as_u64().unwrap();
         }
     }
-    assert!(used.values().all(|g| *g <= 4), "over a node's 4 GPUs: {used:?}");
+    assert!(
+        used.values().all(|g| *g <= 4),
+        "over a node's 4 GPUs: {used:?}"
+    );
     let table = stdout_of(&[
         "dry-run",
         "--config",
@@ -277,7 +280,10 @@ fn fork_jobs_plan_the_mixed_round_under_hadare() {
 
     let as_plain = run(&plain, &["--fork-jobs", "2,5"]);
     let none = run(&plain, &[]);
-    assert_eq!(as_plain, none, "under policy = \"hadar\" forking changes nothing");
+    assert_eq!(
+        as_plain, none,
+        "under policy = \"hadar\" forking changes nothing"
+    );
 
     let o = hadar(&[
         "dry-run",

@@ -220,7 +220,10 @@ fn forked_rounds_are_replayed_and_older_formats_named() {
         assert_eq!(d.forks.len(), 1, "job 3 gets a round: {:?}", d.decisions);
         assert_eq!((d.forks[0].job, d.forks[0].round), (3, 0));
         let j3 = d.decisions.iter().find(|d| d.job == 3).unwrap();
-        assert!(j3.runs && j3.text.starts_with("runs forked (HadarE): round 0"), "{j3:?}");
+        assert!(
+            j3.runs && j3.text.starts_with("runs forked (HadarE): round 0"),
+            "{j3:?}"
+        );
         if round == 2 {
             d.forks[0].copies[0].budget += 1;
         }
@@ -252,7 +255,11 @@ fn forked_rounds_are_replayed_and_older_formats_named() {
     drop(store);
 
     let (code, out, err) = text(&hadar(&["--round", "1"], &db));
-    assert_eq!((code, out.as_str()), (Some(0), "round 1: identical\n"), "{err}");
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "round 1: identical\n"),
+        "{err}"
+    );
     let (code, out, _) = text(&hadar(&["--round", "2"], &db));
     assert_eq!(code, Some(1), "{out}");
     assert!(
@@ -268,7 +275,9 @@ fn forked_rounds_are_replayed_and_older_formats_named() {
     let (code, out, _) = text(&hadar(&["--all"], &db));
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.ends_with("replayed 3 rounds (1 to 3): 1 not identical, 1 recorded with an older format\n"),
+        out.ends_with(
+            "replayed 3 rounds (1 to 3): 1 not identical, 1 recorded with an older format\n"
+        ),
         "{out}"
     );
 }

@@ -6,9 +6,7 @@ use crate::cli::{DryRunArgs, Format};
 use crate::table::Table;
 use hadar_core::policies::hadar::{HadarConfig, HadarPolicy, RoundStats};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
-use hadar_core::{
-    Cluster, JobId, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason,
-};
+use hadar_core::{Cluster, JobId, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
 use hadar_daemon::config::PolicyChoice;
 use hadar_formats::jobs::{EXAMPLE_CLUSTER_SPEC, EXAMPLE_GPUS_PER_NODE, EXAMPLE_JOBS_TOML};
 use hadar_formats::{
@@ -178,7 +176,8 @@ fn fork_jobs(
         return Ok(None);
     };
     let known = queue.jobs.iter().map(JobState::id).collect();
-    let ids = crate::simulate::parse_job_list(list, known, "the queue (its last job id is {last})")?;
+    let ids =
+        crate::simulate::parse_job_list(list, known, "the queue (its last job id is {last})")?;
     if file.sidecar.policy != PolicyChoice::Hadare {
         return Ok(None);
     }
@@ -324,9 +323,16 @@ impl<'a> Report<'a> {
                 r.job.job.workers.to_string(),
                 r.decision.as_str().to_string(),
                 r.placement.map_or_else(String::new, |p| {
-                    let copies = self.forked.as_ref().is_some_and(|f| f.contains(&r.job.id()));
+                    let copies = self
+                        .forked
+                        .as_ref()
+                        .is_some_and(|f| f.contains(&r.job.id()));
                     let text = self.placement_text(p);
-                    if copies { format!("copies {text}") } else { text }
+                    if copies {
+                        format!("copies {text}")
+                    } else {
+                        text
+                    }
                 }),
                 r.rate.map_or_else(|| "-".to_string(), sig),
                 r.payoff.map_or_else(|| "-".to_string(), sig),

@@ -178,7 +178,11 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
 /// each a job of the trace.
 fn parse_fork_jobs(list: &str, jobs: &[Job]) -> Result<BTreeSet<JobId>, Failure> {
     let known: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
-    parse_job_list(list, known, "the trace (its job ids are 0 to {last}, in trace order)")
+    parse_job_list(
+        list,
+        known,
+        "the trace (its job ids are 0 to {last}, in trace order)",
+    )
 }
 
 /// The job ids `--fork-jobs` names, each one of `known`; `source` says where the ids come

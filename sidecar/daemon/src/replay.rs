@@ -498,7 +498,12 @@ pub fn first_difference(recorded: &Outcome, again: &Outcome) -> Option<Differenc
         let (a, b) = (recorded.forks.get(i), again.forks.get(i));
         if a != b {
             let job = a.or(b).map(|f| f.job);
-            return Some(diff(job, &format!("fork start {}", i + 1), json(&a), json(&b)));
+            return Some(diff(
+                job,
+                &format!("fork start {}", i + 1),
+                json(&a),
+                json(&b),
+            ));
         }
     }
     let by_job = |ds: &[Decision]| -> BTreeMap<u64, Decision> {

@@ -39,11 +39,11 @@ use hadar_core::{Job, JobId, JobState, Part, Placement, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::Outer;
 use hadar_slurm::{JobStatus, Slurm, SlurmError, SlurmJob};
-use serde::{Deserialize, Serialize};
 use hadar_store::{
     ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, OuterStep, Phase, RoundState, Store,
     StoreError,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -165,9 +165,9 @@ mod start;
 #[cfg(test)]
 mod tests;
 
+pub use plan::{ForkStart, ForkView, ForkedRound, PlainSide, PlannedCopy, plan_forks};
 use progress::*;
 pub use progress::{comment, copies_gpus};
 pub use script::outer_args;
 use script::*;
 pub use sizing::{fork_profile, split_budget};
-pub use plan::{ForkStart, ForkView, ForkedRound, PlainSide, PlannedCopy, plan_forks};

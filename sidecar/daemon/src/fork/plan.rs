@@ -128,7 +128,9 @@ pub fn plan_forks(
         if let Some(cluster) = &cluster {
             let learned = snap.learned.get(&id).map_or(&[][..], Vec::as_slice);
             let types = &plain.cv.types;
-            states.push(fork_state(row, spec, fv, types, cluster, learned, table, priors));
+            states.push(fork_state(
+                row, spec, fv, types, cluster, learned, table, priors,
+            ));
         }
     }
     let Some(cluster) = cluster.filter(|_| !states.is_empty()) else {
@@ -295,7 +297,10 @@ fn fork_state(
 }
 
 /// The copies of the job's last round, as a forked placement (for HadarE's stickiness).
-fn previous_copies(last: &[(String, String, u32)], cluster: &hadar_core::Cluster) -> Option<Placement> {
+fn previous_copies(
+    last: &[(String, String, u32)],
+    cluster: &hadar_core::Cluster,
+) -> Option<Placement> {
     let parts: Option<Vec<Part>> = last
         .iter()
         .map(|(node, gpu_type, gpus)| {
