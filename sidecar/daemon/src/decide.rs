@@ -103,6 +103,9 @@ pub fn decide(
     let mut stats = None;
     let mut plan = None;
     let mut t = Translated::default();
+    // The forked plan needs where the plain jobs run now; the look-ahead's states carry
+    // the placements it pins instead.
+    let current = states.clone();
     if let Some(cluster) = &cv.cluster {
         let d = served(
             snap,
@@ -158,7 +161,7 @@ pub fn decide(
     }
     let plain = PlainSide {
         cv: &cv,
-        states: &states,
+        states: &current,
         planned: &t.planned,
     };
     let forks = forked(snap, config, table, &plain, &mut decisions);

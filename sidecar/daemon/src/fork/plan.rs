@@ -95,7 +95,8 @@ pub struct ForkedRound {
 pub struct PlainSide<'a> {
     /// The cluster view the plain plan was made over.
     pub cv: &'a ClusterView,
-    /// The plain jobs' states (a started one with where it runs now).
+    /// The plain jobs' states before the look-ahead (a started one with where it runs now;
+    /// the look-ahead's states carry the placements it pins instead).
     pub states: &'a [JobState],
     /// Their enforceable placements.
     pub planned: &'a BTreeMap<u64, NodeGpus>,
