@@ -69,12 +69,7 @@ pub fn decide(
 ) -> Result<RoundDecision, DaemonError> {
     let rows = &snap.rows;
     let (cv, exclusive_ids, busy) = cluster_view(snap, config);
-    let blocked: BTreeMap<u64, Blocked> = snap
-        .slurm_jobs
-        .iter()
-        .filter(|j| rows.get(&j.id).is_some_and(|r| r.phase == Phase::Waiting))
-        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
-        .collect();
+    let blocked = blocked(snap);
     let priors = priors(config);
     let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
     let (mut states, site_blocked) = match &cv.cluster {
@@ -183,6 +178,19 @@ pub fn decide(
         forks,
         decisions,
     })
+}
+
+/// The waiting jobs Slurm would not start yet, with why.
+fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
+    snap.slurm_jobs
+        .iter()
+        .filter(|j| {
+            snap.rows
+                .get(&j.id)
+                .is_some_and(|r| r.phase == Phase::Waiting)
+        })
+        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
+        .collect()
 }
 
 /// The forked jobs' rounds over what `plain` leaves (see [`crate::fork::plan`]), their
