@@ -54,6 +54,9 @@ pub struct RoundSnapshot {
     pub slurm_release: Option<String>,
 }
 
+/// The fork pass's part of the reading: the jobs it owns, their trackers, what it did.
+type ForkReading = (BTreeSet<u64>, BTreeMap<u64, ForkView>, ActionLog);
+
 /// What reading did besides taking the snapshot.
 pub struct Reading {
     /// When the round started (after the lease check).
@@ -218,7 +221,7 @@ impl<S: SlurmApi> Daemon<S> {
         specs: &BTreeMap<u64, JobSpec>,
         slurm_jobs: &[SlurmJob],
         now_unix: f64,
-    ) -> Result<(BTreeSet<u64>, BTreeMap<u64, ForkView>, ActionLog), DaemonError> {
+    ) -> Result<ForkReading, DaemonError> {
         let Some(f) = self.fork.as_mut() else {
             return Ok((BTreeSet::new(), BTreeMap::new(), Vec::new()));
         };
