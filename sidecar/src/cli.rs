@@ -85,8 +85,8 @@ pub enum Command {
     /// `[sidecar] keep_rounds` and `keep_days` keep the round. Prints `round N: identical`
     /// and exits 0 when the decision comes out the same; prints the first difference (job,
     /// field, recorded and recomputed values) and exits 1 when not; exits 2 when the round
-    /// or the database is not there. The fork pass's decisions for `fork=yes` jobs are not
-    /// compared (they are made while enforcing, not from the snapshot).
+    /// or the database is not there, or was kept by an older hadar without what deciding it
+    /// again needs. `fork=yes` jobs' rounds of copies are part of the decision and compared.
     Replay(ReplayArgs),
     /// Check hadar.toml against the live Slurm cluster and this machine.
     ///
