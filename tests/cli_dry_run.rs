@@ -219,3 +219,86 @@ fn config_plans_with_the_served_policy_and_the_files_round() {
     assert_eq!(v["restart_s"], 60.0);
     assert!(v["jobs"].as_array().is_some_and(|j| !j.is_empty()), "{v}");
 }
+
+/// `--fork-jobs` under `[sidecar] policy = "hadare"` plans the named jobs as HadarE's copies
+/// over what the other jobs leave (the mixed round `hadar serve` runs, as `hadar simulate
+/// --fork-jobs` does): they are marked forked, and plain gangs and copies together fit every
+/// node. Under `policy = "hadar"` the same list changes nothing; a job not in the queue is
+/// named.
+#[test]
+fn fork_jobs_plan_the_mixed_round_under_hadare() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("etc/hadar.toml")).unwrap();
+    assert!(text.contains("\npolicy = \"hadar\"\n"));
+    let hadare = dir.path().join("hadare.toml");
+    std::fs::write(
+        &hadare,
+        text.replace("\npolicy = \"hadar\"\n", "\npolicy = \"hadare\"\n"),
+    )
+    .unwrap();
+    let plain = root().join("etc/hadar.toml");
+    let run = |config: &Path, extra: &[&str]| -> Value {
+        let mut args = vec!["dry-run", "--config", config.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--format", "json"]);
+        serde_json::from_str(&stdout_of(&args)).unwrap()
+    };
+    let mixed = run(&hadare, &["--fork-jobs", "2,5"]);
+    assert_eq!(mixed["policy"], "served", "{mixed}");
+    assert_eq!(mixed["fork_jobs"], 2, "{mixed}");
+    let jobs = mixed["jobs"].as_array().unwrap();
+    let forked: Vec<u64> = jobs
+        .iter()
+        .filter(|j| j["forked"] == true)
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(forked, vec![2, 5], "{mixed}");
+    assert!(
+        jobs.iter()
+            .any(|j| j["forked"] == true && j["decision"] != "wait"),
+        "a forked job runs as copies: {mixed}"
+    );
+    let mut used = std::collections::HashMap::<String, u64>::new();
+    for j in jobs {
+        for p in j["placement"].as_array().unwrap() {
+            *used.entry(p["node"].as_str().unwrap().into()).or_default() +=
+                p["gpus"].as_u64().unwrap();
+        }
+    }
+    assert!(
+        used.values().all(|g| *g <= 4),
+        "over a node's 4 GPUs: {used:?}"
+    );
+    let table = stdout_of(&[
+        "dry-run",
+        "--config",
+        hadare.to_str().unwrap(),
+        "--fork-jobs",
+        "2,5",
+    ]);
+    assert!(table.contains("copies "), "{table}");
+
+    let as_plain = run(&plain, &["--fork-jobs", "2,5"]);
+    let none = run(&plain, &[]);
+    assert_eq!(
+        as_plain, none,
+        "under policy = \"hadar\" forking changes nothing"
+    );
+
+    let o = hadar(&[
+        "dry-run",
+        "--config",
+        hadare.to_str().unwrap(),
+        "--fork-jobs",
+        "2,42",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--fork-jobs") && err.contains("job 42") && err.contains("queue"),
+        "{err}"
+    );
+    let o = hadar(&["dry-run", "--fork-jobs", "2"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--config"));
+}

@@ -1,14 +1,16 @@
 //! `hadar replay` on a state database holding kept rounds: a round kept as decided replays
 //! identically (exit 0), one whose recorded decision was altered names the first difference
-//! (exit 1), and a round or database that is not there is a clear error (exit 2).
+//! (exit 1), and a round or database that is not there is a clear error (exit 2). Forked
+//! jobs' rounds of copies are compared too.
 
 use hadar_daemon::DaemonConfig;
 use hadar_daemon::decide::decide;
+use hadar_daemon::fork::ForkView;
 use hadar_daemon::replay::keep;
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
 use hadar_slurm::{NodeInfo, NodeState, SlurmJob};
-use hadar_store::{JobRow, RoundRow, Store};
+use hadar_store::{ForkJob, JobRow, RoundRow, Store};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -49,6 +51,7 @@ fn snapshot(round: u64) -> RoundSnapshot {
             .collect(),
         rows,
         owned: BTreeSet::new(),
+        forks: Default::default(),
         learned: BTreeMap::new(),
         site: Default::default(),
         retypes: true,
@@ -176,5 +179,105 @@ fn a_pruned_round_says_so() {
     assert!(
         err.contains("round 1: pruned (kept rounds are 2 to 3;"),
         "{err}"
+    );
+}
+
+/// Round `round` of [`snapshot`] with job 3, `fork=yes`, held between its rounds with no
+/// copies yet: the fork pass owns it, and its tracker is in the snapshot.
+fn forked_snapshot(round: u64) -> RoundSnapshot {
+    const FORKED: &str = "hadar:v1 gpus=2 type=resnet50-b64 steps=1000 fork=yes";
+    let mut s = snapshot(round);
+    let row = JobRow::new(3, "job3".into(), FORKED.into(), 2, 1000.0, 11.5);
+    s.rows.insert(3, row.clone());
+    s.before.insert(3, row);
+    s.specs.insert(3, JobSpec::from_record(FORKED).unwrap());
+    s.slurm_jobs.push(SlurmJob::held_with_record(3, FORKED));
+    s.owned.insert(3);
+    s.forks.insert(
+        3,
+        ForkView {
+            tracker: ForkJob::new(3, 1000.0),
+            open: None,
+            last_copies: Vec::new(),
+        },
+    );
+    s
+}
+
+/// A forked job's round of copies is part of the decision: kept, replayed identically, and
+/// an altered one is named. A round kept before forked jobs' trackers were (format 1) is
+/// refused with a clear error when it has forked jobs.
+#[test]
+fn forked_rounds_are_replayed_and_older_formats_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let mut store = Store::open(&db).unwrap();
+    let config = DaemonConfig::parse("t.toml", "").unwrap();
+    let table = hadar_formats::embedded::throughputs().unwrap();
+    for round in 1..=3 {
+        let snap = forked_snapshot(round);
+        let mut d = decide(&snap, &config, &table).unwrap();
+        assert_eq!(d.forks.len(), 1, "job 3 gets a round: {:?}", d.decisions);
+        assert_eq!((d.forks[0].job, d.forks[0].round), (3, 0));
+        let j3 = d.decisions.iter().find(|d| d.job == 3).unwrap();
+        assert!(
+            j3.runs && j3.text.starts_with("runs forked (HadarE): round 0"),
+            "{j3:?}"
+        );
+        if round == 2 {
+            d.forks[0].copies[0].budget += 1;
+        }
+        store
+            .write(|w| {
+                w.put_round(
+                    &RoundRow {
+                        round,
+                        started_s: snap.now_s,
+                        ..Default::default()
+                    },
+                    &d.decisions,
+                )
+            })
+            .unwrap();
+        keep(&mut store, &snap, &d, &config, &table).unwrap();
+    }
+    // Round 3 as a hadar before format 2 kept it: no format, no trackers.
+    let k = store.kept_round(3).unwrap().unwrap();
+    let mut data: serde_json::Value = serde_json::from_str(&k.data).unwrap();
+    let kept = data.as_object_mut().unwrap();
+    kept.remove("format");
+    kept["snapshot"].as_object_mut().unwrap().remove("forks");
+    kept["outcome"].as_object_mut().unwrap().remove("forks");
+    let data = data.to_string();
+    store
+        .write(|w| w.put_round_snapshot(3, k.started_s, &k.digest, &k.inputs, &data))
+        .unwrap();
+    drop(store);
+
+    let (code, out, err) = text(&hadar(&["--round", "1"], &db));
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "round 1: identical\n"),
+        "{err}"
+    );
+    let (code, out, _) = text(&hadar(&["--round", "2"], &db));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.starts_with("round 2: differs: job 3: fork start 1: recorded {"),
+        "{out}"
+    );
+    let (code, _, err) = text(&hadar(&["--round", "3"], &db));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("round 3: recorded with an older format (1, this hadar reads 2)"),
+        "{err}"
+    );
+    let (code, out, _) = text(&hadar(&["--all"], &db));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.ends_with(
+            "replayed 3 rounds (1 to 3): 1 not identical, 1 recorded with an older format\n"
+        ),
+        "{out}"
     );
 }

@@ -538,6 +538,22 @@ fn plain_and_forked_jobs_share_the_cluster(bed: &mut Testbed) {
     }
     bed.client("scancel", &[&plain.to_string()])
         .expect("cancel the plain job");
+    every_round_replays(&serve);
+}
+
+/// `hadar replay --all` on the run's state database: every kept round, the forked job's
+/// planned rounds of copies included, decides the same again from its snapshot.
+fn every_round_replays(serve: &Serve) {
+    let out = serve.hadar(&["replay", "--all"]);
+    let identical = out.lines().filter(|l| l.ends_with(": identical")).count();
+    assert!(identical > 1, "more than one round replayed: {out}");
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.ends_with("all identical")),
+        "{out}"
+    );
+    eprintln!("{}", out.lines().last().unwrap_or_default());
 }
 
 fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testbed) {

@@ -70,6 +70,7 @@ fn snapshot(jobs: u32, nodes: u32) -> anyhow::Result<RoundSnapshot> {
         rows,
         specs,
         owned: BTreeSet::new(),
+        forks: Default::default(),
         learned: BTreeMap::new(),
         site: Default::default(),
         retypes: true,

@@ -85,8 +85,8 @@ pub enum Command {
     /// `[sidecar] keep_rounds` and `keep_days` keep the round. Prints `round N: identical`
     /// and exits 0 when the decision comes out the same; prints the first difference (job,
     /// field, recorded and recomputed values) and exits 1 when not; exits 2 when the round
-    /// or the database is not there. The fork pass's decisions for `fork=yes` jobs are not
-    /// compared (they are made while enforcing, not from the snapshot).
+    /// or the database is not there, or was kept by an older hadar without what deciding it
+    /// again needs. `fork=yes` jobs' rounds of copies are part of the decision and compared.
     Replay(ReplayArgs),
     /// Check hadar.toml against the live Slurm cluster and this machine.
     ///
@@ -587,6 +587,12 @@ pub struct DryRunArgs {
     /// the Hadar flags and the queue's round and restart seconds.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// With --config: the queue's jobs that opted into forking (`#HADAR fork=yes`), as job
+    /// ids and ranges, e.g. `0,3,10-19`, or `all`. Under the file's `[sidecar] policy =
+    /// "hadare"`, `served` plans them by HadarE over the GPUs the other jobs leave (the
+    /// mixed round `hadar serve` runs); under `policy = "hadar"` they run as plain jobs.
+    #[arg(long, value_name = "LIST", requires = "config")]
+    pub fork_jobs: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

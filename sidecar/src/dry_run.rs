@@ -6,13 +6,15 @@ use crate::cli::{DryRunArgs, Format};
 use crate::table::Table;
 use hadar_core::policies::hadar::{HadarConfig, HadarPolicy, RoundStats};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
-use hadar_core::{Cluster, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
+use hadar_core::{Cluster, JobId, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
+use hadar_daemon::config::PolicyChoice;
 use hadar_formats::jobs::{EXAMPLE_CLUSTER_SPEC, EXAMPLE_GPUS_PER_NODE, EXAMPLE_JOBS_TOML};
 use hadar_formats::{
     JobsFile, JobsSyntax, ThroughputTable, embedded, load_cluster, load_jobs, parse_cluster_spec,
     parse_jobs,
 };
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// What a job does in the planned round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +114,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         Some(c) => c.hadar.clone(),
         None => a.hadar.config(),
     };
+    let forked = fork_jobs(&a, file.as_ref(), name, &queue)?;
     let (plan, stats) = if name == PolicyName::Hadar {
         let mut p = HadarPolicy::new(hadar_config.clone());
         let plan = p.plan(&input);
@@ -127,7 +130,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             served: file
                 .as_ref()
                 .map_or_else(|| a.hadar.served_config(), |c| c.served()),
-            forked: Default::default(),
+            forked: forked.clone().unwrap_or_default(),
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!(
@@ -149,6 +152,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         unmeasured: table.unmeasured_types(&cluster),
         plan: &plan,
         hadar: stats.map(|s| (hadar_config, s)),
+        forked,
     };
     let text = match a.format {
         Format::Table => report.table(),
@@ -157,6 +161,32 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         }
     };
     emit(&text)
+}
+
+/// The jobs `--fork-jobs` names when the file's policy forks them (`hadare`): `served`
+/// then runs the mixed round. Under `policy = "hadar"` they are plain jobs (`None`), as on
+/// the cluster.
+fn fork_jobs(
+    a: &DryRunArgs,
+    file: Option<&hadar_daemon::DaemonConfig>,
+    name: PolicyName,
+    queue: &JobsFile,
+) -> Result<Option<BTreeSet<JobId>>, Failure> {
+    let (Some(list), Some(file)) = (&a.fork_jobs, file) else {
+        return Ok(None);
+    };
+    let known = queue.jobs.iter().map(JobState::id).collect();
+    let ids =
+        crate::simulate::parse_job_list(list, known, "the queue (its last job id is {last})")?;
+    if file.sidecar.policy != PolicyChoice::Hadare {
+        return Ok(None);
+    }
+    if name != PolicyName::Served {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--fork-jobs: only the `served` policy runs the mixed round, not `{name}`"
+        )));
+    }
+    Ok(Some(ids))
 }
 
 /// Writes to standard output; a reader that went away (`| head`) is not an error.
@@ -179,6 +209,8 @@ struct Report<'a> {
     unmeasured: (Vec<String>, Vec<String>),
     plan: &'a RoundPlan,
     hadar: Option<(HadarConfig, RoundStats)>,
+    /// With --fork-jobs under `policy = "hadare"`: the jobs HadarE plans as copies.
+    forked: Option<BTreeSet<JobId>>,
 }
 
 /// One row: a job and what the plan does with it.
@@ -290,8 +322,18 @@ impl<'a> Report<'a> {
                 r.job.id().to_string(),
                 r.job.job.workers.to_string(),
                 r.decision.as_str().to_string(),
-                r.placement
-                    .map_or_else(String::new, |p| self.placement_text(p)),
+                r.placement.map_or_else(String::new, |p| {
+                    let copies = self
+                        .forked
+                        .as_ref()
+                        .is_some_and(|f| f.contains(&r.job.id()));
+                    let text = self.placement_text(p);
+                    if copies {
+                        format!("copies {text}")
+                    } else {
+                        text
+                    }
+                }),
                 r.rate.map_or_else(|| "-".to_string(), sig),
                 r.payoff.map_or_else(|| "-".to_string(), sig),
                 r.wait.map_or_else(String::new, describe_wait),
@@ -361,7 +403,14 @@ impl<'a> Report<'a> {
                 "total_utility": round6(stats.objective),
             })
         });
-        json!({
+        let mut jobs = jobs;
+        if let Some(forked) = &self.forked {
+            for j in &mut jobs {
+                let id = j["id"].as_u64().map(JobId);
+                j["forked"] = json!(id.is_some_and(|id| forked.contains(&id)));
+            }
+        }
+        let mut out = json!({
             "cluster": self.cluster.to_string(),
             "cluster_origin": self.cluster_origin,
             "jobs_origin": self.jobs_origin,
@@ -371,7 +420,11 @@ impl<'a> Report<'a> {
             "policy": self.name.as_str(),
             "hadar": hadar,
             "jobs": jobs,
-        })
+        });
+        if let Some(forked) = &self.forked {
+            out["fork_jobs"] = json!(forked.len());
+        }
+        out
     }
 }
 

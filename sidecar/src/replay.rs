@@ -34,7 +34,7 @@ pub fn run(a: ReplayArgs) -> Result<(), Failure> {
             a.state.display()
         )));
     }
-    let mut differ = 0;
+    let (mut differ, mut older) = (0, 0);
     for n in &rounds {
         match replay::replay(&store, *n, config.as_ref()) {
             Ok(Replayed::Identical) => println!("round {n}: identical"),
@@ -42,7 +42,17 @@ pub fn run(a: ReplayArgs) -> Result<(), Failure> {
                 differ += 1;
                 println!("round {n}: differs: {d}");
             }
-            Err(e @ (ReplayError::NotKept { .. } | ReplayError::Store(_))) => {
+            // Among all kept rounds, those an older hadar kept are named and skipped: they
+            // are not a difference.
+            Err(e @ ReplayError::OlderFormat { .. }) if a.all => {
+                older += 1;
+                println!("round {n}: not replayed: {e}");
+            }
+            Err(
+                e @ (ReplayError::NotKept { .. }
+                | ReplayError::Store(_)
+                | ReplayError::OlderFormat { .. }),
+            ) => {
                 return Err(Failure::input(e));
             }
             Err(e) => {
@@ -57,10 +67,11 @@ pub fn run(a: ReplayArgs) -> Result<(), Failure> {
             rounds.len(),
             rounds[0],
             rounds[rounds.len() - 1],
-            if differ == 0 {
-                "all identical".to_string()
-            } else {
-                format!("{differ} not identical")
+            match (differ, older) {
+                (0, 0) => "all identical".to_string(),
+                (0, k) => format!("{k} recorded with an older format, the others identical"),
+                (d, 0) => format!("{d} not identical"),
+                (d, k) => format!("{d} not identical, {k} recorded with an older format"),
             }
         );
     }

@@ -178,6 +178,20 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
 /// each a job of the trace.
 fn parse_fork_jobs(list: &str, jobs: &[Job]) -> Result<BTreeSet<JobId>, Failure> {
     let known: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
+    parse_job_list(
+        list,
+        known,
+        "the trace (its job ids are 0 to {last}, in trace order)",
+    )
+}
+
+/// The job ids `--fork-jobs` names, each one of `known`; `source` says where the ids come
+/// from in the error, `{last}` standing for the last id.
+pub(crate) fn parse_job_list(
+    list: &str,
+    known: BTreeSet<JobId>,
+    source: &str,
+) -> Result<BTreeSet<JobId>, Failure> {
     if list.trim().eq_ignore_ascii_case("all") {
         return Ok(known);
     }
@@ -200,9 +214,8 @@ fn parse_fork_jobs(list: &str, jobs: &[Job]) -> Result<BTreeSet<JobId>, Failure>
         // Past the last job, the first id looked at is one the trace lacks.
         for id in a..=b.min(last.saturating_add(1)).max(a) {
             if !known.contains(&JobId(id)) {
-                return Err(bad(format!(
-                    "job {id} is not in the trace (its job ids are 0 to {last}, in trace order)"
-                )));
+                let source = source.replace("{last}", &last.to_string());
+                return Err(bad(format!("job {id} is not in {source}")));
             }
             out.insert(JobId(id));
         }

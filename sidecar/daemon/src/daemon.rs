@@ -491,12 +491,13 @@ impl<S: SlurmApi> Daemon<S> {
         faults::reached("round-planned");
         let enforced = self.carry_out(&snap, &decision, reading.fork_actions)?;
         let mut decisions = decision.decisions.clone();
-        for (job, f) in &enforced.fork_decisions {
+        // A planned round that could not be submitted does not run; the kept decision is
+        // still the one decided (replay compares decisions, not outcomes).
+        for (job, why) in &enforced.fork_failures {
             if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
-                d.runs = f.placement.is_some();
-                d.placement = f.placement.clone();
-                d.wait_reason = None;
-                d.text = f.text.clone();
+                d.runs = false;
+                d.placement = None;
+                d.text = format!("forked (HadarE): its round's copies could not start: {why}");
             }
         }
         let mut summary = record::summary(&snap, &decision, &self.config.partitions);

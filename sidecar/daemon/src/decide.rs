@@ -1,12 +1,14 @@
 //! The round's decision, pure: from a [`RoundSnapshot`] and the configuration, the served
 //! policy's plan (look-ahead, site-aware Hadar, Slurm's rules), the placements the daemon
-//! can enforce, the actions that carry them out, and each job's decision in words. No IO,
-//! no clock: the same snapshot gives the same decision.
+//! can enforce, the actions that carry them out, the forked jobs' rounds (the mixed round's
+//! forked plan over what that leaves, [`crate::fork::plan`]), and each job's decision in
+//! words. No IO, no clock: the same snapshot gives the same decision.
 
 use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
 use crate::daemon::DaemonError;
 use crate::eligible::{self, Blocked};
+use crate::fork::{ForkStart, PlainSide};
 use crate::site::{Site, SiteWaits};
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins};
@@ -44,7 +46,9 @@ pub struct RoundDecision {
     pub deferred: usize,
     /// The actions that carry the plan out, in order.
     pub actions: Vec<Action>,
-    /// Each active job's decision in words (forked jobs' are the fork pass's, added later).
+    /// The forked jobs' rounds to start, after the actions, on the GPUs they leave.
+    pub forks: Vec<ForkStart>,
+    /// Each active job's decision in words (a forked job's from the fork pass's plan).
     pub decisions: Vec<Decision>,
 }
 
@@ -65,12 +69,7 @@ pub fn decide(
 ) -> Result<RoundDecision, DaemonError> {
     let rows = &snap.rows;
     let (cv, exclusive_ids, busy) = cluster_view(snap, config);
-    let blocked: BTreeMap<u64, Blocked> = snap
-        .slurm_jobs
-        .iter()
-        .filter(|j| rows.get(&j.id).is_some_and(|r| r.phase == Phase::Waiting))
-        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
-        .collect();
+    let blocked = blocked(snap);
     let priors = priors(config);
     let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
     let (mut states, site_blocked) = match &cv.cluster {
@@ -99,6 +98,9 @@ pub fn decide(
     let mut stats = None;
     let mut plan = None;
     let mut t = Translated::default();
+    // The forked plan needs where the plain jobs run now; the look-ahead's states carry
+    // the placements it pins instead.
+    let current = states.clone();
     if let Some(cluster) = &cv.cluster {
         let d = served(
             snap,
@@ -152,6 +154,12 @@ pub fn decide(
             strength,
         );
     }
+    let plain = PlainSide {
+        cv: &cv,
+        states: &current,
+        planned: &t.planned,
+    };
+    let forks = forked(snap, config, table, &plain, &mut decisions);
     let deferred = t
         .commitments
         .values()
@@ -167,8 +175,43 @@ pub fn decide(
         planned: t.planned,
         deferred,
         actions,
+        forks,
         decisions,
     })
+}
+
+/// The waiting jobs Slurm would not start yet, with why.
+fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
+    snap.slurm_jobs
+        .iter()
+        .filter(|j| {
+            snap.rows
+                .get(&j.id)
+                .is_some_and(|r| r.phase == Phase::Waiting)
+        })
+        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
+        .collect()
+}
+
+/// The forked jobs' rounds over what `plain` leaves (see [`crate::fork::plan`]), their
+/// decisions put in `decisions`.
+fn forked(
+    snap: &RoundSnapshot,
+    config: &DaemonConfig,
+    table: &ThroughputTable,
+    plain: &PlainSide<'_>,
+    decisions: &mut [Decision],
+) -> Vec<ForkStart> {
+    let forked = crate::fork::plan_forks(snap, config, table, &priors(config), plain);
+    for (job, f) in &forked.decisions {
+        if let Some(d) = decisions.iter_mut().find(|d| d.job == *job) {
+            d.runs = f.placement.is_some();
+            d.placement = f.placement.clone();
+            d.wait_reason = None;
+            d.text = f.text.clone();
+        }
+    }
+    forked.starts
 }
 
 /// The cluster view (GPUs held by jobs hadar does not manage are not the policy's), with the

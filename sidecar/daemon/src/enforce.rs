@@ -1,15 +1,15 @@
 //! The round's last act before its record: the decision carried out on Slurm. Holds, then
 //! checkpoint signals to every job being preempted, one grace period, their requeues, then
-//! starts; then the fork pass's copy jobs on the GPUs left over. Each action is an intent in
+//! starts; then the forked jobs' rounds the decision planned, as copy jobs. Each action is an intent in
 //! the store first and is closed with its outcome; a failed action does not stop the others.
 
 use crate::actions::Action;
 use crate::daemon::{Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome};
-use crate::decide::{self, RoundDecision};
+use crate::decide::RoundDecision;
 use crate::eligible;
 use crate::explain;
 use crate::faults;
-use crate::fork::{ActionLog, ForkDecision, PlainRound};
+use crate::fork::ActionLog;
 use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
@@ -22,15 +22,15 @@ use std::time::{Duration, Instant};
 pub struct Enforced {
     /// Actions carried out, `(job, action, outcome)`: the plan's, then the fork pass's.
     pub done: ActionLog,
-    /// The fork pass's decision per forked job.
-    pub fork_decisions: BTreeMap<u64, ForkDecision>,
+    /// The forked jobs whose planned round could not start, with why.
+    pub fork_failures: BTreeMap<u64, String>,
     /// Milliseconds spent carrying out the plan's actions (grace periods included).
     pub enforce_ms: f64,
 }
 
 impl<S: SlurmApi> Daemon<S> {
     /// Carries out `decision`, taken from `snap`: says why waiting jobs wait, enforces the
-    /// plan's actions, then lets the fork pass start its rounds on the GPUs left over.
+    /// plan's actions, then submits the forked jobs' planned rounds.
     pub(crate) fn carry_out(
         &mut self,
         snap: &RoundSnapshot,
@@ -42,7 +42,18 @@ impl<S: SlurmApi> Daemon<S> {
         let started = Instant::now();
         let mut done = self.enforce(snap, &decision.actions, &mut rows, &decision.typed)?;
         let enforce_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let (started, fork_decisions) = self.start_forks(snap, decision, &rows);
+        let (started, fork_failures) = match self.fork.as_mut() {
+            Some(f) => f.start_planned(
+                &mut self.store,
+                &rows,
+                &snap.specs,
+                &snap.slurm_jobs,
+                &decision.forks,
+                snap.now_unix,
+                self.epoch,
+            ),
+            None => Default::default(),
+        };
         fork_actions.extend(started);
         for (job, action, outcome) in &fork_actions {
             tracing::info!(job, action = %action, "{outcome}");
@@ -50,42 +61,9 @@ impl<S: SlurmApi> Daemon<S> {
         done.extend(fork_actions);
         Ok(Enforced {
             done,
-            fork_decisions,
+            fork_failures,
             enforce_ms,
         })
-    }
-
-    /// Forked jobs get the GPUs that no job holds and the plain jobs' plan does not give out:
-    /// the mixed round's forked plan over what `decision` leaves.
-    fn start_forks(
-        &mut self,
-        snap: &RoundSnapshot,
-        decision: &RoundDecision,
-        rows: &BTreeMap<u64, JobRow>,
-    ) -> (ActionLog, BTreeMap<u64, ForkDecision>) {
-        let Some(f) = self.fork.as_mut() else {
-            return (Vec::new(), BTreeMap::new());
-        };
-        let (cluster, plan) = plain_round(snap, decision);
-        let plain = PlainRound {
-            cluster: cluster.as_ref(),
-            types: &decision.cv.types,
-            jobs: &decision.states,
-            plan: &plan,
-        };
-        let priors = decide::priors(&self.config);
-        f.start_rounds(
-            &mut self.store,
-            rows,
-            &snap.specs,
-            &snap.owned,
-            &snap.slurm_jobs,
-            &plain,
-            &self.table,
-            &priors,
-            snap.now_unix,
-            self.epoch,
-        )
     }
 
     /// Carries out the plan's actions (see the module).
@@ -338,56 +316,6 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
     }
-}
-
-/// The plain jobs' side of the mixed round from `decision`: the cluster the plain plan was
-/// made over, less the GPUs of managed jobs Slurm runs whose placement the plain jobs' states
-/// do not carry (a finished job still completing, one the site's limits leave out); and the
-/// enforced placements as a plan.
-pub(crate) fn plain_round(
-    snap: &RoundSnapshot,
-    decision: &RoundDecision,
-) -> (Option<hadar_core::Cluster>, hadar_core::RoundPlan) {
-    let Some(cluster) = &decision.cv.cluster else {
-        return (None, hadar_core::RoundPlan::default());
-    };
-    let placed: HashSet<u64> = decision
-        .states
-        .iter()
-        .filter(|s| s.placement.is_some())
-        .map(|s| s.id().0)
-        .collect();
-    // Jobs not in `rows` hold GPUs the cluster view already left out.
-    let held: Vec<(String, String, u32)> = snap
-        .slurm_jobs
-        .iter()
-        .filter(|j| {
-            snap.rows.contains_key(&j.id)
-                && !placed.contains(&j.id)
-                && matches!(
-                    j.status,
-                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
-                )
-        })
-        .flat_map(|j| j.gpu_parts())
-        .collect();
-    let assignments = decision
-        .planned
-        .iter()
-        .filter_map(|(id, gpus)| {
-            Some(hadar_core::Assignment {
-                job: hadar_core::JobId(*id),
-                placement: view::to_placement(cluster, gpus)?,
-                rate: 0.0,
-                payoff: None,
-            })
-        })
-        .collect();
-    let plan = hadar_core::RoundPlan {
-        assignments,
-        waiting: Vec::new(),
-    };
-    (view::less(cluster, &held), plan)
 }
 
 /// The GPU request that gives a job `placement`: typed when the job must keep its types

@@ -10,14 +10,19 @@
 //! replays after `hadar.toml` was edited or hadar upgraded; they change rarely, so the
 //! digest keeps them from costing space each round.
 //!
-//! The fork pass's decisions (forked jobs' copies, added to the record after [`decide`]) are
-//! not compared: they come from enforcement, from the fork tracker and Slurm's answers, not
-//! from the snapshot. A forked job's decision is compared as [`decide`] made it.
+//! The forked jobs' rounds are part of the decision ([`crate::fork::plan`]) and compared
+//! like the plain jobs' actions; the snapshot holds each forked job's tracker for them.
+//! What actions and copy jobs came to (their outcomes) is not compared: that is Slurm's.
+//!
+//! Kept rounds carry a format number ([`FORMAT`]). Rounds kept before format 2 have no
+//! forked jobs' trackers: those without forked jobs replay as before; one with forked jobs
+//! is refused as recorded with an older format ([`ReplayError::OlderFormat`]).
 
 use crate::actions::Action;
 use crate::config::DaemonConfig;
 use crate::daemon::{Daemon, DaemonError, SlurmApi};
 use crate::decide::{RoundDecision, decide};
+use crate::fork::{ForkStart, ForkView};
 use crate::snapshot::RoundSnapshot;
 use hadar_formats::ThroughputTable;
 use hadar_store::{Decision, JobRow, NodeGpus, Phase, Store, StoreError};
@@ -25,6 +30,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
+
+/// The format of kept rounds this build writes: 2 added the forked jobs' trackers to the
+/// snapshot and their rounds to the outcome (rounds kept without a format are format 1).
+pub const FORMAT: u32 = 2;
 
 /// What a round was decided with besides its snapshot.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,7 +51,10 @@ pub struct Outcome {
     pub planned: BTreeMap<u64, NodeGpus>,
     /// The actions that carry them out, in order.
     pub actions: Vec<Action>,
-    /// Each active job's decision (before the fork pass's are put in).
+    /// The forked jobs' rounds to start (none in format 1).
+    #[serde(default)]
+    pub forks: Vec<ForkStart>,
+    /// Each active job's decision.
     pub decisions: Vec<Decision>,
 }
 
@@ -52,6 +64,7 @@ impl Outcome {
         Outcome {
             planned: d.planned.clone(),
             actions: d.actions.clone(),
+            forks: d.forks.clone(),
             decisions: d.decisions.clone(),
         }
     }
@@ -60,6 +73,7 @@ impl Outcome {
 /// A kept round as written (borrowing the round's own values: nothing is copied).
 #[derive(Serialize)]
 struct KeptRef<'a> {
+    format: u32,
     snapshot: SnapshotRef<'a>,
     outcome: OutcomeRef<'a>,
 }
@@ -81,6 +95,7 @@ struct SnapshotRef<'a> {
     before_absent: Vec<u64>,
     specs: &'a BTreeMap<u64, crate::spec::JobSpec>,
     owned: &'a std::collections::BTreeSet<u64>,
+    forks: &'a BTreeMap<u64, ForkView>,
     learned: &'a BTreeMap<u64, Vec<hadar_store::LearnedRate>>,
     site: &'a crate::site::Site,
     retypes: bool,
@@ -119,6 +134,7 @@ impl<'a> SnapshotRef<'a> {
             before_absent,
             specs: &s.specs,
             owned: &s.owned,
+            forks: &s.forks,
             learned: &s.learned,
             site: &s.site,
             retypes: s.retypes,
@@ -140,6 +156,8 @@ struct SnapshotKept {
     before_absent: Vec<u64>,
     specs: BTreeMap<u64, crate::spec::JobSpec>,
     owned: std::collections::BTreeSet<u64>,
+    #[serde(default)]
+    forks: BTreeMap<u64, ForkView>,
     learned: BTreeMap<u64, Vec<hadar_store::LearnedRate>>,
     site: crate::site::Site,
     retypes: bool,
@@ -166,6 +184,7 @@ impl From<SnapshotKept> for RoundSnapshot {
             before,
             specs: k.specs,
             owned: k.owned,
+            forks: k.forks,
             learned: k.learned,
             site: k.site,
             retypes: k.retypes,
@@ -179,14 +198,22 @@ impl From<SnapshotKept> for RoundSnapshot {
 struct OutcomeRef<'a> {
     planned: &'a BTreeMap<u64, NodeGpus>,
     actions: &'a [Action],
+    forks: &'a [ForkStart],
     decisions: &'a [Decision],
 }
 
 /// A kept round as read.
 #[derive(Deserialize)]
 struct Kept {
+    #[serde(default = "format_one")]
+    format: u32,
     snapshot: SnapshotKept,
     outcome: Outcome,
+}
+
+/// The format of rounds kept without one.
+fn format_one() -> u32 {
+    1
 }
 
 /// What keeping one round cost.
@@ -223,6 +250,16 @@ pub enum ReplayError {
         what: &'static str,
         /// The parser's message.
         reason: String,
+    },
+    /// The round was kept by an older hadar, without what deciding it again needs.
+    #[error(
+        "round {round}: recorded with an older format ({found}, this hadar reads {FORMAT}): it has forked jobs and keeps no fork trackers, so its decision cannot be recomputed"
+    )]
+    OlderFormat {
+        /// The round.
+        round: u64,
+        /// Its format.
+        found: u32,
     },
     /// Deciding again failed.
     #[error("round {round}: deciding again failed: {source}")]
@@ -315,10 +352,12 @@ pub fn keep(
     };
     let inputs = serde_json::to_string(&InputsRef { config, table }).map_err(encode)?;
     let data = serde_json::to_string(&KeptRef {
+        format: FORMAT,
         snapshot: SnapshotRef::of(snap),
         outcome: OutcomeRef {
             planned: &decision.planned,
             actions: &decision.actions,
+            forks: &decision.forks,
             decisions: &decision.decisions,
         },
     })
@@ -401,6 +440,12 @@ pub fn replay(
     config: Option<&DaemonConfig>,
 ) -> Result<Replayed, ReplayError> {
     let (kept, inputs) = load(store, round)?;
+    if kept.format < 2 && !kept.snapshot.owned.is_empty() {
+        return Err(ReplayError::OlderFormat {
+            round,
+            found: kept.format,
+        });
+    }
     let config = config.unwrap_or(&inputs.config);
     let snapshot = RoundSnapshot::from(kept.snapshot);
     let d = decide(&snapshot, config, &inputs.table)
@@ -417,7 +462,7 @@ fn json<T: Serialize>(v: &T) -> serde_json::Value {
 }
 
 /// The first difference between two outcomes: placements by job, then the actions in
-/// order, then each job's decision field by field.
+/// order, then the forked jobs' rounds in order, then each job's decision field by field.
 pub fn first_difference(recorded: &Outcome, again: &Outcome) -> Option<Difference> {
     if recorded == again {
         return None;
@@ -446,6 +491,19 @@ pub fn first_difference(recorded: &Outcome, again: &Outcome) -> Option<Differenc
         if a != b {
             let job = a.or(b).map(Action::job);
             return Some(diff(job, &format!("action {}", i + 1), json(&a), json(&b)));
+        }
+    }
+    let n = recorded.forks.len().max(again.forks.len());
+    for i in 0..n {
+        let (a, b) = (recorded.forks.get(i), again.forks.get(i));
+        if a != b {
+            let job = a.or(b).map(|f| f.job);
+            return Some(diff(
+                job,
+                &format!("fork start {}", i + 1),
+                json(&a),
+                json(&b),
+            ));
         }
     }
     let by_job = |ds: &[Decision]| -> BTreeMap<u64, Decision> {
@@ -509,6 +567,7 @@ mod tests {
         Outcome {
             planned: [(7, vec![("n1".to_string(), vec![("v100".to_string(), 2)])])].into(),
             actions: vec![Action::Hold { job: 9 }],
+            forks: Vec::new(),
             decisions: vec![d, Decision::new(9, 3)],
         }
     }

@@ -8,7 +8,7 @@
 //! enforcement; the snapshot is taken after them.
 
 use crate::daemon::{Daemon, DaemonError, SlurmApi};
-use crate::fork::ActionLog;
+use crate::fork::{ActionLog, ForkView};
 use crate::reconcile::{self, Event};
 use crate::site::Site;
 use crate::spec::JobSpec;
@@ -40,6 +40,9 @@ pub struct RoundSnapshot {
     pub specs: BTreeMap<u64, JobSpec>,
     /// The jobs the fork pass runs as copies (not planned by Hadar).
     pub owned: BTreeSet<u64>,
+    /// The owned jobs' trackers, open rounds and last copies (the forked plan's input).
+    #[serde(default)]
+    pub forks: BTreeMap<u64, ForkView>,
     /// The active jobs' learned rates.
     pub learned: BTreeMap<u64, Vec<LearnedRate>>,
     /// The site's priority settings, accounts and limits.
@@ -50,6 +53,9 @@ pub struct RoundSnapshot {
     /// The Slurm release answering, when known.
     pub slurm_release: Option<String>,
 }
+
+/// The fork pass's part of the reading: the jobs it owns, their trackers, what it did.
+type ForkReading = (BTreeSet<u64>, BTreeMap<u64, ForkView>, ActionLog);
 
 /// What reading did besides taking the snapshot.
 pub struct Reading {
@@ -114,7 +120,8 @@ impl<S: SlurmApi> Daemon<S> {
             .filter(|r| r.phase != Phase::Finished)
             .filter_map(|r| Some((r.id, (self.decode)(&r.record).ok()?)))
             .collect();
-        let (owned, fork_actions) = self.advance_forks(&mut rows, &specs, &slurm_jobs, now_unix)?;
+        let (owned, forks, fork_actions) =
+            self.advance_forks(&mut rows, &specs, &slurm_jobs, now_unix)?;
         self.learn(&events, &specs, &before, &rows)?;
         faults::reached("round-reconciled");
         let mut learned = BTreeMap::new();
@@ -131,6 +138,7 @@ impl<S: SlurmApi> Daemon<S> {
             before,
             specs,
             owned,
+            forks,
             learned,
             site,
             retypes,
@@ -206,16 +214,16 @@ impl<S: SlurmApi> Daemon<S> {
     }
 
     /// Forked jobs are the fork pass's: their open rounds move on before planning. Returns
-    /// the jobs it owns and what it did.
+    /// the jobs it owns, their trackers as they stand after that, and what it did.
     fn advance_forks(
         &mut self,
         rows: &mut BTreeMap<u64, JobRow>,
         specs: &BTreeMap<u64, JobSpec>,
         slurm_jobs: &[SlurmJob],
         now_unix: f64,
-    ) -> Result<(BTreeSet<u64>, ActionLog), DaemonError> {
+    ) -> Result<ForkReading, DaemonError> {
         let Some(f) = self.fork.as_mut() else {
-            return Ok((BTreeSet::new(), Vec::new()));
+            return Ok((BTreeSet::new(), BTreeMap::new(), Vec::new()));
         };
         let owned = f.owned(&self.store, rows, specs)?;
         let actions = f.advance(
@@ -234,7 +242,13 @@ impl<S: SlurmApi> Daemon<S> {
             }
             Ok(())
         })?;
-        Ok((owned, actions))
+        let mut forks = BTreeMap::new();
+        for &id in &owned {
+            if let Some(v) = ForkView::read(&self.store, id)? {
+                forks.insert(id, v);
+            }
+        }
+        Ok((owned, forks, actions))
     }
 
     /// Saves the reconciled jobs and learns the rates the jobs' progress reports show.

@@ -16,14 +16,23 @@
 //! * jobs hadar does not manage, `--exclusive` jobs and drained or down nodes: the daemon
 //!   takes their GPUs out of the cluster it plans (`view::build`, `exclusive::fence_off`);
 //!   the simulator's cluster is the capacity left, which is what the generator's nodes are;
-//! * held, dependent or `--begin` jobs and `fork=yes` jobs under HadarE: not planned by
-//!   Hadar in the daemon, never in a simulated round's input;
+//! * held, dependent or `--begin` jobs: not planned in the daemon, never in a simulated
+//!   round's input;
 //! * a user's `gpu-types=` and the site's limits, time limits and reservations: the
 //!   simulator's workload and cluster model have none (the site's priority is in: it is the
 //!   job's weight, which a simulated job carries);
 //! * preempting jobs: the simulator's preemption takes no round.
 //!
 //! Rates are learned for every type, so a job's profile is its learned rates on both sides.
+//!
+//! Some jobs are `fork=yes` jobs between their rounds (held, no open round): the daemon
+//! plans them in [`decide`] from their trackers in the snapshot, the simulator by the
+//! mixed round `hadar simulate --config --fork-jobs` runs (`served` with HadarE for them);
+//! their copies are compared with the plain jobs' placements. Their throughput on both
+//! sides is the daemon's copy-size profile ([`fork_profile`]: the job's workload, not the
+//! policy), and their weight is 1 on both sides (the daemon's forked jobs carry no site
+//! priority). A forked job's steps are many, so that every copy HadarE plans gets a budget
+//! (the daemon runs no copy without steps).
 
 use hadar_core::policies::{PolicyName, PolicyOptions, build};
 use hadar_core::{
@@ -31,14 +40,15 @@ use hadar_core::{
     ThroughputProfile,
 };
 use hadar_daemon::DaemonConfig;
-use hadar_daemon::decide::decide;
+use hadar_daemon::decide::{RoundDecision, decide, priors};
+use hadar_daemon::fork::{ForkView, fork_profile};
 use hadar_daemon::site::Site;
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
 use hadar_sim::ClusterModel;
 use hadar_slurm::site::{JobAccount, PartitionFigures, QosFigures, SiteConfig, SiteFigures};
-use hadar_slurm::{NodeInfo, NodeState};
-use hadar_store::{JobRow, LearnedRate, NodeGpus, Phase};
+use hadar_slurm::{NodeInfo, NodeState, SlurmJob};
+use hadar_store::{ForkJob, JobRow, LearnedRate, NodeGpus, Phase};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -73,6 +83,8 @@ struct GenJob {
     rounds_run: u32,
     account: usize,
     qos: usize,
+    /// A `fork=yes` job between its rounds (it then stands `New`).
+    forked: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -117,13 +129,19 @@ fn job() -> impl Strategy<Value = GenJob> {
         (0..4_000u32, 0..4usize, 0..64usize),
         prop::array::uniform3(0.2..40.0f64),
         (1.0..3_000.0f64, 1..20u32, 0..2usize, 0..2usize),
+        prop::sample::select(vec![false, false, false, true]),
     )
         .prop_map(
-            |((workers, total_steps, done_frac), (arrival, stands, pick), rates, more)| {
+            |((workers, total_steps, done_frac), (arrival, stands, pick), rates, more, forked)| {
                 let (run_s, rounds_run, account, qos) = more;
+                let stands = if forked { 0 } else { stands };
                 GenJob {
                     workers,
-                    total_steps,
+                    total_steps: if forked {
+                        total_steps * 100
+                    } else {
+                        total_steps
+                    },
                     done_frac,
                     // Coarse, so that some jobs arrive together (ties go by id).
                     arrival_s: f64::from(arrival / 100 * 100),
@@ -139,6 +157,7 @@ fn job() -> impl Strategy<Value = GenJob> {
                     rounds_run,
                     account,
                     qos,
+                    forked,
                 }
             },
         )
@@ -352,6 +371,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
     let mut rows = BTreeMap::new();
     let mut specs = BTreeMap::new();
     let mut learned = BTreeMap::new();
+    let (mut owned, mut forks, mut slurm_jobs) = (BTreeSet::new(), BTreeMap::new(), Vec::new());
     for (i, j) in w.jobs.iter().enumerate() {
         let id = job_id(i);
         let total = j.total_steps as f64;
@@ -384,20 +404,21 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
                 r.bound_types = Some(vec![POOL[t].to_string()]);
             }
         }
+        if j.forked {
+            let mut tracker = ForkJob::new(id, total);
+            tracker.steps_done = r.steps_done;
+            tracker.next_round = u64::from(j.rounds_run);
+            let view = ForkView {
+                tracker,
+                open: None,
+                last_copies: Vec::new(),
+            };
+            owned.insert(id);
+            forks.insert(id, view);
+            slurm_jobs.push(SlurmJob::held_with_record(id, ""));
+        }
         rows.insert(id, r);
-        specs.insert(
-            id,
-            JobSpec {
-                workers: j.workers,
-                steps: Some(j.total_steps),
-                job_type: None,
-                hints: Vec::new(),
-                gpu_types: None,
-                fork: false,
-                model: None,
-                outer: None,
-            },
-        );
+        specs.insert(id, spec(j));
         let rates = types
             .iter()
             .map(|t| LearnedRate {
@@ -415,11 +436,12 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
         now_unix: EPOCH + NOW_S,
         now_s: NOW_S,
         nodes,
-        slurm_jobs: Vec::new(),
+        slurm_jobs,
         before: rows.clone(),
         rows,
         specs,
-        owned: BTreeSet::new(),
+        owned,
+        forks,
         learned,
         site: site(w),
         retypes: !w.keeps_types,
@@ -427,12 +449,46 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
     }
 }
 
+/// A generated job's request.
+fn spec(j: &GenJob) -> JobSpec {
+    JobSpec {
+        workers: j.workers,
+        steps: Some(j.total_steps),
+        job_type: None,
+        hints: Vec::new(),
+        gpu_types: None,
+        fork: j.forked,
+        model: None,
+        outer: None,
+    }
+}
+
+/// A forked job's throughput for copies of every size, as the daemon plans it (its rates
+/// learned with its workers, the configuration's priors for smaller copies).
+fn forked_profile(w: &World, i: usize, config: &DaemonConfig) -> ThroughputProfile {
+    let j = &w.jobs[i];
+    let types: Vec<String> = type_order(w).iter().map(|t| POOL[*t].to_string()).collect();
+    let learned: Vec<LearnedRate> = type_order(w)
+        .iter()
+        .map(|t| LearnedRate {
+            job: job_id(i),
+            gpu_type: POOL[*t].to_string(),
+            workers: j.workers,
+            rate: j.rates[*t],
+            samples: 3,
+        })
+        .collect();
+    let table = hadar_formats::embedded::throughputs().expect("embedded table");
+    fork_profile(&spec(j), &types, &learned, &table, &priors(config))
+}
+
 /// A job as the simulator tracks it: its state and the types of its first placement.
 type Tracked = (JobState, Option<Vec<GpuType>>);
 
 /// The same state as the simulator holds it: its cluster, and each job's state with the
 /// types of its first placement, in arrival order.
-fn sim_state(w: &World, at: &Where, site: &Site, strength: f64) -> (Cluster, Vec<Tracked>) {
+fn sim_state(w: &World, at: &Where, site: &Site, config: &DaemonConfig) -> (Cluster, Vec<Tracked>) {
+    let strength = config.hadar.priority_strength;
     let types = type_order(w);
     let nodes = w
         .nodes
@@ -458,16 +514,27 @@ fn sim_state(w: &World, at: &Where, site: &Site, strength: f64) -> (Cluster, Vec
             arrival_s: j.arrival_s,
             workers: j.workers,
             total_steps: j.total_steps as f64,
-            weight: site.weight(id, j.workers, NOW_S - j.arrival_s, &cluster, strength),
-            throughput: ThroughputProfile::new(
-                types
-                    .iter()
-                    .map(|t| RateCurve::new([(j.workers, j.rates[*t])]))
-                    .collect(),
-            ),
+            weight: if j.forked {
+                1.0
+            } else {
+                site.weight(id, j.workers, NOW_S - j.arrival_s, &cluster, strength)
+            },
+            throughput: if j.forked {
+                forked_profile(w, i, config)
+            } else {
+                ThroughputProfile::new(
+                    types
+                        .iter()
+                        .map(|t| RateCurve::new([(j.workers, j.rates[*t])]))
+                        .collect(),
+                )
+            },
         };
         let mut s = JobState::arrived(Arc::new(job), types.len());
         s.remaining_steps = remaining(j);
+        if j.forked {
+            s.rounds_run = j.rounds_run;
+        }
         s.placement = at.now[i].map(|(n, t)| {
             Placement::gang([Part {
                 node: cluster
@@ -493,19 +560,23 @@ fn sim_state(w: &World, at: &Where, site: &Site, strength: f64) -> (Cluster, Vec
 /// Placements in Slurm's names: job to (node, type) to GPUs.
 type Placed = BTreeMap<u64, BTreeMap<(String, String), u32>>;
 
-fn daemon_placed(planned: &BTreeMap<u64, NodeGpus>) -> Placed {
-    planned
+/// The daemon's placements: the plain jobs' enforceable ones and the forked jobs' copies.
+fn daemon_placed(d: &RoundDecision) -> Placed {
+    let copies = d.forks.iter().map(|f| (f.job, f.gpus()));
+    d.planned
         .iter()
+        .map(|(id, gpus)| (*id, gpus.clone()))
+        .chain(copies)
         .map(|(id, gpus)| {
-            let parts = gpus
-                .iter()
-                .flat_map(|(n, g)| {
-                    g.iter()
-                        .map(move |(t, c)| ((n.clone(), t.to_ascii_lowercase()), *c))
-                })
-                .filter(|(_, c)| *c > 0)
-                .collect();
-            (*id, parts)
+            let mut parts = BTreeMap::new();
+            for (n, g) in &gpus {
+                for (t, c) in g.iter().filter(|(_, c)| *c > 0) {
+                    *parts
+                        .entry((n.clone(), t.to_ascii_lowercase()))
+                        .or_default() += *c;
+                }
+            }
+            (id, parts)
         })
         .collect()
 }
@@ -514,18 +585,12 @@ fn sim_placed(cluster: &Cluster, plan: &hadar_core::RoundPlan) -> Placed {
     plan.assignments
         .iter()
         .map(|a| {
-            let parts = a
-                .placement
-                .parts()
-                .iter()
-                .map(|p| {
-                    let node = cluster.node(p.node).name.clone();
-                    (
-                        (node, cluster.type_name(p.gpu_type).to_ascii_lowercase()),
-                        p.gpus,
-                    )
-                })
-                .collect();
+            let mut parts = BTreeMap::new();
+            for p in a.placement.parts() {
+                let node = cluster.node(p.node).name.clone();
+                let t = cluster.type_name(p.gpu_type).to_ascii_lowercase();
+                *parts.entry((node, t)).or_default() += p.gpus;
+            }
             (a.job.0, parts)
         })
         .collect()
@@ -538,7 +603,7 @@ fn both(w: &World) -> (Placed, Placed) {
     let table = hadar_formats::embedded::throughputs().expect("embedded table");
     let snap = snapshot(w, &at);
     let d = decide(&snap, &config, &table).expect("the daemon decides");
-    let (cluster, tracked) = sim_state(w, &at, &snap.site, config.hadar.priority_strength);
+    let (cluster, tracked) = sim_state(w, &at, &snap.site, &config);
     let model = ClusterModel {
         keeps_types: w.keeps_types,
         ..ClusterModel::default()
@@ -556,13 +621,17 @@ fn both(w: &World) -> (Placed, Placed) {
         hadar: config.hadar.clone(),
         hadare: config.hadare.clone(),
         served: config.served(),
+        forked: (0..w.jobs.len())
+            .filter(|i| w.jobs[*i].forked)
+            .map(|i| JobId(job_id(i)))
+            .collect(),
         ..PolicyOptions::default()
     };
     let mut policy = build(PolicyName::Served, &opts).expect("served is a round policy");
     let plan = policy.plan_on(&input, &facts);
     plan.validate(&cluster, &states)
         .expect("the simulator's plan is valid");
-    (daemon_placed(&d.planned), sim_placed(&cluster, &plan))
+    (daemon_placed(&d), sim_placed(&cluster, &plan))
 }
 
 proptest! {
@@ -592,6 +661,7 @@ fn the_property_sees_started_and_waiting_jobs_alike() {
         rounds_run: 3,
         account: 0,
         qos: 0,
+        forked: false,
     };
     let w = World {
         nodes: vec![vec![(0, 4)], vec![(2, 4)]],
@@ -610,4 +680,46 @@ fn the_property_sees_started_and_waiting_jobs_alike() {
     let (daemon, sim) = both(&w);
     assert_eq!(daemon, sim);
     assert!(daemon.contains_key(&job_id(0)), "{daemon:?}");
+}
+
+/// Found by the property: with the look-ahead on, the daemon handed the forked plan the
+/// look-ahead's states, whose placements are the pins it plans around, not where jobs run;
+/// the waiting jobs' pins on n1 then counted as held, and the forked job got one copy where
+/// the simulator's mixed round gives it two.
+#[test]
+fn forked_copies_see_where_plain_jobs_run_not_the_look_aheads_pins() {
+    let job = |total_steps, arrival_s, rates, forked| GenJob {
+        workers: 1,
+        total_steps,
+        done_frac: 0.0,
+        arrival_s,
+        stands: Stands::New,
+        pick: 0,
+        rates,
+        run_s: 1.0,
+        rounds_run: 1,
+        account: 0,
+        qos: 0,
+        forked,
+    };
+    let slow = [0.2; 3];
+    let w = World {
+        nodes: vec![vec![(1, 4)], vec![(1, 4)]],
+        jobs: vec![
+            job(448, 0.0, slow, false),
+            job(2_505, 0.0, [0.2, 24.15, 0.2], false),
+            job(10_000, 0.0, slow, true),
+            job(100, 3_300.0, slow, false),
+            job(100, 0.0, slow, false),
+        ],
+        keeps_types: false,
+        look_ahead: true,
+        max_nodes: 1,
+        round_s: 360.0,
+        restart_s: 0.0,
+        priority: None,
+    };
+    let (daemon, sim) = both(&w);
+    assert_eq!(daemon, sim);
+    assert_eq!(daemon[&102].len(), 2, "a copy on each node: {daemon:?}");
 }

@@ -5,8 +5,9 @@
 //! What is left is what the target can give forked copies this round: a plain job that was
 //! started keeps holding its GPUs (where it runs now, whether the plan keeps it there or
 //! moves or preempts it: on Slurm a preempted job frees its GPUs only once it has been
-//! checkpointed and requeued), and a waiting plain job the plan starts holds the GPUs the
-//! plan gives it. A forked job's previous copies hold nothing: its copy job ends before the
+//! checkpointed and requeued), a job the plan moves holds its new GPUs too (it starts there
+//! this round, before the copies), and a waiting plain job the plan starts holds the GPUs
+//! the plan gives it. A forked job's previous copies hold nothing: its copy job ends before the
 //! next round, so both policies see the whole cluster again every round. The caller leaves
 //! out of `input` what neither policy may give (GPUs of jobs hadar does not manage, forked
 //! jobs whose round is still open).
@@ -18,6 +19,7 @@
 
 use crate::cluster::{Cluster, Node, NodeId};
 use crate::job::{JobId, JobState};
+use crate::passes::TargetFacts;
 use crate::plan::{RoundPlan, WaitReason, Waiting};
 use crate::policies::hadare::{HadarEConfig, plan_round};
 use crate::policy::{Policy, RoundInput};
@@ -137,10 +139,22 @@ impl Policy for MixedPolicy {
         self.last = Some(m.clone());
         m.combined()
     }
+
+    /// The plain jobs are planned knowing the target's facts (the simulator's cluster
+    /// model's, as the daemon's served pass knows Slurm's); HadarE reads none.
+    fn plan_on(&mut self, input: &RoundInput<'_>, facts: &TargetFacts) -> RoundPlan {
+        let plain = &mut self.plain;
+        let m = plan_mixed(input, &self.forked, &self.hadare, |i| {
+            plain.plan_on(i, facts)
+        });
+        self.last = Some(m.clone());
+        m.combined()
+    }
 }
 
 /// The GPUs `plan` leaves free of `cluster` this round: a started job (one with a
-/// placement) holds where it runs now, a waiting job the plan starts holds what it is given.
+/// placement) holds where it runs now, and every job the plan places holds what it is given
+/// (a moved job both).
 /// Every node is kept (with what is left of it), so node and type ids stay those of
 /// `cluster`; `None` when no GPU is left.
 pub fn left_over(cluster: &Cluster, jobs: &[JobState], plan: &RoundPlan) -> Option<Cluster> {
@@ -156,10 +170,9 @@ pub fn left_over(cluster: &Cluster, jobs: &[JobState], plan: &RoundPlan) -> Opti
             .iter()
             .find(|a| a.job == j.id())
             .map(|a| &a.placement);
-        let Some(held) = j.placement.as_ref().or(given) else {
-            continue;
-        };
-        for p in held.parts() {
+        let now = j.placement.as_ref();
+        let held = now.into_iter().chain(given.filter(|g| Some(*g) != now));
+        for p in held.flat_map(|h| h.parts()) {
             if p.node.index() < cluster.nodes().len() && p.gpu_type.index() < types {
                 let f = &mut free[p.node.index() * types + p.gpu_type.index()];
                 *f = f.saturating_sub(p.gpus);
@@ -381,15 +394,16 @@ mod tests {
             prop_assert!(m.plain.assignments.iter().all(|a| !forked.contains(&a.job)));
             prop_assert!(m.forked.assignments.iter().all(|a| forked.contains(&a.job)));
             // Per (node, type): what plain jobs hold this round (a started one where it runs
-            // now, a waiting one where the plan starts it; Hadar may plan a waiting job onto
-            // GPUs a job it preempts still holds, so these may add up past the capacity),
-            // then the forked copies must fit in what remains.
+            // now, any job where the plan places it; Hadar may plan a job onto GPUs a job it
+            // preempts still holds, so these may add up past the capacity), then the forked
+            // copies must fit in what remains.
             let types = c.type_count();
             let mut plain_use = vec![0u32; c.nodes().len() * types];
             for j in &pj {
                 let given = m.plain.assignments.iter().find(|a| a.job == j.id());
-                let held = j.placement.as_ref().or(given.map(|a| &a.placement));
-                for p in held.map(|p| p.parts()).unwrap_or_default() {
+                let now = j.placement.as_ref();
+                let moved = given.map(|a| &a.placement).filter(|g| Some(*g) != now);
+                for p in now.into_iter().chain(moved).flat_map(|h| h.parts()) {
                     plain_use[p.node.index() * types + p.gpu_type.index()] += p.gpus;
                 }
             }

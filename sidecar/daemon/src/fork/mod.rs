@@ -15,10 +15,11 @@
 //! round, it sets `state=failed` and releases it, and the runner exits 1. When the logical
 //! job is cancelled, its running copy job is cancelled and the open round counts nothing.
 //!
-//! Sharing the cluster: jobs without `fork=yes` are planned by Hadar first (the daemon's
-//! round decision); forked jobs are then planned by HadarE over the GPUs nothing else holds
-//! or is about to hold: the core's mixed round ([`hadar_core::passes::mixed`]), which the
-//! simulator runs too. A copy job holds its GPUs until its deadline, a little before the
+//! Sharing the cluster: jobs without `fork=yes` are planned by Hadar first; forked jobs are
+//! then planned by HadarE over the GPUs nothing else holds or is about to hold: the core's
+//! mixed round ([`hadar_core::passes::mixed`]), which the simulator runs too. Both are part
+//! of the round's pure decision ([`plan`], from the trackers in the snapshot); this pass
+//! moves open rounds on before it and submits the planned rounds after it. A copy job holds its GPUs until its deadline, a little before the
 //! next round, so every round both policies see the whole cluster again.
 //!
 //! Crash safety: a round is written to the store (state `submitting`) before its copy job
@@ -33,7 +34,6 @@ use crate::config::{DaemonConfig, ForkConfig};
 use crate::fork_consolidate::{RoundPlan, RoundReport, apply};
 use crate::spec::{self, JobSpec, Priors};
 use hadar_core::passes::mixed::plan_mixed;
-use hadar_core::policies::hadare::HadarEConfig;
 use hadar_core::tracker::consolidation_weights;
 use hadar_core::{Job, JobId, JobState, Part, Placement, RoundInput};
 use hadar_formats::ThroughputTable;
@@ -43,6 +43,7 @@ use hadar_store::{
     ForkCopy, ForkJob, ForkRound, ForkState, JobRow, NodeGpus, OuterStep, Phase, RoundState, Store,
     StoreError,
 };
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -114,6 +115,9 @@ pub enum ForkError {
     /// The logical job's owner is unknown (Slurm did not show a user and group id).
     #[error("job {0}: Slurm shows no user or group id, so its copies cannot run as its owner")]
     NoOwner(u64),
+    /// The job's tracker is no longer where the round's decision found it.
+    #[error("job {0}: its tracker moved on since round {1} was planned; planned again next round")]
+    Moved(u64, u64),
 }
 
 /// What the fork pass did, as `(job, action, outcome)`.
@@ -132,9 +136,7 @@ pub struct ForkDecision {
 pub struct Forker {
     api: Box<dyn ForkSlurm + Send>,
     config: ForkConfig,
-    hadare: HadarEConfig,
     round_s: f64,
-    restart_s: f64,
     /// `[sidecar] rate_learning_weight`: how much a new measurement moves a learned rate.
     learn_weight: f64,
     hadar_bin: PathBuf,
@@ -148,15 +150,14 @@ impl Forker {
             api,
             hadar_bin: config.fork.hadar_bin.clone().unwrap_or(hadar_bin),
             config: config.fork.clone(),
-            hadare: config.hadare.clone(),
             round_s: config.sidecar.round_seconds,
-            restart_s: config.sidecar.restart_seconds,
             learn_weight: config.sidecar.rate_learning_weight,
         }
     }
 }
 
 mod advance;
+pub mod plan;
 mod progress;
 mod script;
 mod sizing;
@@ -164,9 +165,9 @@ mod start;
 #[cfg(test)]
 mod tests;
 
+pub use plan::{ForkStart, ForkView, ForkedRound, PlainSide, PlannedCopy, plan_forks};
 use progress::*;
 pub use progress::{comment, copies_gpus};
 pub use script::outer_args;
 use script::*;
 pub use sizing::{fork_profile, split_budget};
-pub use start::PlainRound;

@@ -26,23 +26,33 @@ pub fn comment(fj: &ForkJob, open: Option<&ForkRound>) -> String {
     )
 }
 
-pub(crate) fn describe(fj: &ForkJob, open: Option<&ForkRound>) -> ForkDecision {
-    let progress = format!(
+/// A forked job's progress in words.
+fn progress_words(fj: &ForkJob) -> String {
+    format!(
         "{} of {} steps ({:.0}%)",
         fj.steps_done as u64,
         fj.total_steps as u64,
         fj.percent().floor()
-    );
+    )
+}
+
+/// The words for a job whose round `round` runs `copies` copies on `gpus`.
+pub(crate) fn running_words(fj: &ForkJob, round: u64, copies: usize, gpus: &NodeGpus) -> String {
+    format!(
+        "runs forked (HadarE): round {round}, {copies} copies on {}; {}",
+        crate::explain::placement_words(gpus),
+        progress_words(fj)
+    )
+}
+
+/// A forked job's decision from its tracker and open round.
+pub(crate) fn describe(fj: &ForkJob, open: Option<&ForkRound>) -> ForkDecision {
+    let progress = progress_words(fj);
     match (fj.state, open) {
         (ForkState::Active, Some(r)) => {
             let gpus = copies_gpus(&r.copies);
             ForkDecision {
-                text: format!(
-                    "runs forked (HadarE): round {}, {} copies on {}; {progress}",
-                    r.round,
-                    r.copies.len(),
-                    crate::explain::placement_words(&gpus)
-                ),
+                text: running_words(fj, r.round, r.copies.len(), &gpus),
                 placement: Some(gpus),
             }
         }

@@ -1,98 +1,28 @@
-//! New rounds for forked jobs: the mixed round ([`plan_mixed`], as the simulator runs it)
-//! gives them copies on the GPUs the plain jobs' plan leaves, and each planned job's round is
-//! recorded, then submitted as one heterogeneous copy job as the job's user.
+//! New rounds for forked jobs, as the round's decision planned them
+//! ([`super::plan::plan_forks`]): each planned round is recorded, then submitted as one
+//! heterogeneous copy job as the job's user.
 
 use super::*;
 
-/// The plain jobs' side of the mixed round, as the round's decision left it.
-pub struct PlainRound<'a> {
-    /// The cluster both policies plan over (the plain plan's node and type ids), less the
-    /// GPUs neither may give (jobs hadar does not manage, managed jobs Slurm runs that the
-    /// plain jobs do not account for); `None` when no GPU is left.
-    pub cluster: Option<&'a hadar_core::Cluster>,
-    /// The GPU type names of the managed partitions, in the cluster's order.
-    pub types: &'a [String],
-    /// The plain jobs' states (a started one with where it runs now).
-    pub jobs: &'a [JobState],
-    /// Their enforced plan (the placements the daemon carries out this round).
-    pub plan: &'a hadar_core::RoundPlan,
-}
-
 impl Forker {
-    /// Plans the forked jobs that have no open round by the mixed round's forked plan (HadarE
-    /// over what `plain` leaves, [`plan_mixed`]), and submits one copy job per planned job.
-    /// Returns the actions taken and a decision per owned job.
+    /// Submits the rounds `starts` (the round's decision) as one copy job each. Returns the
+    /// actions taken, and the jobs whose round could not start with why.
     #[allow(clippy::too_many_arguments)]
-    pub fn start_rounds(
+    pub fn start_planned(
         &mut self,
         store: &mut Store,
         rows: &BTreeMap<u64, JobRow>,
         specs: &BTreeMap<u64, JobSpec>,
-        owned: &BTreeSet<u64>,
         slurm_jobs: &[SlurmJob],
-        plain: &PlainRound<'_>,
-        table: &ThroughputTable,
-        priors: &Priors,
+        starts: &[ForkStart],
         now_unix: f64,
         epoch: f64,
-    ) -> (ActionLog, BTreeMap<u64, ForkDecision>) {
-        let now_s = now_unix - epoch;
+    ) -> (ActionLog, BTreeMap<u64, String>) {
         let mut done = Vec::new();
-        let mut decisions = BTreeMap::new();
-        let mut states = Vec::new();
-        let mut trackers: BTreeMap<u64, ForkJob> = BTreeMap::new();
-        for &id in owned {
-            let (Some(row), Some(spec)) = (rows.get(&id), specs.get(&id)) else {
-                continue;
-            };
-            let Ok(Some(fj)) = store.fork_job(id) else {
-                continue;
-            };
-            let open = store.open_fork_round(id).ok().flatten();
-            decisions.insert(id, describe(&fj, open.as_ref()));
-            let held = slurm_jobs.iter().any(|j| j.id == id && j.is_held());
-            if fj.state != ForkState::Active || open.is_some() || !held {
-                continue;
-            }
-            let Some(cluster) = plain.cluster else {
-                continue;
-            };
-            let js = fork_state(store, row, spec, &fj, plain.types, cluster, table, priors);
-            states.push(js);
-            trackers.insert(id, fj);
-        }
-        let Some(cluster) = plain.cluster else {
-            return (done, decisions);
-        };
-        if states.is_empty() {
-            return (done, decisions);
-        }
-        let mut jobs: Vec<JobState> = plain.jobs.to_vec();
-        jobs.extend(states.iter().cloned());
-        jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
-        let forked: BTreeSet<JobId> = states.iter().map(JobState::id).collect();
-        let input = RoundInput {
-            now_s,
-            round_s: self.round_s,
-            restart_s: self.restart_s,
-            cluster,
-            jobs: &jobs,
-        };
-        // The plain jobs were planned by the round's decision (the served policy, as
-        // `plan_mixed`'s plain policy would): their plan is given, not planned again.
-        let mixed = plan_mixed(&input, &forked, &self.hadare, |_| plain.plan.clone());
-        let plan = mixed.forked;
-        if let Some(Err(e)) = mixed.left.as_ref().map(|l| plan.validate(l, &states)) {
-            tracing::error!("HadarE's plan is invalid, no copies started: {e}");
-            return (done, decisions);
-        }
-        for a in &plan.assignments {
-            let id = a.job.0;
-            let (Some(row), Some(fj), Some(js)) = (
-                rows.get(&id),
-                trackers.get(&id),
-                states.iter().find(|s| s.job.id == a.job),
-            ) else {
+        let mut failed = BTreeMap::new();
+        for start in starts {
+            let id = start.job;
+            let Some(row) = rows.get(&id) else {
                 continue;
             };
             let sj = slurm_jobs.iter().find(|j| j.id == id);
@@ -100,18 +30,7 @@ impl Forker {
                 .get(&id)
                 .and_then(|s| s.outer)
                 .unwrap_or_else(|| self.config.default_outer());
-            match self.start_round(
-                store,
-                row,
-                sj,
-                fj,
-                js,
-                outer,
-                cluster,
-                a.placement.parts(),
-                now_unix,
-                epoch,
-            ) {
+            match self.start_round(store, row, sj, start, outer, now_unix, epoch) {
                 Ok(round) => {
                     let placement = copies_gpus(&round.copies);
                     done.push((
@@ -125,20 +44,15 @@ impl Forker {
                             crate::explain::placement_words(&placement)
                         ),
                     ));
-                    decisions.insert(id, describe(fj, Some(&round)));
                 }
                 Err(e) => {
                     tracing::warn!(job = id, "forked job: cannot start its copies: {e}");
                     done.push((id, "fork-start".into(), format!("error: {e}")));
+                    failed.insert(id, e.to_string());
                 }
             }
         }
-        for w in &plan.waiting {
-            if let Some(d) = decisions.get_mut(&w.job.0) {
-                d.text = format!("{}; waits for GPUs: {}", d.text, w.reason);
-            }
-        }
-        (done, decisions)
+        (done, failed)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -147,31 +61,25 @@ impl Forker {
         store: &mut Store,
         row: &JobRow,
         sj: Option<&SlurmJob>,
-        fj: &ForkJob,
-        js: &JobState,
+        start: &ForkStart,
         outer: Outer,
-        cluster: &hadar_core::Cluster,
-        parts: &[Part],
         now_unix: f64,
         epoch: f64,
     ) -> Result<ForkRound, ForkError> {
         let id = row.id;
         let (uid, gid) = owner(row)?;
-        let r = fj.next_round;
+        let fj = store
+            .fork_job(id)?
+            .filter(|f| f.next_round == start.round && f.state == ForkState::Active)
+            .ok_or(ForkError::Moved(id, start.round))?;
+        let fj = &fj;
+        let r = start.round;
         let job_dir = self.config.spool.join(id.to_string());
         let round_dir = job_dir.join(format!("round-{r}"));
         // The spool is only written by the copy job, on its node, as the job's user: the
         // user's script goes to it inside the copy job's own script.
         let script = job_dir.join("job.sh");
         let user_script = self.api.batch_script(id)?;
-        // Each copy's share of the remaining steps, in proportion to its expected rate: the
-        // budgets add up to exactly what is left, so no round overshoots the total.
-        let remaining = (fj.total_steps - fj.steps_done).ceil().max(0.0) as u64;
-        let rates: Vec<f64> = parts
-            .iter()
-            .map(|p| js.job.throughput.rate_or_zero(p.gpu_type, p.gpus).max(1e-9))
-            .collect();
-        let budgets = split_budget(remaining, &rates);
         let deadline =
             (now_unix + self.round_s - self.config.deadline_margin_seconds).floor() as u64;
         // The round the start checkpoint came from: copy k's inner optimizer state, left
@@ -179,7 +87,7 @@ impl Forker {
         let previous = store.fork_rounds(id)?.into_iter().rev().find(|p| {
             p.state == RoundState::Consolidated && Some(&p.consolidated) == fj.checkpoint.as_ref()
         });
-        let copies = plan_copies(cluster, parts, &budgets, &round_dir, previous.as_ref());
+        let copies = plan_copies(&start.copies, &round_dir, previous.as_ref());
         let mut round = ForkRound {
             job: id,
             round: r,
@@ -252,28 +160,6 @@ impl Forker {
     }
 }
 
-/// The copies of the job's last round, as a forked placement (for HadarE's stickiness).
-pub(crate) fn previous_copies(
-    store: &Store,
-    id: u64,
-    cluster: &hadar_core::Cluster,
-) -> Option<Placement> {
-    let last = store.fork_rounds(id).ok()?.into_iter().next_back()?;
-    let parts: Option<Vec<Part>> = last
-        .copies
-        .iter()
-        .map(|c| {
-            Some(Part {
-                node: cluster.node_by_name(&c.node)?,
-                gpu_type: cluster.type_by_name(&c.gpu_type)?,
-                gpus: c.gpus,
-            })
-        })
-        .collect();
-    let parts = parts?;
-    (!parts.is_empty()).then(|| Placement::forked(parts))
-}
-
 pub(crate) fn owner(row: &JobRow) -> Result<(u32, u32), ForkError> {
     match (row.user_id, row.group_id) {
         (Some(u), Some(g)) => Ok((u, g)),
@@ -305,56 +191,21 @@ pub(crate) fn private_script(
     Ok(f)
 }
 
-/// A forked job's state for HadarE: its copy-size profile, its remaining steps, and its
-/// last round's copies (for stickiness).
-#[allow(clippy::too_many_arguments)]
-fn fork_state(
-    store: &Store,
-    row: &JobRow,
-    spec: &JobSpec,
-    fj: &ForkJob,
-    types: &[String],
-    cluster: &hadar_core::Cluster,
-    table: &ThroughputTable,
-    priors: &Priors,
-) -> JobState {
-    let id = row.id;
-    let learned = store.learned_rates(id).unwrap_or_default();
-    let throughput = fork_profile(spec, types, &learned, table, priors);
-    let job = Arc::new(Job {
-        id: JobId(id),
-        kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
-        arrival_s: row.arrival_s,
-        workers: row.workers,
-        total_steps: fj.total_steps,
-        weight: 1.0,
-        throughput,
-    });
-    let mut js = JobState::arrived(job, types.len());
-    js.remaining_steps = (fj.total_steps - fj.steps_done).max(1.0);
-    js.placement = previous_copies(store, id, cluster);
-    js.rounds_run = fj.next_round as u32;
-    js
-}
-
-/// The round's copies: one per part with a budget, each with its checkpoint and result
-/// files in `round_dir` and, when the start checkpoint came from `previous`, that round's
-/// copy's inner optimizer state.
+/// The round's copies, each with its checkpoint and result files in `round_dir` and, when
+/// the start checkpoint came from `previous`, that round's copy's inner optimizer state.
 fn plan_copies(
-    cluster: &hadar_core::Cluster,
-    parts: &[Part],
-    budgets: &[u64],
+    planned: &[PlannedCopy],
     round_dir: &Path,
     previous: Option<&ForkRound>,
 ) -> Vec<ForkCopy> {
-    let mut copies = Vec::new();
-    for (p, b) in parts.iter().zip(budgets).filter(|(_, b)| **b > 0) {
-        let k = copies.len();
-        copies.push(ForkCopy {
-            node: cluster.node(p.node).name.clone(),
-            gpu_type: cluster.type_name(p.gpu_type).to_string(),
+    planned
+        .iter()
+        .enumerate()
+        .map(|(k, p)| ForkCopy {
+            node: p.node.clone(),
+            gpu_type: p.gpu_type.clone(),
             gpus: p.gpus,
-            budget: *b,
+            budget: p.budget,
             checkpoint: round_dir
                 .join(format!("copy-{k}.safetensors"))
                 .display()
@@ -372,7 +223,6 @@ fn plan_copies(
                 .and_then(|p| p.copies.get(k))
                 .filter(|c| c.ok == Some(true))
                 .map(|c| format!("{}.inner", c.checkpoint)),
-        });
-    }
-    copies
+        })
+        .collect()
 }

@@ -1,0 +1,317 @@
+//! The forked jobs' part of the round's decision, pure: from each forked job's tracker as
+//! the snapshot read it ([`ForkView`]) and the plain jobs' enforced plan, the mixed round's
+//! forked plan ([`plan_mixed`], as the simulator runs it), each planned job's next round
+//! sized into copies with their step budgets ([`ForkStart`]), and every forked job's
+//! decision in words. The enforcer only submits the planned rounds ([`Forker::start_planned`]).
+
+use super::*;
+use crate::snapshot::RoundSnapshot;
+use crate::view::{self, ClusterView};
+use std::collections::HashSet;
+
+/// A forked job's fork-pass state as the round's snapshot holds it (read from the store
+/// after the job's open round moved on).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ForkView {
+    /// Its tracker.
+    pub tracker: ForkJob,
+    /// Its open round, if any.
+    pub open: Option<ForkRound>,
+    /// The copies of its last round, `(node, type, GPUs)` (HadarE keeps a job where its
+    /// copies ran when that pays).
+    pub last_copies: Vec<(String, String, u32)>,
+}
+
+impl ForkView {
+    /// Job `id`'s view from the store; `None` without a tracker.
+    pub fn read(store: &Store, id: u64) -> Result<Option<ForkView>, StoreError> {
+        let Some(tracker) = store.fork_job(id)? else {
+            return Ok(None);
+        };
+        let open = store.open_fork_round(id)?;
+        let last_copies = store
+            .fork_rounds(id)?
+            .into_iter()
+            .next_back()
+            .map(|r| {
+                r.copies
+                    .into_iter()
+                    .map(|c| (c.node, c.gpu_type, c.gpus))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(ForkView {
+            tracker,
+            open,
+            last_copies,
+        }))
+    }
+}
+
+/// One copy of a planned round: where it runs and its share of the remaining steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCopy {
+    /// The node.
+    pub node: String,
+    /// Its GPU type.
+    pub gpu_type: String,
+    /// Its GPUs.
+    pub gpus: u32,
+    /// Its step budget.
+    pub budget: u64,
+}
+
+/// A forked job's next round, as decided: the enforcer submits it as one copy job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ForkStart {
+    /// The logical job.
+    pub job: u64,
+    /// The round's index (the tracker's next round).
+    pub round: u64,
+    /// Its copies (those with a budget), in the plan's order.
+    pub copies: Vec<PlannedCopy>,
+}
+
+impl ForkStart {
+    /// The copies' GPUs, in Slurm's names.
+    pub fn gpus(&self) -> NodeGpus {
+        self.copies
+            .iter()
+            .map(|c| (c.node.clone(), vec![(c.gpu_type.clone(), c.gpus)]))
+            .collect()
+    }
+}
+
+/// The forked jobs' part of the round.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ForkedRound {
+    /// The rounds to start, in the plan's order.
+    pub starts: Vec<ForkStart>,
+    /// Every forked job's decision.
+    pub decisions: BTreeMap<u64, ForkDecision>,
+}
+
+/// The plain jobs' side of the round the forked plan is made over.
+pub struct PlainSide<'a> {
+    /// The cluster view the plain plan was made over.
+    pub cv: &'a ClusterView,
+    /// The plain jobs' states before the look-ahead (a started one with where it runs now;
+    /// the look-ahead's states carry the placements it pins instead).
+    pub states: &'a [JobState],
+    /// Their enforceable placements.
+    pub planned: &'a BTreeMap<u64, NodeGpus>,
+}
+
+/// Plans the forked jobs with no open round by the mixed round's forked plan over what
+/// `plain` leaves, and says what every forked job of `snap` does this round.
+pub fn plan_forks(
+    snap: &RoundSnapshot,
+    config: &DaemonConfig,
+    table: &ThroughputTable,
+    priors: &Priors,
+    plain: &PlainSide<'_>,
+) -> ForkedRound {
+    let mut out = ForkedRound::default();
+    let (cluster, plan) = plain_round(snap, plain);
+    let mut states = Vec::new();
+    for &id in &snap.owned {
+        let (Some(row), Some(spec), Some(fv)) =
+            (snap.rows.get(&id), snap.specs.get(&id), snap.forks.get(&id))
+        else {
+            continue;
+        };
+        out.decisions
+            .insert(id, describe(&fv.tracker, fv.open.as_ref()));
+        let held = snap.slurm_jobs.iter().any(|j| j.id == id && j.is_held());
+        if fv.tracker.state != ForkState::Active || fv.open.is_some() || !held {
+            continue;
+        }
+        if let Some(cluster) = &cluster {
+            let learned = snap.learned.get(&id).map_or(&[][..], Vec::as_slice);
+            let types = &plain.cv.types;
+            states.push(fork_state(
+                row, spec, fv, types, cluster, learned, table, priors,
+            ));
+        }
+    }
+    let Some(cluster) = cluster.filter(|_| !states.is_empty()) else {
+        return out;
+    };
+    let mut jobs: Vec<JobState> = plain.states.to_vec();
+    jobs.extend(states.iter().cloned());
+    jobs.sort_by(|a, b| a.job.arrival_order(&b.job));
+    let forked: BTreeSet<JobId> = states.iter().map(JobState::id).collect();
+    let input = RoundInput {
+        now_s: snap.now_s,
+        round_s: config.sidecar.round_seconds,
+        restart_s: config.sidecar.restart_seconds,
+        cluster: &cluster,
+        jobs: &jobs,
+    };
+    // The plain jobs were planned by the round's served policy (as `plan_mixed`'s plain
+    // policy would): their enforced plan is given, not planned again.
+    let mixed = plan_mixed(&input, &forked, &config.hadare, |_| plan.clone());
+    let plan = mixed.forked;
+    if let Some(Err(e)) = mixed.left.as_ref().map(|l| plan.validate(l, &states)) {
+        tracing::error!("HadarE's plan is invalid, no copies started: {e}");
+        return out;
+    }
+    for a in &plan.assignments {
+        let (Some(js), Some(fv)) = (
+            states.iter().find(|s| s.job.id == a.job),
+            snap.forks.get(&a.job.0),
+        ) else {
+            continue;
+        };
+        let start = size_round(&fv.tracker, js, &cluster, a.placement.parts());
+        out.decisions.insert(a.job.0, starts(&fv.tracker, &start));
+        out.starts.push(start);
+    }
+    for w in &plan.waiting {
+        if let Some(d) = out.decisions.get_mut(&w.job.0) {
+            d.text = format!("{}; waits for GPUs: {}", d.text, w.reason);
+        }
+    }
+    out
+}
+
+/// The job's next round on `parts`: each copy's share of the remaining steps, in
+/// proportion to its expected rate (the budgets add up to exactly what is left, so no round
+/// overshoots the total); copies left without steps are not run.
+fn size_round(
+    fj: &ForkJob,
+    js: &JobState,
+    cluster: &hadar_core::Cluster,
+    parts: &[Part],
+) -> ForkStart {
+    let remaining = (fj.total_steps - fj.steps_done).ceil().max(0.0) as u64;
+    let rates: Vec<f64> = parts
+        .iter()
+        .map(|p| js.job.throughput.rate_or_zero(p.gpu_type, p.gpus).max(1e-9))
+        .collect();
+    let budgets = split_budget(remaining, &rates);
+    let copies = parts
+        .iter()
+        .zip(budgets)
+        .filter(|(_, b)| *b > 0)
+        .map(|(p, budget)| PlannedCopy {
+            node: cluster.node(p.node).name.clone(),
+            gpu_type: cluster.type_name(p.gpu_type).to_string(),
+            gpus: p.gpus,
+            budget,
+        })
+        .collect();
+    ForkStart {
+        job: fj.job,
+        round: fj.next_round,
+        copies,
+    }
+}
+
+/// The decision of a job whose round `start` starts this round.
+fn starts(fj: &ForkJob, start: &ForkStart) -> ForkDecision {
+    let gpus = start.gpus();
+    ForkDecision {
+        text: running_words(fj, start.round, start.copies.len(), &gpus),
+        placement: Some(gpus),
+    }
+}
+
+/// The plain jobs' side of the mixed round: the cluster the plain plan was made over, less
+/// the GPUs of managed jobs Slurm runs whose placement the plain jobs' states do not carry
+/// (a finished job still completing, one the site's limits leave out); and the enforced placements as a plan.
+fn plain_round(
+    snap: &RoundSnapshot,
+    plain: &PlainSide<'_>,
+) -> (Option<hadar_core::Cluster>, hadar_core::RoundPlan) {
+    let Some(cluster) = &plain.cv.cluster else {
+        return (None, hadar_core::RoundPlan::default());
+    };
+    let placed: HashSet<u64> = plain
+        .states
+        .iter()
+        .filter(|s| s.placement.is_some())
+        .map(|s| s.id().0)
+        .collect();
+    // Jobs not in `rows` hold GPUs the cluster view already left out.
+    let held: Vec<(String, String, u32)> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| {
+            snap.rows.contains_key(&j.id)
+                && !placed.contains(&j.id)
+                && matches!(
+                    j.status,
+                    JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
+                )
+        })
+        .flat_map(|j| j.gpu_parts())
+        .collect();
+    let assignments = plain
+        .planned
+        .iter()
+        .filter_map(|(id, gpus)| {
+            Some(hadar_core::Assignment {
+                job: JobId(*id),
+                placement: view::to_placement(cluster, gpus)?,
+                rate: 0.0,
+                payoff: None,
+            })
+        })
+        .collect();
+    let plan = hadar_core::RoundPlan {
+        assignments,
+        waiting: Vec::new(),
+    };
+    (view::less(cluster, &held), plan)
+}
+
+/// A forked job's state for HadarE: its copy-size profile, its remaining steps, and its
+/// last round's copies (for stickiness).
+#[allow(clippy::too_many_arguments)]
+fn fork_state(
+    row: &JobRow,
+    spec: &JobSpec,
+    fv: &ForkView,
+    types: &[String],
+    cluster: &hadar_core::Cluster,
+    learned: &[hadar_store::LearnedRate],
+    table: &ThroughputTable,
+    priors: &Priors,
+) -> JobState {
+    let fj = &fv.tracker;
+    let throughput = fork_profile(spec, types, learned, table, priors);
+    let job = Arc::new(Job {
+        id: JobId(row.id),
+        kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
+        arrival_s: row.arrival_s,
+        workers: row.workers,
+        total_steps: fj.total_steps,
+        weight: 1.0,
+        throughput,
+    });
+    let mut js = JobState::arrived(job, types.len());
+    js.remaining_steps = (fj.total_steps - fj.steps_done).max(1.0);
+    js.placement = previous_copies(&fv.last_copies, cluster);
+    js.rounds_run = fj.next_round as u32;
+    js
+}
+
+/// The copies of the job's last round, as a forked placement (for HadarE's stickiness).
+fn previous_copies(
+    last: &[(String, String, u32)],
+    cluster: &hadar_core::Cluster,
+) -> Option<Placement> {
+    let parts: Option<Vec<Part>> = last
+        .iter()
+        .map(|(node, gpu_type, gpus)| {
+            Some(Part {
+                node: cluster.node_by_name(node)?,
+                gpu_type: cluster.type_by_name(gpu_type)?,
+                gpus: *gpus,
+            })
+        })
+        .collect();
+    let parts = parts?;
+    (!parts.is_empty()).then(|| Placement::forked(parts))
+}
