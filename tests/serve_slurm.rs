@@ -142,14 +142,19 @@ fn one_gpu_jobs_on_a_mixed_node_run_on_the_types_planned(bed: &mut Testbed) {
         )
     })
     .collect();
+    // The log is shared by the scenarios: only what this daemon writes counts.
+    let log_before =
+        std::fs::read_to_string(bed.path("log/hadar-serve.log")).map_or(0, |l| l.len());
     let serve = Serve::start(bed, "mixed-node");
     let running = |id: u32| {
         bed.client("squeue", &["-h", "-j", &id.to_string(), "-o", "%T"])
             .is_ok_and(|s| s.trim() == "RUNNING")
     };
     wait_until("the daemon's first round is recorded", 30, || {
-        std::fs::read_to_string(bed.path("log/hadar-serve.log"))
-            .is_ok_and(|l| l.contains("round done round=1 "))
+        std::fs::read_to_string(bed.path("log/hadar-serve.log")).is_ok_and(|l| {
+            l.get(log_before..)
+                .is_some_and(|new| new.contains("round done round=1 "))
+        })
     });
     wait_until("the jobs hadar placed run, and only those", 30, || {
         jobs.iter()
