@@ -690,6 +690,38 @@ PluginDir={c}/plugins:{slurm_plugins}
 impl Drop for Testbed {
     fn drop(&mut self) {
         stop_daemons(&self.path("run"));
+        stop_strays(&self.scratch);
+    }
+}
+
+/// Stops daemons of the testbed in `scratch` that no pid file named when
+/// [`stop_daemons`] read them: a slurmctld handing over to a new process after a
+/// reconfigure may write its pid file only after that reading, and the new process then
+/// outlived the testbed and held its ports (seen on 26.05). Found by process (their
+/// working folder or `SLURM_CONF` is the testbed's), until two scans half a second apart
+/// find none.
+fn stop_strays(scratch: &Path) {
+    let mut quiet = 0;
+    for _ in 0..40 {
+        let strays: Vec<i32> = testbed_processes(scratch)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.pid)
+            .filter(|&pid| is_our_daemon(pid))
+            .collect();
+        if strays.is_empty() {
+            quiet += 1;
+            if quiet == 2 {
+                return;
+            }
+        } else {
+            quiet = 0;
+            for pid in strays {
+                // SAFETY: kill(2) on a daemon of this testbed (checked above).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
 
