@@ -582,6 +582,11 @@ fn config_with_fork_jobs_runs_the_mixed_round() {
     // A forked job's copies are new jobs every round: keeping types holds it to none.
     let kept = run(hadare, &["--policy", "hadare", "--keeps-types"]);
     assert_eq!(ttd(&kept), ttd(&alone));
+    // On the daemon's clock a forked job ends when the round after its copies counts them:
+    // on a round's end (360 s rounds from the first arrival), never sooner than otherwise.
+    let clocked = run(hadare, &["--policy", "hadare", "--fixed-rounds"]);
+    assert_eq!(ttd(&clocked) % 360.0, 0.0, "{clocked}");
+    assert!(ttd(&clocked) >= ttd(&alone), "{clocked}\n{alone}");
 
     // Under policy = "hadar" the same jobs run as plain ones.
     let as_plain = run(&plain, &["--fork-jobs", "1,3"]);

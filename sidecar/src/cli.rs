@@ -938,6 +938,13 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub keeps_types: bool,
 
+    /// The cluster model's rounds on the daemon's clock: each lasts its whole length even
+    /// when every job in it stops sooner, a forked job's copies run a whole round whenever
+    /// the next comes, and a forked job ends when the round after its last copies counts
+    /// them.
+    #[arg(long)]
+    pub fixed_rounds: bool,
+
     /// Seed for policies that choose at random; a run is reproducible for a seed.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,

@@ -263,6 +263,7 @@ impl Settings {
                 start_latency_s: args.start_latency_s,
                 copy_startup_s: args.copy_startup_s,
                 keeps_types: args.keeps_types,
+                fixed_rounds: args.fixed_rounds,
                 ..hadar_sim::ClusterModel::default()
             },
             ..SimConfig::default()

@@ -1,10 +1,12 @@
 //! The round loop: plan, check, run, account.
 
 use crate::metrics::{JobOutcome, Metrics, SimReport, TypeUtilisation, mean, percentile};
+use hadar_core::passes::mixed::left_over;
 use hadar_core::{
     Assignment, Cluster, Job, JobId, JobState, Placement, PlacementKind, PlanViolation, Policy,
     RoundInput, RoundPlan,
 };
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -202,30 +204,43 @@ pub fn simulate_with(
             });
         }
 
-        let (states, facts) = cfg.model.round_view(
-            cluster,
-            active.iter().map(|t| (&t.state, t.held.as_deref())),
-        );
-        let input = RoundInput {
-            now_s: now,
-            round_s: cfg.round_s,
-            restart_s: cfg.restart_s,
-            cluster,
-            jobs: &states,
+        // Forked jobs whose copies outlast a woken round are in flight: the others are
+        // planned over the GPUs their copies leave, as the daemon plans around open rounds.
+        let flying = in_flight(&active, now);
+        let free = match flying.is_empty() {
+            true => Some(Cow::Borrowed(cluster)),
+            false => left_over(cluster, &flying, &RoundPlan::default()).map(Cow::Owned),
         };
-        let started = Instant::now();
-        let plan = policy.plan_on(&input, &facts);
-        tally
-            .decision_ms
-            .push(started.elapsed().as_secs_f64() * 1e3);
-        plan.validate(cluster, &states)
-            .map_err(|violation| SimError::PolicyViolation {
-                policy: name.clone(),
-                round: tally.rounds,
-                violation,
-            })?;
+        let (states, facts) = cfg.model.round_view(
+            free.as_deref().unwrap_or(cluster),
+            active
+                .iter()
+                .filter(|t| !t.in_flight(now))
+                .map(|t| (&t.state, t.held.as_deref())),
+        );
+        let mut plan = RoundPlan::default();
+        if let Some(free) = free.as_deref() {
+            let input = RoundInput {
+                now_s: now,
+                round_s: cfg.round_s,
+                restart_s: cfg.restart_s,
+                cluster: free,
+                jobs: &states,
+            };
+            let started = Instant::now();
+            plan = policy.plan_on(&input, &facts);
+            tally
+                .decision_ms
+                .push(started.elapsed().as_secs_f64() * 1e3);
+            plan.validate(free, &states)
+                .map_err(|violation| SimError::PolicyViolation {
+                    policy: name.clone(),
+                    round: tally.rounds,
+                    violation,
+                })?;
+        }
 
-        if plan.assignments.is_empty() {
+        if plan.assignments.is_empty() && flying.is_empty() {
             for t in &mut active {
                 t.state.placement = None;
             }
@@ -256,8 +271,13 @@ pub fn simulate_with(
         tally.rounds += 1;
 
         let mut still = Vec::with_capacity(active.len());
-        for t in active {
-            if t.state.remaining_steps <= 0.0 {
+        for mut t in active {
+            if t.state.remaining_steps <= 0.0 && !t.in_flight(end) {
+                // On the daemon's clock a forked job ends when the next round counts its
+                // copies' steps: at the end of this one.
+                if cfg.model.fixed_rounds && t.forked() {
+                    t.stop_s = end;
+                }
                 outcomes.push(t.finish());
             } else {
                 still.push(t);
@@ -372,14 +392,17 @@ fn play_round(
     for a in &plan.assignments {
         let i = index_of[&a.job];
         ran[i] = true;
-        let run = run_assignment(
-            &mut active[i],
-            a,
-            cfg,
-            now,
-            round_len,
-            &mut tally.busy_by_type,
-        );
+        // On the daemon's clock a forked job's copies run a whole round from their start,
+        // whenever the next round comes.
+        let forked = a.placement.kind() == PlacementKind::Forked;
+        let len = match cfg.model.fixed_rounds && forked {
+            true => cfg.round_s.max(round_len),
+            false => round_len,
+        };
+        let run = run_assignment(&mut active[i], a, cfg, now, len, &mut tally.busy_by_type);
+        if len > round_len {
+            active[i].copies_until = now + len;
+        }
         if run.restarted {
             tally.restarts += 1;
         }
@@ -387,9 +410,12 @@ fn play_round(
         runs.push(run);
     }
     for (t, ran) in active.iter_mut().zip(&ran) {
-        if !ran {
+        if !ran && !t.in_flight(now) {
             t.state.placement = None;
         }
+    }
+    if cfg.model.fixed_rounds {
+        end = now + round_len;
     }
     add_contention(active, end - now);
     if let Some(b) = beliefs {
@@ -598,6 +624,8 @@ struct Tracked {
     held: Option<Vec<hadar_core::GpuType>>,
     /// Overhead seconds still to pay from a previous round, on the same placement.
     owed_s: f64,
+    /// When its forked copies stop, if they run past the round they started in.
+    copies_until: f64,
     stop_s: f64,
     /// Integral of the number of active jobs over the job's time in the system.
     contention_s: f64,
@@ -612,10 +640,24 @@ impl Tracked {
             restarts: 0,
             held: None,
             owed_s: 0.0,
+            copies_until: f64::NEG_INFINITY,
             stop_s: 0.0,
             contention_s: 0.0,
             in_system_s: 0.0,
         }
+    }
+
+    /// Its copies still run at `t`.
+    fn in_flight(&self, t: f64) -> bool {
+        self.copies_until > t + 1e-9
+    }
+
+    /// It last ran forked.
+    fn forked(&self) -> bool {
+        self.state
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.kind() == PlacementKind::Forked)
     }
 
     fn finish(self) -> JobOutcome {
@@ -641,6 +683,15 @@ impl Tracked {
             },
         }
     }
+}
+
+/// The jobs whose copies still run at `now`, as the policy would see them running.
+fn in_flight(active: &[Tracked], now: f64) -> Vec<JobState> {
+    active
+        .iter()
+        .filter(|t| t.in_flight(now))
+        .map(|t| t.state.clone())
+        .collect()
 }
 
 fn add_contention(active: &mut [Tracked], dt: f64) {

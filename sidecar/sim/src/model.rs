@@ -30,6 +30,12 @@ pub struct ClusterModel {
     /// the later of the arrival plus [`ClusterModel::wake_read_s`] and the round's start
     /// plus this gap. 0 (the default, as in Gavel): an arrival waits for the round's end.
     pub wake_gap_s: f64,
+    /// Rounds on the daemon's clock: a round lasts its whole length (or until an arrival
+    /// wakes the next) even when every job in it stops sooner, and a forked job ends at the
+    /// end of the round its last copies ran in, when the daemon's next round counts their
+    /// steps. Off (as in Gavel): a round ends when its last job stops, and a job ends at its
+    /// last step.
+    pub fixed_rounds: bool,
 }
 
 impl ClusterModel {

@@ -542,3 +542,110 @@ fn a_burst_is_seen_in_part_and_the_rest_wakes_the_next_round_after_the_gap() {
     .unwrap();
     assert_eq!(first[..2], [0.0, 3.0]);
 }
+
+/// The first job only: job 0 forked across every node, one GPU each; any other on node 0.
+struct ForkFirst;
+
+impl Policy for ForkFirst {
+    fn name(&self) -> &str {
+        "fork-first"
+    }
+    fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
+        let mut plan = RoundPlan::default();
+        let Some(js) = input.jobs.first() else {
+            return plan;
+        };
+        let forked = js.id() == JobId(0);
+        let nodes = match forked {
+            true => input.cluster.node_ids().collect::<Vec<_>>(),
+            false => vec![NodeId(0)],
+        };
+        let parts = nodes.into_iter().map(|node| Part {
+            node,
+            gpu_type: GpuType(0),
+            gpus: 1,
+        });
+        plan.assignments.push(Assignment {
+            job: js.id(),
+            placement: match forked {
+                true => Placement::forked(parts),
+                false => Placement::gang(parts),
+            },
+            rate: 1.0,
+            payoff: None,
+        });
+        plan
+    }
+}
+
+#[test]
+fn on_the_daemons_clock_rounds_last_their_length_and_a_forked_job_ends_at_its_rounds_end() {
+    // 10 s rounds, 2 s of copy start-up: job 0's two copies train 16 steps in its first
+    // round and its last 4 in 2 s of the second (after the start-up). Job 1 arrives at 15 s.
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, 15.0, 1, 5.0, 1.0)],
+    };
+    let run = |fixed_rounds: bool| {
+        let cfg = SimConfig {
+            round_s: 10.0,
+            model: hadar_sim::ClusterModel {
+                copy_startup_s: 2.0,
+                fixed_rounds,
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        };
+        let mut starts = Vec::new();
+        let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
+            starts.push(rec.start_s)
+        })
+        .unwrap();
+        (starts, r.jobs[0].finish_s, r.jobs[1].finish_s)
+    };
+    // Off: the second round ends when the copies stop (14 s), the job ends then, and job 1
+    // starts on its arrival.
+    assert_eq!(run(false), (vec![0.0, 10.0, 15.0], 14.0, 20.0));
+    // On: the second round lasts until 20 s, when the daemon's next round counts the
+    // copies' steps and ends the job; job 1, arriving mid-round, waits for that round.
+    assert_eq!(run(true), (vec![0.0, 10.0, 20.0], 20.0, 25.0));
+}
+
+#[test]
+fn on_the_daemons_clock_copies_outlast_a_woken_round_and_hold_their_gpus() {
+    // Job 1's arrival at 1 s wakes a round at 2 s. On the daemon's clock job 0's copies,
+    // started at 0 s, run their whole 10 s round (16 steps) and hold both GPUs, so the woken
+    // round plans nothing; job 0 ends at 22 s (its last 4 steps in the round from 12 s) and
+    // job 1 starts after it. Without it the woken round cuts job 0's copies at 2 s, before
+    // their start-up is over, and plans job 0 anew.
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, 1.0, 1, 5.0, 1.0)],
+    };
+    let run = |fixed_rounds: bool| {
+        let cfg = SimConfig {
+            round_s: 10.0,
+            model: hadar_sim::ClusterModel {
+                copy_startup_s: 2.0,
+                wake_gap_s: 2.0,
+                fixed_rounds,
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        };
+        let mut rounds = Vec::new();
+        let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
+            rounds.push((rec.start_s, rec.runs.len()))
+        })
+        .unwrap();
+        (rounds, r.jobs[0].finish_s, r.jobs[1].finish_s)
+    };
+    assert_eq!(
+        run(true),
+        (vec![(0.0, 1), (2.0, 0), (12.0, 1), (22.0, 1)], 22.0, 27.0)
+    );
+    assert_eq!(
+        run(false),
+        (vec![(0.0, 1), (2.0, 1), (12.0, 1), (16.0, 1)], 16.0, 21.0)
+    );
+}

@@ -77,7 +77,8 @@ pub struct Timing {
     /// With HadarE, seconds of each round a forked job's copies do not train: the copy
     /// job's submission and start, the runner's and program's start-up, the deadline margin.
     pub hadare_copy_startup_s: f64,
-    /// With HadarE, seconds from the end of a job's last round to its end in Slurm.
+    /// With HadarE, seconds from the daemon's round that counts a job's last copies (the
+    /// end of their round) to the job's end in Slurm: its release and finish step.
     pub hadare_finish_s: f64,
 }
 
@@ -94,7 +95,7 @@ impl Default for Timing {
             submit_spacing_s: 0.009,
             hadare_round_s: 10.0,
             hadare_copy_startup_s: 4.0,
-            hadare_finish_s: 5.0,
+            hadare_finish_s: 1.0,
         }
     }
 }
@@ -213,6 +214,7 @@ pub fn sim_setup(
                     start_latency_s: timing.hadar_start_s,
                     wake_read_s: timing.hadar_read_s,
                     wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
+                    fixed_rounds: true,
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()
@@ -231,6 +233,7 @@ pub fn sim_setup(
                     // The same daemon loop: woken by submissions, as with Hadar.
                     wake_read_s: timing.hadar_read_s,
                     wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
+                    fixed_rounds: true,
                     ..ClusterModel::default()
                 },
                 ..SimConfig::default()

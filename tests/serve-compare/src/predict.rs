@@ -393,6 +393,14 @@ fn compare(rec: &SeedRecord, timing: &Timing, as_measured: bool) -> Result<Vec<C
     Ok(out)
 }
 
+/// The value below which a fraction `q` of `v` lies (nearest rank).
+fn quantile(mut v: Vec<f64>, q: f64) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len().max(1)) - 1;
+    v.get(i).copied()
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
@@ -463,10 +471,14 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
             .find(|r| r.scheduler == "hadare")
             .and_then(|r| hadar_daemon::DaemonConfig::parse("config", &r.config).ok())
             .map(|c| c.sidecar.round_seconds);
+        // Copies whose step budget ran out train less than a round; those that ran to
+        // their deadline are the top tenth.
         out.push((
             "hadare_copy_startup_s",
-            round.zip(median(trained)).map(|(r, m)| r - m),
+            round.zip(quantile(trained, 0.9)).map(|(r, m)| r - m),
         ));
+        // The daemon counts a job's last copies at its next round, one round after they
+        // started (a second or two after theirs: Slurm's times are whole seconds).
         let mut finish = Vec::new();
         for t in &e.times {
             let prefix = format!("hadar-fork-{}-r", t.id);
@@ -474,10 +486,10 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
                 .copies
                 .iter()
                 .filter(|c| c.name.starts_with(&prefix))
-                .filter_map(|c| c.end)
+                .filter_map(|c| c.start)
                 .reduce(f64::max);
-            if let Some(l) = last {
-                finish.push(t.end - l);
+            if let (Some(l), Some(r)) = (last, round) {
+                finish.push(t.end - l - r);
             }
         }
         out.push(("hadare_finish_s", median(finish)));
