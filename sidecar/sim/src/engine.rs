@@ -204,41 +204,14 @@ pub fn simulate_with(
             });
         }
 
-        // Forked jobs whose copies outlast a woken round are in flight: the others are
-        // planned over the GPUs their copies leave, as the daemon plans around open rounds.
         let flying = in_flight(&active, now);
-        let free = match flying.is_empty() {
-            true => Some(Cow::Borrowed(cluster)),
-            false => left_over(cluster, &flying, &RoundPlan::default()).map(Cow::Owned),
-        };
-        let (states, facts) = cfg.model.round_view(
-            free.as_deref().unwrap_or(cluster),
-            active
-                .iter()
-                .filter(|t| !t.in_flight(now))
-                .map(|t| (&t.state, t.held.as_deref())),
-        );
-        let mut plan = RoundPlan::default();
-        if let Some(free) = free.as_deref() {
-            let input = RoundInput {
-                now_s: now,
-                round_s: cfg.round_s,
-                restart_s: cfg.restart_s,
-                cluster: free,
-                jobs: &states,
-            };
-            let started = Instant::now();
-            plan = policy.plan_on(&input, &facts);
-            tally
-                .decision_ms
-                .push(started.elapsed().as_secs_f64() * 1e3);
-            plan.validate(free, &states)
-                .map_err(|violation| SimError::PolicyViolation {
-                    policy: name.clone(),
-                    round: tally.rounds,
-                    violation,
-                })?;
-        }
+        let plan = plan_round(policy, cfg, cluster, &active, &flying, now, &mut tally).map_err(
+            |violation| SimError::PolicyViolation {
+                policy: name.clone(),
+                round: tally.rounds,
+                violation,
+            },
+        )?;
 
         if plan.assignments.is_empty() && flying.is_empty() {
             for t in &mut active {
@@ -294,6 +267,48 @@ pub fn simulate_with(
         tally,
         order.len(),
     ))
+}
+
+/// The round's plan, checked: the active jobs whose copies are not in flight, as the model
+/// shows them, planned over the GPUs the `flying` ones' copies leave (as the daemon plans
+/// around open rounds); none when those copies hold every GPU.
+fn plan_round(
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+    cluster: &Cluster,
+    active: &[Tracked],
+    flying: &[JobState],
+    now: f64,
+    tally: &mut Tally,
+) -> Result<RoundPlan, PlanViolation> {
+    let free = match flying.is_empty() {
+        true => Cow::Borrowed(cluster),
+        false => match left_over(cluster, flying, &RoundPlan::default()) {
+            Some(c) => Cow::Owned(c),
+            None => return Ok(RoundPlan::default()),
+        },
+    };
+    let (states, facts) = cfg.model.round_view(
+        &free,
+        active
+            .iter()
+            .filter(|t| !t.in_flight(now))
+            .map(|t| (&t.state, t.held.as_deref())),
+    );
+    let input = RoundInput {
+        now_s: now,
+        round_s: cfg.round_s,
+        restart_s: cfg.restart_s,
+        cluster: &free,
+        jobs: &states,
+    };
+    let started = Instant::now();
+    let plan = policy.plan_on(&input, &facts);
+    tally
+        .decision_ms
+        .push(started.elapsed().as_secs_f64() * 1e3);
+    plan.validate(&free, &states)?;
+    Ok(plan)
 }
 
 /// What a run adds up as it goes: busy GPU-seconds per type, restarts, each round's
