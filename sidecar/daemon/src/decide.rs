@@ -11,7 +11,7 @@ use crate::eligible::{self, Blocked};
 use crate::fork::{ForkStart, PlainSide};
 use crate::site::{Site, SiteWaits};
 use crate::snapshot::RoundSnapshot;
-use crate::spec::{self, JobSpec, Priors, RateOrigins};
+use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};
 use crate::view::{self, ClusterView};
 use crate::{exclusive, explain, facts};
 use hadar_core::passes::enforce::Verdict;
@@ -117,6 +117,10 @@ pub fn decide(
             if let Some(s) = snap.specs.get(&id.0) {
                 let s = bind_types(s, Some(types));
                 let (_, o) = profile(snap, table, &priors, id.0, &s, &cv.types);
+                let o = match origins.get(&id.0) {
+                    Some(usable) => spec::withheld(usable, o, RateSource::Kept),
+                    None => o,
+                };
                 origins.insert(id.0, o);
             }
         }
@@ -262,9 +266,14 @@ fn job_states(
         let Some(spec) = snap.specs.get(&r.id) else {
             continue;
         };
-        let spec = bind_types(spec, r.bound_types.as_deref());
-        let (throughput, o) = profile(snap, table, priors, r.id, &spec, types);
+        let bound = bind_types(spec, r.bound_types.as_deref());
+        let (throughput, mut o) = profile(snap, table, priors, r.id, &bound, types);
+        if r.bound_types.is_some() {
+            let (_, usable) = profile(snap, table, priors, r.id, spec, types);
+            o = spec::withheld(&usable, o, RateSource::Bound);
+        }
         origins.insert(r.id, o);
+        let spec = bound;
         let job = Arc::new(Job {
             id: JobId(r.id),
             kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),

@@ -33,7 +33,16 @@ pub fn rates_words(origins: &[(String, Option<f64>, RateSource)]) -> String {
                     "estimated from the job's model= traits and this GPU's datasheet".into()
                 }
                 RateSource::Default => "the default rate: nothing is known yet".into(),
-                RateSource::Excluded => "cannot or may not run there".into(),
+                RateSource::NotRequested => "its gpu-types= leaves it out".into(),
+                RateSource::CannotRun => {
+                    "not known to run there: Gavel's measurements exclude it, or nothing is known of this GPU".into()
+                }
+                RateSource::Bound => {
+                    "Slurm holds the started job to the types of its typed request".into()
+                }
+                RateSource::Kept => {
+                    "not this round: it stays on the types it runs on or waits for".into()
+                }
             };
             match rate {
                 Some(r) => format!("{t} {r:.3} steps/s ({from})"),
@@ -125,12 +134,12 @@ mod tests {
                 Some(10.0),
                 RateSource::Learned { samples: 2 },
             ),
-            ("k80".to_string(), None, RateSource::Excluded),
+            ("k80".to_string(), None, RateSource::NotRequested),
         ];
         let r = rates_words(&origins);
         assert_eq!(
             r,
-            "v100 10.000 steps/s (learned from 2 measurement(s) of this job); k80: no (cannot or may not run there)"
+            "v100 10.000 steps/s (learned from 2 measurement(s) of this job); k80: no (its gpu-types= leaves it out)"
         );
         let s = runs(&p, 3.5, Some(0.25), false, true, &r);
         assert!(
@@ -153,7 +162,7 @@ mod tests {
         assert!(
             c.starts_with("waits for v100: ")
                 && c.contains("start there in about 12 s and end in about 40 s")
-                && c.ends_with("(cannot or may not run there)."),
+                && c.ends_with("(its gpu-types= leaves it out)."),
             "{c}"
         );
         let c = committed("v100", f64::INFINITY, f64::INFINITY, &r);

@@ -129,8 +129,29 @@ pub enum RateSource {
     Model,
     /// The configured default rate.
     Default,
-    /// The job may not use this type (`gpu-types=`), or the table says it cannot run there.
-    Excluded,
+    /// The job's own `gpu-types=` leaves this type out.
+    NotRequested,
+    /// Nothing says this job type runs on this GPU type: Gavel's measurements exclude it
+    /// (it does not fit), or neither they nor the datasheets know the GPU.
+    CannotRun,
+    /// Slurm holds the started job to the other types of its typed request.
+    Bound,
+    /// This round the look-ahead keeps the job on the types it runs on or waits for.
+    Kept,
+}
+
+/// `origins`, the rates of a job limited to fewer types than `usable`'s, with the reason
+/// for each type it lost: `why` where `usable` had a rate, `usable`'s own where it had none.
+pub fn withheld(usable: &RateOrigins, mut origins: RateOrigins, why: RateSource) -> RateOrigins {
+    for ((_, rate, source), (_, before, before_source)) in origins.iter_mut().zip(usable) {
+        if rate.is_none() {
+            *source = match before {
+                Some(_) => why.clone(),
+                None => before_source.clone(),
+            };
+        }
+    }
+    origins
 }
 
 /// Settings for priors.
@@ -185,7 +206,7 @@ pub fn profile(
             .as_ref()
             .is_none_or(|l| l.iter().any(|u| u.eq_ignore_ascii_case(t)));
         let (rate, source) = if !allowed {
-            (None, RateSource::Excluded)
+            (None, RateSource::NotRequested)
         } else if let Some(l) = learned
             .iter()
             .find(|l| l.gpu_type.eq_ignore_ascii_case(t) && l.workers == n)
@@ -207,7 +228,7 @@ pub fn profile(
                     Some(r * priors.throughput_scale),
                     RateSource::Estimated { job_type },
                 ),
-                TableRate::CannotRun => (None, RateSource::Excluded),
+                TableRate::CannotRun => (None, RateSource::CannotRun),
             }
         } else if let Some(r) = spec.model.as_ref().and_then(|m| model_rate(m, t, n)) {
             (Some(r * priors.throughput_scale), RateSource::Model)
@@ -313,8 +334,28 @@ mod tests {
         };
         let (p, origins) = profile(&spec, &types(), &[], &t, &PRIORS);
         assert_eq!(p.rate(GpuType(0), 2), None);
-        assert_eq!(origins[0].2, RateSource::Excluded);
+        assert_eq!(origins[0].2, RateSource::NotRequested);
         assert!(p.rate(GpuType(2), 2).is_some());
+    }
+
+    #[test]
+    fn withheld_types_say_why_the_job_may_not_use_them() {
+        let t = table();
+        let spec = typed_job(2, "resnet18-b64");
+        let usable = JobSpec {
+            gpu_types: Some(vec!["v100".into(), "p100".into()]),
+            ..spec.clone()
+        };
+        let (_, usable) = profile(&usable, &types(), &[], &t, &PRIORS);
+        let bound = JobSpec {
+            gpu_types: Some(vec!["v100".into()]),
+            ..spec
+        };
+        let (_, bound) = profile(&bound, &types(), &[], &t, &PRIORS);
+        let o = withheld(&usable, bound, RateSource::Bound);
+        assert!(matches!(o[0].2, RateSource::Table { .. }), "{o:?}");
+        assert_eq!(o[1].2, RateSource::Bound, "{o:?}");
+        assert_eq!(o[2].2, RateSource::NotRequested, "{o:?}");
     }
 
     /// A cluster of newer GPUs than Gavel measured: a job of a table type gets the
@@ -335,7 +376,7 @@ mod tests {
         assert!(v100 < a100 && a100 < h100, "{v100} {a100} {h100}");
         assert!(matches!(origins[0].2, RateSource::Table { .. }));
         assert!(matches!(origins[1].2, RateSource::Estimated { .. }));
-        assert_eq!(origins[3].2, RateSource::Excluded);
+        assert_eq!(origins[3].2, RateSource::CannotRun);
         assert_eq!(p.rate(GpuType(3), 1), None);
         // Calibration: the estimate on a measured type reproduces the table there.
         let jt = "ResNet-50 (batch size 64)";

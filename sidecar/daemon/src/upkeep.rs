@@ -127,9 +127,11 @@ impl<S: SlurmApi> Daemon<S> {
                         .is_none_or(|o| *o == Outcome::Interrupted)
                     && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
             }) {
+                // The start went through: counted as the run that was cut short would have.
                 if let Some(r) = rows.get_mut(&job) {
                     r.phase = Phase::Starting;
                     r.placement = i.placement;
+                    r.starts += 1;
                 }
                 continue;
             }
