@@ -22,6 +22,10 @@ const SCENARIOS: &[Scenario] = &[
         daemon_killed_at_every_crash_point_loses_and_repeats_nothing,
     ),
     (
+        "a_start_cut_short_after_the_release_counts_as_one_start",
+        a_start_cut_short_after_the_release_counts_as_one_start,
+    ),
+    (
         "slurmctld_restarted_mid_run_every_job_finishes_once",
         slurmctld_restarted_mid_run_every_job_finishes_once,
     ),
@@ -339,6 +343,39 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
 }
 
 /// How many of `jobs` Slurm shows running.
+/// The daemon is killed right after Slurm released the job it started, before it wrote the
+/// start down. The next run finds the job running with the start's placement and takes the
+/// start as its own: one start in `hadar status`, not a job its owner released.
+fn a_start_cut_short_after_the_release_counts_as_one_start(bed: &mut Testbed) {
+    let mut serve = Serve::start(bed, "cut-start");
+    serve.kill();
+    let jobs = submit_workload(bed, &[("resnet18-b64", 2, 20.0, "")]);
+    let armed = run_armed(bed, &mut serve, "start-released", 1, 30);
+    assert!(matches!(armed, Armed::Killed), "{}", daemon_log(bed));
+    serve.restart(bed);
+    assert_each_completed_once(bed, &jobs, 120);
+    let id = u64::from(jobs[0].id);
+    let mut seen = String::new();
+    let recorded = poll_until(30, || {
+        seen = serve.hadar(&["status", "--all", "--format", "json"]);
+        let status: serde_json::Value = serde_json::from_str(&seen).unwrap_or_default();
+        status["jobs"].as_array().is_some_and(|rows| {
+            rows.iter().any(|r| {
+                r["id"] == id && r["phase"] == "finished" && r["final_state"] == "completed"
+            })
+        })
+    });
+    assert!(recorded, "the daemon records the job as completed: {seen}");
+    let status: serde_json::Value = serde_json::from_str(&seen).unwrap();
+    let row = status["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap();
+    assert_eq!(row["starts"], 1, "one start: {row}");
+}
+
 fn running(bed: &Testbed, jobs: &[Submitted]) -> usize {
     jobs.iter()
         .filter(|j| detail(bed, j.id).contains("JobState=RUNNING"))

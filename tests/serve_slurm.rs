@@ -422,15 +422,22 @@ fn killed_daemon_restarts_and_every_job_completes_once(bed: &mut Testbed) {
         );
     }
     // The daemon notices the last completion at its next round.
-    wait_until("the daemon records every job as finished", 15, || {
-        let status: serde_json::Value =
-            serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
+    let mut seen = String::new();
+    let recorded = poll_until(15, || {
+        seen = serve.hadar(&["status", "--all", "--format", "json"]);
+        let status: serde_json::Value = serde_json::from_str(&seen).unwrap_or_default();
         let rows = status["jobs"].as_array().cloned().unwrap_or_default();
         rows.len() == jobs.len()
             && rows.iter().all(|j| {
                 j["phase"] == "finished" && j["final_state"] == "completed" && j["starts"] == 1
             })
     });
+    assert!(
+        recorded,
+        "the daemon records every job as finished, each started once: not within 15 s\n\
+         hadar status: {seen}\nlog: {}",
+        daemon_log(bed)
+    );
     // Rounds of the three daemons (two of them killed) replay alike.
     every_round_replays(&serve);
 }

@@ -194,12 +194,21 @@ pub fn wait_completed(bed: &Testbed, id: u32, secs: u64) -> JobInfo {
     info
 }
 
-pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, secs: u64, f: impl FnMut() -> bool) {
+    assert!(poll_until(secs, f), "{what}: not within {secs} s");
+}
+
+/// Whether `f` holds within `secs` seconds (asked every 250 ms), for a caller that says
+/// what it saw when it did not.
+pub fn poll_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
+    true
 }
 
 pub fn daemon_log(bed: &Testbed) -> String {

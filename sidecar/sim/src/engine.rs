@@ -416,7 +416,8 @@ fn play_round(
         };
         let run = run_assignment(&mut active[i], a, cfg, now, len, &mut tally.busy_by_type);
         if len > round_len {
-            active[i].copies_until = now + len;
+            // Until they stop: at the end of their round, or sooner with the job's last step.
+            active[i].copies_until = now + run.seconds;
         }
         if run.restarted {
             tally.restarts += 1;

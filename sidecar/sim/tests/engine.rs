@@ -578,37 +578,48 @@ impl Policy for ForkFirst {
     }
 }
 
-#[test]
-fn on_the_daemons_clock_rounds_last_their_length_and_a_forked_job_ends_at_its_rounds_end() {
-    // 10 s rounds, 2 s of copy start-up: job 0's two copies train 16 steps in its first
-    // round and its last 4 in 2 s of the second (after the start-up). Job 1 arrives at 15 s.
+/// Plays a job 0 of 20 steps and a job 1 of 5 arriving at `arrival` with [`ForkFirst`] in
+/// 10 s rounds with 2 s of copy start-up (woken rounds no sooner than 2 s apart when `woken`):
+/// each round's start and number of runs, and the two jobs' ends.
+fn fork_first(arrival: f64, woken: bool, fixed_rounds: bool) -> (Vec<(f64, usize)>, f64, f64) {
     let w = Workload {
         cluster: cluster(2, 1),
-        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, 15.0, 1, 5.0, 1.0)],
+        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, arrival, 1, 5.0, 1.0)],
     };
-    let run = |fixed_rounds: bool| {
-        let cfg = SimConfig {
-            round_s: 10.0,
-            model: hadar_sim::ClusterModel {
-                copy_startup_s: 2.0,
-                fixed_rounds,
-                ..Default::default()
-            },
-            ..SimConfig::default()
-        };
-        let mut starts = Vec::new();
-        let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
-            starts.push(rec.start_s)
-        })
-        .unwrap();
-        (starts, r.jobs[0].finish_s, r.jobs[1].finish_s)
+    let cfg = SimConfig {
+        round_s: 10.0,
+        model: hadar_sim::ClusterModel {
+            copy_startup_s: 2.0,
+            wake_gap_s: if woken { 2.0 } else { 0.0 },
+            fixed_rounds,
+            ..Default::default()
+        },
+        ..SimConfig::default()
     };
+    let mut rounds = Vec::new();
+    let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
+        rounds.push((rec.start_s, rec.runs.len()))
+    })
+    .unwrap();
+    (rounds, r.jobs[0].finish_s, r.jobs[1].finish_s)
+}
+
+#[test]
+fn on_the_daemons_clock_rounds_last_their_length_and_a_forked_job_ends_at_its_rounds_end() {
+    // Job 0's two copies train 16 steps in its first round and its last 4 in 2 s of the
+    // second (after the start-up). Job 1 arrives at 15 s.
     // Off: the second round ends when the copies stop (14 s), the job ends then, and job 1
     // starts on its arrival.
-    assert_eq!(run(false), (vec![0.0, 10.0, 15.0], 14.0, 20.0));
+    assert_eq!(
+        fork_first(15.0, false, false),
+        (vec![(0.0, 1), (10.0, 1), (15.0, 1)], 14.0, 20.0)
+    );
     // On: the second round lasts until 20 s, when the daemon's next round counts the
     // copies' steps and ends the job; job 1, arriving mid-round, waits for that round.
-    assert_eq!(run(true), (vec![0.0, 10.0, 20.0], 20.0, 25.0));
+    assert_eq!(
+        fork_first(15.0, false, true),
+        (vec![(0.0, 1), (10.0, 1), (20.0, 1)], 20.0, 25.0)
+    );
 }
 
 #[test]
@@ -618,34 +629,12 @@ fn on_the_daemons_clock_copies_outlast_a_woken_round_and_hold_their_gpus() {
     // round plans nothing; job 0 ends at 22 s (its last 4 steps in the round from 12 s) and
     // job 1 starts after it. Without it the woken round cuts job 0's copies at 2 s, before
     // their start-up is over, and plans job 0 anew.
-    let w = Workload {
-        cluster: cluster(2, 1),
-        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, 1.0, 1, 5.0, 1.0)],
-    };
-    let run = |fixed_rounds: bool| {
-        let cfg = SimConfig {
-            round_s: 10.0,
-            model: hadar_sim::ClusterModel {
-                copy_startup_s: 2.0,
-                wake_gap_s: 2.0,
-                fixed_rounds,
-                ..Default::default()
-            },
-            ..SimConfig::default()
-        };
-        let mut rounds = Vec::new();
-        let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
-            rounds.push((rec.start_s, rec.runs.len()))
-        })
-        .unwrap();
-        (rounds, r.jobs[0].finish_s, r.jobs[1].finish_s)
-    };
     assert_eq!(
-        run(true),
+        fork_first(1.0, true, true),
         (vec![(0.0, 1), (2.0, 0), (12.0, 1), (22.0, 1)], 22.0, 27.0)
     );
     assert_eq!(
-        run(false),
+        fork_first(1.0, true, false),
         (vec![(0.0, 1), (2.0, 1), (12.0, 1), (16.0, 1)], 16.0, 21.0)
     );
 }

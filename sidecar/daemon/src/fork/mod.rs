@@ -19,8 +19,10 @@
 //! then planned by HadarE over the GPUs nothing else holds or is about to hold: the core's
 //! mixed round ([`hadar_core::passes::mixed`]), which the simulator runs too. Both are part
 //! of the round's pure decision ([`plan`], from the trackers in the snapshot); this pass
-//! moves open rounds on before it and submits the planned rounds after it. A copy job holds its GPUs until its deadline, a little before the
-//! next round, so every round both policies see the whole cluster again.
+//! moves open rounds on before it and submits the planned rounds after it. A copy job holds its
+//! GPUs from its submission until its deadline, a little before the next regular round, so
+//! that round both policies see the whole cluster again; a round woken sooner (by a
+//! submission) plans around the copies still open, queued in Slurm or running.
 //!
 //! Crash safety: a round is written to the store (state `submitting`) before its copy job
 //! is submitted, and its steps are added to the job's aggregate only in the transaction that

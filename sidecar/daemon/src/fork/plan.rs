@@ -234,7 +234,7 @@ fn plain_round(
         .map(|s| s.id().0)
         .collect();
     // Jobs not in `rows` hold GPUs the cluster view already left out.
-    let held: Vec<(String, String, u32)> = snap
+    let mut held: Vec<(String, String, u32)> = snap
         .slurm_jobs
         .iter()
         .filter(|j| {
@@ -247,6 +247,7 @@ fn plain_round(
         })
         .flat_map(|j| j.gpu_parts())
         .collect();
+    held.extend(waiting_copies(snap));
     let assignments = plain
         .planned
         .iter()
@@ -264,6 +265,26 @@ fn plain_round(
         waiting: Vec::new(),
     };
     (view::less(cluster, &held), plan)
+}
+
+/// The GPUs of open rounds whose copy job Slurm has not started yet. A copy job holds its
+/// GPUs from its submission to its end, but the cluster view leaves out only those of
+/// running jobs: a round soon after (one woken by a submission) would plan other copies
+/// onto them, and those would wait in Slurm's queue and start with little of their round
+/// left.
+fn waiting_copies(snap: &RoundSnapshot) -> Vec<(String, String, u32)> {
+    snap.forks
+        .values()
+        .filter_map(|fv| fv.open.as_ref())
+        .filter(|r| match r.copy_job {
+            None => true,
+            Some(id) => snap.slurm_jobs.iter().any(|j| {
+                (j.id == id || j.het_job_id == Some(id)) && j.status == JobStatus::Pending
+            }),
+        })
+        .flat_map(|r| r.copies.iter())
+        .map(|c| (c.node.clone(), c.gpu_type.clone(), c.gpus))
+        .collect()
 }
 
 /// A forked job's state for HadarE: its copy-size profile, its remaining steps, and its
