@@ -415,7 +415,13 @@ impl Queue {
                 self.wait(js, WaitReason::CannotRunAnywhere);
                 continue;
             };
-            match place(self.layout, &self.free_now, t, js.job.workers, &self.jobs_on) {
+            match place(
+                self.layout,
+                &self.free_now,
+                t,
+                js.job.workers,
+                &self.jobs_on,
+            ) {
                 Some(p) if self.free_now.take_placement(&p).is_ok() => self.start(js, p, rate),
                 _ => self.wait(js, WaitReason::WaitingForRelease),
             }
@@ -734,7 +740,12 @@ mod tests {
         assert_eq!(fit.placement_of(JobId(1)), Some(&one(1, 0, 1)));
         // A k80 job on node 1 makes it the busier node, so the next v100 job goes there.
         let jobs = vec![
-            running(job(1, 0.0, 1, 1e6, &[None, Some(1.0)]), 2, one(1, 1, 1), 10.0),
+            running(
+                job(1, 0.0, 1, 1e6, &[None, Some(1.0)]),
+                2,
+                one(1, 1, 1),
+                10.0,
+            ),
             fresh(job(2, 0.0, 1, 1e3, &rates), 2),
             // Three jobs in this round: the first two share node 1's count.
             fresh(job(3, 0.0, 1, 1e3, &rates), 2),
