@@ -129,6 +129,32 @@ struct Cli {
     /// With --predict: model figures, KEY=SECONDS,... (docs/prediction.md lists the keys).
     #[arg(long, value_name = "KEY=SECONDS,...")]
     model: Vec<String>,
+    /// With --predict, a diagnostic: the time limits Slurm alone's model assumes (the test
+    /// cluster's jobs have none: `unlimited`, the default).
+    #[arg(long, value_enum, value_name = "LIMITS")]
+    slurm_limits: Option<SlurmLimits>,
+    /// With --predict, a diagnostic: how Slurm alone's model lays a job out on nodes (the
+    /// test cluster's `--gres=gpu:TYPE:N` jobs take one node: `one`, the default).
+    #[arg(long, value_enum, value_name = "LAYOUT")]
+    slurm_nodes: Option<SlurmNodes>,
+}
+
+/// `--slurm-limits`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum SlurmLimits {
+    /// Every job's limit is its true run time (the simulator's optimistic baseline).
+    Exact,
+    /// No job has a limit.
+    Unlimited,
+}
+
+/// `--slurm-nodes`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum SlurmNodes {
+    /// As few nodes as possible, best fit by free GPUs (the simulator's baseline).
+    Fewest,
+    /// One node, the one running the most jobs, ties to the first.
+    One,
 }
 
 /// `--format`.
@@ -169,6 +195,17 @@ fn args_of(cli: Cli) -> Result<Args, String> {
     }
     for m in &cli.model {
         predict::set_timing(&mut predict.timing, m)?;
+    }
+    use hadar_core::policies::slurm_backfill::{NodeLayout, TimeLimits};
+    match cli.slurm_limits {
+        Some(SlurmLimits::Exact) => predict.timing.slurm.time_limits = TimeLimits::Exact,
+        Some(SlurmLimits::Unlimited) => predict.timing.slurm.time_limits = TimeLimits::Unlimited,
+        None => {}
+    }
+    match cli.slurm_nodes {
+        Some(SlurmNodes::Fewest) => predict.timing.slurm.nodes = NodeLayout::FewestNodes,
+        Some(SlurmNodes::One) => predict.timing.slurm.nodes = NodeLayout::OneNode,
+        None => {}
     }
     if let Some(p) = &cli.policies
         && p != "hadar,hadare"
@@ -925,6 +962,23 @@ mod tests {
         assert_eq!(a.predict.schedulers, vec![model::Scheduler::Hadar]);
         assert_eq!(a.predict.timing.hadar_read_s, 0.05);
         assert_eq!(a.predict.timing.submit_spacing_s, 0.01);
+        assert_eq!(a.predict.timing.slurm, model::test_cluster_slurm());
+        let cli = Cli::try_parse_from([
+            "hadar-serve-compare",
+            "--from",
+            "r.jsonl",
+            "--slurm-limits",
+            "exact",
+            "--slurm-nodes",
+            "fewest",
+        ])
+        .unwrap();
+        let a = args_of(cli).unwrap();
+        assert_eq!(
+            a.predict.timing.slurm,
+            hadar_core::policies::slurm_backfill::SlurmOptions::default()
+        );
+        assert!(Cli::try_parse_from(["hadar-serve-compare", "--slurm-limits", "some"]).is_err());
         let bad = Cli::try_parse_from(["hadar-serve-compare", "--from", "r", "--seeds", "x"]);
         assert!(args_of(bad.unwrap()).unwrap_err().contains("--seeds"));
         assert!(Cli::try_parse_from(["hadar-serve-compare", "--round", "2"]).is_err());

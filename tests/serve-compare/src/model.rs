@@ -3,10 +3,13 @@
 //! submitted) on the same nodes, played through the policy each scheduler runs.
 //!
 //! * **Slurm alone**: `hadar_core::policies::slurm_backfill` (FIFO with backfill,
-//!   non-preemptive), each job held to the type it asked for. Slurm is event-driven, so the
-//!   simulator plays it in 1 s rounds; its start latency (launch, the program's start-up and
-//!   end) is longer than such a round, and a job that never moves pays it exactly once, so it
-//!   is added to the job's run on its one type.
+//!   non-preemptive), each job held to the type it asked for, with the test cluster's
+//!   settings ([`test_cluster_slurm`]): the jobs have no time limit, so backfill reserves
+//!   nothing and every job that fits starts, and each job's GPUs are on one node. Slurm is
+//!   event-driven (and its backfill runs every second, `bf_interval=1`), so the simulator
+//!   plays it in 1 s rounds; its start latency (launch, the program's start-up and end) is
+//!   longer than such a round, and a job that never moves pays it exactly once, so it is
+//!   added to the job's run on its one type.
 //! * **`hadar serve` with Hadar**: `hadar_core::passes::served` over Hadar, configured from the
 //!   daemon's own config file, in the daemon's rounds, with its restart cost and the start
 //!   latency measured on the cluster. Its rounds are woken by submissions (no sooner than
@@ -20,7 +23,7 @@
 
 use crate::WorkJob;
 use hadar_core::passes::served::ServedPolicy;
-use hadar_core::policies::slurm_backfill::SlurmBackfill;
+use hadar_core::policies::slurm_backfill::{NodeLayout, SlurmBackfill, SlurmOptions, TimeLimits};
 use hadar_core::policies::{hadar::HadarPolicy, hadare::HadarEPolicy};
 use hadar_core::{Cluster, Job, JobId, Node, Policy, RateCurve, ThroughputProfile};
 use hadar_sim::{ClusterModel, SimConfig, Workload};
@@ -50,9 +53,23 @@ impl Scheduler {
     }
 }
 
-/// The test cluster's timing (docs/prediction.md).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// How the test cluster's Slurm schedules the comparison's jobs (docs/prediction.md): they
+/// are submitted with no `--time` to a partition with `MaxTime=INFINITE` and no
+/// `DefaultTime`, so none has a time limit; and each asks `--gres=gpu:TYPE:N` without a node
+/// count, which Slurm places on one node.
+pub fn test_cluster_slurm() -> SlurmOptions {
+    SlurmOptions {
+        time_limits: TimeLimits::Unlimited,
+        nodes: NodeLayout::OneNode,
+    }
+}
+
+/// The test cluster's timing, and its Slurm's settings (docs/prediction.md).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
+    /// Slurm alone: how the baseline schedules ([`test_cluster_slurm`] by default; other
+    /// settings are diagnostics).
+    pub slurm: SlurmOptions,
     /// Slurm alone: seconds from a job's GPUs being free (or its submission) to its end,
     /// beyond its training time: scheduling, launch, the program's start and exit.
     pub slurm_start_s: f64,
@@ -87,6 +104,7 @@ impl Default for Timing {
     /// observed, and `--model` changes them.
     fn default() -> Self {
         Timing {
+            slurm: test_cluster_slurm(),
             slurm_start_s: 2.0,
             hadar_round_s: 3.0,
             hadar_restart_s: 3.0,
@@ -204,7 +222,7 @@ pub fn sim_setup(
                 round_s: 1.0,
                 ..SimConfig::default()
             },
-            Box::new(SlurmBackfill::new()),
+            Box::new(SlurmBackfill::with_options(timing.slurm)),
         ),
         Scheduler::Hadar => (
             SimConfig {

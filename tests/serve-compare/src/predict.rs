@@ -350,7 +350,12 @@ pub fn read_seeing(arrivals: &[f64], seen: usize) -> f64 {
 }
 
 /// Predicts one seed's three runs and compares.
-fn compare(rec: &SeedRecord, timing: &Timing, as_measured: bool) -> Result<Vec<Compared>, String> {
+fn compare(
+    rec: &SeedRecord,
+    timing: &Timing,
+    as_measured: bool,
+    schedulers: &[Scheduler],
+) -> Result<Vec<Compared>, String> {
     let cluster = model::cluster_of(&rec.cluster)?;
     let mut out = Vec::new();
     for run in &rec.runs {
@@ -358,6 +363,9 @@ fn compare(rec: &SeedRecord, timing: &Timing, as_measured: bool) -> Result<Vec<C
             .into_iter()
             .find(|s| s.as_str() == run.scheduler)
             .ok_or_else(|| format!("seed {}: unknown scheduler {}", rec.seed, run.scheduler))?;
+        if !schedulers.contains(&who) {
+            continue;
+        }
         let (jct, mut arrivals, makespan) = measured_figures(&run.times);
         // Only the daemon's rounds see the order within a second: Slurm alone's model
         // plays in 1 s steps.
@@ -574,7 +582,9 @@ pub fn predict_mode(a: &Args) -> ExitCode {
     };
     let t = &a.predict.timing;
     println!(
-        "model: Slurm start {} s (1 s rounds); Hadar rounds {} s, restart {} s, start {} s, read {} s after a submission; submissions {} s apart within a second; HadarE rounds {} s, copy start-up {} s, finish {} s",
+        "model: Slurm {:?} time limits, {:?} layout, start {} s (1 s rounds); Hadar rounds {} s, restart {} s, start {} s, read {} s after a submission; submissions {} s apart within a second; HadarE rounds {} s, copy start-up {} s, finish {} s",
+        t.slurm.time_limits,
+        t.slurm.nodes,
         t.slurm_start_s,
         t.hadar_round_s,
         t.hadar_restart_s,
@@ -589,7 +599,12 @@ pub fn predict_mode(a: &Args) -> ExitCode {
         Scheduler::ALL.iter().map(|s| (*s, Vec::new())).collect();
     let mut json = Vec::new();
     for rec in &records {
-        let cmp = match compare(rec, t, a.predict.first_round_as_measured) {
+        let cmp = match compare(
+            rec,
+            t,
+            a.predict.first_round_as_measured,
+            &a.predict.schedulers,
+        ) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("hadar-serve-compare: {e}");
@@ -677,5 +692,45 @@ mod tests {
         assert_eq!(read_seeing(&a, 4), 0.03);
         assert!((read_seeing(&a, 0) - 0.005).abs() < 1e-12);
         assert_eq!(read_seeing(&[], 3), 0.0);
+    }
+
+    #[test]
+    fn slurm_alone_on_the_recorded_runs_is_predicted_only_without_time_limits() {
+        use hadar_core::policies::slurm_backfill::SlurmOptions;
+        let records: Vec<SeedRecord> =
+            include_str!("../../../docs/data/prediction-record-clean.jsonl")
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let run = |slurm: SlurmOptions| {
+            let t = Timing {
+                slurm,
+                ..Timing::default()
+            };
+            records
+                .iter()
+                .flat_map(|r| compare(r, &t, false, &[Scheduler::Slurm]).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let summary = |c: &[Compared]| {
+            let errors: Vec<RunErrors> = c.iter().map(|c| c.errors).collect();
+            accuracy::summarise(&errors).unwrap()
+        };
+        let now = run(model::test_cluster_slurm());
+        assert_eq!(now.len(), 4);
+        assert!(now.iter().all(|c| c.who == Scheduler::Slurm));
+        assert!(accuracy::meets_aim(&summary(&now)));
+        let exact = run(SlurmOptions::default());
+        assert!(!accuracy::meets_aim(&summary(&exact)));
+        // Seed 1's 4-GPU job (job 4) waited on the cluster until n1 was free all at once,
+        // 98 s; exact limits reserve n1 for it and predict it at half its JCT.
+        let (m, p, x) = (
+            now[0].measured_jct[4],
+            now[0].predicted_jct[4],
+            exact[0].predicted_jct[4],
+        );
+        assert!((p - m).abs() / m < 0.1, "{p} vs {m}");
+        assert!(x < 0.6 * m, "{x} vs {m}");
     }
 }
