@@ -145,6 +145,14 @@ impl JobUtility {
     /// The factor does not depend on the rate, so the utility stays non-increasing in the
     /// completion time. Other objectives ignore it (makespan and fairness already rank long
     /// jobs high); weight 0 turns it off.
+    /// Scales the makespan-aware factor set by [`JobUtility::set_criticality`] by
+    /// `factor` (Hadar's pace boost); ignored unless finite and positive.
+    pub fn scale_criticality(&mut self, factor: f64) {
+        if factor.is_finite() && factor > 0.0 {
+            self.criticality *= factor;
+        }
+    }
+
     pub fn set_criticality(&mut self, horizon_s: f64, weight: f64) {
         // NaN weights or horizons fail `> 0.0` and turn the factor off.
         let usable = weight > 0.0 && weight.is_finite() && horizon_s > 0.0;
