@@ -22,6 +22,9 @@
 //!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
 //!      so it moves only when the gain beats the restart; with reservations its GPUs are
 //!      held for it until its turn, so jobs considered earlier do not displace it.
+//!    * pace boost ([`pace`]): with the guard, a started long job that lags an even pace
+//!      from its first start to the guard's horizon bids more (its makespan-aware factor is
+//!      scaled up), so long jobs are not held back once begun.
 //!    * swap improvement: admitted jobs with the same worker count exchange placements
 //!      while that raises the round's total utility, so each type goes to the jobs that
 //!      gain most from it (the online pass takes jobs in order and cannot see that).
