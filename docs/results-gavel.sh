@@ -6,16 +6,16 @@
 #   cargo build --release -p hadar && docs/results-gavel.sh > /tmp/tables.md
 #
 # Columns: the fluid lower bound, Gavel (max-min fairness), Gavel's makespan policy, Hadar
-# before the makespan guard (`--no-makespan-guard --order arrival --packing off`, the defaults until
-# then), Hadar with the guard but before gang packing and the guard's margin share
-# (`--packing off --guard-margin-share 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
+# before the makespan guard (`--no-makespan-guard --order arrival --packing off --pace-weight 0`,
+# the defaults until then), Hadar with the guard but before gang packing, the guard's margin
+# share and the pace boost (`--packing off --guard-margin-share 0 --pace-weight 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
 # average JCT hours [/ restarts]. Needs jq.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 data="$root/data/gavel"
-before=(--no-makespan-guard --order arrival --packing off)
-guard=(--packing off --guard-margin-share 0)
+before=(--no-makespan-guard --order arrival --packing off --pace-weight 0)
+guard=(--packing off --guard-margin-share 0 --pace-weight 0)
 
 runs=()
 for t in static_40jobs_seed10 static_120jobs_seed11 static_multigpu_40jobs_seed10 \

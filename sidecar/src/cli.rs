@@ -354,6 +354,15 @@ pub struct HadarArgs {
     /// restart costs under half a round).
     #[arg(long, value_enum, default_value_t = PackingArg::Any, help_heading = "Hadar")]
     pub packing: PackingArg,
+    /// Hadar's pace boost: a started job behind an even pace from its first start to the
+    /// makespan guard's horizon bids more, by `1 + X x its lag x its share of the horizon`
+    /// on its makespan-aware factor. 0 turns it off.
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::DEFAULT_PACE_WEIGHT, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
+    pub pace_weight: f64,
+    /// The least share of the makespan guard's horizon a job's remaining best time must be
+    /// for the pace boost.
+    #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_PACE_MIN_SHARE, value_parser = parse_share, allow_negative_numbers = true, help_heading = "Hadar")]
+    pub pace_min_share: f64,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -515,6 +524,8 @@ impl HadarArgs {
             guard_margin_rounds: self.guard_margin,
             guard_margin_share: self.guard_margin_share,
             guard_type_tolerance: self.guard_type_tolerance,
+            pace_weight: self.pace_weight,
+            pace_min_share: self.pace_min_share,
             packing: match self.packing {
                 PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
                 PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,

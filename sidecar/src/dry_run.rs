@@ -392,6 +392,8 @@ impl<'a> Report<'a> {
                 "guard_margin_rounds": cfg.guard_margin_rounds,
                 "guard_margin_share": cfg.guard_margin_share,
                 "packing": cfg.packing.as_str(),
+                "pace_weight": cfg.pace_weight,
+                "pace_min_share": cfg.pace_min_share,
                 "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
                 "horizon_s": stats.horizon_s.map(round6),
                 "urgent": stats.urgent,
@@ -465,6 +467,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
             "makespan guard (margin {} rounds + {} of the horizon, type tolerance {})",
             cfg.guard_margin_rounds, cfg.guard_margin_share, cfg.guard_type_tolerance
         ));
+        if cfg.pace_weight > 0.0 {
+            parts.push(format!(
+                "pace boost {} (jobs from {} of the horizon)",
+                cfg.pace_weight, cfg.pace_min_share
+            ));
+        }
     }
     if !cfg.exact {
         parts.push(format!("gang packing {}", cfg.packing.as_str()));

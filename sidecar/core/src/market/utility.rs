@@ -134,6 +134,14 @@ impl JobUtility {
         self.remaining_steps / self.best_rate
     }
 
+    /// Scales the makespan-aware factor set by [`JobUtility::set_criticality`] by
+    /// `factor` (Hadar's pace boost); ignored unless finite and positive.
+    pub fn scale_criticality(&mut self, factor: f64) {
+        if factor.is_finite() && factor > 0.0 {
+            self.criticality *= factor;
+        }
+    }
+
     /// Weights the [`Objective::AvgJct`] utility by `1 + weight * t_best / horizon_s`, with
     /// `t_best` the job's remaining time at its fastest rate and `horizon_s` the round's
     /// largest such time. For a long job the utility becomes about `w * T * (1 / t_rem +

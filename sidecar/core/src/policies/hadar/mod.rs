@@ -22,6 +22,9 @@
 //!      while moving it discounts its utility by the restart time (`RoundInput::restart_s`),
 //!      so it moves only when the gain beats the restart; with reservations its GPUs are
 //!      held for it until its turn, so jobs considered earlier do not displace it.
+//!    * pace boost ([`pace`]): with the guard, a started long job that lags an even pace
+//!      from its first start to the guard's horizon bids more (its makespan-aware factor is
+//!      scaled up), so long jobs are not held back once begun.
 //!    * swap improvement: admitted jobs with the same worker count exchange placements
 //!      while that raises the round's total utility, so each type goes to the jobs that
 //!      gain most from it (the online pass takes jobs in order and cannot see that).
@@ -31,6 +34,7 @@
 pub mod dual;
 pub mod exact;
 pub mod guard;
+pub mod pace;
 mod packing;
 mod swap;
 pub mod synthetic;
@@ -112,6 +116,13 @@ pub const DEFAULT_GUARD_MARGIN_SHARE: f64 = 0.05;
 /// The default type tolerance of the makespan guard (measured in docs/results-gavel.md).
 pub const DEFAULT_GUARD_TYPE_TOLERANCE: f64 = 0.0;
 
+/// The default weight of the pace boost ([`pace`]; measured in docs/results-gavel.md).
+pub const DEFAULT_PACE_WEIGHT: f64 = 3.0;
+
+/// The default least share of the horizon a job's best time must be for the pace boost
+/// (measured in docs/results-gavel.md).
+pub const DEFAULT_PACE_MIN_SHARE: f64 = 0.3;
+
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -175,6 +186,14 @@ pub struct HadarConfig {
     /// Gang packing ([`packing`]): when GPUs idle because every waiting gang is larger than
     /// what is free, smaller admitted jobs with slack yield this round so one fits.
     pub packing: Packing,
+    /// With the makespan guard, the weight of the pace boost ([`pace::pace_factor`]): a
+    /// started job behind an even pace from its first start to the guard's horizon has
+    /// its makespan-aware utility factor scaled by `1 + pace_weight x lag x its share of
+    /// the horizon`. 0 turns it off.
+    pub pace_weight: f64,
+    /// The least share of the guard's horizon a job's remaining best time must be for the
+    /// pace boost.
+    pub pace_min_share: f64,
 }
 
 impl Default for HadarConfig {
@@ -199,6 +218,8 @@ impl Default for HadarConfig {
             guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
             priority_strength: 1.0,
             packing: Packing::default(),
+            pace_weight: DEFAULT_PACE_WEIGHT,
+            pace_min_share: DEFAULT_PACE_MIN_SHARE,
         }
     }
 }
@@ -378,6 +399,16 @@ fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepar
     );
     for ((p, u), ok) in ready.iter_mut().zip(g.urgency).zip(g.efficient) {
         p.urgency = u;
+        let js = &input.jobs[p.index];
+        p.utility.scale_criticality(pace::pace_factor(
+            config.pace_weight,
+            config.pace_min_share,
+            js.first_start_s.map(|t| input.now_s - t),
+            js.remaining_steps,
+            js.job.total_steps,
+            p.utility.remaining_best_s(),
+            g.horizon_s,
+        ));
         if ok.iter().zip(&p.rates).any(|(ok, r)| !ok && *r > 0.0) {
             p.priced_rates = Some(
                 p.rates
