@@ -112,18 +112,14 @@ pub fn decide(
             &site_blocked.waits,
             &mut stats,
         )?;
-        // Rates' origins under the types the look-ahead left each job, for the words.
-        for (id, types) in &d.commitments.restricted {
-            if let Some(s) = snap.specs.get(&id.0) {
-                let s = bind_types(s, Some(types));
-                let (_, o) = profile(snap, table, &priors, id.0, &s, &cv.types);
-                let o = match origins.get(&id.0) {
-                    Some(usable) => spec::withheld(usable, o, RateSource::Kept),
-                    None => o,
-                };
-                origins.insert(id.0, o);
-            }
-        }
+        kept_origins(
+            snap,
+            table,
+            &priors,
+            &d.commitments.restricted,
+            &cv.types,
+            &mut origins,
+        );
         t = translate(rows, cluster, &d);
         states = d.jobs;
         plan = Some(d.plan);
@@ -531,6 +527,29 @@ fn profile(
 ) -> (hadar_core::ThroughputProfile, RateOrigins) {
     let learned = snap.learned.get(&id).map_or(&[][..], Vec::as_slice);
     spec::profile(spec, types, learned, table, priors)
+}
+
+/// Rates' origins under the types the look-ahead left each job (`restricted`), for the
+/// words: a type it took away is named as kept from the job this round.
+fn kept_origins(
+    snap: &RoundSnapshot,
+    table: &ThroughputTable,
+    priors: &Priors,
+    restricted: &BTreeMap<JobId, Vec<String>>,
+    types: &[String],
+    origins: &mut BTreeMap<u64, RateOrigins>,
+) {
+    for (id, kept) in restricted {
+        if let Some(s) = snap.specs.get(&id.0) {
+            let s = bind_types(s, Some(kept));
+            let (_, o) = profile(snap, table, priors, id.0, &s, types);
+            let o = match origins.get(&id.0) {
+                Some(usable) => spec::withheld(usable, o, RateSource::Kept),
+                None => o,
+            };
+            origins.insert(id.0, o);
+        }
+    }
 }
 
 /// The spec with its GPU types limited to `bound` (the types of its first placement).
