@@ -137,6 +137,9 @@ pub struct SidecarConfig {
     pub state: PathBuf,
     /// Seconds between rounds.
     pub round_seconds: f64,
+    /// Seconds a round woken by a notice waits after the first notice before it reads the
+    /// queue, so that a burst of submissions is planned as one.
+    pub wake_settle_seconds: f64,
     /// Seconds a preempted job gets between its checkpoint signal and its requeue.
     pub preempt_grace_seconds: f64,
     /// The signal that asks a job to checkpoint (a name `scancel --signal` accepts).
@@ -194,6 +197,7 @@ impl Default for SidecarConfig {
             socket: PathBuf::from("/run/hadar/hadar.sock"),
             state: PathBuf::from("/var/lib/hadar/state.db"),
             round_seconds: 360.0,
+            wake_settle_seconds: 0.5,
             preempt_grace_seconds: 30.0,
             preempt_signal: "USR1".into(),
             restart_seconds: 60.0,
@@ -223,6 +227,11 @@ impl SidecarConfig {
     /// The round length.
     pub fn round(&self) -> Duration {
         Duration::from_secs_f64(self.round_seconds)
+    }
+
+    /// How long a woken round waits after the first notice ([`SidecarConfig::wake_settle_seconds`]).
+    pub fn wake_settle(&self) -> Duration {
+        Duration::from_secs_f64(self.wake_settle_seconds)
     }
 
     /// The heartbeat file: `heartbeat`, or the state database's path plus `.heartbeat`
@@ -340,6 +349,15 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
         s.round_seconds,
         s.round_seconds.is_finite() && s.round_seconds >= 0.5,
         "give at least 0.5",
+    )?;
+    range(
+        path,
+        "sidecar.wake_settle_seconds",
+        s.wake_settle_seconds,
+        s.wake_settle_seconds.is_finite()
+            && s.wake_settle_seconds >= 0.0
+            && s.wake_settle_seconds <= s.round_seconds,
+        "give 0 or more, at most round_seconds",
     )?;
     range(
         path,
@@ -647,6 +665,16 @@ mod tests {
         assert_eq!(
             e,
             "h.toml: sidecar.round_seconds = 0 is out of range; give at least 0.5"
+        );
+        let e = DaemonConfig::parse(
+            "h.toml",
+            "[sidecar]\nround_seconds = 3\nwake_settle_seconds = 4\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "h.toml: sidecar.wake_settle_seconds = 4 is out of range; give 0 or more, at most round_seconds"
         );
         let e = DaemonConfig::parse("h.toml", "[sidecar]\npreempt_signal = \"USR1;reboot\"\n")
             .unwrap_err()

@@ -381,14 +381,24 @@ impl<S: SlurmApi> Daemon<S> {
             }
             let mut renewed = Instant::now();
             let mut period = self.config.sidecar.round();
+            let mut woken: Option<Instant> = None;
             // Sleep in short steps so that a stop request is honoured promptly. A notice
             // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst
             // of submissions (one notice each) rounds back to back would read the whole
             // queue from slurmctld continuously (measured: 2,000 submissions in 6 s woke
-            // nine rounds, and raised sbatch's p99 latency by tens of ms).
+            // nine rounds, and raised sbatch's p99 latency by tens of ms). The woken round
+            // also waits `wake_settle_seconds` from the first notice, so that it sees the
+            // burst rather than its first few jobs.
             while !stop.load(Ordering::SeqCst) {
                 self.notifier.tick();
-                let left = period.saturating_sub(started.elapsed());
+                // A woken round also waits out the settle time from its first notice.
+                let settle = woken.map_or(Duration::ZERO, |w| {
+                    self.config
+                        .sidecar
+                        .wake_settle()
+                        .saturating_sub(w.elapsed())
+                });
+                let left = period.saturating_sub(started.elapsed()).max(settle);
                 if left.is_zero() {
                     break;
                 }
@@ -407,6 +417,7 @@ impl<S: SlurmApi> Daemon<S> {
                 {
                     while wake.try_recv().is_ok() {}
                     period = period.min(MIN_WOKEN_GAP);
+                    woken.get_or_insert_with(Instant::now);
                 }
             }
         }

@@ -381,7 +381,7 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
     let state = bed.path("state-compare.db");
     let _ = std::fs::remove_file(&state);
     let mut text = format!(
-        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = 3\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {}\n",
+        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = 3\nwake_settle_seconds = 0.5\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {}\n",
         bed.path("etc/slurm.conf").display(),
         bed.path("run/hadar.sock").display(),
         state.display(),
@@ -637,7 +637,7 @@ fn run_policy(
     let config = bed.path(&format!("etc/compare-{policy}.toml"));
     let state = dir.join("state.db");
     let text = format!(
-        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = {}\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {scale}\npolicy = \"{policy}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
+        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = {}\nwake_settle_seconds = 0.5\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {scale}\npolicy = \"{policy}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
         bed.path("etc/slurm.conf").display(),
         bed.path("run/hadar.sock").display(),
         state.display(),

@@ -81,8 +81,9 @@ pub struct Timing {
     /// program's start-up.
     pub hadar_start_s: f64,
     /// With Hadar, seconds from a submission to the daemon's read of the queue in the round
-    /// it starts (the plugin's notice, the read of Slurm): a round sees only the jobs
-    /// submitted before it. Rounds are woken by submissions, at most one per the daemon's
+    /// it starts (the plugin's notice, the read of Slurm), beyond the daemon's own
+    /// `wake_settle_seconds` (taken from its config): a round sees only the jobs submitted
+    /// before it. Rounds are woken by submissions, at most one per the daemon's
     /// `MIN_WOKEN_GAP` (2 s).
     pub hadar_read_s: f64,
     /// Seconds between two submissions of the burst, for records whose jobs share Slurm's
@@ -230,7 +231,7 @@ pub fn sim_setup(
                 restart_s: timing.hadar_restart_s,
                 model: ClusterModel {
                     start_latency_s: timing.hadar_start_s,
-                    wake_read_s: timing.hadar_read_s,
+                    wake_read_s: wake_settle(config) + timing.hadar_read_s,
                     wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     fixed_rounds: true,
                     ..ClusterModel::default()
@@ -249,7 +250,7 @@ pub fn sim_setup(
                 model: ClusterModel {
                     copy_startup_s: timing.hadare_copy_startup_s,
                     // The same daemon loop: woken by submissions, as with Hadar.
-                    wake_read_s: timing.hadar_read_s,
+                    wake_read_s: wake_settle(config) + timing.hadar_read_s,
                     wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
                     fixed_rounds: true,
                     ..ClusterModel::default()
@@ -259,6 +260,15 @@ pub fn sim_setup(
             Box::new(HadarEPolicy::new(c.hadare.clone())),
         ),
     })
+}
+
+/// The daemon's `wake_settle_seconds` in its config file text. A record's config that does
+/// not name the key comes from a daemon that had none (it read the queue on the notice).
+pub fn wake_settle(config: &str) -> f64 {
+    match hadar_daemon::DaemonConfig::parse("daemon config", config) {
+        Ok(c) if config.contains("wake_settle_seconds") => c.sidecar.wake_settle_seconds,
+        _ => 0.0,
+    }
 }
 
 /// A prediction: each job's completion time (in `work` order) and the makespan, seconds.
@@ -316,6 +326,20 @@ pub fn predict(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_records_settle_time_is_its_daemons_or_none_before_the_key() {
+        let base = "[sidecar]\nround_seconds = 3\n";
+        assert_eq!(wake_settle(base), 0.0);
+        assert_eq!(
+            wake_settle(&format!("{base}wake_settle_seconds = 0.5\n")),
+            0.5
+        );
+        assert_eq!(
+            wake_settle(&format!("{base}wake_settle_seconds = 0\n")),
+            0.0
+        );
+    }
 
     fn test_cluster() -> Cluster {
         let n = |name: &str, g: &[(&str, u32)]| {

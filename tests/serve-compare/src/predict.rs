@@ -373,7 +373,8 @@ fn compare(
         if who != Scheduler::Slurm {
             arrivals = self::arrivals(&run.times, timing.submit_spacing_s);
             if as_measured {
-                timing.hadar_read_s = read_seeing(&arrivals, started_first(&run.times));
+                let read = read_seeing(&arrivals, started_first(&run.times));
+                timing.hadar_read_s = (read - model::wake_settle(&run.config)).max(0.0);
             }
         }
         let p = model::predict(
