@@ -657,7 +657,11 @@ fn run_policy(
         .stderr(log)
         .spawn()
         .map_err(|e| format!("starting hadar serve: {e}"))?;
-    let result = submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner)
+    // The workload arrives at a scheduler already running, as Slurm alone's does: a burst
+    // submitted while the daemon starts would race its first round, which reads the queue
+    // at once, where a running daemon's round woken by the burst waits for it to settle.
+    let result = daemon_up(&dir.join("serve.log"))
+        .and_then(|()| submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner))
         .map(|r| PolicyResult { config: text, ..r });
     // Whatever happened, no job of this run may outlive it (job processes survive their
     // slurmd on this test cluster and would report into the next run's jobs).
@@ -666,6 +670,24 @@ fn run_policy(
     let _ = daemon.kill();
     let _ = daemon.wait();
     result
+}
+
+/// Waits (up to 30 s) for the daemon's first round, in its log.
+fn daemon_up(log: &std::path::Path) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("round done") {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "hadar serve did not finish a round within 30 s; its log {}:\n{text}",
+                log.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn submit_and_measure(
