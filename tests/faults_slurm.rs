@@ -139,7 +139,7 @@ fn assert_each_completed_once(bed: &Testbed, jobs: &[Submitted], secs: u64) {
 
 /// Checks that the daemon's state shows every job finished as completed with all its steps.
 fn assert_daemon_agrees(serve: &Serve, jobs: &[Submitted]) {
-    wait_until("the daemon records every job as completed", 30, || {
+    let agrees = poll_until(30, || {
         let status: serde_json::Value =
             serde_json::from_str(&serve.hadar(&["status", "--all", "--format", "json"])).unwrap();
         let rows = status["jobs"].as_array().cloned().unwrap_or_default();
@@ -153,6 +153,11 @@ fn assert_daemon_agrees(serve: &Serve, jobs: &[Submitted]) {
             })
         })
     });
+    assert!(
+        agrees,
+        "the daemon records every job as completed: not within 30 s\n{}",
+        serve.hadar(&["status", "--all", "--format", "json"])
+    );
 }
 
 fn drain(bed: &Testbed, node: &str) {

@@ -247,6 +247,8 @@ fn seen_running(
     }
     if row.first_start_s.is_none() {
         row.first_start_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
+        // A job first seen running (adopted after a lost state database) has started once.
+        row.starts = row.starts.max(1);
     }
     if row.accounted_s.is_none() {
         row.accounted_s = Some(rel(sj.start_time).unwrap_or(now_s).min(now_s));
@@ -431,6 +433,7 @@ pub(crate) mod tests {
         }];
         let ev = at(&mut fresh, &[running], 4.0);
         assert_eq!(ev, vec![Event::New(7), Event::Started(7)]);
+        assert_eq!((fresh[&7].phase, fresh[&7].starts), (Phase::Running, 1));
     }
 
     #[test]
