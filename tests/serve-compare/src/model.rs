@@ -113,7 +113,7 @@ impl Default for Timing {
             hadar_read_s: 0.02,
             submit_spacing_s: 0.009,
             hadare_round_s: 10.0,
-            hadare_copy_startup_s: 4.0,
+            hadare_copy_startup_s: 4.2,
             hadare_finish_s: 1.0,
         }
     }
