@@ -521,18 +521,24 @@ mod tests {
         assert_eq!(reason(4), Some(WaitReason::WaitingForRelease));
     }
 
-    #[test]
-    fn a_job_that_fits_now_but_would_delay_an_earlier_one_is_queued_behind_it() {
+    /// Four V100 on one node: job 1 runs on one for 100 s more, job 2 needs all four (from
+    /// now + 100 s), job 3 wants one for 500 s: three are free now, but it would run into
+    /// job 2's start.
+    fn a_head_blocked_until_a_release() -> (Cluster, Vec<JobState>) {
         let c = Cluster::from_type_counts(&[("v100".into(), 4)], 1).unwrap();
         let mut r = running(job(1, 0.0, 1, 1e6, &[Some(1.0)]), 1, one(0, 0, 1), 10.0);
         r.remaining_steps = 100.0;
         let jobs = vec![
             r,
-            // All four GPUs, from now + 100.
             fresh(job(2, 1.0, 4, 1000.0, &[Some(1.0)]), 1),
-            // One GPU for 500 s: three are free now, but it would run into job 2's start.
             fresh(job(3, 2.0, 1, 500.0, &[Some(1.0)]), 1),
         ];
+        (c, jobs)
+    }
+
+    #[test]
+    fn a_job_that_fits_now_but_would_delay_an_earlier_one_is_queued_behind_it() {
+        let (c, jobs) = a_head_blocked_until_a_release();
         let plan = SlurmBackfill::new().plan(&input(&c, &jobs));
         assert_eq!(plan.assignments.len(), 1);
         let w3 = plan.waiting.iter().find(|w| w.job == JobId(3)).unwrap();
@@ -630,19 +636,11 @@ mod tests {
 
     #[test]
     fn without_time_limits_a_blocked_job_gets_no_reservation() {
-        // As in the exact-limit test above: job 2 needs all four GPUs from now + 100 s.
-        let c = Cluster::from_type_counts(&[("v100".into(), 4)], 1).unwrap();
-        let mut r = running(job(1, 0.0, 1, 1e6, &[Some(1.0)]), 1, one(0, 0, 1), 10.0);
-        r.remaining_steps = 100.0;
-        let jobs = vec![
-            r,
-            fresh(job(2, 1.0, 4, 1000.0, &[Some(1.0)]), 1),
-            // Would run into job 2's start: exact limits hold them back, none do not.
-            fresh(job(3, 2.0, 1, 500.0, &[Some(1.0)]), 1),
-            fresh(job(4, 3.0, 2, 500.0, &[Some(1.0)]), 1),
-            // Nothing left for it.
-            fresh(job(5, 4.0, 1, 5.0, &[Some(1.0)]), 1),
-        ];
+        // Jobs 3 and 4 would run into job 2's start: exact limits hold them back, none do
+        // not. Job 5 finds nothing left.
+        let (c, mut jobs) = a_head_blocked_until_a_release();
+        jobs.push(fresh(job(4, 3.0, 2, 500.0, &[Some(1.0)]), 1));
+        jobs.push(fresh(job(5, 4.0, 1, 5.0, &[Some(1.0)]), 1));
         let exact = SlurmBackfill::new().plan(&input(&c, &jobs));
         assert!(exact.placement_of(JobId(3)).is_none());
         assert!(exact.placement_of(JobId(4)).is_none());

@@ -64,29 +64,24 @@ mod tests {
 
     #[test]
     fn jobs_on_pace_short_or_not_started_are_left_alone() {
-        // Ahead of its pace.
-        assert_eq!(
-            pace_factor(3.0, 0.3, Some(1000.0), 40.0, 100.0, 1000.0, 1000.0),
-            1.0
-        );
-        // Too short a share of the horizon.
-        assert_eq!(
-            pace_factor(3.0, 0.3, Some(1000.0), 90.0, 100.0, 200.0, 1000.0),
-            1.0
-        );
-        // Not started yet: the guard's latest start time covers it.
-        assert_eq!(
-            pace_factor(3.0, 0.3, None, 100.0, 100.0, 1000.0, 1000.0),
-            1.0
-        );
-        // Turned off, or no horizon.
-        assert_eq!(
-            pace_factor(0.0, 0.3, Some(1000.0), 90.0, 100.0, 1000.0, 1000.0),
-            1.0
-        );
-        assert_eq!(
-            pace_factor(3.0, 0.3, Some(1000.0), 90.0, 100.0, 1000.0, 0.0),
-            1.0
-        );
+        // (weight, seconds since the first start, remaining steps of 100, best time, horizon)
+        let cases = [
+            (
+                "ahead of its pace",
+                (3.0, Some(1000.0), 40.0, 1000.0, 1000.0),
+            ),
+            (
+                "too short a share of the horizon",
+                (3.0, Some(1000.0), 90.0, 200.0, 1000.0),
+            ),
+            // The guard's latest start time covers a job not started yet.
+            ("not started", (3.0, None, 100.0, 1000.0, 1000.0)),
+            ("turned off", (0.0, Some(1000.0), 90.0, 1000.0, 1000.0)),
+            ("no horizon", (3.0, Some(1000.0), 90.0, 1000.0, 0.0)),
+        ];
+        for (what, (weight, started, remaining, best, horizon)) in cases {
+            let f = pace_factor(weight, 0.3, started, remaining, 100.0, best, horizon);
+            assert_eq!(f, 1.0, "{what}");
+        }
     }
 }
