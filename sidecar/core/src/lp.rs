@@ -14,8 +14,8 @@
 
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{
-    DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus,
-    SupportedConeT, ZeroConeT,
+    DefaultSettingsBuilder, DefaultSolution, DefaultSolver, IPSolver, NonnegativeConeT,
+    SolverStatus, SupportedConeT, ZeroConeT,
 };
 
 /// A variable of one [`LinearProgram`], as an index into its variable list.
@@ -254,56 +254,11 @@ impl LinearProgram {
     /// Solves the problem.
     pub fn solve(&self) -> Result<Solution, LpError> {
         self.check()?;
-        let n = self.var_count();
-        let sign = match self.sense {
-            Sense::Minimize => 1.0,
-            Sense::Maximize => -1.0,
-        };
-
-        // Rows are laid out equalities first (zero cone), then inequalities written as
-        // `a x <= b` (nonnegative cone), as clarabel wants the cones in blocks.
-        let mut eq_rows: Vec<(Vec<(usize, f64)>, f64)> = Vec::new();
-        let mut le_rows: Vec<(Vec<(usize, f64)>, f64)> = Vec::new();
-        // Where each constraint lands: (equality block?, row within its block).
-        let mut placed: Vec<(bool, usize)> = Vec::with_capacity(self.constraints.len());
-        for c in &self.constraints {
-            let row: Vec<(usize, f64)> = c.terms.iter().map(|&(v, a)| (v.0, a)).collect();
-            match c.relation {
-                Relation::Equal => {
-                    placed.push((true, eq_rows.len()));
-                    eq_rows.push((row, c.rhs));
-                }
-                Relation::AtMost => {
-                    placed.push((false, le_rows.len()));
-                    le_rows.push((row, c.rhs));
-                }
-                Relation::AtLeast => {
-                    placed.push((false, le_rows.len()));
-                    le_rows.push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs));
-                }
-            }
-        }
-        for j in 0..n {
-            let (lo, hi) = (self.lower[j], self.upper[j]);
-            if lo == hi {
-                eq_rows.push((vec![(j, 1.0)], lo));
-                continue;
-            }
-            if lo > hi {
-                return Err(LpError::Infeasible);
-            }
-            if lo.is_finite() {
-                le_rows.push((vec![(j, -1.0)], -lo));
-            }
-            if hi.is_finite() {
-                le_rows.push((vec![(j, 1.0)], hi));
-            }
-        }
-
+        let form = self.conic_rows()?;
         // A problem without variables is decided by its constant rows alone.
-        if n == 0 {
-            let ok = eq_rows.iter().all(|(_, b)| b.abs() <= 1e-9)
-                && le_rows.iter().all(|(_, b)| *b >= -1e-9);
+        if self.var_count() == 0 {
+            let ok = form.eq.iter().all(|(_, b)| b.abs() <= 1e-9)
+                && form.le.iter().all(|(_, b)| *b >= -1e-9);
             return if ok {
                 Ok(Solution {
                     values: Vec::new(),
@@ -315,13 +270,62 @@ impl LinearProgram {
                 Err(LpError::Infeasible)
             };
         }
+        let mut solver = self.clarabel(&form)?;
+        solver.solve();
+        self.solution(&form, &solver.solution)
+    }
 
-        let m = eq_rows.len() + le_rows.len();
+    /// The constraints and variable bounds as rows of clarabel's conic form: equalities
+    /// first (zero cone), then inequalities written as `a x <= b` (nonnegative cone), as
+    /// clarabel wants the cones in blocks.
+    fn conic_rows(&self) -> Result<ConicRows, LpError> {
+        let mut form = ConicRows::default();
+        for c in &self.constraints {
+            let row: Vec<(usize, f64)> = c.terms.iter().map(|&(v, a)| (v.0, a)).collect();
+            match c.relation {
+                Relation::Equal => {
+                    form.placed.push((true, form.eq.len()));
+                    form.eq.push((row, c.rhs));
+                }
+                Relation::AtMost => {
+                    form.placed.push((false, form.le.len()));
+                    form.le.push((row, c.rhs));
+                }
+                Relation::AtLeast => {
+                    form.placed.push((false, form.le.len()));
+                    form.le
+                        .push((row.into_iter().map(|(j, a)| (j, -a)).collect(), -c.rhs));
+                }
+            }
+        }
+        for j in 0..self.var_count() {
+            let (lo, hi) = (self.lower[j], self.upper[j]);
+            if lo == hi {
+                form.eq.push((vec![(j, 1.0)], lo));
+                continue;
+            }
+            if lo > hi {
+                return Err(LpError::Infeasible);
+            }
+            if lo.is_finite() {
+                form.le.push((vec![(j, -1.0)], -lo));
+            }
+            if hi.is_finite() {
+                form.le.push((vec![(j, 1.0)], hi));
+            }
+        }
+        Ok(form)
+    }
+
+    /// A clarabel solver set up for the rows and this problem's objective.
+    fn clarabel(&self, form: &ConicRows) -> Result<DefaultSolver<f64>, LpError> {
+        let n = self.var_count();
+        let m = form.eq.len() + form.le.len();
         let mut rows_i = Vec::new();
         let mut cols_j = Vec::new();
         let mut vals = Vec::new();
         let mut b = Vec::with_capacity(m);
-        for (r, (row, rhs)) in eq_rows.iter().chain(le_rows.iter()).enumerate() {
+        for (r, (row, rhs)) in form.eq.iter().chain(form.le.iter()).enumerate() {
             for &(j, a) in row {
                 rows_i.push(r);
                 cols_j.push(j);
@@ -331,16 +335,20 @@ impl LinearProgram {
         }
         let a_mat = CscMatrix::new_from_triplets(m, n, rows_i, cols_j, vals);
         let p_mat = CscMatrix::<f64>::zeros((n, n));
+        let sign = match self.sense {
+            Sense::Minimize => 1.0,
+            Sense::Maximize => -1.0,
+        };
         let mut q = vec![0.0; n];
         for &(v, coef) in &self.objective {
             q[v.0] += sign * coef;
         }
         let mut cones: Vec<SupportedConeT<f64>> = Vec::new();
-        if !eq_rows.is_empty() {
-            cones.push(ZeroConeT(eq_rows.len()));
+        if !form.eq.is_empty() {
+            cones.push(ZeroConeT(form.eq.len()));
         }
-        if !le_rows.is_empty() {
-            cones.push(NonnegativeConeT(le_rows.len()));
+        if !form.le.is_empty() {
+            cones.push(NonnegativeConeT(form.le.len()));
         }
         let settings = DefaultSettingsBuilder::default()
             .verbose(false)
@@ -349,20 +357,23 @@ impl LinearProgram {
             .map_err(|e| LpError::Numerical {
                 status: format!("settings: {e:?}"),
             })?;
-        let mut solver =
-            DefaultSolver::new(&p_mat, &q, &a_mat, &b, &cones, settings).map_err(|e| {
-                LpError::Numerical {
-                    status: format!("setup: {e}"),
-                }
-            })?;
-        solver.solve();
-        let sol = &solver.solution;
+        DefaultSolver::new(&p_mat, &q, &a_mat, &b, &cones, settings).map_err(|e| {
+            LpError::Numerical {
+                status: format!("setup: {e}"),
+            }
+        })
+    }
+
+    /// The solver's result as a [`Solution`] (values, each constraint's dual, objective)
+    /// or the [`LpError`] its status means.
+    fn solution(&self, form: &ConicRows, sol: &DefaultSolution<f64>) -> Result<Solution, LpError> {
         match sol.status {
             SolverStatus::Solved | SolverStatus::AlmostSolved => {
                 let values = sol.x.clone();
                 let objective = self.objective.iter().map(|&(v, c)| c * values[v.0]).sum();
-                let eq_count = eq_rows.len();
-                let duals = placed
+                let eq_count = form.eq.len();
+                let duals = form
+                    .placed
                     .iter()
                     .map(|&(eq, r)| sol.z[if eq { r } else { eq_count + r }])
                     .collect();
@@ -384,6 +395,17 @@ impl LinearProgram {
             }),
         }
     }
+}
+
+/// A problem's rows in clarabel's conic form, before they become its sparse matrix.
+#[derive(Default)]
+struct ConicRows {
+    /// `a x = b` rows (the zero cone): sparse `(variable, coefficient)` terms and `b`.
+    eq: Vec<(Vec<(usize, f64)>, f64)>,
+    /// `a x <= b` rows (the nonnegative cone).
+    le: Vec<(Vec<(usize, f64)>, f64)>,
+    /// Where each constraint landed, in order: (in the equality block?, row in its block).
+    placed: Vec<(bool, usize)>,
 }
 
 #[cfg(test)]

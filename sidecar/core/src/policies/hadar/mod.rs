@@ -537,6 +537,54 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
+        let exact = ExactRound {
+            config,
+            input,
+            ready: &ready,
+        };
+        if let Some(better) = exact.pass(&mut book, &mut assignments, &mut waiting, &mut stats) {
+            return better;
+        }
+    } else {
+        primal_dual_pass(
+            config,
+            input,
+            &ready,
+            &mut book,
+            &mut assignments,
+            &mut waiting,
+            &mut stats,
+        );
+    }
+    assignments.sort_by_key(|a| pos(a.job));
+    waiting.sort_by_key(|w| pos(w.job));
+    (
+        RoundPlan {
+            assignments,
+            waiting,
+        },
+        stats,
+    )
+}
+
+/// The exact round (`--exact`): branch and bound over the prepared jobs.
+struct ExactRound<'a, 'i> {
+    config: &'a HadarConfig,
+    input: &'a RoundInput<'i>,
+    ready: &'a [Prepared<'i>],
+}
+
+impl ExactRound<'_, '_> {
+    /// Places the jobs by the exact search, or returns the greedy round's plan instead
+    /// when the search was cut short and the greedy round scores higher.
+    fn pass(
+        &self,
+        book: &mut PriceBook,
+        assignments: &mut Vec<Assignment>,
+        waiting: &mut Vec<Waiting>,
+        stats: &mut RoundStats,
+    ) -> Option<(RoundPlan, RoundStats)> {
+        let (config, input, ready) = (self.config, self.input, self.ready);
         let exact_jobs: Vec<exact::ExactJob<'_>> = ready
             .iter()
             .map(|p| exact::ExactJob {
@@ -561,7 +609,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
             if greedy.1.objective > solution.objective {
                 let (plan, mut s) = greedy;
                 s.exact_proven = Some(false);
-                return (plan, s);
+                return Some((plan, s));
             }
         }
         for (p, placement) in ready.iter().zip(solution.placements) {
@@ -587,30 +635,12 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
                 }
                 None => waiting.push(Waiting {
                     job: js.id(),
-                    reason: reason_when_left_out(&book, p),
+                    reason: reason_when_left_out(book, p),
                 }),
             }
         }
-    } else {
-        primal_dual_pass(
-            config,
-            input,
-            &ready,
-            &mut book,
-            &mut assignments,
-            &mut waiting,
-            &mut stats,
-        );
+        None
     }
-    assignments.sort_by_key(|a| pos(a.job));
-    waiting.sort_by_key(|w| pos(w.job));
-    (
-        RoundPlan {
-            assignments,
-            waiting,
-        },
-        stats,
-    )
 }
 
 /// The online pass over the ordered jobs (urgent ones first), then work conservation and
@@ -627,19 +657,7 @@ fn primal_dual_pass(
     let mut priced_out: Vec<usize> = Vec::new();
     // owners[i]: the prepared job of assignments[i].
     let mut owners: Vec<usize> = Vec::new();
-    // With reservations, every running job's old GPUs are held for it until its turn,
-    // so that jobs placed before it do not take them and force it to restart.
-    let mut reserved = vec![false; ready.len()];
-    if config.stickiness && config.reserve_running {
-        for (k, p) in ready.iter().enumerate() {
-            if let Some(prev) = p.previous
-                && book.fits(prev)
-            {
-                book.charge(prev);
-                reserved[k] = true;
-            }
-        }
-    }
+    let mut reserved = hold_for_running_jobs(config, ready, book);
     let yielders = if ready.iter().any(|p| p.urgency.is_urgent()) {
         yield_order(ready, &reserved)
     } else {
@@ -693,22 +711,13 @@ fn primal_dual_pass(
             }
         }
     }
-    let mut filled_ids: Vec<JobId> = Vec::new();
-    if config.work_conservation && !priced_out.is_empty() {
-        for k in priced_out {
-            let p = &ready[k];
-            let js = &input.jobs[p.index];
-            if let DualOutcome::Offer(o) = best_offer(book, &dual_job(p)) {
-                stats.filled += 1;
-                filled_ids.push(js.id());
-                owners.push(k);
-                admit(book, assignments, stats, p, js, o);
-            }
-        }
-    }
-    if !filled_ids.is_empty() {
-        let filled: std::collections::HashSet<JobId> = filled_ids.into_iter().collect();
-        waiting.retain(|w| !filled.contains(&w.job));
+    if config.work_conservation {
+        let plan = packing::Admitted {
+            assignments,
+            owners: &mut owners,
+            waiting,
+        };
+        conserve_work(input, ready, book, plan, stats, &priced_out);
     }
     let plan = packing::Admitted {
         assignments,
@@ -732,14 +741,73 @@ fn primal_dual_pass(
     }
     // Swaps change rates, and packing removes yielding jobs: count the round again.
     if config.swap_improvement || packed > 0 {
-        stats.objective = 0.0;
-        stats.kept = 0;
-        for (a, &k) in assignments.iter().zip(&owners) {
-            let p = &ready[k];
-            let kept = p.previous.is_some_and(|q| *q == a.placement);
-            stats.kept += usize::from(kept);
-            stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
+        recount(ready, assignments, &owners, stats);
+    }
+}
+
+/// With reservations, every running job's old GPUs are held for it until its turn, so
+/// that jobs placed before it do not take them and force it to restart; returns which
+/// prepared jobs hold theirs.
+fn hold_for_running_jobs(
+    config: &HadarConfig,
+    ready: &[Prepared<'_>],
+    book: &mut PriceBook,
+) -> Vec<bool> {
+    let mut reserved = vec![false; ready.len()];
+    if config.stickiness && config.reserve_running {
+        for (k, p) in ready.iter().enumerate() {
+            if let Some(prev) = p.previous
+                && book.fits(prev)
+            {
+                book.charge(prev);
+                reserved[k] = true;
+            }
         }
+    }
+    reserved
+}
+
+/// Work conservation: the jobs the priced pass left out (`priced_out`, in its order) take
+/// whatever still fits, prices aside, and leave the waiting list.
+fn conserve_work(
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    book: &mut PriceBook,
+    plan: packing::Admitted<'_>,
+    stats: &mut RoundStats,
+    priced_out: &[usize],
+) {
+    let mut filled: std::collections::HashSet<JobId> = std::collections::HashSet::new();
+    for &k in priced_out {
+        let p = &ready[k];
+        let js = &input.jobs[p.index];
+        if let DualOutcome::Offer(o) = best_offer(book, &dual_job(p)) {
+            stats.filled += 1;
+            filled.insert(js.id());
+            plan.owners.push(k);
+            admit(book, plan.assignments, stats, p, js, o);
+        }
+    }
+    if !filled.is_empty() {
+        plan.waiting.retain(|w| !filled.contains(&w.job));
+    }
+}
+
+/// The round's objective and kept count from its final assignments (`owners[i]`: the
+/// prepared job of `assignments[i]`).
+fn recount(
+    ready: &[Prepared<'_>],
+    assignments: &[Assignment],
+    owners: &[usize],
+    stats: &mut RoundStats,
+) {
+    stats.objective = 0.0;
+    stats.kept = 0;
+    for (a, &k) in assignments.iter().zip(owners) {
+        let p = &ready[k];
+        let kept = p.previous.is_some_and(|q| *q == a.placement);
+        stats.kept += usize::from(kept);
+        stats.objective += p.utility.at(a.rate, p.previous.is_some() && !kept);
     }
 }
 
