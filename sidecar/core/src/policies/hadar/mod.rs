@@ -537,12 +537,15 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
 
     let mut assignments: Vec<Assignment> = Vec::new();
     if config.exact {
-        let exact = ExactRound {
+        if let Some(better) = exact_pass(
             config,
             input,
-            ready: &ready,
-        };
-        if let Some(better) = exact.pass(&mut book, &mut assignments, &mut waiting, &mut stats) {
+            &ready,
+            &mut book,
+            &mut assignments,
+            &mut waiting,
+            &mut stats,
+        ) {
             return better;
         }
     } else {
@@ -567,80 +570,72 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     )
 }
 
-/// The exact round (`--exact`): branch and bound over the prepared jobs.
-struct ExactRound<'a, 'i> {
-    config: &'a HadarConfig,
-    input: &'a RoundInput<'i>,
-    ready: &'a [Prepared<'i>],
-}
-
-impl ExactRound<'_, '_> {
-    /// Places the jobs by the exact search, or returns the greedy round's plan instead
-    /// when the search was cut short and the greedy round scores higher.
-    fn pass(
-        &self,
-        book: &mut PriceBook,
-        assignments: &mut Vec<Assignment>,
-        waiting: &mut Vec<Waiting>,
-        stats: &mut RoundStats,
-    ) -> Option<(RoundPlan, RoundStats)> {
-        let (config, input, ready) = (self.config, self.input, self.ready);
-        let exact_jobs: Vec<exact::ExactJob<'_>> = ready
-            .iter()
-            .map(|p| exact::ExactJob {
-                workers: p.workers,
-                rates: &p.rates,
-                utility: &p.utility,
-                previous: p.previous,
-                max_nodes: p.max_nodes,
-                mixed_types: p.mixed_types,
-            })
-            .collect();
-        let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
-        stats.exact_proven = Some(solution.proven);
-        if !solution.proven {
-            let greedy = plan_round(
-                &HadarConfig {
-                    exact: false,
-                    ..config.clone()
-                },
-                input,
-            );
-            if greedy.1.objective > solution.objective {
-                let (plan, mut s) = greedy;
-                s.exact_proven = Some(false);
-                return Some((plan, s));
-            }
+/// The exact round (`--exact`): places the jobs by branch and bound, or returns the greedy
+/// round's plan instead when the search was cut short and the greedy round scores higher.
+fn exact_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    book: &mut PriceBook,
+    assignments: &mut Vec<Assignment>,
+    waiting: &mut Vec<Waiting>,
+    stats: &mut RoundStats,
+) -> Option<(RoundPlan, RoundStats)> {
+    let exact_jobs: Vec<exact::ExactJob<'_>> = ready
+        .iter()
+        .map(|p| exact::ExactJob {
+            workers: p.workers,
+            rates: &p.rates,
+            utility: &p.utility,
+            previous: p.previous,
+            max_nodes: p.max_nodes,
+            mixed_types: p.mixed_types,
+        })
+        .collect();
+    let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
+    stats.exact_proven = Some(solution.proven);
+    if !solution.proven {
+        let greedy = plan_round(
+            &HadarConfig {
+                exact: false,
+                ..config.clone()
+            },
+            input,
+        );
+        if greedy.1.objective > solution.objective {
+            let (plan, mut s) = greedy;
+            s.exact_proven = Some(false);
+            return Some((plan, s));
         }
-        for (p, placement) in ready.iter().zip(solution.placements) {
-            let js = &input.jobs[p.index];
-            match placement {
-                Some(placement) => {
-                    let price = book.placement_cost(&placement).unwrap_or(f64::NAN);
-                    book.charge(&placement);
-                    let rate = gang_rate(&p.rates, p.workers, &placement);
-                    let moved = p.previous.is_some_and(|q| *q != placement);
-                    if p.previous.is_some() && !moved {
-                        stats.kept += 1;
-                    }
-                    let utility = p.utility.at(rate, moved);
-                    stats.admitted += 1;
-                    stats.objective += utility;
-                    assignments.push(Assignment {
-                        job: js.id(),
-                        placement,
-                        rate,
-                        payoff: Some(utility - price),
-                    });
-                }
-                None => waiting.push(Waiting {
-                    job: js.id(),
-                    reason: reason_when_left_out(book, p),
-                }),
-            }
-        }
-        None
     }
+    for (p, placement) in ready.iter().zip(solution.placements) {
+        let js = &input.jobs[p.index];
+        match placement {
+            Some(placement) => {
+                let price = book.placement_cost(&placement).unwrap_or(f64::NAN);
+                book.charge(&placement);
+                let rate = gang_rate(&p.rates, p.workers, &placement);
+                let moved = p.previous.is_some_and(|q| *q != placement);
+                if p.previous.is_some() && !moved {
+                    stats.kept += 1;
+                }
+                let utility = p.utility.at(rate, moved);
+                stats.admitted += 1;
+                stats.objective += utility;
+                assignments.push(Assignment {
+                    job: js.id(),
+                    placement,
+                    rate,
+                    payoff: Some(utility - price),
+                });
+            }
+            None => waiting.push(Waiting {
+                job: js.id(),
+                reason: reason_when_left_out(book, p),
+            }),
+        }
+    }
+    None
 }
 
 /// The online pass over the ordered jobs (urgent ones first), then work conservation and
