@@ -760,7 +760,9 @@ fn submit_and_measure(
             .flat_map(|j| j.gpu_parts())
             .map(|(_, _, c)| c)
             .sum();
-        for j in all.iter().filter(|j| j.name.starts_with("hadar-fork-")) {
+        // Slurm still shows the copies of an earlier run on this cluster (`MinJobAge`).
+        let ours = |j: &&hadar_slurm::SlurmJob| predict::copy_of(&j.name).is_some_and(|c| ids.contains(&c));
+        for j in all.iter().filter(ours) {
             predict::note_copy(&mut copies, j);
         }
         let mut mine: Vec<&hadar_slurm::SlurmJob> =

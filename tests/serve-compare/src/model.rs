@@ -6,10 +6,10 @@
 //!   non-preemptive), each job held to the type it asked for, with the test cluster's
 //!   settings ([`test_cluster_slurm`]): the jobs have no time limit, so backfill reserves
 //!   nothing and every job that fits starts, and each job's GPUs are on one node. Slurm is
-//!   event-driven (and its backfill runs every second, `bf_interval=1`), so the simulator
-//!   plays it in 1 s rounds; its start latency (launch, the program's start-up and end) is
-//!   longer than such a round, and a job that never moves pays it exactly once, so it is
-//!   added to the job's run on its one type.
+//!   event-driven (it schedules on each job's end, and its backfill runs every second,
+//!   `bf_interval=1`), so the simulator plays it in 0.1 s rounds; its start latency
+//!   (launch, the program's start-up and end) is longer than such a round, and a job that
+//!   never moves pays it exactly once, so it is added to the job's run on its one type.
 //! * **`hadar serve` with Hadar**: `hadar_core::passes::served` over Hadar, configured from the
 //!   daemon's own config file, in the daemon's rounds, with its restart cost and the start
 //!   latency measured on the cluster. Its rounds are woken by submissions (no sooner than
@@ -73,6 +73,11 @@ pub struct Timing {
     /// Slurm alone: seconds from a job's GPUs being free (or its submission) to its end,
     /// beyond its training time: scheduling, launch, the program's start and exit.
     pub slurm_start_s: f64,
+    /// Slurm alone: the simulator's round. Slurm schedules on each job's end, so releases a
+    /// fraction of a second apart must not be taken together (a job needing two GPUs would
+    /// take two that came free one after the other, where Slurm gave the first to a smaller
+    /// job): a tenth of a second, finer than Slurm's whole-second times.
+    pub slurm_round_s: f64,
     /// `hadar serve`'s round (`round_seconds`) with Hadar.
     pub hadar_round_s: f64,
     /// `restart_seconds` of the daemon with Hadar: checkpoint, requeue and reload.
@@ -106,7 +111,8 @@ impl Default for Timing {
     fn default() -> Self {
         Timing {
             slurm: test_cluster_slurm(),
-            slurm_start_s: 2.0,
+            slurm_start_s: 1.0,
+            slurm_round_s: 0.1,
             hadar_round_s: 3.0,
             hadar_restart_s: 3.0,
             hadar_start_s: 2.0,
@@ -220,7 +226,7 @@ pub fn sim_setup(
     Ok(match who {
         Scheduler::Slurm => (
             SimConfig {
-                round_s: 1.0,
+                round_s: timing.slurm_round_s,
                 ..SimConfig::default()
             },
             Box::new(SlurmBackfill::with_options(timing.slurm)),
