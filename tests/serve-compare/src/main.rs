@@ -623,10 +623,13 @@ fn run_policy(
     scale: f64,
     forked: bool,
     round_s: f64,
+    seed: u64,
 ) -> Result<PolicyResult, String> {
     use std::os::unix::fs::PermissionsExt;
     let policy = if forked { "hadare" } else { "hadar" };
-    let dir = bed.path(&format!("cmp-{policy}"));
+    // One directory per policy and seed: a run's state database and log stay for `hadar
+    // replay` and `hadar explain` after the next seed's run.
+    let dir = bed.path(&format!("cmp-{policy}-seed{seed}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
@@ -761,7 +764,9 @@ fn submit_and_measure(
             .map(|(_, _, c)| c)
             .sum();
         // Slurm still shows the copies of an earlier run on this cluster (`MinJobAge`).
-        let ours = |j: &&hadar_slurm::SlurmJob| predict::copy_of(&j.name).is_some_and(|c| ids.contains(&c));
+        let ours = |j: &&hadar_slurm::SlurmJob| {
+            predict::copy_of(&j.name).is_some_and(|c| ids.contains(&c))
+        };
         for j in all.iter().filter(ours) {
             predict::note_copy(&mut copies, j);
         }
@@ -843,7 +848,7 @@ fn trace_mode(a: &Args) -> ExitCode {
     eprintln!("{} jobs, time scale {scale:.1}", jobs.len());
     let mut results = Vec::new();
     for forked in [false, true] {
-        match run_policy(&bed, a, &jobs, scale, forked, a.round_s) {
+        match run_policy(&bed, a, &jobs, scale, forked, a.round_s, a.seed) {
             Ok(r) => results.push(r),
             Err(e) => {
                 eprintln!(

@@ -230,7 +230,7 @@ fn measure_seed(
                 } else {
                     a.predict.timing.hadar_round_s
                 };
-                let r = crate::run_policy(bed, a, &trace, a.time_scale, forked, round)
+                let r = crate::run_policy(bed, a, &trace, a.time_scale, forked, round, seed)
                     .map_err(|e| format!("{}: {e}", who.as_str()))?;
                 (r.times, r.copies, r.config)
             }
@@ -474,7 +474,8 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
         let mut trained = Vec::new();
         // Slurm still shows an earlier run's copies for a few minutes (`MinJobAge`);
         // records made before the harness left them out hold them too.
-        let ours = |c: &&CopyJob| copy_of(&c.name).is_some_and(|j| e.times.iter().any(|t| t.id == j));
+        let ours =
+            |c: &&CopyJob| copy_of(&c.name).is_some_and(|j| e.times.iter().any(|t| t.id == j));
         for c in e.copies.iter().filter(ours) {
             for part in c.comment.iter().flat_map(|m| m.split(';')) {
                 // cK=ok:STEPS:SECONDS:EXIT
@@ -708,15 +709,20 @@ mod tests {
         assert_eq!(read_seeing(&[], 3), 0.0);
     }
 
+    /// The seeds of a record's text, one JSON line each.
+    fn records_in(text: &str) -> Vec<SeedRecord> {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn slurm_alone_on_the_recorded_runs_is_predicted_only_without_time_limits() {
         use hadar_core::policies::slurm_backfill::SlurmOptions;
-        let records: Vec<SeedRecord> =
-            include_str!("../../../docs/data/prediction-record-clean.jsonl")
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+        let records = records_in(include_str!(
+            "../../../docs/data/prediction-record-clean.jsonl"
+        ));
         let run = |slurm: SlurmOptions| {
             let t = Timing {
                 slurm,
@@ -749,10 +755,40 @@ mod tests {
     }
 
     #[test]
+    fn the_fresh_hold_out_is_predicted_within_the_aim_for_all_three() {
+        // Seeds 13-16, run after the model's figures were fixed (docs/prediction.md).
+        let records = records_in(include_str!(
+            "../../../docs/data/prediction-record-holdout-seeds13-16.jsonl"
+        ));
+        assert_eq!(records.len(), 4);
+        let mut t = Timing::default();
+        set_timing(&mut t, "hadare_round_s=30").unwrap();
+        for who in [Scheduler::Slurm, Scheduler::Hadar, Scheduler::HadarE] {
+            let errors: Vec<RunErrors> = records
+                .iter()
+                .flat_map(|r| compare(r, &t, false, &[who]).unwrap())
+                .map(|c| c.errors)
+                .collect();
+            assert_eq!(errors.len(), 4, "{}", who.as_str());
+            let summary = accuracy::summarise(&errors).unwrap();
+            assert!(
+                accuracy::meets_aim(&summary),
+                "{}: {summary:?}",
+                who.as_str()
+            );
+        }
+    }
+
+    #[test]
     fn a_copy_job_names_its_logical_job() {
         assert_eq!(copy_of("hadar-fork-255-r1"), Some(255));
         assert_eq!(copy_of("hadar-fork-7-r12"), Some(7));
-        for other in ["hadar-fork-7", "hadar-fork-x-r1", "hadar-fork-7-rx", "cmp-7"] {
+        for other in [
+            "hadar-fork-7",
+            "hadar-fork-x-r1",
+            "hadar-fork-7-rx",
+            "cmp-7",
+        ] {
             assert_eq!(copy_of(other), None, "{other}");
         }
     }
@@ -763,13 +799,10 @@ mod tests {
         // each GPU to the next one-GPU job, and the two-GPU job 9 waited for the next pair
         // (measured 109 s). In 1 s rounds both releases fell in one round and job 9 took
         // the pair (predicted 94 s).
-        let record: SeedRecord = serde_json::from_str(
-            include_str!("../../../docs/data/prediction-record-holdout-seeds9-12.jsonl")
-                .lines()
-                .nth(2)
-                .unwrap(),
-        )
-        .unwrap();
+        let record = records_in(include_str!(
+            "../../../docs/data/prediction-record-holdout-seeds9-12.jsonl"
+        ))
+        .remove(2);
         assert_eq!(record.seed, 11);
         let run = |slurm_round_s: f64| {
             let t = Timing {
@@ -782,8 +815,16 @@ mod tests {
         };
         let (now, whole_seconds) = (run(Timing::default().slurm_round_s), run(1.0));
         let m = now.measured_jct[9];
-        assert!((now.predicted_jct[9] - m).abs() / m < 0.05, "{}", now.predicted_jct[9]);
-        assert!(whole_seconds.predicted_jct[9] < 0.9 * m, "{}", whole_seconds.predicted_jct[9]);
+        assert!(
+            (now.predicted_jct[9] - m).abs() / m < 0.05,
+            "{}",
+            now.predicted_jct[9]
+        );
+        assert!(
+            whole_seconds.predicted_jct[9] < 0.9 * m,
+            "{}",
+            whole_seconds.predicted_jct[9]
+        );
         assert!(now.errors.makespan_pct.abs() < 10.0, "{:?}", now.errors);
     }
 }
