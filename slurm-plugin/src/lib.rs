@@ -19,7 +19,7 @@ mod notify;
 mod state;
 
 use bindings::job_desc_msg_t;
-use hadar_request::{Decision, Notice, Submission, TresFields, decide};
+use hadar_request::{Decision, Managed, Notice, Submission, TresFields, decide};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -112,7 +112,7 @@ pub extern "C" fn job_modify(
     catch_unwind(|| SLURM_SUCCESS).unwrap_or(SLURM_SUCCESS)
 }
 
-/// The body of [`job_submit`].
+/// The body of [`job_submit`]: read the description, decide, and hold a managed job.
 unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
     // Timed so the log shows what the plugin costs each managed submission (the benchmark
     // reads it back); reading the monotonic clock costs tens of nanoseconds.
@@ -120,74 +120,9 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
     let Some(loaded) = state::current() else {
         return SLURM_SUCCESS; // broken configuration: already logged, pass through
     };
-    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
-    // SAFETY: the strings of a job description are NUL-terminated or NULL.
-    let (partition, comment, own_script, array) = unsafe {
-        (
-            cstr::read(desc.partition),
-            cstr::read(desc.comment),
-            cstr::read(desc.script),
-            cstr::read(desc.array_inx),
-        )
-    };
-    let leader_script: Option<String>;
-    let script = match het_offset {
-        Some(0) => {
-            HET_LEADER_SCRIPT.with(|slot| {
-                *slot.borrow_mut() = Some((submit_uid, own_script.clone()));
-            });
-            own_script.as_deref()
-        }
-        Some(_) => {
-            leader_script = HET_LEADER_SCRIPT.with(|slot| {
-                slot.borrow()
-                    .as_ref()
-                    .filter(|(uid, _)| *uid == submit_uid)
-                    .and_then(|(_, s)| s.clone())
-            });
-            leader_script.as_deref()
-        }
-        None => own_script.as_deref(),
-    };
-    // SAFETY: as above.
-    let tres = unsafe {
-        [
-            cstr::read(desc.tres_per_job),
-            cstr::read(desc.tres_per_node),
-            cstr::read(desc.tres_per_socket),
-            cstr::read(desc.tres_per_task),
-            cstr::read(desc.cpus_per_tres),
-            cstr::read(desc.mem_per_tres),
-        ]
-    };
-    let submission = Submission {
-        partition: partition.as_deref(),
-        comment: comment.as_deref(),
-        script,
-        tres: TresFields {
-            per_job: tres[0].as_deref(),
-            per_node: tres[1].as_deref(),
-            per_socket: tres[2].as_deref(),
-            per_task: tres[3].as_deref(),
-            cpus_per_tres: tres[4].as_deref(),
-            mem_per_tres: tres[5].as_deref(),
-        },
-        min_nodes: (desc.min_nodes != NO_VAL && desc.min_nodes != 0).then_some(desc.min_nodes),
-        het_offset,
-        interactive: script.is_none(),
-        num_tasks: (desc.num_tasks != NO_VAL && desc.num_tasks != 0).then_some(desc.num_tasks),
-        array: array.as_deref().is_some_and(|a| !a.is_empty()),
-        // `--array=0-7%2`: slurmctld hands the plugin the `%N` suffix with the indices.
-        array_throttle: array
-            .as_deref()
-            .and_then(|a| a.rsplit_once('%'))
-            .and_then(|(_, n)| n.trim().parse().ok())
-            .filter(|n| *n > 0),
-        user_hold: desc.priority == 0,
-        // JOB_SHARED_NONE: `--exclusive` (whole nodes).
-        exclusive: desc.shared == 0,
-    };
-    match decide(&submission, &loaded.config, &loaded.inventory) {
+    // SAFETY: slurmctld's job description, as `job_submit` received it.
+    let strings = unsafe { DescStrings::read(desc, submit_uid) };
+    match decide(&strings.submission(desc), &loaded.config, &loaded.inventory) {
         Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,
         Err(e) => {
             let message = format!("hadar: {e}");
@@ -200,24 +135,8 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         }
         Ok(Decision::Managed(managed)) => {
             let record = managed.record.encode();
-            // SAFETY: the fields are Slurm-allocated strings or NULL; replace frees and
-            // reallocates them with Slurm's own allocator.
-            unsafe {
-                cstr::replace(&mut desc.admin_comment, &record);
-                cstr::replace_opt(&mut desc.tres_per_job, managed.tres_per_job.as_deref());
-                cstr::replace_opt(&mut desc.tres_per_node, managed.tres_per_node.as_deref());
-                if managed.record.directives.gpus_per_task.is_some() {
-                    cstr::replace_opt(&mut desc.tres_per_task, managed.tres_per_task.as_deref());
-                }
-                // Given back with the placement: Slurm refuses them without a GPU request.
-                if managed.record.directives.cpus_per_gpu.is_some() {
-                    cstr::replace_opt(&mut desc.cpus_per_tres, None);
-                }
-                if managed.record.directives.mem_per_gpu_mb.is_some() {
-                    cstr::replace_opt(&mut desc.mem_per_tres, None);
-                }
-            }
-            desc.priority = 0;
+            // SAFETY: as above.
+            unsafe { hold(desc, &managed, &record) };
             let notice = Notice {
                 uid: submit_uid,
                 record: managed.record,
@@ -238,4 +157,129 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             SLURM_SUCCESS
         }
     }
+}
+
+/// The strings of a job description the decision reads, copied out of Slurm's memory.
+struct DescStrings {
+    partition: Option<String>,
+    comment: Option<String>,
+    /// The batch script whose `#HADAR` lines apply: the job's own, or for a later het job
+    /// component its leader's; `None` for an interactive allocation.
+    script: Option<String>,
+    array: Option<String>,
+    /// `tres_per_job`, `_node`, `_socket`, `_task`, `cpus_per_tres`, `mem_per_tres`.
+    tres: [Option<String>; 6],
+}
+
+impl DescStrings {
+    /// Copies the strings out of `desc`, and keeps a het job leader's script for its later
+    /// components (which carry none of their own).
+    ///
+    /// # Safety
+    /// `desc`'s strings are NUL-terminated or NULL, as slurmctld passes them.
+    unsafe fn read(desc: &job_desc_msg_t, submit_uid: u32) -> Self {
+        // SAFETY: the strings of a job description are NUL-terminated or NULL.
+        let (partition, comment, own_script, array) = unsafe {
+            (
+                cstr::read(desc.partition),
+                cstr::read(desc.comment),
+                cstr::read(desc.script),
+                cstr::read(desc.array_inx),
+            )
+        };
+        let script = match het_offset(desc) {
+            Some(0) => {
+                HET_LEADER_SCRIPT.with(|slot| {
+                    *slot.borrow_mut() = Some((submit_uid, own_script.clone()));
+                });
+                own_script
+            }
+            Some(_) => HET_LEADER_SCRIPT.with(|slot| {
+                slot.borrow()
+                    .as_ref()
+                    .filter(|(uid, _)| *uid == submit_uid)
+                    .and_then(|(_, s)| s.clone())
+            }),
+            None => own_script,
+        };
+        // SAFETY: as above.
+        let tres = unsafe {
+            [
+                cstr::read(desc.tres_per_job),
+                cstr::read(desc.tres_per_node),
+                cstr::read(desc.tres_per_socket),
+                cstr::read(desc.tres_per_task),
+                cstr::read(desc.cpus_per_tres),
+                cstr::read(desc.mem_per_tres),
+            ]
+        };
+        DescStrings {
+            partition,
+            comment,
+            script,
+            array,
+            tres,
+        }
+    }
+
+    /// The submission the decision sees: these strings and `desc`'s numbers.
+    fn submission(&self, desc: &job_desc_msg_t) -> Submission<'_> {
+        let array = self.array.as_deref();
+        Submission {
+            partition: self.partition.as_deref(),
+            comment: self.comment.as_deref(),
+            script: self.script.as_deref(),
+            tres: TresFields {
+                per_job: self.tres[0].as_deref(),
+                per_node: self.tres[1].as_deref(),
+                per_socket: self.tres[2].as_deref(),
+                per_task: self.tres[3].as_deref(),
+                cpus_per_tres: self.tres[4].as_deref(),
+                mem_per_tres: self.tres[5].as_deref(),
+            },
+            min_nodes: (desc.min_nodes != NO_VAL && desc.min_nodes != 0).then_some(desc.min_nodes),
+            het_offset: het_offset(desc),
+            interactive: self.script.is_none(),
+            num_tasks: (desc.num_tasks != NO_VAL && desc.num_tasks != 0).then_some(desc.num_tasks),
+            array: array.is_some_and(|a| !a.is_empty()),
+            // `--array=0-7%2`: slurmctld hands the plugin the `%N` suffix with the indices.
+            array_throttle: array
+                .and_then(|a| a.rsplit_once('%'))
+                .and_then(|(_, n)| n.trim().parse().ok())
+                .filter(|n| *n > 0),
+            user_hold: desc.priority == 0,
+            // JOB_SHARED_NONE: `--exclusive` (whole nodes).
+            exclusive: desc.shared == 0,
+        }
+    }
+}
+
+/// The job's offset in its heterogeneous job, if it is a component of one.
+fn het_offset(desc: &job_desc_msg_t) -> Option<u32> {
+    (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset)
+}
+
+/// Writes a managed job's record and stripped GPU fields into `desc` and holds it.
+///
+/// # Safety
+/// `desc`'s string fields are Slurm-allocated strings or NULL.
+unsafe fn hold(desc: &mut job_desc_msg_t, managed: &Managed, record: &str) {
+    // SAFETY: the fields are Slurm-allocated strings or NULL; replace frees and
+    // reallocates them with Slurm's own allocator.
+    unsafe {
+        cstr::replace(&mut desc.admin_comment, record);
+        cstr::replace_opt(&mut desc.tres_per_job, managed.tres_per_job.as_deref());
+        cstr::replace_opt(&mut desc.tres_per_node, managed.tres_per_node.as_deref());
+        if managed.record.directives.gpus_per_task.is_some() {
+            cstr::replace_opt(&mut desc.tres_per_task, managed.tres_per_task.as_deref());
+        }
+        // Given back with the placement: Slurm refuses them without a GPU request.
+        if managed.record.directives.cpus_per_gpu.is_some() {
+            cstr::replace_opt(&mut desc.cpus_per_tres, None);
+        }
+        if managed.record.directives.mem_per_gpu_mb.is_some() {
+            cstr::replace_opt(&mut desc.mem_per_tres, None);
+        }
+    }
+    desc.priority = 0;
 }

@@ -432,18 +432,9 @@ fn average_into(
     w: &mut dyn Write,
 ) -> Result<Summary, AverageError> {
     let first = &inputs[0];
-    let werr = |error| AverageError::Io {
-        path: out.to_path_buf(),
-        error,
-    };
-    w.write_all(first.header_bytes()).map_err(werr)?;
-    let codec = Codec::new();
-    let chunk_scalars = opts.chunk_scalars.max(1);
-    let mut acc = vec![0.0f64; chunk_scalars];
-    let mut start = vec![0.0f64; chunk_scalars];
-    let mut velocity = vec![0.0f64; chunk_scalars];
-    let mut buf = Vec::with_capacity(chunk_scalars * 8);
-    let mut vbuf = Vec::new();
+    w.write_all(first.header_bytes())
+        .map_err(|error| io_error(out, error))?;
+    let mut chunks = Chunks::new(opts.chunk_scalars.max(1));
     let mut summary = Summary {
         tensors: 0,
         averaged: 0,
@@ -474,81 +465,140 @@ fn average_into(
         match t.dtype.treatment() {
             Treatment::Averaged => {
                 summary.averaged += 1;
-                let sb = t.dtype.scalar_bytes();
-                let vd = outer::velocity_dtype(t.dtype);
-                let vsb = vd.scalar_bytes();
-                // The start's and the old velocity's bytes of this tensor (outer step only).
-                let start_bytes = outer.as_ref().map(|o| o.start.data(lookup(o.start, t)));
-                let velocity_bytes = outer
-                    .as_ref()
-                    .and_then(|o| o.velocity_in)
-                    .map(|v| v.data(lookup(v, t)));
-                let step = chunk_scalars * sb;
-                let mut off = 0usize;
-                let len = t.len() as usize;
-                while off < len {
-                    let end = (off + step).min(len);
-                    let n = (end - off) / sb;
-                    let acc = &mut acc[..n];
-                    // -0.0 is the additive identity (0.0 would turn an average of -0.0s into +0.0).
-                    acc.fill(-0.0);
-                    for (s, wk) in slices.iter().zip(weights) {
-                        if *wk != 0.0 {
-                            codec.accumulate(t.dtype, &s[off..end], *wk, acc);
-                        }
-                    }
-                    if let Some(o) = outer.as_mut() {
-                        let start = &mut start[..n];
-                        let velocity = &mut velocity[..n];
-                        start.fill(-0.0);
-                        if let Some(sbytes) = start_bytes {
-                            codec.accumulate(t.dtype, &sbytes[off..end], 1.0, start);
-                        }
-                        velocity.fill(0.0);
-                        if let Some(vbytes) = velocity_bytes {
-                            velocity.fill(-0.0);
-                            let (voff, vend) = (off / sb * vsb, end / sb * vsb);
-                            codec.accumulate(vd, &vbytes[voff..vend], 1.0, velocity);
-                        }
-                        for ((m, s), v) in acc.iter_mut().zip(start.iter()).zip(velocity.iter_mut())
-                        {
-                            (*m, *v) = o.opt.step(*m, *s, *v);
-                        }
-                        if let Some((vw, vpath)) = o.velocity_out.as_mut() {
-                            vbuf.clear();
-                            codec.encode(vd, velocity, &mut vbuf);
-                            vw.write_all(&vbuf).map_err(|error| AverageError::Io {
-                                path: vpath.to_path_buf(),
-                                error,
-                            })?;
-                        }
-                    }
-                    buf.clear();
-                    codec.encode(t.dtype, acc, &mut buf);
-                    w.write_all(&buf).map_err(werr)?;
-                    off = end;
-                }
+                chunks.average_tensor(t, &slices, weights, outer.as_mut(), out, w)?;
             }
             Treatment::Exact => {
                 if opts.integers == IntegerPolicy::Identical {
-                    for (k, s) in slices.iter().enumerate().skip(1) {
-                        if let Some(byte) = slices[0].iter().zip(s.iter()).position(|(a, b)| a != b)
-                        {
-                            return Err(AverageError::ExactTensorDiffers {
-                                tensor: t.name.clone(),
-                                dtype: t.dtype,
-                                first: first.path.clone(),
-                                other: inputs[k].path.clone(),
-                                byte: byte as u64,
-                            });
-                        }
-                    }
+                    check_identical(inputs, t, &slices)?;
                 }
-                w.write_all(slices[0]).map_err(werr)?;
+                w.write_all(slices[0])
+                    .map_err(|error| io_error(out, error))?;
             }
         }
     }
     Ok(summary)
+}
+
+fn io_error(path: &Path, error: std::io::Error) -> AverageError {
+    AverageError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// An error naming the first byte where an input's copy of exact tensor `t` differs from
+/// the first input's.
+fn check_identical(
+    inputs: &[Checkpoint],
+    t: &TensorInfo,
+    slices: &[&[u8]],
+) -> Result<(), AverageError> {
+    for (k, s) in slices.iter().enumerate().skip(1) {
+        if let Some(byte) = slices[0].iter().zip(s.iter()).position(|(a, b)| a != b) {
+            return Err(AverageError::ExactTensorDiffers {
+                tensor: t.name.clone(),
+                dtype: t.dtype,
+                first: inputs[0].path.clone(),
+                other: inputs[k].path.clone(),
+                byte: byte as u64,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The scratch space of the averaging, one chunk of a tensor at a time, reused across
+/// tensors so memory stays bounded by the chunk size whatever the checkpoint's size.
+struct Chunks {
+    codec: Codec,
+    scalars: usize,
+    acc: Vec<f64>,
+    start: Vec<f64>,
+    velocity: Vec<f64>,
+    buf: Vec<u8>,
+    vbuf: Vec<u8>,
+}
+
+impl Chunks {
+    fn new(scalars: usize) -> Self {
+        Chunks {
+            codec: Codec::new(),
+            scalars,
+            acc: vec![0.0f64; scalars],
+            start: vec![0.0f64; scalars],
+            velocity: vec![0.0f64; scalars],
+            buf: Vec::with_capacity(scalars * 8),
+            vbuf: Vec::new(),
+        }
+    }
+
+    /// Writes the weighted average of the inputs' copies (`slices`) of tensor `t` into `w`
+    /// (the file `out`), or with `outer` the outer step from the start along it.
+    fn average_tensor(
+        &mut self,
+        t: &TensorInfo,
+        slices: &[&[u8]],
+        weights: &[f64],
+        mut outer: Option<&mut OuterStep<'_>>,
+        out: &Path,
+        w: &mut dyn Write,
+    ) -> Result<(), AverageError> {
+        let sb = t.dtype.scalar_bytes();
+        let vd = outer::velocity_dtype(t.dtype);
+        let vsb = vd.scalar_bytes();
+        // The start's and the old velocity's bytes of this tensor (outer step only).
+        let start_bytes = outer.as_ref().map(|o| o.start.data(lookup(o.start, t)));
+        let velocity_bytes = outer
+            .as_ref()
+            .and_then(|o| o.velocity_in)
+            .map(|v| v.data(lookup(v, t)));
+        let step = self.scalars * sb;
+        let mut off = 0usize;
+        let len = t.len() as usize;
+        while off < len {
+            let end = (off + step).min(len);
+            let n = (end - off) / sb;
+            let acc = &mut self.acc[..n];
+            // -0.0 is the additive identity (0.0 would turn an average of -0.0s into +0.0).
+            acc.fill(-0.0);
+            for (s, wk) in slices.iter().zip(weights) {
+                if *wk != 0.0 {
+                    self.codec.accumulate(t.dtype, &s[off..end], *wk, acc);
+                }
+            }
+            if let Some(o) = outer.as_mut() {
+                let start = &mut self.start[..n];
+                let velocity = &mut self.velocity[..n];
+                start.fill(-0.0);
+                if let Some(sbytes) = start_bytes {
+                    self.codec
+                        .accumulate(t.dtype, &sbytes[off..end], 1.0, start);
+                }
+                velocity.fill(0.0);
+                if let Some(vbytes) = velocity_bytes {
+                    velocity.fill(-0.0);
+                    let (voff, vend) = (off / sb * vsb, end / sb * vsb);
+                    self.codec
+                        .accumulate(vd, &vbytes[voff..vend], 1.0, velocity);
+                }
+                for ((m, s), v) in acc.iter_mut().zip(start.iter()).zip(velocity.iter_mut()) {
+                    (*m, *v) = o.opt.step(*m, *s, *v);
+                }
+                if let Some((vw, vpath)) = o.velocity_out.as_mut() {
+                    self.vbuf.clear();
+                    self.codec.encode(vd, velocity, &mut self.vbuf);
+                    vw.write_all(&self.vbuf)
+                        .map_err(|error| io_error(vpath, error))?;
+                }
+            }
+            self.buf.clear();
+            self.codec.encode(t.dtype, acc, &mut self.buf);
+            w.write_all(&self.buf)
+                .map_err(|error| io_error(out, error))?;
+            off = end;
+        }
+        Ok(())
+    }
 }
 
 /// The tensor of `c` with `t`'s name (`c` was checked to have it).

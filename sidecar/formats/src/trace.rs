@@ -52,10 +52,48 @@ pub fn parse_trace(
             continue;
         }
         let at = |field: usize| Location::of(origin).line(lineno).field(FIELDS[field]);
+        let fields = TraceLine::parse(line, Location::of(origin).line(lineno), &at)?;
+        if fields.arrival_s < last_arrival {
+            return Err(FormatError::invalid(
+                at(9),
+                format!(
+                    "arrival times must not decrease: {} comes after {last_arrival}",
+                    fields.arrival_s
+                ),
+            ));
+        }
+        last_arrival = fields.arrival_s;
+        jobs.push(fields.into_job(JobId(jobs.len() as u64), table, cluster, &at)?);
+    }
+    if jobs.is_empty() {
+        return Err(FormatError::invalid(
+            Location::of(origin),
+            "the trace has no jobs",
+        ));
+    }
+    Ok(jobs)
+}
+
+/// The fields of one trace line that make a job, each checked on its own.
+struct TraceLine<'a> {
+    job_type: &'a str,
+    total_steps: f64,
+    workers: u32,
+    weight: f64,
+    arrival_s: f64,
+}
+
+impl<'a> TraceLine<'a> {
+    /// Splits and checks `line`; `line_at` names the line, `at(i)` its field `i`.
+    fn parse(
+        line: &'a str,
+        line_at: Location,
+        at: &dyn Fn(usize) -> Location,
+    ) -> Result<Self, FormatError> {
         let cols: Vec<&str> = line.split('\t').collect();
         if cols.len() != FIELDS.len() {
             return Err(FormatError::invalid(
-                Location::of(origin).line(lineno),
+                line_at,
                 format!(
                     "expected 10 tab-separated fields ({}), found {}",
                     FIELDS.join(" "),
@@ -118,13 +156,31 @@ pub fn parse_trace(
                 ),
             ));
         }
-        if arrival_s < last_arrival {
-            return Err(FormatError::invalid(
-                at(9),
-                format!("arrival times must not decrease: {arrival_s} comes after {last_arrival}"),
-            ));
-        }
-        last_arrival = arrival_s;
+        Ok(TraceLine {
+            job_type,
+            total_steps,
+            workers,
+            weight,
+            arrival_s,
+        })
+    }
+
+    /// The job `id` these fields describe, with its rates on `cluster` from `table`; an
+    /// error when the table does not know its type or it could run nowhere.
+    fn into_job(
+        self,
+        id: JobId,
+        table: &ThroughputTable,
+        cluster: &Cluster,
+        at: &dyn Fn(usize) -> Location,
+    ) -> Result<Job, FormatError> {
+        let TraceLine {
+            job_type,
+            total_steps,
+            workers,
+            weight,
+            arrival_s,
+        } = self;
         let Some(throughput) = table.profile(job_type, cluster) else {
             let known: Vec<&str> = table.job_types().collect();
             return Err(FormatError::invalid(
@@ -137,7 +193,7 @@ pub fn parse_trace(
             ));
         };
         let job = Job {
-            id: JobId(jobs.len() as u64),
+            id,
             kind: job_type.to_string(),
             arrival_s,
             workers,
@@ -154,15 +210,8 @@ pub fn parse_trace(
                 ),
             ));
         }
-        jobs.push(job);
+        Ok(job)
     }
-    if jobs.is_empty() {
-        return Err(FormatError::invalid(
-            Location::of(origin),
-            "the trace has no jobs",
-        ));
-    }
-    Ok(jobs)
 }
 
 fn parse_num<T: std::str::FromStr>(s: &str, at: Location) -> Result<T, FormatError> {

@@ -19,25 +19,10 @@
 
 use super::dual::gang_rate;
 use crate::cluster::{Cluster, GpuType};
-use crate::market::JobUtility;
 use crate::placement::{Part, Placement};
 
-/// One job as the exact search sees it.
-#[derive(Clone, Debug)]
-pub struct ExactJob<'a> {
-    /// Workers: all are placed, or none.
-    pub workers: u32,
-    /// `X[type][N]` per type, 0 where it cannot run.
-    pub rates: &'a [f64],
-    /// The job's utility.
-    pub utility: &'a JobUtility,
-    /// Its placement last round (when stickiness is on), which can be kept without restart.
-    pub previous: Option<&'a Placement>,
-    /// The most nodes its placement may span.
-    pub max_nodes: u32,
-    /// Whether its placement may mix GPU types.
-    pub mixed_types: bool,
-}
+/// One job as the exact search sees it: as the primal-dual's dual subroutine does.
+pub type ExactJob<'a> = super::dual::DualJob<'a>;
 
 /// The exact search's answer.
 #[derive(Clone, Debug, PartialEq)]

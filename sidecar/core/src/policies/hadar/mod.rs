@@ -532,33 +532,27 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         ready.sort_by(|a, b| a.urgency.slack_s().total_cmp(&b.urgency.slack_s()));
         stats.urgent = ready.iter().filter(|p| p.urgency.is_urgent()).count();
     }
-    let mut book = PriceBook::new(input.cluster, &stats.type_price_bounds)
+    let book = PriceBook::new(input.cluster, &stats.type_price_bounds)
         .with_type_pressure(config.type_pressure);
-
-    let mut assignments: Vec<Assignment> = Vec::new();
+    let mut work = RoundWork {
+        book,
+        assignments: Vec::new(),
+        waiting,
+        stats,
+    };
     if config.exact {
-        if let Some(better) = exact_pass(
-            config,
-            input,
-            &ready,
-            &mut book,
-            &mut assignments,
-            &mut waiting,
-            &mut stats,
-        ) {
+        if let Some(better) = exact_pass(config, input, &ready, &mut work) {
             return better;
         }
     } else {
-        primal_dual_pass(
-            config,
-            input,
-            &ready,
-            &mut book,
-            &mut assignments,
-            &mut waiting,
-            &mut stats,
-        );
+        primal_dual_pass(config, input, &ready, &mut work);
     }
+    let RoundWork {
+        mut assignments,
+        mut waiting,
+        stats,
+        ..
+    } = work;
     assignments.sort_by_key(|a| pos(a.job));
     waiting.sort_by_key(|w| pos(w.job));
     (
@@ -570,28 +564,44 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     )
 }
 
+/// The round being built: the prices so far, the jobs placed and those waiting, and the
+/// round's statistics.
+struct RoundWork {
+    book: PriceBook,
+    assignments: Vec<Assignment>,
+    waiting: Vec<Waiting>,
+    stats: RoundStats,
+}
+
+impl RoundWork {
+    /// Each part on its own, for passes that use them side by side.
+    fn parts(
+        &mut self,
+    ) -> (
+        &mut PriceBook,
+        &mut Vec<Assignment>,
+        &mut Vec<Waiting>,
+        &mut RoundStats,
+    ) {
+        (
+            &mut self.book,
+            &mut self.assignments,
+            &mut self.waiting,
+            &mut self.stats,
+        )
+    }
+}
+
 /// The exact round (`--exact`): places the jobs by branch and bound, or returns the greedy
 /// round's plan instead when the search was cut short and the greedy round scores higher.
 fn exact_pass(
     config: &HadarConfig,
     input: &RoundInput<'_>,
     ready: &[Prepared<'_>],
-    book: &mut PriceBook,
-    assignments: &mut Vec<Assignment>,
-    waiting: &mut Vec<Waiting>,
-    stats: &mut RoundStats,
+    work: &mut RoundWork,
 ) -> Option<(RoundPlan, RoundStats)> {
-    let exact_jobs: Vec<exact::ExactJob<'_>> = ready
-        .iter()
-        .map(|p| exact::ExactJob {
-            workers: p.workers,
-            rates: &p.rates,
-            utility: &p.utility,
-            previous: p.previous,
-            max_nodes: p.max_nodes,
-            mixed_types: p.mixed_types,
-        })
-        .collect();
+    let (book, assignments, waiting, stats) = work.parts();
+    let exact_jobs: Vec<exact::ExactJob<'_>> = ready.iter().map(dual_job).collect();
     let solution = exact::solve(input.cluster, &exact_jobs, config.exact_search_limit);
     stats.exact_proven = Some(solution.proven);
     if !solution.proven {
@@ -644,11 +654,9 @@ fn primal_dual_pass(
     config: &HadarConfig,
     input: &RoundInput<'_>,
     ready: &[Prepared<'_>],
-    book: &mut PriceBook,
-    assignments: &mut Vec<Assignment>,
-    waiting: &mut Vec<Waiting>,
-    stats: &mut RoundStats,
+    work: &mut RoundWork,
 ) {
+    let (book, assignments, waiting, stats) = work.parts();
     let mut priced_out: Vec<usize> = Vec::new();
     // owners[i]: the prepared job of assignments[i].
     let mut owners: Vec<usize> = Vec::new();
