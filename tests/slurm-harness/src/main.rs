@@ -106,6 +106,27 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         machine_config: false,
         accounting: false,
     })?;
+    let mut measured = measure(&mut bed, count, block)?;
+    print_latencies(count, &mut measured.samples, measured.notices);
+    print_plugin_time(&bed.controller_log());
+    Ok(())
+}
+
+/// What the benchmark measured.
+struct Measured {
+    /// sbatch latencies (ms), per configuration of [`CONFIGS`].
+    samples: Vec<Vec<f64>>,
+    /// Notices the listening sidecar received.
+    notices: usize,
+}
+
+/// `count` sbatch latencies per configuration, measured in blocks of `block` in a shuffled
+/// order.
+fn measure(
+    bed: &mut Testbed,
+    count: usize,
+    block: usize,
+) -> Result<Measured, Box<dyn std::error::Error>> {
     let socket = bed.path("run/hadar.sock");
     let decoy = bed.path("run/not-the-sidecar.sock");
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
@@ -113,7 +134,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
     let mut notices = 0usize;
     // Warm-up: caches, the plugin's first load, sbatch's first run.
     for c in &CONFIGS {
-        set_plugin(&mut bed, &mut plugin_on, c.plugin)?;
+        set_plugin(bed, &mut plugin_on, c.plugin)?;
         // The unmeasured submissions right after a switch are also logged by the plugin.
         for _ in 0..5 {
             bed.sbatch(&[c.args, &["--wrap", "true"]].concat(), None);
@@ -138,7 +159,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
             if n == 0 {
                 continue;
             }
-            if set_plugin(&mut bed, &mut plugin_on, c.plugin)? {
+            if set_plugin(bed, &mut plugin_on, c.plugin)? {
                 // Let the controller settle after the reconfigure before measuring: the first
                 // seconds after one were seen to be slower, whichever configuration came next.
                 std::thread::sleep(Duration::from_secs(SETTLE_SECONDS));
@@ -166,13 +187,18 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
             bed.cancel_all()?;
         }
     }
+    Ok(Measured { samples, notices })
+}
+
+/// The latency table per configuration and the plugin's cost against no plugin.
+fn print_latencies(count: usize, samples: &mut [Vec<f64>], notices: usize) {
     println!("sbatch latency over {count} submissions per configuration (milliseconds)");
     println!(
         "{:<38} {:>8} {:>8} {:>8} {:>8}",
         "configuration", "median", "p90", "p99", "mean"
     );
     let mut medians = Vec::new();
-    for (c, s) in CONFIGS.iter().zip(&mut samples) {
+    for (c, s) in CONFIGS.iter().zip(samples.iter_mut()) {
         s.sort_by(|a, b| a.total_cmp(b));
         let mean = s.iter().sum::<f64>() / s.len() as f64;
         let (m, p90, p99) = (quantile(s, 0.5), quantile(s, 0.9), quantile(s, 0.99));
@@ -192,10 +218,12 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         medians[3] - medians[0]
     );
     println!("notices received by the listening sidecar: {notices} of {count}");
+}
 
-    // The plugin logs how long it spent on each managed job (from entry to return, notice
-    // included): the plugin's own cost, without sbatch's process start and the RPC.
-    let log = bed.controller_log();
+/// The plugin logs how long it spent on each managed job (from entry to return, notice
+/// included): the plugin's own cost, without sbatch's process start and the RPC. Prints
+/// it from slurmctld's log, split by whether the sidecar was notified.
+fn print_plugin_time(log: &str) {
     let mut down = Vec::new();
     let mut up = Vec::new();
     for line in log.lines() {
@@ -232,7 +260,6 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
             v[v.len() - 1]
         );
     }
-    Ok(())
 }
 
 /// The value at quantile `q` of sorted samples (nearest rank).
