@@ -387,10 +387,7 @@ pub fn consolidate(
     let velocity_path = files.momentum_out.clone().unwrap_or_default();
     if let Some(vw) = vw.as_mut() {
         vw.write_all(&outer::velocity_header(&layout))
-            .map_err(|error| AverageError::Io {
-                path: velocity_path.clone(),
-                error,
-            })?;
+            .map_err(write::io_at(&velocity_path))?;
     }
     let step = OuterStep {
         opt: *opt,
@@ -433,7 +430,7 @@ fn average_into(
 ) -> Result<Summary, AverageError> {
     let first = &inputs[0];
     w.write_all(first.header_bytes())
-        .map_err(|error| io_error(out, error))?;
+        .map_err(write::io_at(out))?;
     let mut chunks = Chunks::new(opts.chunk_scalars.max(1));
     let mut summary = Summary {
         tensors: 0,
@@ -471,19 +468,11 @@ fn average_into(
                 if opts.integers == IntegerPolicy::Identical {
                     check_identical(inputs, t, &slices)?;
                 }
-                w.write_all(slices[0])
-                    .map_err(|error| io_error(out, error))?;
+                w.write_all(slices[0]).map_err(write::io_at(out))?;
             }
         }
     }
     Ok(summary)
-}
-
-fn io_error(path: &Path, error: std::io::Error) -> AverageError {
-    AverageError::Io {
-        path: path.to_path_buf(),
-        error,
-    }
 }
 
 /// An error naming the first byte where an input's copy of exact tensor `t` differs from
@@ -587,14 +576,12 @@ impl Chunks {
                 if let Some((vw, vpath)) = o.velocity_out.as_mut() {
                     self.vbuf.clear();
                     self.codec.encode(vd, velocity, &mut self.vbuf);
-                    vw.write_all(&self.vbuf)
-                        .map_err(|error| io_error(vpath, error))?;
+                    vw.write_all(&self.vbuf).map_err(write::io_at(vpath))?;
                 }
             }
             self.buf.clear();
             self.codec.encode(t.dtype, acc, &mut self.buf);
-            w.write_all(&self.buf)
-                .map_err(|error| io_error(out, error))?;
+            w.write_all(&self.buf).map_err(write::io_at(out))?;
             off = end;
         }
         Ok(())

@@ -97,7 +97,8 @@ impl Staged {
     }
 }
 
-fn io_at(path: &Path) -> impl Fn(std::io::Error) -> AverageError + '_ {
+/// The error of an IO failure on `path`, for `map_err`.
+pub(crate) fn io_at(path: &Path) -> impl Fn(std::io::Error) -> AverageError + '_ {
     move |error| AverageError::Io {
         path: path.to_path_buf(),
         error,

@@ -125,16 +125,13 @@ pub struct CopyJob {
     pub comment: Option<String>,
 }
 
-/// Keeps what Slurm shows of a copy job (its het components share a name): the earliest
-/// start, the latest end, the round report.
-/// The logical job a copy job's name (`hadar-fork-JOB-rROUND`) belongs to.
+/// The logical job a copy job's name belongs to.
 pub fn copy_of(name: &str) -> Option<u64> {
-    let rest = name.strip_prefix("hadar-fork-")?;
-    let (job, round) = rest.split_once("-r")?;
-    round.parse::<u64>().ok()?;
-    job.parse().ok()
+    hadar_daemon::fork::copy_job_of(name).map(|(job, _)| job)
 }
 
+/// Keeps what Slurm shows of a copy job (its het components share a name): the earliest
+/// start, the latest end, the round report.
 pub fn note_copy(
     copies: &mut std::collections::BTreeMap<String, CopyJob>,
     j: &hadar_slurm::SlurmJob,
@@ -503,11 +500,10 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
         // started (a second or two after theirs: Slurm's times are whole seconds).
         let mut finish = Vec::new();
         for t in &e.times {
-            let prefix = format!("hadar-fork-{}-r", t.id);
             let last = e
                 .copies
                 .iter()
-                .filter(|c| c.name.starts_with(&prefix))
+                .filter(|c| copy_of(&c.name) == Some(t.id))
                 .filter_map(|c| c.start)
                 .reduce(f64::max);
             if let (Some(l), Some(r)) = (last, round) {

@@ -171,5 +171,17 @@ pub use plan::{ForkStart, ForkView, ForkedRound, PlainSide, PlannedCopy, plan_fo
 use progress::*;
 pub use progress::{comment, copies_gpus};
 pub use script::outer_args;
+
+/// The Slurm name of logical job `job`'s copy job for round `round`.
+pub fn copy_job_name(job: u64, round: u64) -> String {
+    format!("hadar-fork-{job}-r{round}")
+}
+
+/// The logical job and round a copy job's name ([`copy_job_name`]) gives; `None` for any
+/// other name.
+pub fn copy_job_of(name: &str) -> Option<(u64, u64)> {
+    let (job, round) = name.strip_prefix("hadar-fork-")?.split_once("-r")?;
+    Some((job.parse().ok()?, round.parse().ok()?))
+}
 use script::*;
 pub use sizing::{fork_profile, split_budget};

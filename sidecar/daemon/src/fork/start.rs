@@ -93,7 +93,7 @@ impl Forker {
             round: r,
             state: RoundState::Submitting,
             copy_job: None,
-            copy_job_name: format!("hadar-fork-{id}-r{r}"),
+            copy_job_name: copy_job_name(id, r),
             copies,
             start_from: fj.checkpoint.clone(),
             consolidated: job_dir
