@@ -148,6 +148,7 @@ pub fn reconcile(
         }
         match &sj.status {
             s if s.is_terminal() => {
+                ran_unseen(row, sj, now_s, epoch_unix);
                 account(row, now_s, rel(sj.end_time));
                 row.phase = Phase::Finished;
                 row.final_state = Some(s.as_str().to_string());
@@ -269,6 +270,24 @@ fn seen_running(
         row.placement = Some(alloc);
     }
     account(row, now_s, None);
+}
+
+/// A row brought in line with a job that ended after a run no round saw (it started and
+/// ended between two rounds, or while no daemon ran): Slurm's start time is its first start
+/// if it had none, and the run is accounted from there. Whether the daemon started it is
+/// the daemon's to tell from its intents; [`reconcile`] does not count it as a start.
+fn ran_unseen(row: &mut JobRow, sj: &SlurmJob, now_s: f64, epoch_unix: f64) {
+    // A job cancelled while pending has a start time (its end) but never had nodes.
+    let Some(start) = sj.start_time.filter(|_| !sj.nodes.is_empty()) else {
+        return;
+    };
+    if row.accounted_s.is_some() {
+        return;
+    }
+    let start = (start as f64 - epoch_unix).min(now_s);
+    row.first_start_s.get_or_insert(start);
+    row.accounted_s = Some(start);
+    row.rounds_run += 1;
 }
 
 /// Adds the time since the job was last accounted (up to `until` or `now_s`) to its service.

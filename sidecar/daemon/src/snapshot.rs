@@ -188,6 +188,7 @@ impl<S: SlurmApi> Daemon<S> {
             self.log_adoption(&events, slurm_jobs, before.len());
         }
         self.put_back_on_hold(round, &events, slurm_jobs, rows)?;
+        self.count_starts_of_ended_jobs(&events, before, slurm_jobs, rows)?;
         Ok(events)
     }
 

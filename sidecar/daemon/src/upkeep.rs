@@ -8,7 +8,7 @@ use crate::reconcile::{self, Event};
 use crate::{arrays, failopen, faults};
 use hadar_request::FailOpenMark;
 use hadar_slurm::{JobStatus, SlurmJob};
-use hadar_store::{IntentKind, JobRow, NodeGpus, Outcome, Phase};
+use hadar_store::{Intent, IntentKind, JobRow, NodeGpus, Outcome, Phase};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl<S: SlurmApi> Daemon<S> {
@@ -118,15 +118,7 @@ impl<S: SlurmApi> Daemon<S> {
             let Event::LeftHold { job, running } = *e else {
                 continue;
             };
-            let last = self.store.last_intent(job)?;
-            let sj = slurm_jobs.iter().find(|j| j.id == job);
-            if let Some(i) = last.filter(|i| {
-                i.action == IntentKind::Start
-                    && i.outcome
-                        .as_ref()
-                        .is_none_or(|o| *o == Outcome::Interrupted)
-                    && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
-            }) {
+            if let Some(i) = self.start_cut_short(job, slurm_jobs)? {
                 // The start went through: counted as the run that was cut short would have.
                 if let Some(r) = rows.get_mut(&job) {
                     r.phase = Phase::Starting;
@@ -165,6 +157,49 @@ impl<S: SlurmApi> Daemon<S> {
             self.close(action, &text, rows.get(&job))?;
         }
         Ok(())
+    }
+
+    /// Counts the starts a crash cut short of the jobs that then ran to their end before this
+    /// round saw them (held in the store, ended in Slurm after a run): their last intent is
+    /// that start, and Slurm's record carries its placement (see [`Self::put_back_on_hold`]
+    /// for the jobs still running).
+    pub(crate) fn count_starts_of_ended_jobs(
+        &self,
+        events: &[Event],
+        before: &BTreeMap<u64, JobRow>,
+        slurm_jobs: &[SlurmJob],
+        rows: &mut BTreeMap<u64, JobRow>,
+    ) -> Result<(), DaemonError> {
+        for e in events {
+            let Event::Finished(job, _) = *e else {
+                continue;
+            };
+            let held_before = before.get(&job).is_some_and(|b| b.phase == Phase::Waiting);
+            if !held_before || self.start_cut_short(job, slurm_jobs)?.is_none() {
+                continue;
+            }
+            if let Some(r) = rows.get_mut(&job) {
+                r.starts += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `job`'s last intent if it is a start that a crash cut short and Slurm's record of the
+    /// job carries that start's placement (so the start went through).
+    fn start_cut_short(
+        &self,
+        job: u64,
+        slurm_jobs: &[SlurmJob],
+    ) -> Result<Option<Intent>, DaemonError> {
+        let sj = slurm_jobs.iter().find(|j| j.id == job);
+        Ok(self.store.last_intent(job)?.filter(|i| {
+            i.action == IntentKind::Start
+                && i.outcome
+                    .as_ref()
+                    .is_none_or(|o| *o == Outcome::Interrupted)
+                && sj.is_some_and(|sj| carries_placement(sj, i.placement.as_ref()))
+        }))
     }
 
     /// Jobs that this daemon's own preemption requeued held and that are now pending but no

@@ -382,6 +382,72 @@ fn a_started_job_left_waiting_for_a_begin_time_is_made_eligible() {
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Running);
 }
 
+/// The CI failure of stop 26: a daemon killed between releasing a job and noting the start,
+/// and the job run to its end by Slurm before the next daemon's first round. That round
+/// finds it held in the store and ended in Slurm: it ran once, started by hadar, from the
+/// time Slurm started it.
+#[test]
+fn a_job_started_by_a_killed_daemon_that_ends_before_the_next_round_counts_one_start() {
+    let (dir, slurm) = one_job_started_by_a_daemon_that_then_stops();
+    let path = dir.path().join("state.db");
+    {
+        // The store as the kill left it: the row still waiting, the start intent open.
+        let mut s = Store::open(&path).unwrap();
+        let i = s.last_intent(1).unwrap().unwrap();
+        let mut row = s.job(1).unwrap().unwrap();
+        (row.phase, row.placement, row.starts) = (Phase::Waiting, None, 0);
+        s.write(|w| {
+            w.put_job(&row)?;
+            w.add_intent(1, 1, IntentKind::Start, i.placement.as_ref(), 5.0)
+        })
+        .unwrap();
+    }
+    slurm.schedule();
+    slurm.0.borrow_mut().jobs.get_mut(&1).unwrap().nodes = vec!["n1".into()];
+    slurm.finish_at(1, 1_000_016);
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    d.round(1_000_018.0).unwrap();
+    let j = d.store().job(1).unwrap().unwrap();
+    assert_eq!(
+        (j.phase, j.final_state.as_deref(), j.starts),
+        (Phase::Finished, Some("completed"), 1)
+    );
+    assert_eq!((j.first_start_s, j.finished_s), (Some(10.0), Some(16.0)));
+    assert_eq!(j.run_s, 6.0);
+    assert!(
+        !slurm
+            .log()
+            .iter()
+            .any(|l| l.starts_with("hold") || l.starts_with("requeue")),
+        "an ended job is left alone: {:?}",
+        slurm.log()
+    );
+}
+
+/// A job its owner released (the daemon never started it) that Slurm ran to its end before
+/// a round saw it: it ran, but hadar did not start it.
+#[test]
+fn a_job_released_by_its_owner_that_ends_unseen_is_not_a_start_of_hadars() {
+    let (dir, slurm) = one_held_job();
+    let path = dir.path().join("state.db");
+    let mut d = daemon(&slurm, Store::open(&path).unwrap());
+    // No GPU free for it: the round leaves it held.
+    slurm.0.borrow_mut().nodes.clear();
+    d.round(1_000_001.0).unwrap();
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Waiting);
+    {
+        let mut s = slurm.0.borrow_mut();
+        let j = s.jobs.get_mut(&1).unwrap();
+        (j.status, j.priority, j.start_time) = (JobStatus::Running, Some(1), Some(1_000_003));
+        j.nodes = vec!["n2".into()];
+    }
+    slurm.finish_at(1, 1_000_007);
+    d.round(1_000_009.0).unwrap();
+    let j = d.store().job(1).unwrap().unwrap();
+    assert_eq!((j.phase, j.starts), (Phase::Finished, 0));
+    assert_eq!((j.first_start_s, j.run_s), (Some(3.0), 4.0));
+}
+
 /// Job 1 released by its owner into a begin time a day ahead, then one round of a daemon
 /// started on `path` at `now`: the daemon, and what it asked of Slurm.
 fn released_for_tomorrow_then_a_round(
