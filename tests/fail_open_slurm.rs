@@ -59,6 +59,13 @@ fn start_daemon(bed: &Testbed, name: &str) -> Serve {
 
 /// A daemon with its own config `name` (and notice socket `socket`) on the state `state`.
 fn start_on(bed: &Testbed, name: &str, state: &Path, socket: &str) -> Serve {
+    let (config, state) = configure(bed, name, state, socket);
+    Serve::spawn(bed, config, state)
+}
+
+/// Writes the config `name` of a daemon on `state` with notice socket `socket`; the config's
+/// path and the state's.
+fn configure(bed: &Testbed, name: &str, state: &Path, socket: &str) -> (PathBuf, PathBuf) {
     let config = bed.path(&format!("etc/fail-open-{name}.toml"));
     let state = state.to_path_buf();
     let text = format!(
@@ -71,7 +78,7 @@ fn start_on(bed: &Testbed, name: &str, state: &Path, socket: &str) -> Serve {
         state = state.display(),
     );
     std::fs::write(&config, text).expect("write the daemon's config");
-    Serve::spawn(bed, config, state)
+    (config, state)
 }
 
 fn heartbeat(serve: &Serve) -> PathBuf {
@@ -409,8 +416,10 @@ fn standby_leads_within_the_bound_after_the_leader_is_killed(bed: &mut Testbed) 
         state.exists() && leader(&first).is_some()
     });
     let first_holder = leader(&first).unwrap();
-    // The standby: same state database, its own config and notice socket.
-    let second = start_on(bed, "standby", &state, "hadar-standby.sock");
+    // The standby: same state database, its own config and notice socket, and a host name
+    // of its own (it cannot see whether the leader's process runs; it waits out the lease).
+    let (config, _) = configure(bed, "standby", &state, "hadar-standby.sock");
+    let mut second = Serve::spawn_on_host(bed, config, state.clone(), "standby-host");
     let steps = 3000;
     let mut jobs: Vec<u32> = (0..6).map(|_| train(bed, "--gpus=2", steps)).collect();
     wait_until("the leader starts jobs", 30, || {
@@ -483,7 +492,23 @@ fn standby_leads_within_the_bound_after_the_leader_is_killed(bed: &mut Testbed) 
             "job {id}: {starts:?}"
         );
     }
-    drop(second);
+    // A daemon restarted on the standby's host after it died (as systemd's `Restart=` does)
+    // sees that no process runs under the holder's id there and leads at once.
+    let (config, _) = configure(bed, "standby", &state, "hadar-standby.sock");
+    second.kill();
+    let killed = Instant::now();
+    let third = Serve::spawn_on_host(bed, config, state.clone(), "standby-host");
+    wait_until("the restarted daemon leads", bound, || {
+        leader(&third).is_some_and(|h| h != second_holder)
+    });
+    let took_over = killed.elapsed().as_secs_f64();
+    assert!(
+        took_over < (LEASE_SECONDS - 4) as f64,
+        "a daemon on the dead holder's host waited {took_over:.1} s, as for a live one"
+    );
+    println!(
+        "    a daemon restarted on the dead leader's host leads {took_over:.1} s after the kill"
+    );
 }
 
 fn a_held_array_fails_open_whole_and_slurm_runs_it(bed: &mut Testbed) {

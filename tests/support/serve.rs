@@ -69,12 +69,46 @@ impl Serve {
         state: PathBuf,
         env: &[(&str, &str)],
     ) -> Serve {
+        Serve::spawn_command(
+            bed,
+            Command::new(env!("CARGO_BIN_EXE_hadar")),
+            config,
+            state,
+            env,
+        )
+    }
+
+    /// Starts the daemon under a host name of its own, `host` (in a UTS namespace of its
+    /// own; the tests run as root): to the leader's lease it is a daemon on another host,
+    /// which cannot tell whether a holder on this one still runs.
+    pub fn spawn_on_host(bed: &Testbed, config: PathBuf, state: PathBuf, host: &str) -> Serve {
+        let mut command = Command::new("unshare");
+        command.args([
+            "--uts",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$0\" > /proc/sys/kernel/hostname && exec \"$@\"",
+            host,
+            env!("CARGO_BIN_EXE_hadar"),
+        ]);
+        Serve::spawn_command(bed, command, config, state, &[])
+    }
+
+    /// Runs `command serve --config CONFIG` with `env`, its output into the testbed's log.
+    fn spawn_command(
+        bed: &Testbed,
+        mut command: Command,
+        config: PathBuf,
+        state: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Serve {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(bed.path("log/hadar-serve.log"))
             .expect("open the daemon's log");
-        let child = Command::new(env!("CARGO_BIN_EXE_hadar"))
+        let child = command
             .args(["serve", "--config"])
             .arg(&config)
             .env("HADAR_LOG", "info")

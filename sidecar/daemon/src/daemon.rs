@@ -256,10 +256,12 @@ impl<S: SlurmApi> Daemon<S> {
     pub(crate) fn lead(&mut self, now_unix: f64) -> Result<(), DaemonError> {
         let s = &self.config.sidecar;
         let (ttl, skew) = (s.lease_seconds, s.max_clock_skew_seconds);
-        match self
-            .store
-            .acquire_lease(&self.holder, now_unix, ttl, skew)?
-        {
+        match self.store.acquire_lease(
+            &self.holder,
+            now_unix,
+            (ttl, skew),
+            &failopen::holder_died,
+        )? {
             LeaseGrant::Standby(l) => {
                 if self.leading {
                     tracing::warn!(holder = %l.holder, "lost the leader's lease; standing by");

@@ -100,6 +100,32 @@ pub fn holder() -> String {
     format!("{host}:{}", std::process::id())
 }
 
+/// Whether `holder` (a [`holder`] string) is a process of this host that has ended: no
+/// process has its id, or one that is not this program does (the id was reused). A daemon
+/// restarted after a crash (systemd's `Restart=`) then takes the dead one's lease at once
+/// instead of waiting out `lease_seconds`. A holder on another host is never judged here;
+/// this assumes that daemons sharing a host name share its process ids (not two containers
+/// with one host name and separate PID namespaces).
+pub fn holder_died(holder: &str) -> bool {
+    let Some((host, pid)) = holder.rsplit_once(':') else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    let ours = self::holder();
+    let our_host = ours.rsplit_once(':').map(|(h, _)| h);
+    if our_host != Some(host) || pid == std::process::id() {
+        return false;
+    }
+    let comm = |p: &str| std::fs::read_to_string(format!("/proc/{p}/comm"));
+    match (comm(&pid.to_string()), comm("self")) {
+        (Err(e), _) if e.kind() == std::io::ErrorKind::NotFound => true,
+        (Ok(theirs), Ok(mine)) => theirs != mine,
+        _ => false,
+    }
+}
+
 /// Writes the heartbeat atomically: a temporary file beside it, synced, renamed over it.
 /// A reader sees the old line or the new one, never half of one.
 pub fn write_heartbeat(path: &Path, hb: &Heartbeat) -> Result<(), FailOpenError> {
@@ -667,6 +693,28 @@ mod tests {
             1,
             "no temporary left"
         );
+    }
+
+    #[test]
+    fn a_holder_is_dead_only_when_this_host_runs_no_such_program_under_its_id() {
+        let host = holder().rsplit_once(':').unwrap().0.to_string();
+        assert!(!holder_died(&holder()), "this process is alive");
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        let pid = ended.id();
+        ended.wait().unwrap();
+        assert!(holder_died(&format!("{host}:{pid}")));
+        // An id now used by another program: the holder it named is gone.
+        let mut other = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(holder_died(&format!("{host}:{}", other.id())));
+        other.kill().unwrap();
+        other.wait().unwrap();
+        // Another host's holder, or no holder at all, is never judged dead from here.
+        assert!(!holder_died(&format!("{host}-elsewhere:{pid}")));
+        assert!(!holder_died("not a holder"));
+        assert!(!holder_died(&format!("{host}:x")));
     }
 
     #[test]

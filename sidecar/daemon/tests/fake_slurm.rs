@@ -872,7 +872,9 @@ fn a_standby_does_nothing_until_the_leaders_lease_expires() {
     // Another daemon holds the lease until 1_000_090 (lease_seconds 90 from 1_000_000).
     {
         let mut s = Store::open(&path).unwrap();
-        let g = s.acquire_lease("other:1", 1_000_000.0, 90.0, 5.0).unwrap();
+        let g = s
+            .acquire_lease("other:1", 1_000_000.0, (90.0, 5.0), &|_| false)
+            .unwrap();
         assert!(matches!(g, hadar_store::LeaseGrant::Leading(_)));
     }
     let mut d = daemon(&slurm, Store::open(&path).unwrap());

@@ -82,6 +82,20 @@ pub fn resign(current: Option<&Lease>, me: &str) -> Option<Lease> {
     })
 }
 
+/// The lease as `me` may treat it: one whose holder `died` (a process this host knows has
+/// ended) counts as resigned ([`resign`]), so `me` takes it at once rather than waiting out
+/// its time plus the skew; any other is left as it stands.
+pub fn unless_holder_died(
+    current: Option<&Lease>,
+    me: &str,
+    died: &dyn Fn(&str) -> bool,
+) -> Option<Lease> {
+    match current {
+        Some(l) if l.holder != me && died(&l.holder) => resign(Some(l), &l.holder),
+        other => other.cloned(),
+    }
+}
+
 /// Whether `me` may act now under `current` (checked in the transaction of each intent): it
 /// holds the lease and, by its own clock, the lease has not expired.
 pub fn may_act(current: Option<&Lease>, me: &str, now: f64) -> bool {
@@ -144,6 +158,26 @@ mod tests {
             decide(Some(&left), "b:2", 100.0, 10.0, 2.0),
             LeaseGrant::Leading(lease("b:2", 110.0, 5))
         );
+    }
+
+    #[test]
+    fn a_dead_holders_lease_is_taken_at_once_and_a_live_ones_is_not() {
+        let l = lease("a:1", 110.0, 4);
+        let dead = |h: &str| h == "a:1";
+        let seen = unless_holder_died(Some(&l), "b:2", &dead);
+        assert_eq!(
+            decide(seen.as_ref(), "b:2", 100.0, 10.0, 2.0),
+            LeaseGrant::Leading(lease("b:2", 110.0, 5))
+        );
+        let alive = |_: &str| false;
+        let seen = unless_holder_died(Some(&l), "b:2", &alive);
+        assert_eq!(
+            decide(seen.as_ref(), "b:2", 100.0, 10.0, 2.0),
+            LeaseGrant::Standby(l.clone())
+        );
+        // Our own lease is never taken for a dead one's.
+        assert_eq!(unless_holder_died(Some(&l), "a:1", &dead), Some(l));
+        assert_eq!(unless_holder_died(None, "b:2", &dead), None);
     }
 
     #[test]

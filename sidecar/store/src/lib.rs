@@ -542,17 +542,19 @@ impl Store {
     }
 
     /// Asks for the leader's lease as `me` at `now_unix` ([`lease::decide`], in one
-    /// immediate transaction, so two daemons never both win). While it leads, every intent
-    /// checks and extends the lease in its own transaction; on standby, intents are refused.
+    /// immediate transaction, so two daemons never both win); a holder that `died` (see
+    /// [`lease::unless_holder_died`]) is not waited for. While it leads, every intent checks
+    /// and extends the lease in its own transaction; on standby, intents are refused.
     pub fn acquire_lease(
         &mut self,
         me: &str,
         now_unix: f64,
-        ttl: f64,
-        skew: f64,
+        (ttl, skew): (f64, f64),
+        died: &dyn Fn(&str) -> bool,
     ) -> Result<LeaseGrant, StoreError> {
         let grant = self.change_lease(|current| {
-            let grant = lease::decide(current, me, now_unix, ttl, skew);
+            let current = lease::unless_holder_died(current, me, died);
+            let grant = lease::decide(current.as_ref(), me, now_unix, ttl, skew);
             let write = match &grant {
                 LeaseGrant::Leading(l) => Some(l.clone()),
                 LeaseGrant::Standby(_) => None,

@@ -148,11 +148,13 @@ fn intents_are_written_only_under_the_lease() {
     let mut a = Store::open(&path).unwrap();
     let mut b = Store::open(&path).unwrap();
     assert!(matches!(
-        a.acquire_lease("a:1", now, 60.0, 1.0).unwrap(),
+        a.acquire_lease("a:1", now, (60.0, 1.0), &|_| false)
+            .unwrap(),
         LeaseGrant::Leading(_)
     ));
     assert!(matches!(
-        b.acquire_lease("b:2", now, 60.0, 1.0).unwrap(),
+        b.acquire_lease("b:2", now, (60.0, 1.0), &|_| false)
+            .unwrap(),
         LeaseGrant::Standby(_)
     ));
     a.write(|w| w.add_intent(1, 7, crate::IntentKind::Start, None, 0.0))
@@ -166,7 +168,8 @@ fn intents_are_written_only_under_the_lease() {
     );
     // b takes over once a's lease is long expired (b's clock far ahead); a is then refused.
     assert!(matches!(
-        b.acquire_lease("b:2", now + 100.0, 60.0, 1.0).unwrap(),
+        b.acquire_lease("b:2", now + 100.0, (60.0, 1.0), &|_| false)
+            .unwrap(),
         LeaseGrant::Leading(_)
     ));
     let e = a
