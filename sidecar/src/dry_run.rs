@@ -62,42 +62,12 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             "--policy: `{name}` is a bound computed over a whole workload, not a round policy"
         )));
     }
-    let (cluster, cluster_origin) = match &a.cluster {
-        Some(spec) => (
-            load_cluster(spec, a.gpus_per_node.unwrap_or(1)).map_err(Failure::input)?,
-            spec.clone(),
-        ),
-        None => {
-            let per_node = a.gpus_per_node.unwrap_or(EXAMPLE_GPUS_PER_NODE);
-            let c = parse_cluster_spec(EXAMPLE_CLUSTER_SPEC, per_node).map_err(Failure::input)?;
-            (
-                c,
-                format!("embedded example: {EXAMPLE_CLUSTER_SPEC}, {per_node} GPUs per node"),
-            )
-        }
-    };
+    let (cluster, cluster_origin) = read_cluster(&a)?;
     let table = match &a.throughputs {
         Some(p) => ThroughputTable::load(p).map_err(Failure::input)?,
         None => embedded::throughputs().map_err(Failure::runtime)?,
     };
-    let (queue, jobs_origin) = match &a.jobs {
-        Some(p) => (
-            load_jobs(p, &table, &cluster).map_err(Failure::input)?,
-            p.display().to_string(),
-        ),
-        None => (
-            parse_jobs(
-                EXAMPLE_JOBS_TOML,
-                "<embedded example jobs>",
-                JobsSyntax::Toml,
-                &table,
-                &cluster,
-            )
-            .map_err(Failure::input)?,
-            "embedded example queue".to_string(),
-        ),
-    };
-    let mut queue = queue;
+    let (mut queue, jobs_origin) = read_queue(&a, &table, &cluster)?;
     if let Some(c) = &file {
         // As `hadar serve` would plan: the file's round and restart seconds.
         queue.round_s = c.sidecar.round_seconds;
@@ -161,6 +131,49 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         }
     };
     emit(&text)
+}
+
+/// The cluster `--cluster` names (or the embedded example), with where it came from.
+fn read_cluster(a: &DryRunArgs) -> Result<(Cluster, String), Failure> {
+    Ok(match &a.cluster {
+        Some(spec) => (
+            load_cluster(spec, a.gpus_per_node.unwrap_or(1)).map_err(Failure::input)?,
+            spec.clone(),
+        ),
+        None => {
+            let per_node = a.gpus_per_node.unwrap_or(EXAMPLE_GPUS_PER_NODE);
+            let c = parse_cluster_spec(EXAMPLE_CLUSTER_SPEC, per_node).map_err(Failure::input)?;
+            (
+                c,
+                format!("embedded example: {EXAMPLE_CLUSTER_SPEC}, {per_node} GPUs per node"),
+            )
+        }
+    })
+}
+
+/// The queue `--jobs` names (or the embedded example), with where it came from.
+fn read_queue(
+    a: &DryRunArgs,
+    table: &ThroughputTable,
+    cluster: &Cluster,
+) -> Result<(JobsFile, String), Failure> {
+    Ok(match &a.jobs {
+        Some(p) => (
+            load_jobs(p, table, cluster).map_err(Failure::input)?,
+            p.display().to_string(),
+        ),
+        None => (
+            parse_jobs(
+                EXAMPLE_JOBS_TOML,
+                "<embedded example jobs>",
+                JobsSyntax::Toml,
+                table,
+                cluster,
+            )
+            .map_err(Failure::input)?,
+            "embedded example queue".to_string(),
+        ),
+    })
 }
 
 /// The jobs `--fork-jobs` names when the file's policy forks them (`hadare`): `served`

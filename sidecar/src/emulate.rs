@@ -59,39 +59,7 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
         .ok()
         .and_then(|v| v.parse().ok());
     let slurm = Slurm::new(SlurmConfig::default());
-    let gpus: Vec<(String, u32)> = match &a.gpus {
-        Some(spec) => parse_gpus(spec)
-            .ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
-        None => {
-            let id = job_id.ok_or_else(|| {
-                Failure::input(anyhow!(
-                    "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
-                ))
-            })?;
-            // Right after a requeued job restarts, the controller has been seen to list it
-            // without its GPU detail for a moment: ask again for a few seconds.
-            let mut tries = 0;
-            let job = loop {
-                let job = slurm
-                    .job(id)
-                    .map_err(Failure::runtime)?
-                    .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
-                tries += 1;
-                if !job.gpu_parts().is_empty() || tries >= 20 {
-                    break job;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            };
-            let mut per_type: Vec<(String, u32)> = Vec::new();
-            for (_, t, c) in job.gpu_parts() {
-                match per_type.iter_mut().find(|(u, _)| *u == t) {
-                    Some(e) => e.1 += c,
-                    None => per_type.push((t, c)),
-                }
-            }
-            per_type
-        }
-    };
+    let gpus = job_gpus(&slurm, a.gpus.as_deref(), job_id)?;
     let workers: u32 = gpus.iter().map(|(_, c)| c).sum();
     if workers == 0 {
         return Err(Failure::runtime(anyhow!(
@@ -153,6 +121,48 @@ pub fn run(a: EmulateArgs) -> Result<(), Failure> {
     report(total, rate);
     println!("hadar-emulate: completed {total} steps");
     Ok(())
+}
+
+/// The GPUs the job runs on, per type: `--gpus` when given, else those Slurm allocated to
+/// job `job_id` (asked again for a few seconds while Slurm lists none).
+fn job_gpus(
+    slurm: &Slurm,
+    spec: Option<&str>,
+    job_id: Option<u64>,
+) -> Result<Vec<(String, u32)>, Failure> {
+    Ok(match spec {
+        Some(spec) => parse_gpus(spec)
+            .ok_or_else(|| Failure::input(anyhow!("--gpus {spec}: expected TYPE:N[,TYPE:N...]")))?,
+        None => {
+            let id = job_id.ok_or_else(|| {
+                Failure::input(anyhow!(
+                    "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
+                ))
+            })?;
+            // Right after a requeued job restarts, the controller has been seen to list it
+            // without its GPU detail for a moment: ask again for a few seconds.
+            let mut tries = 0;
+            let job = loop {
+                let job = slurm
+                    .job(id)
+                    .map_err(Failure::runtime)?
+                    .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
+                tries += 1;
+                if !job.gpu_parts().is_empty() || tries >= 20 {
+                    break job;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
+            let mut per_type: Vec<(String, u32)> = Vec::new();
+            for (_, t, c) in job.gpu_parts() {
+                match per_type.iter_mut().find(|(u, _)| *u == t) {
+                    Some(e) => e.1 += c,
+                    None => per_type.push((t, c)),
+                }
+            }
+            per_type
+        }
+    })
 }
 
 /// Steps/s of a job of `job_type` on `gpus` ([`hadar_formats::ThroughputTable::gang_rate`]).

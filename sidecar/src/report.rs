@@ -246,6 +246,19 @@ pub fn shadow_comparison(
         segments,
         capacity: last.capacity.clone(),
     };
+    let hadar = predicted_run(store, &cluster, jobs)?;
+    let comparison = hadar_report::ShadowComparison::new(&slurm, &hadar, &ran_on, &runtime);
+    Ok((slurm, hadar, comparison))
+}
+
+/// The shadowed jobs (`jobs`, as observed) played by the simulator under Hadar on `cluster`,
+/// with the round and restart seconds the shadow recorded.
+fn predicted_run(
+    store: &Store,
+    cluster: &Cluster,
+    jobs: Vec<hadar_core::Job>,
+) -> anyhow::Result<Run> {
+    use anyhow::Context;
     let meta = |k: &str, d: f64| {
         store
             .meta(k)
@@ -271,13 +284,12 @@ pub fn shadow_comparison(
     };
     let mut sim_segments = Vec::new();
     let report = hadar_sim::simulate_observed(&workload, policy.as_mut(), &cfg, &mut |round| {
-        sim_segments.extend(segments_of(&cluster, round))
+        sim_segments.extend(segments_of(cluster, round))
     })
     .context("simulating the shadowed jobs under Hadar")?;
-    let mut hadar = run_of(&cluster, &report, sim_segments);
+    let mut hadar = run_of(cluster, &report, sim_segments);
     hadar.name = "hadar-predicted".into();
-    let comparison = hadar_report::ShadowComparison::new(&slurm, &hadar, &ran_on, &runtime);
-    Ok((slurm, hadar, comparison))
+    Ok(hadar)
 }
 
 /// The cluster of the last round's nodes (every node with GPUs, usable or not).

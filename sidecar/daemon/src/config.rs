@@ -343,117 +343,110 @@ fn range(
 
 /// The `[sidecar]` table's ranges, and the relations between its keys.
 fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
-    range(
-        path,
-        "sidecar.round_seconds",
-        s.round_seconds,
-        s.round_seconds.is_finite() && s.round_seconds >= 0.5,
-        "give at least 0.5",
-    )?;
-    range(
-        path,
-        "sidecar.wake_settle_seconds",
-        s.wake_settle_seconds,
-        s.wake_settle_seconds.is_finite()
-            && s.wake_settle_seconds >= 0.0
-            && s.wake_settle_seconds <= s.round_seconds,
-        "give 0 or more, at most round_seconds",
-    )?;
-    range(
-        path,
-        "sidecar.preempt_grace_seconds",
-        s.preempt_grace_seconds,
-        s.preempt_grace_seconds.is_finite() && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
-        "give 0 to 3600",
-    )?;
-    range(
-        path,
-        "sidecar.restart_seconds",
-        s.restart_seconds,
-        s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
-        "give 0 or more",
-    )?;
-    range(
-        path,
-        "sidecar.command_timeout_seconds",
-        s.command_timeout_seconds,
-        s.command_timeout_seconds.is_finite() && (0.1..=600.0).contains(&s.command_timeout_seconds),
-        "give 0.1 to 600",
-    )?;
-    range(
-        path,
-        "sidecar.default_steps",
-        s.default_steps as f64,
-        s.default_steps > 0,
-        "give at least 1",
-    )?;
-    range(
-        path,
-        "sidecar.default_rate_per_gpu",
-        s.default_rate_per_gpu,
-        s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
-        "give a positive number",
-    )?;
-    range(
-        path,
-        "sidecar.throughput_scale",
-        s.throughput_scale,
-        s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
-        "give a positive number",
-    )?;
-    range(
-        path,
-        "sidecar.rate_learning_weight",
-        s.rate_learning_weight,
-        s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
-        "give a number in (0, 1]",
-    )?;
-    range(
-        path,
-        "sidecar.keep_days",
-        s.keep_days,
-        s.keep_days.is_finite() && s.keep_days > 0.0,
-        "give a positive number of days",
-    )?;
-    range(
-        path,
-        "sidecar.keep_rounds",
-        s.keep_rounds as f64,
-        s.keep_rounds >= 1,
-        "give at least 1",
-    )?;
-    range(
-        path,
-        "sidecar.keep_snapshot_rounds",
-        s.keep_snapshot_rounds as f64,
-        s.keep_snapshot_rounds >= 1,
-        "give at least 1",
-    )?;
-    // A round that takes its whole period plus a slow Slurm must not look like a dead
-    // daemon: the limit is at least two rounds.
-    range(
-        path,
-        "sidecar.fail_open_after",
-        s.fail_open_after,
-        s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
-        "give at least twice sidecar.round_seconds",
-    )?;
-    // Between two renewals a leader waits at most one grace period or one command.
-    range(
-        path,
-        "sidecar.lease_seconds",
-        s.lease_seconds,
-        s.lease_seconds.is_finite()
-            && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
-        "give more than preempt_grace_seconds + command_timeout_seconds",
-    )?;
-    range(
-        path,
-        "sidecar.max_clock_skew_seconds",
-        s.max_clock_skew_seconds,
-        s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
-        "give 0 or more",
-    )?;
+    // (key, its value, whether it is in range, what to give instead), checked in order.
+    let checks: [(&'static str, f64, bool, &'static str); 15] = [
+        (
+            "sidecar.round_seconds",
+            s.round_seconds,
+            s.round_seconds.is_finite() && s.round_seconds >= 0.5,
+            "give at least 0.5",
+        ),
+        (
+            "sidecar.wake_settle_seconds",
+            s.wake_settle_seconds,
+            s.wake_settle_seconds.is_finite()
+                && s.wake_settle_seconds >= 0.0
+                && s.wake_settle_seconds <= s.round_seconds,
+            "give 0 or more, at most round_seconds",
+        ),
+        (
+            "sidecar.preempt_grace_seconds",
+            s.preempt_grace_seconds,
+            s.preempt_grace_seconds.is_finite()
+                && (0.0..=3600.0).contains(&s.preempt_grace_seconds),
+            "give 0 to 3600",
+        ),
+        (
+            "sidecar.restart_seconds",
+            s.restart_seconds,
+            s.restart_seconds.is_finite() && s.restart_seconds >= 0.0,
+            "give 0 or more",
+        ),
+        (
+            "sidecar.command_timeout_seconds",
+            s.command_timeout_seconds,
+            s.command_timeout_seconds.is_finite()
+                && (0.1..=600.0).contains(&s.command_timeout_seconds),
+            "give 0.1 to 600",
+        ),
+        (
+            "sidecar.default_steps",
+            s.default_steps as f64,
+            s.default_steps > 0,
+            "give at least 1",
+        ),
+        (
+            "sidecar.default_rate_per_gpu",
+            s.default_rate_per_gpu,
+            s.default_rate_per_gpu.is_finite() && s.default_rate_per_gpu > 0.0,
+            "give a positive number",
+        ),
+        (
+            "sidecar.throughput_scale",
+            s.throughput_scale,
+            s.throughput_scale.is_finite() && s.throughput_scale > 0.0,
+            "give a positive number",
+        ),
+        (
+            "sidecar.rate_learning_weight",
+            s.rate_learning_weight,
+            s.rate_learning_weight > 0.0 && s.rate_learning_weight <= 1.0,
+            "give a number in (0, 1]",
+        ),
+        (
+            "sidecar.keep_days",
+            s.keep_days,
+            s.keep_days.is_finite() && s.keep_days > 0.0,
+            "give a positive number of days",
+        ),
+        (
+            "sidecar.keep_rounds",
+            s.keep_rounds as f64,
+            s.keep_rounds >= 1,
+            "give at least 1",
+        ),
+        (
+            "sidecar.keep_snapshot_rounds",
+            s.keep_snapshot_rounds as f64,
+            s.keep_snapshot_rounds >= 1,
+            "give at least 1",
+        ),
+        // A round that takes its whole period plus a slow Slurm must not look like a dead
+        // daemon: the limit is at least two rounds.
+        (
+            "sidecar.fail_open_after",
+            s.fail_open_after,
+            s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
+            "give at least twice sidecar.round_seconds",
+        ),
+        // Between two renewals a leader waits at most one grace period or one command.
+        (
+            "sidecar.lease_seconds",
+            s.lease_seconds,
+            s.lease_seconds.is_finite()
+                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
+            "give more than preempt_grace_seconds + command_timeout_seconds",
+        ),
+        (
+            "sidecar.max_clock_skew_seconds",
+            s.max_clock_skew_seconds,
+            s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
+            "give 0 or more",
+        ),
+    ];
+    for (key, value, ok, expected) in checks {
+        range(path, key, value, ok, expected)?;
+    }
     if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(ConfigError::Range {
             path: path.to_string(),

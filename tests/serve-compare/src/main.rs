@@ -693,7 +693,9 @@ fn daemon_up(log: &std::path::Path) -> Result<(), String> {
     }
 }
 
-fn submit_and_measure(
+/// Submits `jobs` (forked through `runner` when `forked`), their output in `dir`; their ids
+/// and when each was submitted (Unix seconds).
+fn submit_all(
     bed: &Testbed,
     a: &Args,
     jobs: &[TraceJob],
@@ -701,17 +703,7 @@ fn submit_and_measure(
     forked: bool,
     dir: &std::path::Path,
     runner: &std::path::Path,
-) -> Result<PolicyResult, String> {
-    let total_gpus: u32 = {
-        let text = bed
-            .client("scontrol", &["show", "node"])
-            .map_err(|e| e.to_string())?;
-        hadar_slurm::node::parse_nodes(&text)
-            .map_err(|e| e.to_string())?
-            .iter()
-            .flat_map(|n| n.gpus.iter().map(|(_, c)| *c))
-            .sum()
-    };
+) -> Result<(Vec<u64>, Vec<f64>), String> {
     let mut ids = Vec::new();
     let mut submitted = Vec::new();
     for j in jobs {
@@ -749,6 +741,29 @@ fn submit_and_measure(
         submitted.push(epoch_now());
         ids.push(u64::from(sub.job_id.ok_or("sbatch printed no job id")?));
     }
+    Ok((ids, submitted))
+}
+
+fn submit_and_measure(
+    bed: &Testbed,
+    a: &Args,
+    jobs: &[TraceJob],
+    scale: f64,
+    forked: bool,
+    dir: &std::path::Path,
+    runner: &std::path::Path,
+) -> Result<PolicyResult, String> {
+    let total_gpus: u32 = {
+        let text = bed
+            .client("scontrol", &["show", "node"])
+            .map_err(|e| e.to_string())?;
+        hadar_slurm::node::parse_nodes(&text)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .flat_map(|n| n.gpus.iter().map(|(_, c)| *c))
+            .sum()
+    };
+    let (ids, submitted) = submit_all(bed, a, jobs, scale, forked, dir, runner)?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     let mut samples: Vec<u32> = Vec::new();
     let mut copies: std::collections::BTreeMap<String, predict::CopyJob> = Default::default();
