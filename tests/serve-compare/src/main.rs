@@ -664,7 +664,8 @@ fn run_policy(
     // submitted while the daemon starts would race its first round, which reads the queue
     // at once, where a running daemon's round woken by the burst waits for it to settle.
     let result = daemon_up(&dir.join("serve.log"))
-        .and_then(|()| submit_and_measure(bed, a, jobs, scale, forked, &dir, &runner))
+        .and_then(|()| submit_all(bed, a, jobs, scale, forked, &dir, &runner))
+        .and_then(|(ids, submitted)| measure(bed, &ids, &submitted))
         .map(|r| PolicyResult { config: text, ..r });
     // Whatever happened, no job of this run may outlive it (job processes survive their
     // slurmd on this test cluster and would report into the next run's jobs).
@@ -744,15 +745,9 @@ fn submit_all(
     Ok((ids, submitted))
 }
 
-fn submit_and_measure(
-    bed: &Testbed,
-    a: &Args,
-    jobs: &[TraceJob],
-    scale: f64,
-    forked: bool,
-    dir: &std::path::Path,
-    runner: &std::path::Path,
-) -> Result<PolicyResult, String> {
+/// Watches the jobs `ids` (submitted at the Unix times `submitted`) to their end: their
+/// times, makespan, mean JCT, the cluster's mean use and the copy jobs seen.
+fn measure(bed: &Testbed, ids: &[u64], submitted: &[f64]) -> Result<PolicyResult, String> {
     let total_gpus: u32 = {
         let text = bed
             .client("scontrol", &["show", "node"])
@@ -763,7 +758,6 @@ fn submit_and_measure(
             .flat_map(|n| n.gpus.iter().map(|(_, c)| *c))
             .sum()
     };
-    let (ids, submitted) = submit_all(bed, a, jobs, scale, forked, dir, runner)?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     let mut samples: Vec<u32> = Vec::new();
     let mut copies: std::collections::BTreeMap<String, predict::CopyJob> = Default::default();
@@ -807,7 +801,7 @@ fn submit_and_measure(
                 samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
             let times = mine
                 .iter()
-                .zip(&submitted)
+                .zip(submitted)
                 .map(|(j, at)| predict::JobTimes {
                     id: j.id,
                     submit: j.submit_time.unwrap_or(0) as f64,
