@@ -21,32 +21,16 @@ shift
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
-data="$root/data/gavel"
-
-runs=()
-for t in static_40jobs_seed10 static_120jobs_seed11 static_multigpu_40jobs_seed10 \
-    static_multigpu_120jobs_seed11 poisson_lam900_multigpu_40jobs_seed10 \
-    poisson_lam900_multigpu_120jobs_seed11; do
-    for shape in "4+4+4|--cluster v100:4,p100:4,k80:4 --gpus-per-node 1" \
-        "16+16+16|--cluster v100:16,p100:16,k80:16 --gpus-per-node 4"; do
-        runs+=("$t on ${shape%%|*}|${shape#*|} --trace $data/traces/$t.trace --throughputs $data/simulation_throughputs.json")
-    done
-done
-runs+=("few-jobs|--cluster $root/tests/data/physical-cluster.toml --trace $root/tests/data/few-jobs.trace")
-
-# One simulate call as JSON: {policy: {ttd, jct}}.
-results() {
-    "$hadar" simulate "$@" --restart-s "$restart" --format json |
-        jq -c '[.results[] | {key: .policy, value: {ttd: .ttd_s, jct: .avg_jct_s}}] | from_entries'
-}
+# shellcheck source=docs/results-gavel-runs.sh
+source "$root/docs/results-gavel-runs.sh"
 
 for run in "${runs[@]}"; do
-    IFS='|' read -r name args <<<"$run"
+    IFS='|' read -r trace shape args <<<"$run"
     # shellcheck disable=SC2086
-    base=$(results $args --policy lower-bound,gavel)
+    base=$(results $args --restart-s "$restart" --policy lower-bound,gavel)
     # shellcheck disable=SC2086
-    mine=$(results $args --policy hadar "$@")
-    jq -rn --argjson b "$base" --argjson h "$mine" --arg n "$name" \
+    mine=$(results $args --restart-s "$restart" --policy hadar "$@")
+    jq -rn --argjson b "$base" --argjson h "$mine" --arg n "$trace ($shape)" \
         '"\($n)\t\($h.hadar.ttd / $b["lower-bound"].ttd)\t\($h.hadar.ttd / $b.gavel.ttd)\t\($b.gavel.jct / $h.hadar.jct)"'
 done | awk -F'\t' -v runs="${#runs[@]}" '
     { n++; bound += $2; gain += $4
@@ -54,7 +38,7 @@ done | awk -F'\t' -v runs="${#runs[@]}" '
       if (low == "" || $4 < low) { low = $4; low_run = $1 }
       if ($3 > 1 + 1e-9) late++
       if ($4 <= 1) slower++
-      printf "%-50s TTD/bound %.3f  TTD/Gavel %.3f  JCT gain %.3f\n", $1, $2, $3, $4 }
+      printf "%-60s TTD/bound %.3f  TTD/Gavel %.3f  JCT gain %.3f\n", $1, $2, $3, $4 }
     END { if (n < runs) { printf "%d of %d runs finished: see the error above\n", n, runs > "/dev/stderr"; exit 1 }
           printf "mean TTD/bound %.4f; largest TTD/Gavel %.4f (%s); mean JCT gain %.4f; lowest %.4f (%s); runs ending after Gavel: %d; runs with a JCT not below Gavel'"'"'s: %d\n",
                  bound / n, worst, worst_run, gain / n, low, low_run, late + 0, slower + 0 }'

@@ -13,24 +13,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
-data="$root/data/gavel"
 before=(--no-makespan-guard --order arrival --packing off --pace-weight 0)
 guard=(--packing off --guard-margin-share 0 --pace-weight 0)
-
-runs=()
-for t in static_40jobs_seed10 static_120jobs_seed11 static_multigpu_40jobs_seed10 \
-    static_multigpu_120jobs_seed11 poisson_lam900_multigpu_40jobs_seed10 \
-    poisson_lam900_multigpu_120jobs_seed11; do
-    runs+=("$t|4+4+4, 1 GPU/node|--cluster v100:4,p100:4,k80:4 --gpus-per-node 1 --trace $data/traces/$t.trace --throughputs $data/simulation_throughputs.json")
-    runs+=("$t|16+16+16, 4 GPUs/node|--cluster v100:16,p100:16,k80:16 --gpus-per-node 4 --trace $data/traces/$t.trace --throughputs $data/simulation_throughputs.json")
-done
-runs+=("few-jobs|physical-cluster.toml|--cluster $root/tests/data/physical-cluster.toml --trace $root/tests/data/few-jobs.trace")
-
-# One simulate call as JSON: {policy: {ttd_s, avg_jct_s, restarts}}.
-results() {
-    "$hadar" simulate "$@" --format json |
-        jq -c '[.results[] | {key: .policy, value: {ttd: .ttd_s, jct: .avg_jct_s, restarts: .restarts}}] | from_entries'
-}
+# shellcheck source=docs/results-gavel-runs.sh
+source "$root/docs/results-gavel-runs.sh"
 
 for restart in 0 30; do
     echo
