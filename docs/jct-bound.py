@@ -90,7 +90,12 @@ def read_jobs(trace, throughputs, types):
         f = line.split("\t")
         if len(f) != 10:
             fail(f"{trace}:{n}: expected 10 tab-separated columns, found {len(f)}")
-        job_type, steps, workers, arrival = f[0], float(f[5]), int(f[6]), float(f[9])
+        try:
+            job_type, steps, workers, arrival = f[0], float(f[5]), int(f[6]), float(f[9])
+        except ValueError as e:
+            fail(f"{trace}:{n}: steps (column 6), workers (7) and arrival (10) must be numbers: {e}")
+        if not (steps > 0 and workers > 0 and arrival >= 0):
+            fail(f"{trace}:{n}: steps and workers must be positive and the arrival not negative")
         rates = [rate(throughputs[t], job_type, workers) for t in types]
         if max(rates) <= 0:
             fail(f"{trace}:{n}: {job_type} with {workers} workers runs on none of {types}")

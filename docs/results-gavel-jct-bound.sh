@@ -14,6 +14,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
 interval="${1:-120}"
+[[ $interval =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "usage: $0 [INTERVAL_SECONDS]" >&2; exit 2; }
+python3 -c 'import numpy, scipy' 2>/dev/null ||
+    { echo "$0: needs python3 with numpy and scipy (apt install python3-scipy, or pip install scipy)" >&2; exit 2; }
 # shellcheck source=docs/results-gavel-runs.sh
 source "$root/docs/results-gavel-runs.sh"
 
