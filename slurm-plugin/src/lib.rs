@@ -19,7 +19,7 @@ mod notify;
 mod state;
 
 use bindings::job_desc_msg_t;
-use hadar_request::{Decision, Managed, Notice, Submission, TresFields, decide};
+use hadar_request::{Decision, Managed, Notice, Submission, TresFields, Unmanaged, decide};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -36,6 +36,12 @@ pub static plugin_type: [u8; 17] = *b"job_submit/hadar\0";
 /// own `SLURM_VERSION_NUMBER` exactly.
 #[unsafe(no_mangle)]
 pub static plugin_version: u32 = bindings::SLURM_VERSION_NUMBER;
+
+/// Whether the Slurm this plugin is built for drops CPUs and memory per GPU that the daemon
+/// gives back to a held job with its placement: 22.05 starts such a job with one CPU, 24.11
+/// and 26.05 honour them (docs/slurm-releases.md). Releases between were not tried, so they
+/// count as losing them: such jobs are then left to Slurm, which gives them what they ask.
+const PER_GPU_LOST_AT_PLACEMENT: bool = bindings::SLURM_VERSION_NUMBER < ((24 << 16) | (11 << 8));
 
 const SLURM_SUCCESS: c_int = bindings::SLURM_SUCCESS as c_int;
 const SLURM_ERROR: c_int = bindings::SLURM_ERROR;
@@ -123,6 +129,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
     // SAFETY: slurmctld's job description, as `job_submit` received it.
     let strings = unsafe { DescStrings::read(desc, submit_uid) };
     match decide(&strings.submission(desc), &loaded.config, &loaded.inventory) {
+        Ok(Decision::Unmanaged(Unmanaged::PerGpuResources)) => {
+            log::info(&format!(
+                "hadar: job from uid {submit_uid} left to Slurm: its CPUs or memory per GPU \
+                 would be lost if given back with a placement on Slurm before 24.11"
+            ));
+            SLURM_SUCCESS
+        }
         Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,
         Err(e) => {
             let message = format!("hadar: {e}");
@@ -250,6 +263,7 @@ impl DescStrings {
             user_hold: desc.priority == 0,
             // JOB_SHARED_NONE: `--exclusive` (whole nodes).
             exclusive: desc.shared == 0,
+            per_gpu_lost_at_placement: PER_GPU_LOST_AT_PLACEMENT,
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct Submission<'a> {
     pub user_hold: bool,
     /// Whether the job asks for whole nodes to itself (`--exclusive`).
     pub exclusive: bool,
+    /// Whether this Slurm would lose CPUs and memory per GPU (`--cpus-per-gpu`,
+    /// `--mem-per-gpu`) given back to a held job with its placement (`scontrol update ...
+    /// CpusPerTres=`): 22.05 accepts the update but starts the job with one CPU; 24.11 and
+    /// 26.05 honour it. Where they would be lost, a job asking for them is left to Slurm.
+    pub per_gpu_lost_at_placement: bool,
 }
 
 /// What to do with a valid managed job.
@@ -64,6 +69,10 @@ pub enum Unmanaged {
     /// An interactive allocation: someone is waiting at a terminal for it, and Hadar can
     /// neither hold it for a round nor preempt it, so it is always left to Slurm.
     Interactive,
+    /// The job asks for CPUs or memory per GPU, which this Slurm would not honour if the
+    /// daemon gave them back with a placement ([`Submission::per_gpu_lost_at_placement`]): left to
+    /// Slurm, it gets them.
+    PerGpuResources,
 }
 
 /// The decision for one job.
@@ -176,6 +185,11 @@ pub fn decide(
         }
     }
 
+    if sub.per_gpu_lost_at_placement
+        && (sub.tres.cpus_per_tres.is_some() || sub.tres.mem_per_tres.is_some())
+    {
+        return Ok(Decision::Unmanaged(Unmanaged::PerGpuResources));
+    }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
     if per_task.is_some() {
@@ -528,6 +542,30 @@ mod tests {
         );
         sub.tres.cpus_per_tres = Some("gres:gpu:v100:2");
         assert!(refused(&sub).contains("--cpus-per-gpu is not supported"));
+    }
+
+    #[test]
+    fn cpus_or_memory_per_gpu_a_slurm_would_lose_leave_the_job_to_slurm() {
+        let mut sub = node_gres("gres:gpu:2");
+        sub.per_gpu_lost_at_placement = true;
+        assert!(matches!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Managed(_))
+        ));
+        for (cpus, mem) in [(Some("gres/gpu:2"), None), (None, Some("gres/gpu:1500"))] {
+            sub.tres.cpus_per_tres = cpus;
+            sub.tres.mem_per_tres = mem;
+            assert_eq!(
+                decide(&sub, &config(), &inventory()),
+                Ok(Decision::Unmanaged(Unmanaged::PerGpuResources))
+            );
+        }
+        // An opted-out job stays opted out, and nothing is refused for it.
+        sub.comment = Some("hadar: off");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
+        );
     }
 
     #[test]
