@@ -366,7 +366,8 @@ fn cpus_and_memory_per_gpu_come_with_the_placement(bed: &mut Testbed) {
     // Before 24.11 Slurm would start the job with one CPU if the daemon gave its CPUs per
     // GPU back with a placement, so the plugin leaves it to Slurm: no record, and Slurm
     // gives it what it asked for (the assertions below hold either way).
-    if slurm_series() < (24, 11) {
+    let old_slurm = slurm_series() < (24, 11);
+    if old_slurm {
         assert!(!record.contains("hadar:"), "{record}");
     } else {
         assert!(
@@ -388,7 +389,6 @@ fn cpus_and_memory_per_gpu_come_with_the_placement(bed: &mut Testbed) {
     // 2 GPUs: 4 CPUs, and 1000 MB per GPU (memory is not consumable in the test cluster,
     // CR_Core, so AllocTRES shows none). 22.05 prints the allocation as TRES= and has no
     // MinMemoryTRES.
-    let old_slurm = slurm_series() < (24, 11);
     let alloc = if old_slurm { f("TRES") } else { f("AllocTRES") };
     assert_eq!(f("NumCPUs"), "4", "{}", info.0);
     assert!(alloc.contains("cpu=4,"), "{}", info.0);
