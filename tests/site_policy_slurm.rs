@@ -157,13 +157,33 @@ fn fairshare(bed: &Testbed, account: &str) -> f64 {
 /// slurmctld so that fair-share is recomputed at once (it otherwise changes only every
 /// PriorityCalcPeriod, a minute at least).
 fn use_gpus(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
-    let id = submit(
+    let id = submit_use(bed, account, gpus, secs);
+    wait_completed(bed, id, 60);
+    bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`use_gpus`] for a job that takes `account` past its GrpTRESMins: Slurm's decay thread
+/// (every PriorityCalcPeriod) kills an association's running jobs once the limit is used
+/// up, so the job may end TIMEOUT before its `secs` when a tick falls in its last seconds.
+fn use_gpus_past_limit(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
+    let id = submit_use(bed, account, gpus, secs);
+    let info = wait_state(bed, id, &["COMPLETED", "TIMEOUT", "FAILED", "CANCELLED"], 60);
+    let state = info.field("JobState").unwrap_or_default();
+    assert!(
+        state == "COMPLETED" || state == "TIMEOUT",
+        "job {id} ended {state}: {}",
+        info.0
+    );
+    bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// An unmanaged job charging `account` `gpus` GPUs for `secs` seconds.
+fn submit_use(bed: &Testbed, account: &str, gpus: u32, secs: u32) -> u32 {
+    submit(
         bed,
         &["-A", account, &format!("--gpus={gpus}"), "-o", "/dev/null"],
         &format!("#!/bin/sh\n#HADAR off\nsleep {secs}\n"),
-    );
-    wait_completed(bed, id, 60);
-    bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
+    )
 }
 
 /// Fills every GPU but the p100s of n2 with unmanaged jobs, leaving `free` p100s.
@@ -668,7 +688,7 @@ fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
     );
     account_user(bed, "mins_a", "root");
     // 2 GPUs x 40 s: more than the account's one GPU-minute.
-    use_gpus(bed, "mins_a", 2, 40);
+    use_gpus_past_limit(bed, "mins_a", 2, 40);
     wait_until("sshare shows mins_a's GPU-minute", 90, || {
         used_gpu_minutes(bed, "mins_a") >= 1
     });
