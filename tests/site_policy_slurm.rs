@@ -167,7 +167,12 @@ fn use_gpus(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
 /// up, so the job may end TIMEOUT before its `secs` when a tick falls in its last seconds.
 fn use_gpus_past_limit(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
     let id = submit_use(bed, account, gpus, secs);
-    let info = wait_state(bed, id, &["COMPLETED", "TIMEOUT", "FAILED", "CANCELLED"], 60);
+    let info = wait_state(
+        bed,
+        id,
+        &["COMPLETED", "TIMEOUT", "FAILED", "CANCELLED"],
+        60,
+    );
     let state = info.field("JobState").unwrap_or_default();
     assert!(
         state == "COMPLETED" || state == "TIMEOUT",
