@@ -153,20 +153,15 @@ fn fairshare(bed: &Testbed, account: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Charges `account` `gpus` GPUs for `secs` seconds with an unmanaged job, then restarts
-/// slurmctld so that fair-share is recomputed at once (it otherwise changes only every
-/// PriorityCalcPeriod, a minute at least).
-fn use_gpus(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
-    let id = submit_use(bed, account, gpus, secs);
-    wait_completed(bed, id, 60);
-    bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// [`use_gpus`] for a job that takes `account` past its GrpTRESMins: Slurm's decay thread
-/// (every PriorityCalcPeriod) kills an association's running jobs once the limit is used
-/// up, so the job may end TIMEOUT before its `secs` when a tick falls in its last seconds.
-fn use_gpus_past_limit(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
-    let id = submit_use(bed, account, gpus, secs);
+/// Charges `account` `gpus` GPUs for `secs` seconds with an unmanaged job that must end in
+/// one of `ends`, then restarts slurmctld so that fair-share is recomputed at once (it
+/// otherwise changes only every PriorityCalcPeriod, a minute at least).
+fn use_gpus(bed: &mut Testbed, account: &str, gpus: u32, secs: u32, ends: &[&str]) {
+    let id = submit(
+        bed,
+        &["-A", account, &format!("--gpus={gpus}"), "-o", "/dev/null"],
+        &format!("#!/bin/sh\n#HADAR off\nsleep {secs}\n"),
+    );
     let info = wait_state(
         bed,
         id,
@@ -175,20 +170,11 @@ fn use_gpus_past_limit(bed: &mut Testbed, account: &str, gpus: u32, secs: u32) {
     );
     let state = info.field("JobState").unwrap_or_default();
     assert!(
-        state == "COMPLETED" || state == "TIMEOUT",
+        ends.contains(&state.as_str()),
         "job {id} ended {state}: {}",
         info.0
     );
     bed.restart_controller().unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// An unmanaged job charging `account` `gpus` GPUs for `secs` seconds.
-fn submit_use(bed: &Testbed, account: &str, gpus: u32, secs: u32) -> u32 {
-    submit(
-        bed,
-        &["-A", account, &format!("--gpus={gpus}"), "-o", "/dev/null"],
-        &format!("#!/bin/sh\n#HADAR off\nsleep {secs}\n"),
-    )
 }
 
 /// Fills every GPU but the p100s of n2 with unmanaged jobs, leaving `free` p100s.
@@ -267,7 +253,7 @@ fn explain(serve: &Serve, id: u32) -> String {
 fn the_under_served_account_gets_the_contested_gpu(bed: &mut Testbed) {
     account(bed, "fs_a", &["root"], &[]);
     account(bed, "fs_b", &["root"], &[]);
-    use_gpus(bed, "fs_a", 4, 3);
+    use_gpus(bed, "fs_a", 4, 3, &["COMPLETED"]);
     wait_until("fs_a's fair-share falls below fs_b's", 30, || {
         fairshare(bed, "fs_a") < fairshare(bed, "fs_b")
     });
@@ -277,7 +263,7 @@ fn the_under_served_account_gets_the_contested_gpu(bed: &mut Testbed) {
         "{explained}"
     );
     // fs_b now uses far more than fs_a did: the order reverses.
-    use_gpus(bed, "fs_b", 4, 8);
+    use_gpus(bed, "fs_b", 4, 8, &["COMPLETED"]);
     wait_until("fs_b's fair-share falls below fs_a's", 30, || {
         fairshare(bed, "fs_b") < fairshare(bed, "fs_a")
     });
@@ -692,8 +678,10 @@ fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
         ],
     );
     account_user(bed, "mins_a", "root");
-    // 2 GPUs x 40 s: more than the account's one GPU-minute.
-    use_gpus_past_limit(bed, "mins_a", 2, 40);
+    // 2 GPUs x 40 s: more than the account's one GPU-minute. Slurm's decay thread (every
+    // PriorityCalcPeriod) kills an association's running jobs once GrpTRESMins is used up,
+    // so the job ends TIMEOUT when a tick falls in its last seconds.
+    use_gpus(bed, "mins_a", 2, 40, &["COMPLETED", "TIMEOUT"]);
     wait_until("sshare shows mins_a's GPU-minute", 90, || {
         used_gpu_minutes(bed, "mins_a") >= 1
     });
