@@ -8,8 +8,9 @@
 //!    and prices are the market HadarE shares ([`crate::market`]).
 //! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
 //!    under a round of slack to its horizon are urgent and go first, placed whatever the
-//!    prices on types fast enough to end by it; every other job is offered, in the priced
-//!    pass, only the types its work belongs on at the LP's shadow prices.
+//!    prices on types fast enough to end by it, or failing that on the fastest types it
+//!    can get, with jobs that have slack making room; every other job is offered, in the
+//!    priced pass, only the types its work belongs on at the LP's shadow prices.
 //!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
@@ -826,13 +827,16 @@ fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
     v
 }
 
-/// An urgent job's placement, whatever its price: on types at least `min_rate` fast; if
-/// none is free, on GPUs held for running jobs with slack, taken from them one job at a
-/// time in `yielders` order until it fits (a job with slack can wait a round, this one
-/// cannot); failing that, anywhere it runs, since any progress shortens its lateness.
-/// `None` when it fits nowhere. Running jobs yield only when their restart costs less than
-/// the urgent job would lose by waiting a round (`round_s - slack_s`): where a restart
-/// costs a whole round, as on a real cluster's short rounds, nobody is preempted for it.
+/// An urgent job's placement, whatever its price, on the fastest types it can get: first
+/// types at least `min_rate` fast, then each slower rate it has in turn (the types at
+/// least that fast). At each level it takes free GPUs if it fits; if not, GPUs held for
+/// running jobs with slack, taken from them one job at a time in `yielders` order until it
+/// fits (a job with slack can wait a round, this one cannot). So a job that cannot reach
+/// its deadline rate still runs as fast as the cluster allows, and a slack job makes room
+/// for it before it falls to a type far slower than its own. `None` when it fits nowhere.
+/// Running jobs yield only when their restart costs less than the urgent job would lose by
+/// waiting a round (`round_s - slack_s`): where a restart costs a whole round, as on a real
+/// cluster's short rounds, nobody is preempted for it and it takes the fastest free GPUs.
 fn urgent_offer(
     book: &mut PriceBook,
     ready: &[Prepared<'_>],
@@ -844,13 +848,47 @@ fn urgent_offer(
     let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
         return None;
     };
-    let fast: Vec<f64> = p
-        .rates
+    let may_preempt = input.restart_s < input.round_s - slack_s;
+    let yielders = if may_preempt { yielders } else { &[] };
+    rate_levels(&p.rates, min_rate)
+        .into_iter()
+        .find_map(|level| {
+            let fast: Vec<f64> = p
+                .rates
+                .iter()
+                .map(|&r| if r >= level { r } else { 0.0 })
+                .collect();
+            offer_making_room(book, ready, reserved, yielders, p, &fast)
+        })
+}
+
+/// The rates an urgent job tries, fastest first: `min_rate` (its deadline rate), then each
+/// of its rates below it.
+fn rate_levels(rates: &[f64], min_rate: f64) -> Vec<f64> {
+    let mut slower: Vec<f64> = rates
         .iter()
-        .map(|&r| if r >= min_rate { r } else { 0.0 })
+        .copied()
+        .filter(|&r| r > 0.0 && r < min_rate)
         .collect();
+    slower.sort_by(|a, b| b.total_cmp(a));
+    slower.dedup();
+    std::iter::once(min_rate).chain(slower).collect()
+}
+
+/// `p`'s best placement on the types with a rate in `fast` (0 elsewhere): in free GPUs, or
+/// else in GPUs that `yielders` (in order) give up, released one job at a time until it
+/// fits. Jobs released for a level where it still does not fit stay released: their GPUs
+/// are free for the slower levels and for the jobs after it.
+fn offer_making_room(
+    book: &mut PriceBook,
+    ready: &[Prepared<'_>],
+    reserved: &mut [bool],
+    yielders: &[usize],
+    p: &Prepared<'_>,
+    fast: &[f64],
+) -> Option<dual::Offer> {
     let restricted = DualJob {
-        rates: &fast,
+        rates: fast,
         ..dual_job(p)
     };
     if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
@@ -862,8 +900,7 @@ fn urgent_offer(
             .map(|t| book.free_of_type(t))
             .sum()
     };
-    let may_preempt = input.restart_s < input.round_s - slack_s;
-    for &k in yielders.iter().filter(|_| may_preempt) {
+    for &k in yielders {
         let Some(prev) = ready[k].previous.filter(|_| reserved[k]) else {
             continue;
         };
@@ -878,10 +915,7 @@ fn urgent_offer(
             return Some(o);
         }
     }
-    match best_offer(book, &dual_job(p)) {
-        DualOutcome::Offer(o) => Some(o),
-        DualOutcome::NoPlacement(_) => None,
-    }
+    None
 }
 
 fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {

@@ -245,6 +245,54 @@ fn the_guard_starts_the_job_that_sets_the_makespan_on_a_fast_enough_type() {
 }
 
 #[test]
+fn an_urgent_job_takes_the_fastest_type_it_can_get_before_a_much_slower_free_one() {
+    // One V100, one P100, one K80. Job 1 (only fast on the V100) runs there and job 2
+    // needs part of the V100 too: the fluid horizon has job 2 on the V100 for 150 s and the
+    // P100 (0.9x) for 3,000 s, 3,150 s in all, so both are urgent and job 2's deadline rate
+    // (0.905) is the V100's alone. Job 1 has less slack and keeps the V100. Job 3, short
+    // and as fast on any type, holds the P100. Job 2 should take the P100 from job 3 (which
+    // has slack and moves to the K80) rather than run on the free K80 at a twentieth of its
+    // rate.
+    let c = cluster(
+        &["v100", "p100", "k80"],
+        &[&[1, 0, 0], &[0, 1, 0], &[0, 0, 1]],
+    );
+    let mut first = job(1, 0.0, 1, 3000.0, &[1.0, 0.01, 0.01]);
+    first.placement = Some(Placement::gang([part(0, 0, 1)]));
+    let second = job(2, 0.0, 1, 2850.0, &[1.0, 0.9, 0.05]);
+    let mut short = job(3, 0.0, 1, 500.0, &[1.0, 1.0, 0.9]);
+    short.placement = Some(Placement::gang([part(1, 1, 1)]));
+    let jobs = [first, second, short];
+    let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 0.0));
+    plan.validate(&c, &jobs).unwrap();
+    assert_eq!(stats.urgent, 2);
+    assert!((stats.horizon_s.unwrap() - 3150.0).abs() < 1.0);
+    assert_eq!(
+        plan.placement_of(JobId(1)),
+        Some(&Placement::gang([part(0, 0, 1)]))
+    );
+    assert_eq!(
+        plan.placement_of(JobId(2)),
+        Some(&Placement::gang([part(1, 1, 1)]))
+    );
+    assert_eq!(
+        plan.placement_of(JobId(3)),
+        Some(&Placement::gang([part(2, 2, 1)]))
+    );
+    // Where a restart costs a whole round nobody is preempted: job 3 keeps the P100 and
+    // job 2 takes the fastest free type, the K80.
+    let (plan, _) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 360.0));
+    assert_eq!(
+        plan.placement_of(JobId(3)),
+        Some(&Placement::gang([part(1, 1, 1)]))
+    );
+    assert_eq!(
+        plan.placement_of(JobId(2)),
+        Some(&Placement::gang([part(2, 2, 1)]))
+    );
+}
+
+#[test]
 fn the_guard_keeps_jobs_with_slack_in_utility_order() {
     // Eight equal short jobs on four GPUs: the horizon is twice each job's time, so none is
     // urgent and the plan is the unguarded one in the same order.
