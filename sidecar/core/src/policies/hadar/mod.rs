@@ -8,8 +8,9 @@
 //!    and prices are the market HadarE shares ([`crate::market`]).
 //! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
 //!    under a round of slack to its horizon are urgent and go first, placed whatever the
-//!    prices on types fast enough to end by it, or failing that on the fastest types it
-//!    can get, with jobs that have slack making room; every other job is offered, in the
+//!    prices on types fast enough to end by it, or failing that (where jobs may be
+//!    preempted) on the fastest types it can get, with jobs that have slack making room;
+//!    every other job is offered, in the
 //!    priced pass, only the types its work belongs on at the LP's shadow prices.
 //!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
@@ -827,16 +828,19 @@ fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
     v
 }
 
-/// An urgent job's placement, whatever its price, on the fastest types it can get: first
-/// types at least `min_rate` fast, then each slower rate it has in turn (the types at
-/// least that fast). At each level it takes free GPUs if it fits; if not, GPUs held for
-/// running jobs with slack, taken from them one job at a time in `yielders` order until it
-/// fits (a job with slack can wait a round, this one cannot). So a job that cannot reach
-/// its deadline rate still runs as fast as the cluster allows, and a slack job makes room
-/// for it before it falls to a type far slower than its own. `None` when it fits nowhere.
-/// Running jobs yield only when their restart costs less than the urgent job would lose by
-/// waiting a round (`round_s - slack_s`): where a restart costs a whole round, as on a real
-/// cluster's short rounds, nobody is preempted for it and it takes the fastest free GPUs.
+/// An urgent job's placement, whatever its price: on types at least `min_rate` fast (its
+/// deadline rate), taking GPUs held for running jobs with slack, one job at a time in
+/// `yielders` order, until it fits (a job with slack can wait a round, this one cannot).
+/// Failing that, where jobs may be preempted, on the fastest types it can get: each slower
+/// rate it has in turn, the types at least that fast, again making room. So a job that
+/// cannot reach its deadline rate still runs as fast as the cluster allows, and a slack job
+/// makes room for it before it falls to a type far slower than its own. Failing all that,
+/// anywhere it runs at the prices, since any progress shortens its lateness. `None` when it
+/// fits nowhere. Running jobs yield only when their restart costs less than the urgent job
+/// would lose by waiting a round (`round_s - slack_s`): where a restart costs a whole round,
+/// as on a real cluster's short rounds, nobody is preempted for it, and it takes the
+/// deadline types if free or else the best free placement at the prices, which weighs
+/// staying where it runs against a restart.
 fn urgent_offer(
     book: &mut PriceBook,
     ready: &[Prepared<'_>],
@@ -848,18 +852,23 @@ fn urgent_offer(
     let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
         return None;
     };
-    let may_preempt = input.restart_s < input.round_s - slack_s;
-    let yielders = if may_preempt { yielders } else { &[] };
-    rate_levels(&p.rates, min_rate)
-        .into_iter()
-        .find_map(|level| {
-            let fast: Vec<f64> = p
-                .rates
-                .iter()
-                .map(|&r| if r >= level { r } else { 0.0 })
-                .collect();
-            offer_making_room(book, ready, reserved, yielders, p, &fast)
-        })
+    let (levels, yielders) = if input.restart_s < input.round_s - slack_s {
+        (rate_levels(&p.rates, min_rate), yielders)
+    } else {
+        (vec![min_rate], &[][..])
+    };
+    let stepped = levels.into_iter().find_map(|level| {
+        let fast: Vec<f64> = p
+            .rates
+            .iter()
+            .map(|&r| if r >= level { r } else { 0.0 })
+            .collect();
+        offer_making_room(book, ready, reserved, yielders, p, &fast)
+    });
+    stepped.or_else(|| match best_offer(book, &dual_job(p)) {
+        DualOutcome::Offer(o) => Some(o),
+        DualOutcome::NoPlacement(_) => None,
+    })
 }
 
 /// The rates an urgent job tries, fastest first: `min_rate` (its deadline rate), then each

@@ -280,7 +280,7 @@ fn an_urgent_job_takes_the_fastest_type_it_can_get_before_a_much_slower_free_one
         Some(&Placement::gang([part(2, 2, 1)]))
     );
     // Where a restart costs a whole round nobody is preempted: job 3 keeps the P100 and
-    // job 2 takes the fastest free type, the K80.
+    // job 2 takes what is free, the K80.
     let (plan, _) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 360.0));
     assert_eq!(
         plan.placement_of(JobId(3)),
