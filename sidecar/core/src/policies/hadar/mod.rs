@@ -10,8 +10,8 @@
 //!    under a round of slack to its horizon are urgent and go first, placed whatever the
 //!    prices on types fast enough to end by it, or failing that (where jobs may be
 //!    preempted) on the fastest types it can get, with jobs that have slack making room;
-//!    every other job is offered, in the
-//!    priced pass, only the types its work belongs on at the LP's shadow prices.
+//!    every other job is offered, in the priced pass, only the types its work belongs on
+//!    at the LP's shadow prices.
 //!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
