@@ -38,8 +38,9 @@ const KNOWN_SLOWER: &[(&str, u32, f64)] = &[
 ];
 
 /// The mean of Hadar's TTD over the fluid bound, measured 1.0504 over the 13 runs with
-/// urgent jobs taking the fastest types they can get; 1.059 with the pace boost; 1.062 before it, with the bound's whole-gang counts (which raise only the
-/// few-jobs bound, 3.00 h to 3.17 h); 1.067 against the bound without them, 1.077 before
+/// urgent jobs taking the fastest types they can get; 1.059 with the pace boost; 1.062
+/// before it, with the bound's whole-gang counts (which raise only the few-jobs bound,
+/// 3.00 h to 3.17 h); 1.067 against the bound without them, 1.077 before
 /// gang packing and the guard's margin share.
 const MEAN_TTD_OVER_BOUND: f64 = 1.055;
 

@@ -834,9 +834,9 @@ fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
 /// Failing that, where jobs may be preempted, on the fastest types it can get: each slower
 /// rate it has in turn, the types at least that fast, again making room. So a job that
 /// cannot reach its deadline rate still runs as fast as the cluster allows, and a slack job
-/// makes room for it before it falls to a type far slower than its own. Failing all that,
-/// anywhere it runs at the prices, since any progress shortens its lateness. `None` when it
-/// fits nowhere. Running jobs yield only when their restart costs less than the urgent job
+/// makes room for it before it falls to a type far slower than its own. The slowest level
+/// is anywhere it runs, at the prices, since any progress shortens its lateness. `None`
+/// when it fits nowhere. Running jobs yield only when their restart costs less than the urgent job
 /// would lose by waiting a round (`round_s - slack_s`): where a restart costs a whole round,
 /// as on a real cluster's short rounds, nobody is preempted for it, and it takes the
 /// deadline types if free or else the best free placement at the prices, which weighs
@@ -852,27 +852,26 @@ fn urgent_offer(
     let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
         return None;
     };
-    let (levels, yielders) = if input.restart_s < input.round_s - slack_s {
-        (rate_levels(&p.rates, min_rate), yielders)
-    } else {
-        (vec![min_rate], &[][..])
-    };
-    let stepped = levels.into_iter().find_map(|level| {
+    let may_preempt = input.restart_s < input.round_s - slack_s;
+    let mut levels = rate_levels(&p.rates, min_rate);
+    if !may_preempt && levels.len() > 2 {
+        // Without room to make, only the deadline types and then anywhere (the last level).
+        levels.drain(1..levels.len() - 1);
+    }
+    let yielders = if may_preempt { yielders } else { &[] };
+    levels.into_iter().find_map(|level| {
         let fast: Vec<f64> = p
             .rates
             .iter()
             .map(|&r| if r >= level { r } else { 0.0 })
             .collect();
         offer_making_room(book, ready, reserved, yielders, p, &fast)
-    });
-    stepped.or_else(|| match best_offer(book, &dual_job(p)) {
-        DualOutcome::Offer(o) => Some(o),
-        DualOutcome::NoPlacement(_) => None,
     })
 }
 
 /// The rates an urgent job tries, fastest first: `min_rate` (its deadline rate), then each
-/// of its rates below it.
+/// of its rates below it. The last level admits every type it runs on: at the prices, that
+/// is anywhere it runs.
 fn rate_levels(rates: &[f64], min_rate: f64) -> Vec<f64> {
     let mut slower: Vec<f64> = rates
         .iter()
