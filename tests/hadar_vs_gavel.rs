@@ -22,26 +22,17 @@ use hadar_sim::{SimConfig, Workload, simulate};
 use std::path::Path;
 
 /// Runs where Hadar's TTD is still above Gavel's: (trace, GPUs per node, the most
-/// Hadar TTD / Gavel TTD may be). Measured 1.008 with the pace boost (1.019 before it, with
-/// gang packing and the guard's margin share; before them four runs, 1.020-1.031).
+/// Hadar TTD / Gavel TTD may be). Static multi-GPU 40 on 4+4+4 measured 1.008
+/// (docs/results-gavel.md has the history).
 const KNOWN_LATE: &[(&str, u32, f64)] = &[("static_multigpu_40jobs_seed10", 1, 1.01)];
 
 /// Runs where Hadar's average JCT is not yet below Gavel's: (trace, GPUs per node, the
-/// least Gavel JCT / Hadar JCT may be). Static multi-GPU 40 on 16+16+16: measured 0.975
-/// with urgent jobs taking the fastest types they can get (0.973 with the pace boost, 0.977
-/// before it). Few-jobs (6 nodes): 0.969 since urgent jobs take the fastest types they can
-/// get, which ends it 8% sooner (3.33 h against 3.61 h) by moving its two shorter jobs to
-/// K80s for a while (1.02 before).
-const KNOWN_SLOWER: &[(&str, u32, f64)] = &[
-    ("static_multigpu_40jobs_seed10", 4, 0.97),
-    ("few-jobs", 6, 0.96),
-];
+/// least Gavel JCT / Hadar JCT may be). Static multi-GPU 40 on 16+16+16 measured 0.975
+/// (docs/results-gavel.md has the history).
+const KNOWN_SLOWER: &[(&str, u32, f64)] = &[("static_multigpu_40jobs_seed10", 4, 0.97)];
 
-/// The mean of Hadar's TTD over the fluid bound, measured 1.0504 over the 13 runs with
-/// urgent jobs taking the fastest types they can get; 1.059 with the pace boost; 1.062
-/// before it, with the bound's whole-gang counts (which raise only the few-jobs bound,
-/// 3.00 h to 3.17 h); 1.067 against the bound without them, 1.077 before
-/// gang packing and the guard's margin share.
+/// The most Hadar's mean TTD over the fluid bound may be: measured 1.0504 over the 13 runs
+/// (docs/results-gavel.md has the history).
 const MEAN_TTD_OVER_BOUND: f64 = 1.055;
 
 struct Run {

@@ -303,6 +303,25 @@ struct Prepared<'a> {
     priced_rates: Option<Vec<f64>>,
 }
 
+impl Prepared<'_> {
+    /// Seconds of work left at the fastest type of the GPUs it holds (at its best rate when
+    /// it holds none, or none it runs on).
+    fn remaining_where_held_s(&self) -> f64 {
+        let best = self.rates.iter().copied().fold(0.0, f64::max);
+        let held = self.previous.map_or(0.0, |q| {
+            q.types()
+                .iter()
+                .map(|t| self.rates[t.index()])
+                .fold(0.0, f64::max)
+        });
+        if held > 0.0 {
+            self.utility.remaining_best_s() * best / held
+        } else {
+            self.utility.remaining_best_s()
+        }
+    }
+}
+
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
     let cluster = input.cluster;
     let present: Vec<bool> = cluster
@@ -816,14 +835,17 @@ fn recount(
     }
 }
 
-/// Running jobs with slack whose reserved GPUs urgent jobs may take, longest remaining
-/// first: a round's wait is the smallest share of their time, and the shortest, which
-/// matter most to the average JCT, keep their GPUs.
+/// Running jobs with slack whose reserved GPUs urgent jobs may take, longest time left on
+/// the GPUs they hold first: a round's wait is the smallest share of their time, and the
+/// jobs closest to finishing where they run, which matter most to the average JCT, keep
+/// their GPUs. The time is at the fastest type a job holds (the GPUs it would give up), not
+/// at its best type anywhere: a job held on P100s whose best type is a V100 it does not
+/// have is as far from finishing as the P100s make it.
 fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
     let mut v: Vec<usize> = (0..ready.len())
         .filter(|&k| reserved[k] && !ready[k].urgency.is_urgent())
         .collect();
-    let left = |k: usize| ready[k].utility.remaining_best_s();
+    let left = |k: usize| ready[k].remaining_where_held_s();
     v.sort_by(|&a, &b| left(b).total_cmp(&left(a)));
     v
 }

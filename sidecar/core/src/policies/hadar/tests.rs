@@ -293,6 +293,42 @@ fn an_urgent_job_takes_the_fastest_type_it_can_get_before_a_much_slower_free_one
 }
 
 #[test]
+fn the_job_with_slack_furthest_from_finishing_where_it_runs_yields_first() {
+    // The previous test's urgent pair on one V100, with two P100s and a K80 beside it. Jobs
+    // 3 and 4 have slack and hold the P100s. Job 3 would finish sooner on a V100 (400 s
+    // against 600 s) but runs at half speed on its P100, so it is further from finishing
+    // where it runs (800 s against 600 s): it gives its P100 to job 2 and moves to the K80,
+    // and job 4, nearer its end, keeps its GPU.
+    let c = cluster(
+        &["v100", "p100", "k80"],
+        &[&[1, 0, 0], &[0, 1, 0], &[0, 1, 0], &[0, 0, 1]],
+    );
+    let mut first = job(1, 0.0, 1, 3000.0, &[1.0, 0.01, 0.01]);
+    first.placement = Some(Placement::gang([part(0, 0, 1)]));
+    let second = job(2, 0.0, 1, 2850.0, &[1.0, 0.9, 0.05]);
+    let mut slow_here = job(3, 0.0, 1, 400.0, &[1.0, 0.5, 0.45]);
+    slow_here.placement = Some(Placement::gang([part(1, 1, 1)]));
+    let mut near_end = job(4, 0.0, 1, 600.0, &[1.0, 1.0, 0.9]);
+    near_end.placement = Some(Placement::gang([part(2, 1, 1)]));
+    let jobs = [first, second, slow_here, near_end];
+    let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 0.0));
+    plan.validate(&c, &jobs).unwrap();
+    assert_eq!(stats.urgent, 2);
+    assert_eq!(
+        plan.placement_of(JobId(2)),
+        Some(&Placement::gang([part(1, 1, 1)]))
+    );
+    assert_eq!(
+        plan.placement_of(JobId(3)),
+        Some(&Placement::gang([part(3, 2, 1)]))
+    );
+    assert_eq!(
+        plan.placement_of(JobId(4)),
+        Some(&Placement::gang([part(2, 1, 1)]))
+    );
+}
+
+#[test]
 fn the_guard_keeps_jobs_with_slack_in_utility_order() {
     // Eight equal short jobs on four GPUs: the horizon is twice each job's time, so none is
     // urgent and the plan is the unguarded one in the same order.
