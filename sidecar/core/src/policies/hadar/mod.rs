@@ -309,9 +309,9 @@ impl Prepared<'_> {
     fn remaining_where_held_s(&self) -> f64 {
         let best = self.rates.iter().copied().fold(0.0, f64::max);
         let held = self.previous.map_or(0.0, |q| {
-            q.types()
+            q.parts()
                 .iter()
-                .map(|t| self.rates[t.index()])
+                .map(|part| self.rates[part.gpu_type.index()])
                 .fold(0.0, f64::max)
         });
         if held > 0.0 {
@@ -842,12 +842,12 @@ fn recount(
 /// at its best type anywhere: a job held on P100s whose best type is a V100 it does not
 /// have is as far from finishing as the P100s make it.
 fn yield_order(ready: &[Prepared<'_>], reserved: &[bool]) -> Vec<usize> {
-    let mut v: Vec<usize> = (0..ready.len())
+    let mut v: Vec<(f64, usize)> = (0..ready.len())
         .filter(|&k| reserved[k] && !ready[k].urgency.is_urgent())
+        .map(|k| (ready[k].remaining_where_held_s(), k))
         .collect();
-    let left = |k: usize| ready[k].remaining_where_held_s();
-    v.sort_by(|&a, &b| left(b).total_cmp(&left(a)));
-    v
+    v.sort_by(|a, b| b.0.total_cmp(&a.0));
+    v.into_iter().map(|(_, k)| k).collect()
 }
 
 /// An urgent job's placement, whatever its price: on types at least `min_rate` fast (its
