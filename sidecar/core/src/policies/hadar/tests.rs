@@ -69,6 +69,16 @@ fn reason(plan: &RoundPlan, id: u64) -> Option<&WaitReason> {
         .map(|w| &w.reason)
 }
 
+/// Asserts that job `id` runs as one gang on `on` alone.
+#[track_caller]
+fn assert_runs_on(plan: &RoundPlan, id: u64, on: Part) {
+    assert_eq!(
+        plan.placement_of(JobId(id)),
+        Some(&Placement::gang([on])),
+        "job {id}"
+    );
+}
+
 #[test]
 fn a_job_spans_types_and_runs_at_the_slowest_pace() {
     let c = cluster(&["v100", "k80"], &[&[2, 0], &[0, 2]]);
@@ -198,10 +208,7 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
     assert_eq!(stats.kept, 1);
     // A short restart: the 4x faster V100 wins.
     let (plan, stats) = plan_round(&unguarded(), &input(&c, &jobs, 10.0));
-    assert_eq!(
-        plan.placement_of(JobId(1)),
-        Some(&Placement::gang([part(0, 0, 1)]))
-    );
+    assert_runs_on(&plan, 1, part(0, 0, 1));
     assert_eq!(stats.kept, 0);
     // Without stickiness the restart is not weighed at all.
     let loose = HadarConfig {
@@ -209,10 +216,7 @@ fn stickiness_keeps_a_job_unless_moving_pays_for_the_restart() {
         ..unguarded()
     };
     let (plan, _) = plan_round(&loose, &input(&c, &jobs, 350.0));
-    assert_eq!(
-        plan.placement_of(JobId(1)),
-        Some(&Placement::gang([part(0, 0, 1)]))
-    );
+    assert_runs_on(&plan, 1, part(0, 0, 1));
 }
 
 #[test]
@@ -267,29 +271,14 @@ fn an_urgent_job_takes_the_fastest_type_it_can_get_before_a_much_slower_free_one
     plan.validate(&c, &jobs).unwrap();
     assert_eq!(stats.urgent, 2);
     assert!((stats.horizon_s.unwrap() - 3150.0).abs() < 1.0);
-    assert_eq!(
-        plan.placement_of(JobId(1)),
-        Some(&Placement::gang([part(0, 0, 1)]))
-    );
-    assert_eq!(
-        plan.placement_of(JobId(2)),
-        Some(&Placement::gang([part(1, 1, 1)]))
-    );
-    assert_eq!(
-        plan.placement_of(JobId(3)),
-        Some(&Placement::gang([part(2, 2, 1)]))
-    );
+    assert_runs_on(&plan, 1, part(0, 0, 1));
+    assert_runs_on(&plan, 2, part(1, 1, 1));
+    assert_runs_on(&plan, 3, part(2, 2, 1));
     // Where a restart costs a whole round nobody is preempted: job 3 keeps the P100 and
     // job 2 takes what is free, the K80.
     let (plan, _) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 360.0));
-    assert_eq!(
-        plan.placement_of(JobId(3)),
-        Some(&Placement::gang([part(1, 1, 1)]))
-    );
-    assert_eq!(
-        plan.placement_of(JobId(2)),
-        Some(&Placement::gang([part(2, 2, 1)]))
-    );
+    assert_runs_on(&plan, 3, part(1, 1, 1));
+    assert_runs_on(&plan, 2, part(2, 2, 1));
 }
 
 #[test]
@@ -314,18 +303,9 @@ fn the_job_with_slack_furthest_from_finishing_where_it_runs_yields_first() {
     let (plan, stats) = plan_round(&HadarConfig::default(), &input(&c, &jobs, 0.0));
     plan.validate(&c, &jobs).unwrap();
     assert_eq!(stats.urgent, 2);
-    assert_eq!(
-        plan.placement_of(JobId(2)),
-        Some(&Placement::gang([part(1, 1, 1)]))
-    );
-    assert_eq!(
-        plan.placement_of(JobId(3)),
-        Some(&Placement::gang([part(3, 2, 1)]))
-    );
-    assert_eq!(
-        plan.placement_of(JobId(4)),
-        Some(&Placement::gang([part(2, 1, 1)]))
-    );
+    assert_runs_on(&plan, 2, part(1, 1, 1));
+    assert_runs_on(&plan, 3, part(3, 2, 1));
+    assert_runs_on(&plan, 4, part(2, 1, 1));
 }
 
 #[test]
