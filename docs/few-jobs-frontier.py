@@ -33,33 +33,71 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-from scipy.optimize import linprog
-
 ROOT = Path(__file__).resolve().parent.parent
 TYPES = ["v100", "p100", "k80"]
+WORKERS = 4
+MAX_JOBS = 6
+
+
+def fail(msg):
+    print(f"few-jobs-frontier: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    import numpy as np
+    from scipy.optimize import linprog
+except ImportError as e:
+    fail(f"needs numpy and scipy ({e}); pip install numpy scipy")
+
+
+def trace_jobs(trace):
+    """The trace's lines and steps, each job checked to be a 4-worker job with steps."""
+    try:
+        text = trace.read_text()
+    except OSError as e:
+        fail(f"cannot read the trace {trace}: {e.strerror}")
+    jobs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 10:
+            fail(f"{trace}:{n}: {len(cols)} tab-separated columns, Gavel's format has 10")
+        try:
+            steps, workers = float(cols[5]), int(cols[6])
+        except ValueError:
+            fail(f"{trace}:{n}: steps {cols[5]!r} and workers {cols[6]!r} must be numbers")
+        if steps <= 0 or workers != WORKERS:
+            fail(f"{trace}:{n}: the slots are {WORKERS}-GPU gangs, so every job needs "
+                 f"{WORKERS} workers and some steps (got {workers} workers, {steps:g} steps)")
+        jobs.append((line, steps))
+    if not jobs:
+        fail(f"{trace}: no jobs")
+    if len(jobs) > MAX_JOBS:
+        fail(f"{trace}: {len(jobs)} jobs; the script solves one LP per completion order, "
+             f"so it takes at most {MAX_JOBS}")
+    return jobs
+
+
+def rate_on(hadar, line, steps, gpu_type):
+    """The job's rate (steps/s) alone on four GPUs of `gpu_type`, from the simulator."""
+    with tempfile.NamedTemporaryFile("w", suffix=".trace") as one:
+        one.write(line + "\n")
+        one.flush()
+        run = subprocess.run(
+            [hadar, "simulate", "--cluster", f"{gpu_type}:{WORKERS}", "--gpus-per-node",
+             str(WORKERS), "--trace", one.name, "--policy", "hadar", "--format", "json"],
+            capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"{hadar} simulate failed on {gpu_type}: {run.stderr.strip()}")
+    return steps / json.loads(run.stdout)["results"][0]["ttd_s"]
 
 
 def rates_and_steps(hadar, trace):
-    """Per job: steps and its rate (steps/s) on four GPUs of each type, from the simulator."""
-    jobs = []
-    for line in trace.read_text().splitlines():
-        if not line.strip():
-            continue
-        steps = float(line.split("\t")[5])
-        rates = []
-        for t in TYPES:
-            with tempfile.NamedTemporaryFile("w", suffix=".trace") as one:
-                one.write(line + "\n")
-                one.flush()
-                out = subprocess.run(
-                    [hadar, "simulate", "--cluster", f"{t}:4", "--gpus-per-node", "4",
-                     "--trace", one.name, "--policy", "hadar", "--format", "json"],
-                    check=True, capture_output=True, text=True).stdout
-            ttd = json.loads(out)["results"][0]["ttd_s"]
-            rates.append(steps / ttd)
-        jobs.append((steps, rates))
-    return jobs
+    """Per job: steps and its rate (steps/s) on four GPUs of each type."""
+    return [(steps, [rate_on(hadar, line, steps, t) for t in TYPES])
+            for line, steps in trace_jobs(trace)]
 
 
 def least_jct_sum(jobs, slots, order, cap_s):
@@ -116,11 +154,17 @@ def main():
                     help="whole 4-GPU gangs at the V100, P100 and K80 rates (default 1,2,3)")
     ap.add_argument("--hadar", default=str(ROOT / "target/release/hadar"))
     args = ap.parse_args()
-    slots = [int(s) for s in args.slots.split(",")]
+    try:
+        slots = [int(s) for s in args.slots.split(",")]
+    except ValueError:
+        slots = []
     if len(slots) != len(TYPES) or min(slots) < 0:
-        sys.exit(f"few-jobs-frontier: --slots needs three counts (V100,P100,K80), got {args.slots!r}")
+        fail(f"--slots needs three counts of at least 0 (V100,P100,K80), got {args.slots!r}")
+    bad = [c for c in args.cap_h if not c > 0]
+    if bad:
+        fail(f"--cap-h must be a positive number of hours, got {bad[0]}")
     if not Path(args.hadar).exists():
-        sys.exit(f"few-jobs-frontier: no {args.hadar} (cargo build --release -p hadar, or --hadar)")
+        fail(f"no {args.hadar} (cargo build --release -p hadar, or --hadar)")
     jobs = rates_and_steps(args.hadar, args.trace)
     for cap_h in args.cap_h:
         best = None

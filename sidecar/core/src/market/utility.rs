@@ -134,6 +134,11 @@ impl JobUtility {
         self.remaining_steps / self.best_rate
     }
 
+    /// The job's remaining time at `rate` steps per second, in seconds.
+    pub fn remaining_at_s(&self, rate: f64) -> f64 {
+        self.remaining_steps / rate.max(MIN_RATE)
+    }
+
     /// Scales the makespan-aware factor set by [`JobUtility::set_criticality`] by
     /// `factor` (Hadar's pace boost); ignored unless finite and positive.
     pub fn scale_criticality(&mut self, factor: f64) {

@@ -307,7 +307,6 @@ impl Prepared<'_> {
     /// Seconds of work left at the fastest type of the GPUs it holds (at its best rate when
     /// it holds none, or none it runs on).
     fn remaining_where_held_s(&self) -> f64 {
-        let best = self.rates.iter().copied().fold(0.0, f64::max);
         let held = self.previous.map_or(0.0, |q| {
             q.parts()
                 .iter()
@@ -315,7 +314,7 @@ impl Prepared<'_> {
                 .fold(0.0, f64::max)
         });
         if held > 0.0 {
-            self.utility.remaining_best_s() * best / held
+            self.utility.remaining_at_s(held)
         } else {
             self.utility.remaining_best_s()
         }
