@@ -545,6 +545,9 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     } else {
         vec![bounds; types]
     };
+    // Ordered before the guard scales utilities by the pace boost: the boost raises what a
+    // started long job earns in the priced pass without moving it ahead of shorter jobs
+    // (ordering after it was measured worse on both aims: docs/results-gavel.md).
     order_jobs(config, input, &mut ready);
     if config.makespan_guard && !config.exact {
         stats.horizon_s = Some(apply_guard(config, input, &mut ready));
