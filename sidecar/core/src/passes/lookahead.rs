@@ -5,7 +5,7 @@
 //! request names types never leaves them (Slurm 22.05 keeps every type a job was given); when
 //! the daemon held every job to its first types, that expectation made jobs run many times
 //! longer on K80s than waiting for a V100 would have taken. So a start is treated as a
-//! commitment for the job's remaining work.
+//! commitment for the job's remaining work, wherever the plan would not move the job later.
 //!
 //! So each round, before planning, the served policy ([`super::served`]) looks ahead with a list schedule: GPUs busy
 //! with running and starting jobs stay busy until their predicted ends; then the waiting
@@ -18,8 +18,17 @@
 //! the look-ahead starts only in a later round is left out of this round's plan, so that
 //! jobs after it do not take the GPUs it waits for (as Slurm's backfill reserves them).
 //! Jobs held to types keep them and are planned as before, and so do started jobs while the
-//! look-ahead is on ([`kept_types`]): it counts on them staying until they end. Pure: no
-//! Slurm, no clock. [`commit`] is the pass; the rest are its parts.
+//! look-ahead is on ([`kept_types`]): it counts on them staying until they end.
+//!
+//! Where a restart costs well under a round, though, the plan does move a job up when a
+//! faster type frees ([`Moves`]): its stickiness weighs the restart against the faster rate.
+//! There a start on a slow type is no commitment, and holding to it only idles GPUs. So a
+//! job the look-ahead would start later is left to the plan when starting it on any free
+//! type now and moving it then beats waiting (it does more than a restart's worth of work
+//! meanwhile, and the plan would move it), and a started job keeps its types only while
+//! moving it to its fastest type would not pay. Where a restart costs a round or more (the
+//! daemon's short rounds) neither ever holds, and the look-ahead commits as described.
+//! Pure: no Slurm, no clock. [`commit`] is the pass; the rest are its parts.
 
 use super::{JobFacts, JobPhase, TargetFacts, restrict_types};
 use crate::job::JobId;
@@ -316,6 +325,41 @@ pub fn best_schedule(
     choices
 }
 
+/// The plan's restart economics: a running job moves from one rate to a faster one only
+/// when the faster rate, less the restart's share of a round, still beats staying (the
+/// stickiness of [`crate::market::JobUtility::at`] and `best_offer`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Moves {
+    /// The round, seconds.
+    pub round_s: f64,
+    /// What a move costs a job, seconds.
+    pub restart_s: f64,
+}
+
+impl Moves {
+    /// The share of a round's work a moved job still does.
+    fn kept_share(&self) -> f64 {
+        if self.round_s > 0.0 {
+            ((self.round_s - self.restart_s.max(0.0)) / self.round_s).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether the plan would move a job running at `from` steps/s to free GPUs where it
+    /// runs at `to`.
+    pub fn pay(&self, from: f64, to: f64) -> bool {
+        from > 0.0 && to * self.kept_share() > from
+    }
+
+    /// Whether starting a job now at `slow` steps/s and moving it to its chosen type
+    /// (`chosen` steps/s) when that frees in `wait_s` beats waiting for it: it does more
+    /// than a restart's worth of the chosen type's work meanwhile, and the plan would move it.
+    pub fn beat_waiting(&self, slow: f64, chosen: f64, wait_s: f64) -> bool {
+        chosen > 0.0 && wait_s * slow / chosen > self.restart_s.max(0.0) && self.pay(slow, chosen)
+    }
+}
+
 /// The GPU types a started job keeps while the look-ahead is on: those of its current
 /// placement, for a running, starting or preempting job that the target does not already hold
 /// to types (`None` otherwise). The look-ahead counts on started jobs staying where they are
@@ -422,19 +466,20 @@ impl Commitments {
 /// the queue chooses for it, and returns the choices. Moving a job later costs a checkpoint, a
 /// requeue and a restart, so it may use only the type where its remaining work ends first;
 /// one the look-ahead starts only in a later round is left out of `states`, so that jobs
-/// after it do not take the GPUs it waits for (as Slurm's backfill reserves them); a started
-/// job not held to types keeps its current types. `next_round_s` is the delay before a round
-/// notices freed GPUs.
+/// after it do not take the GPUs it waits for (as Slurm's backfill reserves them), unless
+/// starting it elsewhere now and moving it then beats waiting (`moves`); a started job not
+/// held to types keeps its current types unless moving it to its fastest type would pay.
+/// `moves.round_s` is also the delay before a round notices freed GPUs.
 pub fn commit(
     cluster: &Cluster,
     states: &mut Vec<JobState>,
     facts: &TargetFacts,
     now_s: f64,
-    next_round_s: f64,
+    moves: Moves,
 ) -> Commitments {
     let (nodes, busy, queue) = inputs(cluster, states, facts, now_s);
     let mut choices: BTreeMap<JobId, Choice> =
-        best_schedule(&nodes, &busy, &queue, now_s, next_round_s)
+        best_schedule(&nodes, &busy, &queue, now_s, moves.round_s)
             .into_iter()
             .map(|(id, c)| (JobId(id), c))
             .collect();
@@ -444,14 +489,27 @@ pub fn commit(
             .get(id)
             .is_some_and(|f| f.phase == JobPhase::Waiting && f.held_types.is_none())
     });
+    let queued: HashMap<u64, &Queued> = queue.iter().map(|q| (q.job, q)).collect();
+    choices.retain(|id, c| {
+        c.starts_now(now_s)
+            || !queued
+                .get(&id.0)
+                .is_some_and(|q| q.starting_elsewhere_beats(c, now_s, moves))
+    });
     states.retain(|js| choices.get(&js.id()).is_none_or(|c| c.starts_now(now_s)));
     let mut restricted = BTreeMap::new();
     for js in states.iter_mut() {
         let id = js.id();
         let Some(choice) = choices.get(&id) else {
             // A started job keeps its types, as the look-ahead counted on: moving it to
-            // GPUs the look-ahead keeps for a waiting job would undo both choices.
-            if let Some(kept) = facts.jobs.get(&id).and_then(kept_types) {
+            // GPUs the look-ahead keeps for a waiting job would undo both choices. Unless
+            // the plan would move it up anyway, where a restart is cheap.
+            if let Some(kept) = facts
+                .jobs
+                .get(&id)
+                .and_then(kept_types)
+                .filter(|_| !moving_up_pays(cluster, js, moves))
+            {
                 restrict_types(cluster, js, &kept);
                 restricted.insert(id, kept);
             }
@@ -480,6 +538,37 @@ pub fn commit(
     Commitments {
         choices,
         restricted,
+    }
+}
+
+/// Whether the plan would move started job `js` from its placement to its fastest type.
+fn moving_up_pays(cluster: &Cluster, js: &JobState, moves: Moves) -> bool {
+    let workers = js.job.workers;
+    let best = cluster
+        .types()
+        .map(|t| js.job.throughput.rate_or_zero(t, workers))
+        .fold(0.0, f64::max);
+    js.placement
+        .as_ref()
+        .is_some_and(|p| moves.pay(p.rate(&js.job.throughput, workers), best))
+}
+
+impl Queued {
+    /// Whether starting it now on its slowest usable type and moving it to its choice `c`
+    /// when that frees beats waiting for `c`.
+    fn starting_elsewhere_beats(&self, c: &Choice, now_s: f64, moves: Moves) -> bool {
+        let chosen = self
+            .rates
+            .iter()
+            .find(|(t, _)| *t == c.gpu_type)
+            .map_or(0.0, |(_, r)| *r);
+        let slowest = self
+            .rates
+            .iter()
+            .map(|(_, r)| *r)
+            .filter(|r| *r > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        slowest.is_finite() && moves.beat_waiting(slowest, chosen, c.start_s - now_s)
     }
 }
 
@@ -747,7 +836,16 @@ mod tests {
                 ..JobFacts::waiting()
             },
         );
-        let c = commit(&cluster, &mut states, &facts, 0.0, 3.0);
+        let c = commit(
+            &cluster,
+            &mut states,
+            &facts,
+            0.0,
+            Moves {
+                round_s: 3.0,
+                restart_s: 3.0,
+            },
+        );
         assert!(
             !c.choices.contains_key(&JobId(4)),
             "held jobs keep their types"
@@ -769,6 +867,114 @@ mod tests {
             assert_eq!(js.job.throughput.rate(other, 2), None, "pinned to {t:?}");
             assert_eq!(js.placement.as_ref().unwrap().types(), vec![t]);
         }
+    }
+
+    #[test]
+    fn where_a_restart_is_cheap_long_waits_are_not_held_and_slow_starts_not_kept() {
+        let cluster = crate::passes::two_node_cluster();
+        let n1 = cluster.node_by_name("n1").unwrap();
+        let n3 = cluster.node_by_name("n3").unwrap();
+        let v100 = cluster.type_by_name("v100").unwrap();
+        let k80 = cluster.type_by_name("k80").unwrap();
+        let on = |node, gpu_type| {
+            Placement::gang([Part {
+                node,
+                gpu_type,
+                gpus: 2,
+            }])
+        };
+        // Job 1 holds 2 of n1's V100s for 500 s more, job 2 the other two for 10 s, job 3
+        // runs on K80s at a fifth of its V100 rate; jobs 4 and 5 wait. Neither wait is
+        // worth a K80 start when a restart costs the whole round; with 360 s rounds and
+        // 60 s restarts, a 500 s wait does 100 s of V100 work on K80s first.
+        let setup = || {
+            let mut states = vec![
+                two_worker(&cluster, 1, Some(10.0), 5000.0),
+                two_worker(&cluster, 2, Some(10.0), 100.0),
+                two_worker(&cluster, 3, Some(10.0), 1000.0),
+                two_worker(&cluster, 4, Some(10.0), 1000.0),
+                two_worker(&cluster, 5, Some(10.0), 1000.0),
+            ];
+            states[0].placement = Some(on(n1, v100));
+            states[1].placement = Some(on(n1, v100));
+            states[2].placement = Some(on(n3, k80));
+            let mut facts = TargetFacts::default();
+            facts
+                .jobs
+                .insert(JobId(1), started(JobPhase::Running, on_n1()));
+            facts
+                .jobs
+                .insert(JobId(2), started(JobPhase::Running, on_n1()));
+            facts.jobs.insert(
+                JobId(3),
+                started(JobPhase::Running, vec![("n3".into(), "k80".into(), 2)]),
+            );
+            facts.jobs.insert(JobId(4), JobFacts::waiting());
+            facts.jobs.insert(JobId(5), JobFacts::waiting());
+            (states, facts)
+        };
+        let (mut states, facts) = setup();
+        let costly = Moves {
+            round_s: 3.0,
+            restart_s: 3.0,
+        };
+        let c = commit(&cluster, &mut states, &facts, 0.0, costly);
+        assert_eq!(c.deferred(0.0).count(), 2, "{c:?}");
+        assert_eq!(states.len(), 3);
+        assert_eq!(c.restricted[&JobId(3)], vec!["k80".to_string()]);
+
+        let (mut states, facts) = setup();
+        let cheap = Moves {
+            round_s: 360.0,
+            restart_s: 60.0,
+        };
+        let c = commit(&cluster, &mut states, &facts, 0.0, cheap);
+        // A job waiting for V100s waits at least the round that notices them free (370 s),
+        // 74 s of V100 work on K80s: none is held out. One may start now (on the free K80s,
+        // committed there); any other is left to the plan with every type.
+        assert_eq!(c.deferred(0.0).count(), 0, "{c:?}");
+        assert_eq!(states.len(), 5);
+        let mut released = 0;
+        for id in [JobId(4), JobId(5)] {
+            let js = states.iter().find(|s| s.id() == id).unwrap();
+            match c.choices.get(&id) {
+                Some(choice) => {
+                    assert!(choice.starts_now(0.0));
+                    assert_eq!(c.restricted[&id], vec![choice.gpu_type.clone()]);
+                }
+                None => {
+                    released += 1;
+                    assert!(!c.restricted.contains_key(&id));
+                    assert_eq!(js.job.throughput.rate(k80, 2), Some(2.0));
+                    assert_eq!(js.job.throughput.rate(v100, 2), Some(10.0));
+                }
+            }
+        }
+        assert!(released > 0, "{c:?}");
+        // Job 3 may move up to the V100s (10 x 300/360 > 2); jobs 1 and 2 are on their
+        // fastest type and keep it.
+        assert!(!c.restricted.contains_key(&JobId(3)), "{c:?}");
+        assert_eq!(c.restricted[&JobId(1)], vec!["v100".to_string()]);
+    }
+
+    #[test]
+    fn a_move_pays_only_when_the_faster_rate_outruns_the_restart() {
+        let m = Moves {
+            round_s: 360.0,
+            restart_s: 60.0,
+        };
+        assert!(m.pay(2.0, 10.0));
+        assert!(!m.pay(9.0, 10.0), "300/360 of 10 is under 9");
+        assert!(!m.pay(0.0, 10.0), "a job that does not run is not moved");
+        let never = Moves {
+            round_s: 3.0,
+            restart_s: 3.0,
+        };
+        assert!(!never.pay(0.1, 1000.0));
+        assert!(!never.beat_waiting(2.0, 10.0, 1e6));
+        // 400 s at a fifth of the rate is 80 s of work, more than a 60 s restart; 250 s is 50.
+        assert!(m.beat_waiting(2.0, 10.0, 400.0));
+        assert!(!m.beat_waiting(2.0, 10.0, 250.0));
     }
 
     #[test]

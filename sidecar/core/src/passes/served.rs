@@ -136,7 +136,16 @@ pub fn decide_with(
         }
     }
     let commitments = if config.look_ahead {
-        lookahead::commit(cluster, &mut jobs, facts, input.now_s, input.round_s)
+        lookahead::commit(
+            cluster,
+            &mut jobs,
+            facts,
+            input.now_s,
+            lookahead::Moves {
+                round_s: input.round_s,
+                restart_s: input.restart_s,
+            },
+        )
     } else {
         Commitments::default()
     };
