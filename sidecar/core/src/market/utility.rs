@@ -112,7 +112,7 @@ impl JobUtility {
         };
         let best_rate = best_rate.max(MIN_RATE);
         let move_factor = if sticky && job.placement.is_some() {
-            ((round_s - restart_s.max(0.0)) / round_s).clamp(0.0, 1.0)
+            moved_share(round_s, restart_s)
         } else {
             1.0
         };
@@ -197,6 +197,18 @@ impl JobUtility {
     /// The utility at the job's fastest rate, not moved: the most it can gain this round.
     pub fn best(&self) -> f64 {
         self.at(self.best_rate, false)
+    }
+}
+
+/// The share of a round's work a job moved to other GPUs still does when a move costs
+/// `restart_s` (0 when the round is not positive). A moved placement's utility is taken at
+/// its rate times this share, so the plan moves a running job only when the faster rate
+/// outweighs the restart; the commitment look-ahead reasons with the same share.
+pub fn moved_share(round_s: f64, restart_s: f64) -> f64 {
+    if round_s > 0.0 {
+        ((round_s - restart_s.max(0.0)) / round_s).clamp(0.0, 1.0)
+    } else {
+        0.0
     }
 }
 

@@ -32,6 +32,7 @@
 
 use super::{JobFacts, JobPhase, TargetFacts, restrict_types};
 use crate::job::JobId;
+use crate::market::utility::moved_share;
 use crate::placement::{Part, Placement};
 use crate::{Cluster, JobState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -337,19 +338,10 @@ pub struct Moves {
 }
 
 impl Moves {
-    /// The share of a round's work a moved job still does.
-    fn kept_share(&self) -> f64 {
-        if self.round_s > 0.0 {
-            ((self.round_s - self.restart_s.max(0.0)) / self.round_s).clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
-    }
-
     /// Whether the plan would move a job running at `from` steps/s to free GPUs where it
     /// runs at `to`.
     pub fn pay(&self, from: f64, to: f64) -> bool {
-        from > 0.0 && to * self.kept_share() > from
+        from > 0.0 && to * moved_share(self.round_s, self.restart_s) > from
     }
 
     /// Whether starting a job now at `slow` steps/s and moving it to its chosen type
@@ -508,7 +500,7 @@ pub fn commit(
                 .jobs
                 .get(&id)
                 .and_then(kept_types)
-                .filter(|_| !moving_up_pays(cluster, js, moves))
+                .filter(|_| !moving_up_pays(js, moves))
             {
                 restrict_types(cluster, js, &kept);
                 restricted.insert(id, kept);
@@ -542,12 +534,11 @@ pub fn commit(
 }
 
 /// Whether the plan would move started job `js` from its placement to its fastest type.
-fn moving_up_pays(cluster: &Cluster, js: &JobState, moves: Moves) -> bool {
+fn moving_up_pays(js: &JobState, moves: Moves) -> bool {
     let workers = js.job.workers;
-    let best = cluster
-        .types()
-        .map(|t| js.job.throughput.rate_or_zero(t, workers))
-        .fold(0.0, f64::max);
+    let Some((_, best)) = js.job.throughput.fastest(workers) else {
+        return false;
+    };
     js.placement
         .as_ref()
         .is_some_and(|p| moves.pay(p.rate(&js.job.throughput, workers), best))
