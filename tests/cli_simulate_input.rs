@@ -195,7 +195,7 @@ fn bad_round_and_restart_lengths_are_refused() {
         ),
         (
             vec!["simulate", "--restart-s", "400"],
-            "--restart-s: must be at least 0 and less than",
+            "--restart-s: must be at least 0 and at most the round length (360 s), got 400",
         ),
         (
             vec!["simulate", "--gpus-per-node", "0", "--cluster", "v100:4"],
@@ -206,6 +206,39 @@ fn bad_round_and_restart_lengths_are_refused() {
         let err = String::from_utf8(o.stderr).unwrap();
         assert_one_line_error(&err, o.status.code().unwrap(), expect);
     }
+}
+
+#[test]
+fn a_config_restart_beyond_its_round_names_the_config_key() {
+    // The daemon accepts a restart longer than a round; the simulator cannot play one, and
+    // must say so in the file's terms, not as a flag the user never gave.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hadar.toml");
+    std::fs::write(
+        &config,
+        "[sidecar]\nround_seconds = 120\nrestart_seconds = 300\n",
+    )
+    .unwrap();
+    let o = hadar(&["simulate", "--config", config.to_str().unwrap()]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    let expect = format!(
+        "{}: sidecar.restart_seconds: must be at least 0 and at most the round length (120 s), got 300",
+        config.display()
+    );
+    assert_one_line_error(&err, o.status.code().unwrap(), &expect);
+}
+
+#[test]
+fn a_restart_of_a_whole_round_is_played() {
+    // The test cluster's daemon runs 3 s rounds with 3 s restarts; the simulator plays that.
+    let o = hadar(&[
+        "simulate", "--policy", "hadar", "--round-s", "60", "--restart-s", "60",
+    ]);
+    assert!(
+        o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]

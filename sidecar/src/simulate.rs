@@ -268,7 +268,7 @@ impl Settings {
             },
             ..SimConfig::default()
         };
-        check_timing(&cfg)?;
+        check_timing(&cfg, serve.and(args.config.as_deref()))?;
         let opts = match serve {
             Some(c) => PolicyOptions {
                 seed: args.seed,
@@ -296,17 +296,28 @@ impl Settings {
     }
 }
 
-/// The round, the restart cost and the cluster model make sense together.
-fn check_timing(cfg: &SimConfig) -> Result<(), Failure> {
+/// The round, the restart cost and the cluster model make sense together. `config` is the
+/// file the round and restart came from (`--config`), so an error names its keys rather than
+/// flags the user did not give.
+fn check_timing(cfg: &SimConfig, config: Option<&std::path::Path>) -> Result<(), Failure> {
+    let (round, restart) = match config {
+        Some(path) => (
+            format!("{}: sidecar.round_seconds", path.display()),
+            format!("{}: sidecar.restart_seconds", path.display()),
+        ),
+        None => ("--round-s".to_string(), "--restart-s".to_string()),
+    };
     if !(cfg.round_s.is_finite() && cfg.round_s > 0.0) {
         return Err(Failure::input(anyhow::anyhow!(
-            "--round-s: must be a positive number of seconds, got {}",
+            "{round}: must be a positive number of seconds, got {}",
             cfg.round_s
         )));
     }
-    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s < cfg.round_s) {
+    // A restart of a whole round is a moved job that does no work that round; the simulator
+    // charges a restart within the round it happens in, so it cannot play a longer one.
+    if !(cfg.restart_s.is_finite() && cfg.restart_s >= 0.0 && cfg.restart_s <= cfg.round_s) {
         return Err(Failure::input(anyhow::anyhow!(
-            "--restart-s: must be at least 0 and less than the round length ({} s), got {}",
+            "{restart}: must be at least 0 and at most the round length ({} s), got {}",
             cfg.round_s,
             cfg.restart_s
         )));

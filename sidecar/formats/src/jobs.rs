@@ -290,11 +290,11 @@ fn timing(ctx: &Ctx<'_>, raw: &RawFile) -> Result<(f64, f64), FormatError> {
         ));
     }
     let restart_s = raw.restart_s.unwrap_or(0.0);
-    if !(restart_s.is_finite() && (0.0..round_s).contains(&restart_s)) {
+    if !(restart_s.is_finite() && (0.0..=round_s).contains(&restart_s)) {
         return Err(ctx.invalid(
             None,
             "restart_s",
-            format!("must be at least 0 and less than round_s ({round_s}), found {restart_s}"),
+            format!("must be at least 0 and at most round_s ({round_s}), found {restart_s}"),
         ));
     }
     Ok((round_s, restart_s))
