@@ -232,13 +232,15 @@ fn a_config_restart_beyond_its_round_names_the_config_key() {
 fn a_restart_of_a_whole_round_is_played() {
     // The test cluster's daemon runs 3 s rounds with 3 s restarts; the simulator plays that.
     let o = hadar(&[
-        "simulate", "--policy", "hadar", "--round-s", "60", "--restart-s", "60",
+        "simulate",
+        "--policy",
+        "hadar",
+        "--round-s",
+        "60",
+        "--restart-s",
+        "60",
     ]);
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

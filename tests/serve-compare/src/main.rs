@@ -24,6 +24,7 @@
 //! ([`predict`]).
 
 mod accuracy;
+mod daemon_config;
 mod model;
 mod predict;
 
@@ -63,7 +64,7 @@ struct Args {
     time_scale: f64,
     seed: u64,
     json: bool,
-    /// `--no-lookahead`: the daemon runs with `[hadar] earliest_finish_types = false`.
+    /// `--no-lookahead`: the daemon runs with `[sidecar] earliest_finish_types = false`.
     no_lookahead: bool,
     /// `--predict`: the prediction table (with `--seeds`, `--record`, `--from`, `--model`).
     predict: predict::PredictArgs,
@@ -92,7 +93,8 @@ struct Cli {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// The daemon runs with `[hadar] earliest_finish_types = false`.
+    /// The daemon runs with `[sidecar] earliest_finish_types = false` (no commitment
+    /// look-ahead), in every mode.
     #[arg(long)]
     no_lookahead: bool,
     /// A Gavel trace to run with --policies.
@@ -380,16 +382,16 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
     let config = bed.path("etc/serve-compare.toml");
     let state = bed.path("state-compare.db");
     let _ = std::fs::remove_file(&state);
-    let mut text = format!(
-        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = 3\nwake_settle_seconds = 0.5\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {}\n",
-        bed.path("etc/slurm.conf").display(),
-        bed.path("run/hadar.sock").display(),
-        state.display(),
-        a.time_scale
-    );
-    if a.no_lookahead {
-        text.push_str("\n[hadar]\nearliest_finish_types = false\n");
+    let text = daemon_config::DaemonSettings {
+        slurm_conf: &bed.path("etc/slurm.conf"),
+        socket: &bed.path("run/hadar.sock"),
+        state: &state,
+        round_s: 3.0,
+        throughput_scale: a.time_scale,
+        look_ahead: !a.no_lookahead,
+        policy: None,
     }
+    .render();
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(bed.path("log/hadar-serve-compare.log"))
         .map_err(|e| e.to_string())?;
@@ -639,15 +641,21 @@ fn run_policy(
         std::fs::canonicalize(&runner).map_err(|e| format!("{}: {e}", runner.display()))?;
     let config = bed.path(&format!("etc/compare-{policy}.toml"));
     let state = dir.join("state.db");
-    let text = format!(
-        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{}\"\n\n[sidecar]\nsocket = \"{}\"\nstate = \"{}\"\nround_seconds = {}\nwake_settle_seconds = 0.5\npreempt_grace_seconds = 1\nrestart_seconds = 3\nthroughput_scale = {scale}\npolicy = \"{policy}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
-        bed.path("etc/slurm.conf").display(),
-        bed.path("run/hadar.sock").display(),
-        state.display(),
+    let spool = dir.join("spool");
+    let text = daemon_config::DaemonSettings {
+        slurm_conf: &bed.path("etc/slurm.conf"),
+        socket: &bed.path("run/hadar.sock"),
+        state: &state,
         round_s,
-        dir.join("spool").display(),
-        runner.display(),
-    );
+        throughput_scale: scale,
+        look_ahead: !a.no_lookahead,
+        policy: Some(daemon_config::PolicySettings {
+            name: policy,
+            spool: &spool,
+            runner: &runner,
+        }),
+    }
+    .render();
     std::fs::write(&config, &text).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("serve.log")).map_err(|e| e.to_string())?;
     let mut daemon = Command::new(&a.hadar)
