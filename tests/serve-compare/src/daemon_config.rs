@@ -2,6 +2,7 @@
 //! setting lands in the table `hadar serve` reads it from (a key in the wrong table is a
 //! parse error and no daemon).
 
+use hadar_daemon::config::PolicyChoice;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -25,8 +26,8 @@ pub struct DaemonSettings<'a> {
 
 /// The policy `fork=yes` jobs get, and where their copies run from.
 pub struct PolicySettings<'a> {
-    /// `"hadar"` or `"hadare"`.
-    pub name: &'a str,
+    /// `[sidecar] policy`.
+    pub choice: PolicyChoice,
     /// `[fork] spool`.
     pub spool: &'a Path,
     /// `[fork] runner`.
@@ -51,10 +52,11 @@ impl DaemonSettings<'_> {
             text.push_str("earliest_finish_types = false\n");
         }
         if let Some(p) = &self.policy {
+            // The config's own spelling of the choice (its serde name), not a copy of it.
+            let name = serde_json::to_value(p.choice).unwrap_or_default();
             let _ = write!(
                 text,
-                "policy = \"{}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
-                p.name,
+                "policy = {name}\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
                 p.spool.display(),
                 p.runner.display(),
             );
@@ -94,13 +96,13 @@ mod tests {
 
         let mut forked = settings(false);
         forked.policy = Some(PolicySettings {
-            name: "hadare",
+            choice: PolicyChoice::Hadare,
             spool: Path::new("/t/spool"),
             runner: Path::new("/r/hadar-fork-run"),
         });
         let c = DaemonConfig::parse("c.toml", &forked.render()).unwrap();
         assert!(!c.sidecar.earliest_finish_types);
         assert_eq!(c.fork.spool, Path::new("/t/spool"));
-        assert_eq!(format!("{:?}", c.sidecar.policy).to_lowercase(), "hadare");
+        assert_eq!(c.sidecar.policy, PolicyChoice::Hadare);
     }
 }

@@ -650,7 +650,11 @@ fn run_policy(
         throughput_scale: scale,
         look_ahead: !a.no_lookahead,
         policy: Some(daemon_config::PolicySettings {
-            name: policy,
+            choice: if forked {
+                hadar_daemon::config::PolicyChoice::Hadare
+            } else {
+                hadar_daemon::config::PolicyChoice::Hadar
+            },
             spool: &spool,
             runner: &runner,
         }),
