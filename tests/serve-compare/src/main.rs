@@ -6,7 +6,8 @@
 //! (b) by `hadar serve`, each job asking for a GPU count and letting Hadar choose. Every job
 //! runs `hadar emulate`, which trains at the measured rate of the GPUs it was given. The
 //! command prints the makespan and the average job completion time of both, from Slurm's
-//! own submit and end times.
+//! own end times and each job's first submission (Slurm moves `SubmitTime` to a job's last
+//! requeue, so the harness keeps its own; [`predict::JobTimes::first_submit`]).
 //!
 //! Usage (`--help` for all options): `hadar-serve-compare --hadar PATH [--jobs N]
 //! [--time-scale X] [--seed N] [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
@@ -337,8 +338,6 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
         ids.push(sub.job_id.ok_or("sbatch printed no job id")?);
     }
     let deadline = Instant::now() + Duration::from_secs(1800);
-    let mut submit = Vec::new();
-    let mut end = Vec::new();
     let mut times = Vec::new();
     for (id, at) in ids.iter().zip(&submitted) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -353,8 +352,6 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
                 .and_then(|v| hadar_slurm::job::parse_time(&v))
                 .ok_or(format!("job {id}: no {k}"))
         };
-        submit.push(t("SubmitTime")? as f64);
-        end.push(t("EndTime")? as f64);
         times.push(predict::JobTimes {
             id: u64::from(*id),
             submit: t("SubmitTime")? as f64,
@@ -367,12 +364,10 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
             submitted: Some(*at),
         });
     }
-    let first = submit.iter().copied().fold(f64::INFINITY, f64::min);
-    let last = end.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let jct: f64 = submit.iter().zip(&end).map(|(s, e)| e - s).sum::<f64>() / ids.len() as f64;
+    let (makespan_s, avg_jct_s) = predict::makespan_and_mean_jct(&times);
     Ok(RunResult {
-        makespan_s: last - first,
-        avg_jct_s: jct,
+        makespan_s,
+        avg_jct_s,
         jobs: ids.len(),
         times,
     })
@@ -802,16 +797,9 @@ fn measure(bed: &Testbed, ids: &[u64], submitted: &[f64]) -> Result<PolicyResult
         }
         let finished = mine.len() == ids.len() && mine.iter().all(|j| j.status.is_terminal());
         if finished {
-            let first = mine.iter().filter_map(|j| j.submit_time).min().unwrap_or(0) as f64;
-            let last = mine.iter().filter_map(|j| j.end_time).max().unwrap_or(0) as f64;
-            let jct: f64 = mine
-                .iter()
-                .map(|j| (j.end_time.unwrap_or(0) - j.submit_time.unwrap_or(0)) as f64)
-                .sum::<f64>()
-                / ids.len() as f64;
             let mean_busy =
                 samples.iter().map(|b| *b as f64).sum::<f64>() / samples.len().max(1) as f64;
-            let times = mine
+            let times: Vec<predict::JobTimes> = mine
                 .iter()
                 .zip(submitted)
                 .map(|(j, at)| predict::JobTimes {
@@ -823,9 +811,10 @@ fn measure(bed: &Testbed, ids: &[u64], submitted: &[f64]) -> Result<PolicyResult
                     submitted: Some(*at),
                 })
                 .collect();
+            let (makespan_s, avg_jct_s) = predict::makespan_and_mean_jct(&times);
             return Ok(PolicyResult {
-                makespan_s: last - first,
-                avg_jct_s: jct,
+                makespan_s,
+                avg_jct_s,
                 utilisation: mean_busy / total_gpus.max(1) as f64,
                 times,
                 copies: copies.into_values().collect(),

@@ -106,6 +106,8 @@ pub fn set_timing(t: &mut Timing, s: &str) -> Result<(), String> {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobTimes {
     pub id: u64,
+    /// Slurm's `SubmitTime`: the time of the job's last requeue if it was requeued (Slurm
+    /// resets it then), so not its arrival; see [`JobTimes::first_submit`].
     pub submit: f64,
     pub start: f64,
     pub end: f64,
@@ -114,6 +116,20 @@ pub struct JobTimes {
     /// microsecond); Slurm's `SubmitTime` has whole seconds only. Absent in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted: Option<f64>,
+}
+
+impl JobTimes {
+    /// When the job was first submitted, in Slurm's whole seconds. Slurm sets `SubmitTime`
+    /// to the time of a job's last requeue, so a job the daemon moved would seem to arrive
+    /// at its last move and its JCT would count from there. For such a job the harness's own
+    /// submission clock, truncated to the second as Slurm's times are, is its arrival. It is
+    /// never earlier than Slurm's stamp of a job not requeued (`sbatch` returns after it).
+    pub fn first_submit(&self) -> f64 {
+        match self.submitted {
+            Some(at) => self.submit.min(at.floor()),
+            None => self.submit,
+        }
+    }
 }
 
 /// One of HadarE's copy jobs (`hadar-fork-JOB-rROUND`), as Slurm last showed it.
@@ -294,18 +310,28 @@ pub struct Compared {
     pub first_round: (usize, usize),
 }
 
-/// Measured JCTs (end - submit), arrivals (from the first submission) and makespan.
+/// Measured JCTs (end - first submission), arrivals (from the run's first submission) and
+/// makespan, from each job's first submission ([`JobTimes::first_submit`]).
 pub fn measured_figures(times: &[JobTimes]) -> (Vec<f64>, Vec<f64>, f64) {
-    let first = times.iter().map(|t| t.submit).fold(f64::INFINITY, f64::min);
+    let first = times
+        .iter()
+        .map(JobTimes::first_submit)
+        .fold(f64::INFINITY, f64::min);
     let last = times
         .iter()
         .map(|t| t.end)
         .fold(f64::NEG_INFINITY, f64::max);
     (
-        times.iter().map(|t| t.end - t.submit).collect(),
-        times.iter().map(|t| t.submit - first).collect(),
+        times.iter().map(|t| t.end - t.first_submit()).collect(),
+        times.iter().map(|t| t.first_submit() - first).collect(),
         last - first,
     )
+}
+
+/// The makespan and the average JCT of a run, from each job's first submission.
+pub fn makespan_and_mean_jct(times: &[JobTimes]) -> (f64, f64) {
+    let (jct, _, makespan) = measured_figures(times);
+    (makespan, jct.iter().sum::<f64>() / jct.len().max(1) as f64)
 }
 
 /// Arrivals to the sub-second, from the first submission: the harness's own submission
@@ -450,7 +476,7 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
                 .iter()
                 .copied()
                 .filter(|e| *e <= t.start)
-                .fold(t.submit, f64::max);
+                .fold(t.first_submit(), f64::max);
             extra.push(t.end - free - train);
         }
         out.push(("slurm_start_s", median(extra)));
@@ -459,7 +485,7 @@ pub fn observed_timing(rec: &SeedRecord) -> Vec<(&'static str, Option<f64>)> {
         let first = h
             .times
             .iter()
-            .map(|t| t.submit)
+            .map(JobTimes::first_submit)
             .fold(f64::INFINITY, f64::min);
         let starts = h.times.iter().map(|t| t.start - first).collect();
         out.push(("hadar first start after submission (min)", {
@@ -694,6 +720,32 @@ mod tests {
         assert_eq!(arrivals(&own, 0.01), vec![0.0, 0.25]);
         // Jobs started within a second of the first start were the first round's.
         assert_eq!(started_first(&whole), 2);
+    }
+
+    #[test]
+    fn a_requeued_job_counts_from_its_first_submission_not_slurms_reset_submit_time() {
+        // Seed 3 without the look-ahead on 26.05.3: job 1 was submitted at 0.3 s, moved three
+        // times, and Slurm showed SubmitTime 95 s (its last requeue) and EndTime 107 s.
+        let requeued = JobTimes {
+            restarts: 3,
+            end: 1107.0,
+            ..t(1, 1095.0, 1095.0, Some(1000.3))
+        };
+        let stayed = JobTimes {
+            end: 1037.0,
+            ..t(2, 1000.0, 1001.0, Some(1000.31))
+        };
+        assert_eq!(requeued.first_submit(), 1000.0);
+        assert_eq!(stayed.first_submit(), 1000.0);
+        let (jct, arrivals, makespan) = measured_figures(&[requeued.clone(), stayed.clone()]);
+        assert_eq!(jct, vec![107.0, 37.0]);
+        assert_eq!(arrivals, vec![0.0, 0.0]);
+        assert_eq!(makespan, 107.0);
+        assert_eq!(makespan_and_mean_jct(&[requeued, stayed]), (107.0, 72.0));
+        // A record without the harness's own clock has only Slurm's stamp.
+        assert_eq!(t(3, 1095.0, 1095.0, None).first_submit(), 1095.0);
+        // Slurm stamps a job before `sbatch` returns, so its second never follows ours.
+        assert_eq!(t(4, 1000.0, 1001.0, Some(1000.99)).first_submit(), 1000.0);
     }
 
     #[test]
