@@ -308,6 +308,9 @@ pub struct Compared {
     /// Jobs in the first round: (predicted, measured), the measured ones being those that
     /// Slurm started within a second of the run's first start.
     pub first_round: (usize, usize),
+    /// Jobs Slurm requeued: their `StartTime` is their last start, so the measured first
+    /// round may have held more jobs than it counts.
+    pub requeued: usize,
 }
 
 /// Measured JCTs (end - first submission), arrivals (from the run's first submission) and
@@ -429,6 +432,7 @@ fn compare(
             predicted_makespan: p.makespan_s,
             errors,
             first_round: (p.first_round_jobs, started_first(&run.times)),
+            requeued: run.times.iter().filter(|t| t.restarts > 0).count(),
         });
     }
     Ok(out)
@@ -580,8 +584,15 @@ fn print_seed(rec: &SeedRecord, cmp: &[Compared]) {
                 String::new()
             } else {
                 format!(
-                    "; jobs in the first round {} / {}",
-                    c.first_round.0, c.first_round.1
+                    "; jobs in the first round {} / {}{}",
+                    c.first_round.0,
+                    c.first_round.1,
+                    match c.requeued {
+                        0 => String::new(),
+                        n => format!(
+                            " (not counting {n} requeued jobs, whose StartTime is their last start)"
+                        ),
+                    }
                 )
             }
         );
