@@ -24,6 +24,14 @@ pub struct DaemonSettings<'a> {
     pub policy: Option<PolicySettings<'a>>,
 }
 
+/// `choice` as the config spells it (its serde name, not a copy of the config's spellings).
+pub fn policy_name(choice: PolicyChoice) -> String {
+    serde_json::to_value(choice)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// The policy `fork=yes` jobs get, and where their copies run from.
 pub struct PolicySettings<'a> {
     /// `[sidecar] policy`.
@@ -52,11 +60,10 @@ impl DaemonSettings<'_> {
             text.push_str("earliest_finish_types = false\n");
         }
         if let Some(p) = &self.policy {
-            // The config's own spelling of the choice (its serde name), not a copy of it.
-            let name = serde_json::to_value(p.choice).unwrap_or_default();
             let _ = write!(
                 text,
-                "policy = {name}\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
+                "policy = \"{}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
+                policy_name(p.choice),
                 p.spool.display(),
                 p.runner.display(),
             );

@@ -623,7 +623,12 @@ fn run_policy(
     seed: u64,
 ) -> Result<PolicyResult, String> {
     use std::os::unix::fs::PermissionsExt;
-    let policy = if forked { "hadare" } else { "hadar" };
+    let choice = if forked {
+        hadar_daemon::config::PolicyChoice::Hadare
+    } else {
+        hadar_daemon::config::PolicyChoice::Hadar
+    };
+    let policy = daemon_config::policy_name(choice);
     // One directory per policy and seed: a run's state database and log stay for `hadar
     // replay` and `hadar explain` after the next seed's run.
     let dir = bed.path(&format!("cmp-{policy}-seed{seed}"));
@@ -645,11 +650,7 @@ fn run_policy(
         throughput_scale: scale,
         look_ahead: !a.no_lookahead,
         policy: Some(daemon_config::PolicySettings {
-            choice: if forked {
-                hadar_daemon::config::PolicyChoice::Hadare
-            } else {
-                hadar_daemon::config::PolicyChoice::Hadar
-            },
+            choice,
             spool: &spool,
             runner: &runner,
         }),
