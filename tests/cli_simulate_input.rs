@@ -244,6 +244,37 @@ fn a_restart_of_a_whole_round_is_played() {
 }
 
 #[test]
+fn a_policy_whose_jobs_never_advance_is_stopped_with_a_reason() {
+    // Gavel moves every job it runs each round; with a restart of a whole round none
+    // advances after its first round. The run stops with the reason, writes no result, and
+    // does not play on to the round limit.
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("out.json");
+    let trace = gavel_data().join("traces/static_multigpu_120jobs_seed11.trace");
+    let o = hadar(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "gavel",
+        "--restart-s",
+        "360",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("policy `gavel` made no progress for 1000 rounds in a row")
+            && err.contains("120 jobs left")
+            && err.contains("restarting (360 s)"),
+        "{err}"
+    );
+    assert!(!out_file.exists(), "no result may be written");
+}
+
+#[test]
 fn the_gavel_data_is_in_the_repository() {
     // The fidelity tests read data/gavel inside the repository: a clone needs nothing beside it.
     assert!(

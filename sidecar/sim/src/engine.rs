@@ -21,6 +21,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Safety limit on rounds; exceeding it is an error rather than a hang.
     pub max_rounds: u64,
+    /// Rounds in a row in which no job may advance before the run stops with
+    /// [`SimError::NoProgress`]: a policy that moves every job it runs each round, with a
+    /// restart as long as the round, would otherwise play until `max_rounds`.
+    pub max_rounds_without_progress: u64,
     /// The real cluster's constraints (none by default).
     pub model: crate::ClusterModel,
 }
@@ -32,6 +36,7 @@ impl Default for SimConfig {
             restart_s: 0.0,
             seed: 0,
             max_rounds: 10_000_000,
+            max_rounds_without_progress: 1_000,
             model: crate::ClusterModel::default(),
         }
     }
@@ -88,6 +93,26 @@ pub enum SimError {
         first: JobId,
         /// The reason the policy gave for it.
         reason: String,
+    },
+    /// Jobs ran, but none advanced, for too many rounds in a row.
+    #[error(
+        "policy `{policy}` made no progress for {rounds} rounds in a row (until t={at_s:.0}s, {active} jobs left): every job it ran lost its whole {round_s} s round to restarting ({restart_s} s) or starting ({start_s} s), so a job it moves every round never advances; a restart and start-up shorter than the round let it"
+    )]
+    NoProgress {
+        /// The policy.
+        policy: String,
+        /// The rounds in a row without progress.
+        rounds: u64,
+        /// When the run stopped.
+        at_s: f64,
+        /// Jobs not finished.
+        active: usize,
+        /// The restart cost.
+        restart_s: f64,
+        /// The round length.
+        round_s: f64,
+        /// The cluster model's start latency.
+        start_s: f64,
     },
     /// The round limit was reached.
     #[error("policy `{policy}` did not finish within {rounds} rounds")]
@@ -176,6 +201,7 @@ pub fn simulate_with(
         busy_by_type: vec![0.0f64; types],
         ..Tally::default()
     };
+    let mut rounds_without_progress = 0u64;
 
     loop {
         while next < order.len() && order[next].arrival_s <= now {
@@ -242,6 +268,22 @@ pub fn simulate_with(
         let end = record.end_s;
         observe(&record);
         tally.rounds += 1;
+        if record.runs.iter().any(|r| r.steps > 0.0) {
+            rounds_without_progress = 0;
+        } else {
+            rounds_without_progress += 1;
+            if rounds_without_progress >= cfg.max_rounds_without_progress {
+                return Err(SimError::NoProgress {
+                    policy: name,
+                    rounds: rounds_without_progress,
+                    at_s: end,
+                    active: active.len(),
+                    restart_s: cfg.restart_s,
+                    round_s: cfg.round_s,
+                    start_s: cfg.model.start_latency_s,
+                });
+            }
+        }
 
         let mut still = Vec::with_capacity(active.len());
         for mut t in active {

@@ -184,6 +184,67 @@ fn changing_placement_costs_the_restart_time() {
     assert_eq!(sticky.metrics.restarts, 0);
 }
 
+#[test]
+fn a_job_moved_every_round_with_a_restart_of_a_whole_round_is_reported_not_looped() {
+    // The job hops between 2 nodes each round. Its first start is free (360 steps in round
+    // 1); from round 2 every round is spent restarting, so it never advances again.
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
+    };
+    let cfg = SimConfig {
+        restart_s: 360.0,
+        max_rounds_without_progress: 5,
+        ..SimConfig::default()
+    };
+    let hopping = || Greedy {
+        hop: true,
+        round: 0,
+    };
+    let e = simulate(&w, &mut hopping(), &cfg).unwrap_err();
+    let SimError::NoProgress {
+        rounds,
+        at_s,
+        active,
+        ..
+    } = &e
+    else {
+        panic!("expected NoProgress, got {e}");
+    };
+    assert_eq!((*rounds, *at_s, *active), (5, 6.0 * 360.0, 1));
+    let text = e.to_string();
+    assert!(
+        text.contains("`greedy` made no progress for 5 rounds in a row")
+            && text.contains("restarting (360 s)"),
+        "{text}"
+    );
+    // The default limit stops it too, long before the round limit.
+    let e = simulate(
+        &w,
+        &mut hopping(),
+        &SimConfig {
+            restart_s: 360.0,
+            ..SimConfig::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, SimError::NoProgress { rounds: 1000, .. }),
+        "{e}"
+    );
+    // A job kept in place advances whatever the restart cost.
+    let kept = simulate(
+        &w,
+        &mut Greedy {
+            hop: false,
+            round: 0,
+        },
+        &cfg,
+    )
+    .unwrap();
+    assert_eq!(kept.jobs[0].finish_s, 1000.0);
+}
+
 struct Never;
 impl Policy for Never {
     fn name(&self) -> &str {
