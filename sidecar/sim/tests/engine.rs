@@ -15,6 +15,12 @@ struct Greedy {
     round: usize,
 }
 
+impl Greedy {
+    fn new(hop: bool) -> Self {
+        Greedy { hop, round: 0 }
+    }
+}
+
 impl Policy for Greedy {
     fn name(&self) -> &str {
         "greedy"
@@ -85,10 +91,7 @@ fn a_lone_job_runs_round_after_round_and_ends_mid_round() {
     let mut rounds = Vec::new();
     let r = simulate_observed(
         &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
+        &mut Greedy::new(false),
         &SimConfig::default(),
         &mut |rec| rounds.push((rec.start_s, rec.end_s)),
     )
@@ -112,15 +115,7 @@ fn a_round_ends_when_its_last_job_stops() {
             job(2, 150.0, 1, 50.0, 1.0),
         ],
     };
-    let r = simulate(
-        &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
-        &SimConfig::default(),
-    )
-    .unwrap();
+    let r = simulate(&w, &mut Greedy::new(false), &SimConfig::default()).unwrap();
     let finish: Vec<f64> = r.jobs.iter().map(|o| o.finish_s).collect();
     assert_eq!(finish, vec![100.0, 200.0, 250.0]);
     assert_eq!(r.jobs[2].queueing_s(), 50.0);
@@ -133,53 +128,34 @@ fn the_clock_jumps_to_the_next_arrival_when_idle() {
         cluster: cluster(1, 1),
         jobs: vec![job(0, 0.0, 1, 10.0, 1.0), job(1, 5000.0, 1, 10.0, 1.0)],
     };
-    let r = simulate(
-        &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
-        &SimConfig::default(),
-    )
-    .unwrap();
+    let r = simulate(&w, &mut Greedy::new(false), &SimConfig::default()).unwrap();
     assert_eq!(r.jobs[1].finish_s, 5010.0);
     assert_eq!(r.metrics.ttd_s, 5010.0);
     assert!((r.metrics.cru - 20.0 / 5010.0).abs() < 1e-12);
+}
+
+/// One job of 1000 steps at 1 step/s on a cluster of two one-GPU nodes, for jobs that hop.
+fn one_job_on_two_nodes() -> Workload {
+    Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
+    }
 }
 
 #[test]
 fn changing_placement_costs_the_restart_time() {
     // 2 nodes; the job hops between them every round. 1000 steps at 1 step/s, 360 s rounds,
     // 60 s restart: round 1 runs 360 s (first start is free), rounds 2.. lose 60 s each.
-    let w = Workload {
-        cluster: cluster(2, 1),
-        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
-    };
+    let w = one_job_on_two_nodes();
     let cfg = SimConfig {
         restart_s: 60.0,
         ..SimConfig::default()
     };
-    let r = simulate(
-        &w,
-        &mut Greedy {
-            hop: true,
-            round: 0,
-        },
-        &cfg,
-    )
-    .unwrap();
+    let r = simulate(&w, &mut Greedy::new(true), &cfg).unwrap();
     // 360 + (300) + (300) = 960 steps after 3 rounds; round 4: 60 s restart + 40 s.
     assert_eq!(r.jobs[0].finish_s, 3.0 * 360.0 + 100.0);
     assert_eq!(r.metrics.restarts, 3);
-    let sticky = simulate(
-        &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
-        &cfg,
-    )
-    .unwrap();
+    let sticky = simulate(&w, &mut Greedy::new(false), &cfg).unwrap();
     assert_eq!(sticky.jobs[0].finish_s, 1000.0);
     assert_eq!(sticky.metrics.restarts, 0);
 }
@@ -188,19 +164,13 @@ fn changing_placement_costs_the_restart_time() {
 fn a_job_moved_every_round_with_a_restart_of_a_whole_round_is_reported_not_looped() {
     // The job hops between 2 nodes each round. Its first start is free (360 steps in round
     // 1); from round 2 every round is spent restarting, so it never advances again.
-    let w = Workload {
-        cluster: cluster(2, 1),
-        jobs: vec![job(0, 0.0, 1, 1000.0, 1.0)],
-    };
+    let w = one_job_on_two_nodes();
     let cfg = SimConfig {
         restart_s: 360.0,
         max_rounds_without_progress: 5,
         ..SimConfig::default()
     };
-    let hopping = || Greedy {
-        hop: true,
-        round: 0,
-    };
+    let hopping = || Greedy::new(true);
     let e = simulate(&w, &mut hopping(), &cfg).unwrap_err();
     let SimError::NoProgress {
         rounds,
@@ -233,15 +203,7 @@ fn a_job_moved_every_round_with_a_restart_of_a_whole_round_is_reported_not_loope
         "{e}"
     );
     // A job kept in place advances whatever the restart cost.
-    let kept = simulate(
-        &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
-        &cfg,
-    )
-    .unwrap();
+    let kept = simulate(&w, &mut Greedy::new(false), &cfg).unwrap();
     assert_eq!(kept.jobs[0].finish_s, 1000.0);
 }
 
@@ -323,14 +285,7 @@ fn bad_settings_and_unrunnable_jobs_are_errors() {
     // A 2-worker job on a 1-GPU cluster can still be described, but its profile has a rate
     // for 2 workers, so it is runnable in principle; the greedy fixture can't place it.
     assert!(matches!(
-        simulate(
-            &w,
-            &mut Greedy {
-                hop: false,
-                round: 0
-            },
-            &cfg
-        ),
+        simulate(&w, &mut Greedy::new(false), &cfg),
         Err(SimError::Stuck { .. })
     ));
     let mut j = job(0, 0.0, 1, 10.0, 1.0);
@@ -368,7 +323,7 @@ proptest! {
             .map(|(i, s)| job(i as u64, arrivals[i], s.1, s.2, s.3))
             .collect();
         let w = Workload { cluster: cluster(gpus, 2), jobs: jobs.clone() };
-        let r = simulate(&w, &mut Greedy { hop: false, round: 0 }, &SimConfig::default()).unwrap();
+        let r = simulate(&w, &mut Greedy::new(false), &SimConfig::default()).unwrap();
         prop_assert_eq!(r.metrics.jobs_completed, jobs.len());
         prop_assert!(r.metrics.cru <= 1.0 + 1e-9);
         for (o, j) in r.jobs.iter().zip(&jobs) {
@@ -392,10 +347,7 @@ fn the_cluster_model_charges_start_latency_and_holds_a_started_job_to_its_types(
         },
         ..SimConfig::default()
     };
-    let mut greedy = Greedy {
-        hop: false,
-        round: 0,
-    };
+    let mut greedy = Greedy::new(false);
     let r = simulate(&w, &mut greedy, &cfg).unwrap();
     assert_eq!(
         r.metrics.ttd_s, 1020.0,
@@ -565,20 +517,12 @@ fn a_burst_is_seen_in_part_and_the_rest_wakes_the_next_round_after_the_gap() {
         ],
     };
     let mut rounds = Vec::new();
-    let r = simulate_observed(
-        &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
-        &cfg,
-        &mut |rec| {
-            rounds.push((
-                rec.start_s,
-                rec.runs.iter().map(|x| x.job.0).collect::<Vec<_>>(),
-            ))
-        },
-    )
+    let r = simulate_observed(&w, &mut Greedy::new(false), &cfg, &mut |rec| {
+        rounds.push((
+            rec.start_s,
+            rec.runs.iter().map(|x| x.job.0).collect::<Vec<_>>(),
+        ))
+    })
     .unwrap();
     assert_eq!(rounds[0], (0.02, vec![0, 1]));
     assert!((rounds[1].0 - 2.02).abs() < 1e-9, "{rounds:?}");
@@ -590,10 +534,7 @@ fn a_burst_is_seen_in_part_and_the_rest_wakes_the_next_round_after_the_gap() {
     let mut first = Vec::new();
     simulate_observed(
         &w,
-        &mut Greedy {
-            hop: false,
-            round: 0,
-        },
+        &mut Greedy::new(false),
         &SimConfig {
             round_s: 3.0,
             ..SimConfig::default()
