@@ -170,8 +170,7 @@ fn a_job_moved_every_round_with_a_restart_of_a_whole_round_is_reported_not_loope
         max_rounds_without_progress: 5,
         ..SimConfig::default()
     };
-    let hopping = || Greedy::new(true);
-    let e = simulate(&w, &mut hopping(), &cfg).unwrap_err();
+    let e = simulate(&w, &mut Greedy::new(true), &cfg).unwrap_err();
     let SimError::NoProgress {
         rounds,
         at_s,
@@ -191,7 +190,7 @@ fn a_job_moved_every_round_with_a_restart_of_a_whole_round_is_reported_not_loope
     // The default limit stops it too, long before the round limit.
     let e = simulate(
         &w,
-        &mut hopping(),
+        &mut Greedy::new(true),
         &SimConfig {
             restart_s: 360.0,
             ..SimConfig::default()
