@@ -275,6 +275,50 @@ fn a_policy_whose_jobs_never_advance_is_stopped_with_a_reason() {
 }
 
 #[test]
+fn the_policies_that_finish_are_shown_when_another_fails() {
+    // Gavel cannot advance at a restart of a whole round; Hadar keeps its jobs in place and
+    // ends. The comparison of the bound and Hadar is printed, Gavel's error and a summary
+    // follow, and no output file is written (it would lack a policy asked for).
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("out.json");
+    let trace_file = dir.path().join("tracker.jsonl");
+    let trace = gavel_data().join("traces/static_multigpu_120jobs_seed11.trace");
+    let o = hadar(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "lower-bound,gavel,hadar",
+        "--restart-s",
+        "360",
+        "--out",
+        out_file.to_str().unwrap(),
+        "--trace-out",
+        trace_file.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let row = |name: &str| out.lines().any(|l| l.starts_with(&format!("{name} ")));
+    assert!(row("lower-bound") && row("hadar") && !row("gavel"), "{out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].contains("policy `gavel` made no progress"),
+        "{err}"
+    );
+    assert_eq!(
+        lines[1],
+        "hadar: error: 1 of 3 policies did not finish (`gavel`); the comparison above shows \
+         the others; --out, --trace-out not written"
+    );
+    assert!(
+        !out_file.exists() && !trace_file.exists(),
+        "no result may be written"
+    );
+}
+
+#[test]
 fn the_gavel_data_is_in_the_repository() {
     // The fidelity tests read data/gavel inside the repository: a clone needs nothing beside it.
     assert!(

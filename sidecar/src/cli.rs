@@ -964,8 +964,8 @@ pub struct SimulateArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 
-    /// Write the output to FILE instead of standard output (written only when every
-    /// policy finished).
+    /// Write the output to FILE instead of standard output. Written only when every
+    /// policy finished; when some fail, the others' comparison goes to standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 

@@ -72,6 +72,11 @@ impl Failure {
         }
     }
 
+    /// True for bad input (nothing was run), as against a failure while running.
+    pub fn is_input(&self) -> bool {
+        self.code == 2
+    }
+
     /// A failure while running.
     pub fn runtime(error: impl Into<anyhow::Error>) -> Self {
         Failure {

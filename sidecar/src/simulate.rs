@@ -168,10 +168,66 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
         jobs: inputs.jobs.clone(),
     };
     let mut runs = Runs::default();
+    let mut failed: Vec<(PolicyName, Failure)> = Vec::new();
     for name in &settings.names {
-        play(*name, &args, &settings, &workload, &mut runs)?;
+        match play(*name, &args, &settings, &workload, &mut runs) {
+            Ok(()) => {}
+            // Bad input concerns the whole command: nothing more is played.
+            Err(e) if e.is_input() => return Err(e),
+            Err(e) => failed.push((*name, e)),
+        }
     }
-    write_outputs(&args, &inputs, &settings.cfg, runs)
+    if failed.is_empty() {
+        return write_outputs(&args, &inputs, &settings.cfg, runs);
+    }
+    report_failures(&args, &inputs, &settings.cfg, &runs, failed)
+}
+
+/// Some policies failed while playing: the others' comparison is still printed (on
+/// standard output, whatever `--out` says), each failure is reported, and no output file is
+/// written, since each would lack a policy asked for. A run of one policy that failed ends
+/// with that policy's error alone.
+fn report_failures(
+    args: &SimulateArgs,
+    inputs: &Inputs,
+    cfg: &SimConfig,
+    runs: &Runs,
+    mut failed: Vec<(PolicyName, Failure)>,
+) -> Result<(), Failure> {
+    if runs.outcomes.is_empty() && failed.len() == 1 {
+        return Err(failed.remove(0).1);
+    }
+    if !runs.outcomes.is_empty() {
+        print!("{}", render(args.format, inputs, cfg, &runs.outcomes)?);
+    }
+    for (_, f) in &failed {
+        eprintln!("hadar: error: {:#}", f.error);
+    }
+    let names: Vec<String> = failed.iter().map(|(n, _)| format!("`{n}`")).collect();
+    let files: Vec<&str> = [
+        args.out.as_ref().map(|_| "--out"),
+        args.trace_out.as_ref().map(|_| "--trace-out"),
+        args.report.as_ref().map(|_| "--report"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let shown = if runs.outcomes.is_empty() {
+        String::new()
+    } else {
+        "; the comparison above shows the others".to_string()
+    };
+    let unwritten = if files.is_empty() {
+        String::new()
+    } else {
+        format!("; {} not written", files.join(", "))
+    };
+    Err(Failure::runtime(anyhow::anyhow!(
+        "{} of {} policies did not finish ({}){shown}{unwritten}",
+        failed.len(),
+        failed.len() + runs.outcomes.len(),
+        names.join(", ")
+    )))
 }
 
 /// The job ids `--fork-jobs` names: `all`, or ids and ranges `A-B` separated by commas,
@@ -423,14 +479,7 @@ fn write_outputs(
     cfg: &SimConfig,
     runs: Runs,
 ) -> Result<(), Failure> {
-    let text = match args.format {
-        Format::Table => render_table(inputs, cfg, &runs.outcomes),
-        Format::Json => {
-            serde_json::to_string_pretty(&render_json(inputs, cfg, &runs.outcomes))
-                .map_err(Failure::runtime)?
-                + "\n"
-        }
-    };
+    let text = render(args.format, inputs, cfg, &runs.outcomes)?;
     if let Some(dir) = &args.report {
         hadar_report::write_report(dir, &runs.report_runs)
             .context("--report")
@@ -450,6 +499,23 @@ fn write_outputs(
             .with_context(|| format!("writing {}", path.display()))
             .map_err(Failure::runtime),
     }
+}
+
+/// The comparison of `outcomes` in the format asked for.
+fn render(
+    format: Format,
+    inputs: &Inputs,
+    cfg: &SimConfig,
+    outcomes: &[Outcome],
+) -> Result<String, Failure> {
+    Ok(match format {
+        Format::Table => render_table(inputs, cfg, outcomes),
+        Format::Json => {
+            serde_json::to_string_pretty(&render_json(inputs, cfg, outcomes))
+                .map_err(Failure::runtime)?
+                + "\n"
+        }
+    })
 }
 
 fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
