@@ -243,6 +243,25 @@ fn a_restart_of_a_whole_round_is_played() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `hadar simulate --policy POLICIES --out OUT_FILE` and `extra` on static multi-GPU 120 at
+/// a restart of a whole round, where Gavel moves every job it runs each round.
+fn at_whole_round_restarts(policies: &str, out_file: &Path, extra: &[&str]) -> Output {
+    let trace = gavel_data().join("traces/static_multigpu_120jobs_seed11.trace");
+    let mut args = vec![
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        policies,
+        "--restart-s",
+        "360",
+        "--out",
+        out_file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    hadar(&args)
+}
+
 #[test]
 fn a_policy_whose_jobs_never_advance_is_stopped_with_a_reason() {
     // Gavel moves every job it runs each round; with a restart of a whole round none
@@ -250,18 +269,7 @@ fn a_policy_whose_jobs_never_advance_is_stopped_with_a_reason() {
     // does not play on to the round limit.
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("out.json");
-    let trace = gavel_data().join("traces/static_multigpu_120jobs_seed11.trace");
-    let o = hadar(&[
-        "simulate",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--policy",
-        "gavel",
-        "--restart-s",
-        "360",
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
+    let o = at_whole_round_restarts("gavel", &out_file, &[]);
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -282,20 +290,11 @@ fn the_policies_that_finish_are_shown_when_another_fails() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("out.json");
     let trace_file = dir.path().join("tracker.jsonl");
-    let trace = gavel_data().join("traces/static_multigpu_120jobs_seed11.trace");
-    let o = hadar(&[
-        "simulate",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--policy",
+    let o = at_whole_round_restarts(
         "lower-bound,gavel,hadar",
-        "--restart-s",
-        "360",
-        "--out",
-        out_file.to_str().unwrap(),
-        "--trace-out",
-        trace_file.to_str().unwrap(),
-    ]);
+        &out_file,
+        &["--trace-out", trace_file.to_str().unwrap()],
+    );
     let out = String::from_utf8(o.stdout).unwrap();
     let err = String::from_utf8(o.stderr).unwrap();
     assert_eq!(o.status.code(), Some(1), "{err}");
