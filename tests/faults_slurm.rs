@@ -299,13 +299,14 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
         }
         // Holds: a held job released into a later begin time must be held again (Slurm
         // would start it then, on the GPUs it asked for). The daemon then keeps the begin
-        // time, as Slurm would (a begin time ahead is not planned), so it is a few minutes:
-        // long enough for a killed daemon to come back first, short enough to end the run.
+        // time, as Slurm would (a begin time ahead is not planned), so it is 90 s: long
+        // enough for a killed daemon to come back first (it is back within a second), short
+        // enough not to hold the held 4-GPU job past the rest of the run.
         for point in ["hold-intent", "hold-done"] {
             if let Some(id) = a_held_job(bed, &jobs) {
                 bed.client(
                     "scontrol",
-                    &["update", &format!("JobId={id}"), "StartTime=now+180"],
+                    &["update", &format!("JobId={id}"), "StartTime=now+90"],
                 )
                 .unwrap();
                 bed.client("scontrol", &["release", &id.to_string()])
