@@ -64,17 +64,20 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The exit code of bad input.
+    const INPUT: u8 = 2;
+
     /// Bad input: nothing was run.
     pub fn input(error: impl Into<anyhow::Error>) -> Self {
         Failure {
             error: error.into(),
-            code: 2,
+            code: Self::INPUT,
         }
     }
 
     /// True for bad input (nothing was run), as against a failure while running.
     pub fn is_input(&self) -> bool {
-        self.code == 2
+        self.code == Self::INPUT
     }
 
     /// A failure while running.
