@@ -13,8 +13,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
-before=(--no-makespan-guard --order arrival --packing off --pace-weight 0)
-guard=(--packing off --guard-margin-share 0 --pace-weight 0)
+before=(--no-makespan-guard --order arrival --packing off --pace-weight 0 --tail-jobs 0)
+guard=(--packing off --guard-margin-share 0 --pace-weight 0 --tail-jobs 0)
 # shellcheck source=docs/results-gavel-runs.sh
 source "$root/docs/results-gavel-runs.sh"
 

@@ -22,7 +22,7 @@ use hadar_sim::{SimConfig, Workload, simulate};
 use std::path::Path;
 
 /// Runs where Hadar's TTD is still above Gavel's: (trace, GPUs per node, the most
-/// Hadar TTD / Gavel TTD may be). Static multi-GPU 40 on 4+4+4 measured 1.008
+/// Hadar TTD / Gavel TTD may be). Static multi-GPU 40 on 4+4+4 measured 1.0075
 /// (docs/results-gavel.md has the history).
 const KNOWN_LATE: &[(&str, u32, f64)] = &[("static_multigpu_40jobs_seed10", 1, 1.01)];
 
@@ -31,9 +31,9 @@ const KNOWN_LATE: &[(&str, u32, f64)] = &[("static_multigpu_40jobs_seed10", 1, 1
 /// (docs/results-gavel.md has the history).
 const KNOWN_SLOWER: &[(&str, u32, f64)] = &[("static_multigpu_40jobs_seed10", 4, 0.97)];
 
-/// The most Hadar's mean TTD over the fluid bound may be: measured 1.0504 over the 13 runs
-/// (docs/results-gavel.md has the history).
-const MEAN_TTD_OVER_BOUND: f64 = 1.055;
+/// The most Hadar's mean TTD over the fluid bound may be: the aim, measured 1.0493 over the
+/// 13 runs since the tail plan (docs/results-gavel.md has the history).
+const MEAN_TTD_OVER_BOUND: f64 = 1.05;
 
 struct Run {
     name: String,

@@ -363,6 +363,11 @@ pub struct HadarArgs {
     /// for the pace boost.
     #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_PACE_MIN_SHARE, value_parser = parse_share, allow_negative_numbers = true, help_heading = "Hadar")]
     pub pace_min_share: f64,
+    /// Hadar's tail plan: when at most N jobs can run and the makespan guard finds every one
+    /// urgent, a configuration LP that packs whole gangs chooses who runs on which type
+    /// (only when a restart costs under half a round). 0 turns it off; at most 6.
+    #[arg(long, value_name = "N", default_value_t = hadar_core::policies::hadar::DEFAULT_TAIL_JOBS, value_parser = parse_tail_jobs, help_heading = "Hadar")]
+    pub tail_jobs: usize,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -411,6 +416,20 @@ fn parse_weight(s: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!("`{}` must be a finite number, 0 or more", s.trim()))
+    }
+}
+
+/// The tail plan's most jobs: a whole number from 0 to [`MAX_TAIL_JOBS`].
+///
+/// [`MAX_TAIL_JOBS`]: hadar_core::policies::hadar::MAX_TAIL_JOBS
+fn parse_tail_jobs(s: &str) -> Result<usize, String> {
+    let max = hadar_core::policies::hadar::MAX_TAIL_JOBS;
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!(
+            "`{}` must be a whole number from 0 to {max}",
+            s.trim()
+        )),
     }
 }
 
@@ -526,6 +545,7 @@ impl HadarArgs {
             guard_type_tolerance: self.guard_type_tolerance,
             pace_weight: self.pace_weight,
             pace_min_share: self.pace_min_share,
+            tail_jobs: self.tail_jobs,
             packing: match self.packing {
                 PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
                 PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,

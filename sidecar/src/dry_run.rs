@@ -312,9 +312,14 @@ impl<'a> Report<'a> {
                 }
                 if let Some(h) = stats.horizon_s {
                     out.push_str(&format!(
-                        "guard:   the remaining work can end in {} h at the soonest; {} urgent\n",
+                        "guard:   the remaining work can end in {} h at the soonest; {} urgent{}\n",
                         sig(h / 3600.0),
-                        stats.urgent
+                        stats.urgent,
+                        if stats.tail {
+                            "; the tail plan chose who runs (all urgent, few jobs)"
+                        } else {
+                            ""
+                        }
                     ));
                 }
             }
@@ -407,9 +412,11 @@ impl<'a> Report<'a> {
                 "packing": cfg.packing.as_str(),
                 "pace_weight": cfg.pace_weight,
                 "pace_min_share": cfg.pace_min_share,
+                "tail_jobs": cfg.tail_jobs,
                 "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
                 "horizon_s": stats.horizon_s.map(round6),
                 "urgent": stats.urgent,
+                "tail": stats.tail,
                 "price_low": stats.price_bounds.map(|b| round6(b.low)),
                 "price_high": stats.price_bounds.map(|b| round6(b.high)),
                 "admitted": stats.admitted,
@@ -485,6 +492,9 @@ fn describe_config(cfg: &HadarConfig) -> String {
                 "pace boost {} (jobs from {} of the horizon)",
                 cfg.pace_weight, cfg.pace_min_share
             ));
+        }
+        if cfg.tail_jobs > 0 {
+            parts.push(format!("tail plan up to {} jobs", cfg.tail_jobs));
         }
     }
     if !cfg.exact {

@@ -458,7 +458,7 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The `[fork]` table's ranges and `[hadar] priority_strength`.
+/// The `[fork]` table's ranges and `[hadar]` `priority_strength` and `tail_jobs`.
 fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
     let s = &file.sidecar;
     let f = &file.fork;
@@ -479,6 +479,14 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         priority_strength,
         priority_strength.is_finite() && priority_strength >= 0.0,
         "give 0 or more",
+    )?;
+    let tail_jobs = file.hadar.tail_jobs;
+    range(
+        path,
+        "hadar.tail_jobs",
+        tail_jobs as f64,
+        tail_jobs <= hadar_core::policies::hadar::MAX_TAIL_JOBS,
+        "give a whole number from 0 to 6",
     )?;
     range(
         path,
@@ -637,6 +645,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("spoool"), "{e}");
+    }
+
+    #[test]
+    fn the_tail_plans_job_count_is_read_and_bounded() {
+        assert_eq!(
+            DaemonConfig::parse("h.toml", "").unwrap().hadar.tail_jobs,
+            hadar_core::policies::hadar::DEFAULT_TAIL_JOBS
+        );
+        let c = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = 0\n").unwrap();
+        assert_eq!(c.hadar.tail_jobs, 0);
+        let e = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = 7\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("hadar.tail_jobs") && e.contains('7') && e.contains("0 to 6"),
+            "{e}"
+        );
+        let e = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tail_jobs") && e.contains("line 2"), "{e}");
     }
 
     #[test]

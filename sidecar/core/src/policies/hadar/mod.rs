@@ -27,6 +27,9 @@
 //!    * pace boost ([`pace`]): with the guard, a started long job that lags an even pace
 //!      from its first start to the guard's horizon bids more (its makespan-aware factor is
 //!      scaled up), so long jobs are not held back once begun.
+//!    * tail plan ([`tail`]): when at most `tail_jobs` jobs are left and the guard finds
+//!      every one urgent, a configuration LP that packs whole gangs (which the fluid LP
+//!      does not) chooses who runs on which type, instead of the passes above.
 //!    * swap improvement: admitted jobs with the same worker count exchange placements
 //!      while that raises the round's total utility, so each type goes to the jobs that
 //!      gain most from it (the online pass takes jobs in order and cannot see that).
@@ -40,6 +43,7 @@ pub mod pace;
 mod packing;
 mod swap;
 pub mod synthetic;
+mod tail;
 
 /// The default weight of the makespan-aware utility factor, listed with Hadar's other
 /// defaults; defined with the utilities in [`crate::market`] (HadarE's default too).
@@ -125,6 +129,13 @@ pub const DEFAULT_PACE_WEIGHT: f64 = 3.0;
 /// (measured in docs/results-gavel.md).
 pub const DEFAULT_PACE_MIN_SHARE: f64 = 0.3;
 
+/// The default most jobs for the tail plan ([`tail`]; measured in docs/results-gavel.md).
+pub const DEFAULT_TAIL_JOBS: usize = 5;
+
+/// The largest `tail_jobs` allowed: the tail plan's configurations grow as (types + 1) to
+/// this power.
+pub const MAX_TAIL_JOBS: usize = 6;
+
 /// Hadar's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -196,6 +207,11 @@ pub struct HadarConfig {
     /// The least share of the guard's horizon a job's remaining best time must be for the
     /// pace boost.
     pub pace_min_share: f64,
+    /// With the makespan guard, the tail plan ([`tail`]): when at most this many jobs can
+    /// run and every one is urgent, and a restart costs under half a round, a
+    /// configuration LP that packs whole gangs chooses who runs on which type. 0 turns it
+    /// off; at most [`MAX_TAIL_JOBS`].
+    pub tail_jobs: usize,
 }
 
 impl Default for HadarConfig {
@@ -222,6 +238,7 @@ impl Default for HadarConfig {
             packing: Packing::default(),
             pace_weight: DEFAULT_PACE_WEIGHT,
             pace_min_share: DEFAULT_PACE_MIN_SHARE,
+            tail_jobs: DEFAULT_TAIL_JOBS,
         }
     }
 }
@@ -243,6 +260,8 @@ pub struct RoundStats {
     pub urgent: usize,
     /// The makespan guard's fluid horizon of the remaining work, seconds from now.
     pub horizon_s: Option<f64>,
+    /// Whether the tail plan ([`tail`]) chose who runs this round.
+    pub tail: bool,
     /// The round's objective: total utility of the placed jobs ([`round_objective`]).
     pub objective: f64,
     /// In exact mode, whether the search proved its answer optimal.
@@ -567,7 +586,7 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         if let Some(better) = exact_pass(config, input, &ready, &mut work) {
             return better;
         }
-    } else {
+    } else if !tail_pass(config, input, &ready, &mut work) {
         primal_dual_pass(config, input, &ready, &mut work);
     }
     let RoundWork {
@@ -585,6 +604,77 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         },
         stats,
     )
+}
+
+/// The tail plan ([`tail`]): when it applies, places the configuration it chooses, each
+/// job on its type at the prices (a running job keeps its GPUs where they are of that
+/// type), and with work conservation offers the GPUs left to the other jobs; they wait
+/// otherwise. Returns whether it planned the round.
+fn tail_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    work: &mut RoundWork,
+) -> bool {
+    let applies = config.makespan_guard
+        && !ready.is_empty()
+        && ready.len() <= config.tail_jobs.min(MAX_TAIL_JOBS)
+        && input.restart_s * 2.0 < input.round_s
+        && ready.iter().all(|p| p.urgency.is_urgent());
+    if !applies {
+        return false;
+    }
+    let cluster = input.cluster;
+    let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let jobs: Vec<tail::TailJob<'_>> = ready
+        .iter()
+        .map(|p| tail::TailJob {
+            workers: p.workers,
+            rates: &p.rates,
+            remaining_steps: input.jobs[p.index].remaining_steps,
+        })
+        .collect();
+    let Some(chosen) = tail::choose(&capacity, &jobs) else {
+        return false;
+    };
+    let (book, assignments, waiting, stats) = work.parts();
+    stats.tail = true;
+    let mut placed = vec![false; ready.len()];
+    for (k, t) in chosen {
+        let p = &ready[k];
+        let on_type: Vec<f64> = (0..p.rates.len())
+            .map(|u| if u == t { p.rates[u] } else { 0.0 })
+            .collect();
+        let restricted = DualJob {
+            rates: &on_type,
+            ..dual_job(p)
+        };
+        if let DualOutcome::Offer(o) = best_offer(book, &restricted) {
+            placed[k] = true;
+            stats.admitted += 1;
+            admit(book, assignments, stats, p, &input.jobs[p.index], o);
+        }
+    }
+    for p in ready
+        .iter()
+        .zip(&placed)
+        .filter(|(_, placed)| !**placed)
+        .map(|(p, _)| p)
+    {
+        let js = &input.jobs[p.index];
+        if config.work_conservation
+            && let DualOutcome::Offer(o) = best_offer(book, &dual_job(p))
+        {
+            stats.filled += 1;
+            admit(book, assignments, stats, p, js, o);
+        } else {
+            waiting.push(Waiting {
+                job: js.id(),
+                reason: WaitReason::TimeShare,
+            });
+        }
+    }
+    true
 }
 
 /// The round being built: the prices so far, the jobs placed and those waiting, and the

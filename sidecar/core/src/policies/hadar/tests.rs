@@ -779,3 +779,48 @@ fn packing_makes_small_jobs_yield_so_a_waiting_gang_fills_idle_gpus() {
     // When a restart costs half a round or more, nobody yields.
     assert_eq!(used(&plan_with(Packing::Any, 180.0)), 3);
 }
+
+#[test]
+fn the_tail_plan_chooses_when_few_jobs_are_left_and_all_are_urgent() {
+    // Four one-GPU nodes of each type. Job 1 runs twice as fast on the V100s, job 2 as fast
+    // on either; both are urgent, and the tail ends soonest with job 1 on the V100s.
+    let c = cluster(
+        &["v100", "k80"],
+        &[
+            &[1, 0],
+            &[1, 0],
+            &[1, 0],
+            &[1, 0],
+            &[0, 1],
+            &[0, 1],
+            &[0, 1],
+            &[0, 1],
+        ],
+    );
+    let mut jobs = vec![
+        job(1, 0.0, 4, 7200.0, &[2.0, 1.0]),
+        job(2, 0.0, 4, 3600.0, &[1.0, 1.0]),
+    ];
+    let plan_with = |jobs: &[JobState], tail_jobs, restart_s| {
+        let config = HadarConfig {
+            tail_jobs,
+            ..HadarConfig::default()
+        };
+        let (plan, stats) = plan_round(&config, &input(&c, jobs, restart_s));
+        plan.validate(&c, jobs).unwrap();
+        (plan, stats.tail)
+    };
+    let types = |plan: &RoundPlan, id: u64| plan.placement_of(JobId(id)).map(|p| p.types());
+    let (plan, tail) = plan_with(&jobs, DEFAULT_TAIL_JOBS, 0.0);
+    assert!(tail);
+    assert_eq!(types(&plan, 1), Some(vec![GpuType(0)]));
+    assert_eq!(types(&plan, 2), Some(vec![GpuType(1)]));
+    // Off, with more jobs than tail_jobs, or where a restart costs half a round: the
+    // usual passes.
+    assert!(!plan_with(&jobs, 0, 0.0).1);
+    assert!(!plan_with(&jobs, 1, 0.0).1);
+    assert!(!plan_with(&jobs, DEFAULT_TAIL_JOBS, 180.0).1);
+    // A short third job has slack: not every job is urgent, so not the tail.
+    jobs.push(job(3, 0.0, 1, 100.0, &[1.0, 1.0]));
+    assert!(!plan_with(&jobs, DEFAULT_TAIL_JOBS, 0.0).1);
+}
