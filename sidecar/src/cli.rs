@@ -365,7 +365,8 @@ pub struct HadarArgs {
     pub pace_min_share: f64,
     /// Hadar's tail plan: when at most N jobs can run and the makespan guard finds every one
     /// urgent, a configuration LP that packs whole gangs chooses who runs on which type
-    /// (only when a restart costs under half a round). 0 turns it off; at most 6.
+    /// (only when a restart costs under half a round and every job may put each worker on
+    /// its own node). 0 turns it off; at most 6.
     #[arg(long, value_name = "N", default_value_t = hadar_core::policies::hadar::DEFAULT_TAIL_JOBS, value_parser = parse_tail_jobs, help_heading = "Hadar")]
     pub tail_jobs: usize,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated

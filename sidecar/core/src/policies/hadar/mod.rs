@@ -208,9 +208,9 @@ pub struct HadarConfig {
     /// pace boost.
     pub pace_min_share: f64,
     /// With the makespan guard, the tail plan ([`tail`]): when at most this many jobs can
-    /// run and every one is urgent, and a restart costs under half a round, a
-    /// configuration LP that packs whole gangs chooses who runs on which type. 0 turns it
-    /// off; at most [`MAX_TAIL_JOBS`].
+    /// run and every one is urgent, a restart costs under half a round, and every job may
+    /// put each worker on its own node, a configuration LP that packs whole gangs chooses
+    /// who runs on which type. 0 turns it off; at most [`MAX_TAIL_JOBS`].
     pub tail_jobs: usize,
 }
 
@@ -606,7 +606,10 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     )
 }
 
-/// The tail plan ([`tail`]): when it applies, places the configuration it chooses, each
+/// The tail plan ([`tail`]): it applies with the guard, to at most `tail_jobs` jobs, all
+/// urgent, where a restart costs under half a round (as gang packing) and every job may put
+/// each worker on its own node (its configurations count GPUs per type, which a node limit
+/// would make too many). Then it places the configuration it chooses, each
 /// job on its type at the prices (a running job keeps its GPUs where they are of that
 /// type), and with work conservation offers the GPUs left to the other jobs; they wait
 /// otherwise. Returns whether it planned the round.
@@ -620,7 +623,9 @@ fn tail_pass(
         && !ready.is_empty()
         && ready.len() <= config.tail_jobs.min(MAX_TAIL_JOBS)
         && input.restart_s * 2.0 < input.round_s
-        && ready.iter().all(|p| p.urgency.is_urgent());
+        && ready
+            .iter()
+            .all(|p| p.urgency.is_urgent() && p.max_nodes >= p.workers);
     if !applies {
         return false;
     }

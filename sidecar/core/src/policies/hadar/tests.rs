@@ -820,6 +820,18 @@ fn the_tail_plan_chooses_when_few_jobs_are_left_and_all_are_urgent() {
     assert!(!plan_with(&jobs, 0, 0.0).1);
     assert!(!plan_with(&jobs, 1, 0.0).1);
     assert!(!plan_with(&jobs, DEFAULT_TAIL_JOBS, 180.0).1);
+    // On 4-GPU nodes with one node per job, a gang needs one node's GPUs, which the tail
+    // plan's count of GPUs per type does not see: the usual passes. Spanning nodes: the tail.
+    let nodes = cluster(&["v100", "k80"], &[&[4, 0], &[0, 4]]);
+    let tail_with = |max_nodes_per_job| {
+        let config = HadarConfig {
+            max_nodes_per_job,
+            ..HadarConfig::default()
+        };
+        plan_round(&config, &input(&nodes, &jobs, 0.0)).1.tail
+    };
+    assert!(tail_with(None));
+    assert!(!tail_with(Some(1)));
     // A short third job has slack: not every job is urgent, so not the tail.
     jobs.push(job(3, 0.0, 1, 100.0, &[1.0, 1.0]));
     assert!(!plan_with(&jobs, DEFAULT_TAIL_JOBS, 0.0).1);
