@@ -649,22 +649,22 @@ mod tests {
 
     #[test]
     fn the_tail_plans_job_count_is_read_and_bounded() {
+        let tail_jobs = |value: &str| {
+            DaemonConfig::parse("h.toml", &format!("[hadar]\ntail_jobs = {value}\n"))
+                .map(|c| c.hadar.tail_jobs)
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(
             DaemonConfig::parse("h.toml", "").unwrap().hadar.tail_jobs,
             hadar_core::policies::hadar::DEFAULT_TAIL_JOBS
         );
-        let c = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = 0\n").unwrap();
-        assert_eq!(c.hadar.tail_jobs, 0);
-        let e = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = 7\n")
-            .unwrap_err()
-            .to_string();
+        assert_eq!(tail_jobs("0"), Ok(0));
+        let e = tail_jobs("7").unwrap_err();
         assert!(
             e.contains("hadar.tail_jobs") && e.contains('7') && e.contains("0 to 6"),
             "{e}"
         );
-        let e = DaemonConfig::parse("h.toml", "[hadar]\ntail_jobs = -1\n")
-            .unwrap_err()
-            .to_string();
+        let e = tail_jobs("-1").unwrap_err();
         assert!(e.contains("tail_jobs") && e.contains("line 2"), "{e}");
     }
 
