@@ -37,7 +37,7 @@ impl FreeCapacity {
         for n in cluster.nodes() {
             free.extend_from_slice(&n.gpus);
         }
-        let free_by_type = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let free_by_type = cluster.gpus_by_type();
         FreeCapacity {
             types,
             free,

@@ -197,6 +197,11 @@ impl Cluster {
         self.nodes.iter().map(|n| n.gpus[t.index()]).sum()
     }
 
+    /// GPUs of each type in the whole cluster, indexed by type.
+    pub fn gpus_by_type(&self) -> Vec<u32> {
+        self.types().map(|t| self.total_of_type(t)).collect()
+    }
+
     /// All GPUs in the cluster.
     pub fn total_gpus(&self) -> u32 {
         self.nodes.iter().map(|n| n.gpus.iter().sum::<u32>()).sum()

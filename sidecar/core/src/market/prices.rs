@@ -133,7 +133,7 @@ impl PriceBook {
             cap.extend_from_slice(&n.gpus);
         }
         let used = vec![0; cap.len()];
-        let free_by_type: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let free_by_type = cluster.gpus_by_type();
         let total_by_type = free_by_type.clone();
         let fallback = bounds.last().copied().unwrap_or(PriceBounds {
             low: 1.0,

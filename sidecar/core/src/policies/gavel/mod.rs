@@ -462,7 +462,7 @@ impl Policy for GavelPolicy {
         let cluster = input.cluster;
         self.account(input);
         let by_id: HashMap<JobId, &JobState> = input.jobs.iter().map(|j| (j.id(), j)).collect();
-        let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+        let capacity = cluster.gpus_by_type();
         // Jobs in book order (arrival order); a type with fewer GPUs than the job's workers
         // counts as one it cannot run on.
         let states: Vec<&JobState> = self.books.iter().map(|b| by_id[&b.id]).collect();

@@ -80,7 +80,7 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
     for n in cluster.nodes() {
         free.extend_from_slice(&n.gpus);
     }
-    let free_by_type: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let free_by_type = cluster.gpus_by_type();
 
     let mut options = Vec::with_capacity(jobs.len());
     for job in jobs {

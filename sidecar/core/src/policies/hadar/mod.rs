@@ -419,7 +419,7 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
 /// its efficient types; returns the guard's horizon.
 fn apply_guard(config: &HadarConfig, input: &RoundInput<'_>, ready: &mut [Prepared<'_>]) -> f64 {
     let cluster = input.cluster;
-    let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let capacity = cluster.gpus_by_type();
     let jobs: Vec<GuardJob<'_>> = ready
         .iter()
         .map(|p| GuardJob {
@@ -630,7 +630,7 @@ fn tail_pass(
         return false;
     }
     let cluster = input.cluster;
-    let capacity: Vec<u32> = cluster.types().map(|t| cluster.total_of_type(t)).collect();
+    let capacity = cluster.gpus_by_type();
     let jobs: Vec<tail::TailJob<'_>> = ready
         .iter()
         .map(|p| tail::TailJob {

@@ -57,57 +57,67 @@ pub(super) fn choose(capacity: &[u32], jobs: &[TailJob<'_>]) -> Option<Vec<(usiz
 }
 
 /// Every set of jobs that runs at once on whole types and leaves no GPUs another of the
-/// jobs could use; `None` past [`MAX_CONFIGURATIONS`].
+/// jobs could use; `None` past [`MAX_CONFIGURATIONS`] configurations enumerated, maximal
+/// or not.
 fn maximal_configurations(
     capacity: &[u32],
     jobs: &[TailJob<'_>],
 ) -> Option<Vec<Vec<(usize, usize)>>> {
-    let mut all = Vec::new();
-    let mut left = capacity.to_vec();
-    enumerate(jobs, 0, &mut left, &mut Vec::new(), &mut all)?;
-    all.retain(|c| !c.is_empty() && is_maximal(capacity, jobs, c));
-    Some(all)
+    let mut walk = Walk {
+        jobs,
+        left: capacity.to_vec(),
+        current: Vec::new(),
+        enumerated: 0,
+        maximal: Vec::new(),
+    };
+    walk.from(0)?;
+    Some(walk.maximal)
 }
 
-/// Adds to `out` every configuration of jobs `j..` in the GPUs `left`, after `current`.
-fn enumerate(
-    jobs: &[TailJob<'_>],
-    j: usize,
-    left: &mut [u32],
-    current: &mut Vec<(usize, usize)>,
-    out: &mut Vec<Vec<(usize, usize)>>,
-) -> Option<()> {
-    if j == jobs.len() {
-        if out.len() >= MAX_CONFIGURATIONS {
-            return None;
-        }
-        out.push(current.clone());
-        return Some(());
-    }
-    enumerate(jobs, j + 1, left, current, out)?;
-    for t in 0..left.len() {
-        if jobs[j].rates[t] > 0.0 && left[t] >= jobs[j].workers {
-            left[t] -= jobs[j].workers;
-            current.push((j, t));
-            let done = enumerate(jobs, j + 1, left, current, out);
-            current.pop();
-            left[t] += jobs[j].workers;
-            done?;
-        }
-    }
-    Some(())
+/// The enumeration's state: the GPUs `current` leaves, and what it has found.
+struct Walk<'j, 'a> {
+    jobs: &'j [TailJob<'a>],
+    left: Vec<u32>,
+    current: Vec<(usize, usize)>,
+    enumerated: usize,
+    maximal: Vec<Vec<(usize, usize)>>,
 }
 
-/// Whether no job outside `c` fits in the GPUs `c` leaves.
-fn is_maximal(capacity: &[u32], jobs: &[TailJob<'_>], c: &[(usize, usize)]) -> bool {
-    let mut left = capacity.to_vec();
-    for &(j, t) in c {
-        left[t] -= jobs[j].workers;
+impl Walk<'_, '_> {
+    /// Every configuration of jobs `j..` in the GPUs left after `current`.
+    fn from(&mut self, j: usize) -> Option<()> {
+        if j == self.jobs.len() {
+            if self.enumerated >= MAX_CONFIGURATIONS {
+                return None;
+            }
+            self.enumerated += 1;
+            if !self.current.is_empty() && self.is_maximal() {
+                self.maximal.push(self.current.clone());
+            }
+            return Some(());
+        }
+        self.from(j + 1)?;
+        let workers = self.jobs[j].workers;
+        for t in 0..self.left.len() {
+            if self.jobs[j].rates[t] > 0.0 && self.left[t] >= workers {
+                self.left[t] -= workers;
+                self.current.push((j, t));
+                let done = self.from(j + 1);
+                self.current.pop();
+                self.left[t] += workers;
+                done?;
+            }
+        }
+        Some(())
     }
-    !jobs.iter().enumerate().any(|(j, job)| {
-        !c.iter().any(|(k, _)| *k == j)
-            && (0..left.len()).any(|t| job.rates[t] > 0.0 && left[t] >= job.workers)
-    })
+
+    /// Whether no job outside `current` fits in the GPUs it leaves.
+    fn is_maximal(&self) -> bool {
+        !self.jobs.iter().enumerate().any(|(j, job)| {
+            !self.current.iter().any(|(k, _)| *k == j)
+                && (0..self.left.len()).any(|t| job.rates[t] > 0.0 && self.left[t] >= job.workers)
+        })
+    }
 }
 
 #[cfg(test)]
