@@ -33,6 +33,9 @@
 //!    * swap improvement: admitted jobs with the same worker count exchange placements
 //!      while that raises the round's total utility, so each type goes to the jobs that
 //!      gain most from it (the online pass takes jobs in order and cannot see that).
+//!    * settling ([`settle`]): with stickiness and a restart that costs anything, once the
+//!      plan is made, a job moved to other GPUs of the types it ran on gets its own back
+//!      (the job that took them takes others of its types), so no job restarts for nothing.
 //!    * exact mode ([`exact`]): the whole round solved optimally by branch and bound (small
 //!      instances), to measure the primal-dual's optimality gap.
 
@@ -41,6 +44,7 @@ pub mod exact;
 pub mod guard;
 pub mod pace;
 mod packing;
+mod settle;
 mod swap;
 pub mod synthetic;
 mod tail;
@@ -592,9 +596,10 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     let RoundWork {
         mut assignments,
         mut waiting,
-        stats,
+        mut stats,
         ..
     } = work;
+    settle_pass(config, input, &ready, &pos, &mut assignments, &mut stats);
     assignments.sort_by_key(|a| pos(a.job));
     waiting.sort_by_key(|w| pos(w.job));
     (
@@ -604,6 +609,44 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
         },
         stats,
     )
+}
+
+/// Settling ([`settle`]): with stickiness and where a restart costs anything, a job the
+/// plan moves to other GPUs of the types it ran on gets its own GPUs back, and jobs that
+/// move anyway take others of theirs. Where a restart is free there is nothing to save.
+/// The jobs kept in place earn their utility without the restart.
+fn settle_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    pos: &impl Fn(JobId) -> usize,
+    assignments: &mut [Assignment],
+    stats: &mut RoundStats,
+) {
+    if !config.stickiness || input.restart_s <= 0.0 {
+        return;
+    }
+    let previous: Vec<Option<&Placement>> = assignments
+        .iter()
+        .map(|a| {
+            input
+                .jobs
+                .get(pos(a.job))
+                .and_then(|js| js.placement.as_ref())
+        })
+        .collect();
+    let restored = settle::settle(input.cluster, assignments, &previous);
+    if restored.is_empty() {
+        return;
+    }
+    let prepared: HashMap<usize, &Prepared<'_>> = ready.iter().map(|p| (p.index, p)).collect();
+    for i in restored {
+        let a = &assignments[i];
+        if let Some(p) = prepared.get(&pos(a.job)) {
+            stats.kept += 1;
+            stats.objective += p.utility.at(a.rate, false) - p.utility.at(a.rate, true);
+        }
+    }
 }
 
 /// The tail plan ([`tail`]): it applies with the guard, to at most `tail_jobs` jobs, all
