@@ -5,7 +5,8 @@
 //! job, a swap, work conservation) may land on the GPUs of a job that keeps its type, which
 //! then moves to other GPUs of that same type and restarts for nothing. Once the plan is
 //! made, this pass gives every such job its old GPUs back and finds the jobs that moved
-//! anyway GPUs of the same types elsewhere, on no more nodes than they were given. Rates,
+//! anyway GPUs of the same types elsewhere, in the same shape (as many GPUs on each of as
+//! many nodes) as they were given. Rates,
 //! types and the GPUs used per type are unchanged; only restarts go. When the jobs that
 //! move cannot all be placed again, the jobs whose old GPUs nobody else was given still go
 //! back, and the rest of the plan stays as the passes made it. Pure: no clock, no IO.
@@ -125,7 +126,7 @@ fn all_back(
         let placed = if free.take_placement(given).is_ok() {
             given.clone()
         } else {
-            let again = same_types_elsewhere(&free, given, &vacated)?;
+            let again = same_shape_elsewhere(&free, given, &vacated)?;
             free.take_placement(&again).ok()?;
             again
         };
@@ -134,11 +135,12 @@ fn all_back(
     out.into_iter().collect()
 }
 
-/// GPUs of the same types in the same numbers as `given`, on at most as many nodes: for a
-/// gang of one type, first the nodes settled jobs left (`vacated`), then the others, each
-/// group with the most free GPUs of it first. `None` for gangs over several types or when
-/// none fits.
-fn same_types_elsewhere(
+/// The same shape as `given` on other GPUs: for a gang of one type, as many GPUs of it on
+/// each of as many nodes (so whatever rule `given` met on how a job spans nodes still
+/// holds), taking first the nodes settled jobs left (`vacated`), then the others, each
+/// group with the most free GPUs first. `None` for gangs over several types or when none
+/// fits.
+fn same_shape_elsewhere(
     free: &FreeCapacity,
     given: &Placement,
     vacated: &[bool],
@@ -156,21 +158,20 @@ fn same_types_elsewhere(
         let (va, vb) = (vacated[a.1.index()], vacated[b.1.index()]);
         vb.cmp(&va).then(b.0.cmp(&a.0)).then(a.1.cmp(&b.1))
     });
-    let mut left = given.gpus();
-    let mut parts = Vec::new();
-    for (f, node) in nodes {
-        if left == 0 {
-            break;
-        }
-        let gpus = f.min(left);
+    let mut sizes: Vec<u32> = given.parts().iter().map(|p| p.gpus).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut used = vec![false; nodes.len()];
+    let mut parts = Vec::with_capacity(sizes.len());
+    for gpus in sizes {
+        let k = (0..nodes.len()).find(|&k| !used[k] && nodes[k].0 >= gpus)?;
+        used[k] = true;
         parts.push(Part {
-            node,
+            node: nodes[k].1,
             gpu_type: t,
             gpus,
         });
-        left -= gpus;
     }
-    (left == 0 && parts.len() <= given.nodes().len()).then(|| Placement::gang(parts))
+    Some(Placement::gang(parts))
 }
 
 /// The safe half: with every other job where the passes put it, each shifted job whose old
@@ -367,8 +368,9 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
-        /// Settling keeps every job on the same GPU counts per type, on no more nodes, keeps
-        /// the plan within capacity, and never leaves fewer jobs where they ran.
+        /// Settling keeps every job on the same GPU counts per type, on no more nodes (and a
+        /// job not sent back in its shape), keeps the plan within capacity, and never leaves
+        /// fewer jobs where they ran.
         #[test]
         fn settling_keeps_types_and_capacity_and_never_moves_more_jobs(seed in any::<u64>()) {
             let mut rng = SmallRng::seed_from_u64(seed);
@@ -409,6 +411,17 @@ mod tests {
                     prop_assert_eq!(a.placement.gpus_of_type(t), b.placement.gpus_of_type(t));
                 }
                 prop_assert!(a.placement.nodes().len() <= b.placement.nodes().len());
+            }
+            // A job not sent back has the shape it was given: as many GPUs on each node.
+            let shape = |p: &Placement| {
+                let mut v: Vec<u32> = p.parts().iter().map(|q| q.gpus).collect();
+                v.sort_unstable();
+                v
+            };
+            for (i, (a, b)) in plan.iter().zip(&before).enumerate() {
+                if !restored.contains(&i) {
+                    prop_assert_eq!(shape(&a.placement), shape(&b.placement));
+                }
             }
         }
     }
