@@ -539,6 +539,32 @@ fn check_plan(
         }
         free.take_placement(&a.placement).unwrap();
     }
+    if cfg.stickiness && restart > 0.0 {
+        // Settled: no job is sent to other GPUs of the types it ran on, as many of each,
+        // while its own GPUs are free in the plan.
+        for a in &plan.assignments {
+            let js = jobs.iter().find(|j| j.id() == a.job).unwrap();
+            let Some(prev) = js.placement.as_ref().filter(|p| **p != a.placement) else {
+                continue;
+            };
+            let same_types = prev.types() == a.placement.types()
+                && prev
+                    .types()
+                    .iter()
+                    .all(|t| prev.gpus_of_type(*t) == a.placement.gpus_of_type(*t));
+            if same_types && prev.nodes().len() <= a.placement.nodes().len() {
+                free.give_placement(&a.placement);
+                prop_assert!(
+                    !free.fits(prev),
+                    "job {} moved from {:?} to {:?} while its GPUs are free",
+                    a.job,
+                    prev,
+                    a.placement
+                );
+                free.take_placement(&a.placement).unwrap();
+            }
+        }
+    }
     if cfg.work_conservation && cfg.max_nodes_per_job.is_none() {
         // No waiting job could have used the GPUs left idle.
         for w in &plan.waiting {
