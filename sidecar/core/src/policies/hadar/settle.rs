@@ -207,27 +207,12 @@ fn back_where_free(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{GpuType, Node};
+    use crate::cluster::GpuType;
     use crate::job::JobId;
+    use crate::policies::hadar::tests::cluster;
     use proptest::prelude::*;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
-
-    /// A cluster of `nodes[n][t]` GPUs of type `t` on node `n`.
-    fn cluster(types: usize, nodes: &[Vec<u32>]) -> Cluster {
-        Cluster::new(
-            (0..types).map(|t| format!("t{t}")).collect(),
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, g)| Node {
-                    name: format!("n{i}"),
-                    gpus: g.clone(),
-                })
-                .collect(),
-        )
-        .unwrap()
-    }
 
     /// A gang over `(node, type, gpus)` parts.
     fn gang(parts: &[(u32, u16, u32)]) -> Placement {
@@ -251,7 +236,7 @@ mod tests {
     fn a_job_moved_within_its_type_gets_its_gpus_back_and_the_mover_takes_the_others() {
         // One GPU of type 0 on n0 and n1, one of type 1 on n2. Job 1 ran on n0; job 2 on
         // n2 changes to type 0 and was given n0, so job 1 was sent to n1.
-        let c = cluster(2, &[vec![1, 0], vec![1, 0], vec![0, 1]]);
+        let c = cluster(&["a", "b"], &[&[1, 0], &[1, 0], &[0, 1]]);
         let (ran1, ran2) = (gang(&[(0, 0, 1)]), gang(&[(2, 1, 1)]));
         let mut plan = vec![
             assigned(1, gang(&[(1, 0, 1)])),
@@ -266,7 +251,7 @@ mod tests {
     fn a_gang_goes_back_to_its_node_and_a_new_gang_takes_the_node_it_leaves() {
         // Three 4-GPU nodes, two partly used by jobs that stay. Gang 1 ran on n0; the new
         // gang 2 was given n0, and gang 1 n1.
-        let c = cluster(1, &[vec![4], vec![4], vec![4]]);
+        let c = cluster(&["a"], &[&[4], &[4], &[4]]);
         let ran1 = gang(&[(0, 0, 4)]);
         let mut plan = vec![
             assigned(1, gang(&[(1, 0, 4)])),
@@ -282,7 +267,7 @@ mod tests {
         // n0 has two GPUs, n1-n3 one each. The new 2-worker job 3 was given n0, where job 1
         // ran: with job 1 back on n0 it would need two nodes, so it keeps n0 and job 1
         // stays on n1. Job 2's old GPU on n2 is free, so job 2 goes back there.
-        let c = cluster(1, &[vec![2], vec![1], vec![1], vec![1]]);
+        let c = cluster(&["a"], &[&[2], &[1], &[1], &[1]]);
         let (ran1, ran2) = (gang(&[(0, 0, 1)]), gang(&[(2, 0, 1)]));
         let mut plan = vec![
             assigned(1, gang(&[(1, 0, 1)])),
@@ -379,7 +364,8 @@ mod tests {
                 .map(|_| (0..types).map(|_| rng.random_range(0..5)).collect())
                 .collect();
             nodes[0][0] += 1;
-            let c = cluster(types, &nodes);
+            let rows: Vec<&[u32]> = nodes.iter().map(Vec::as_slice).collect();
+            let c = cluster(&["a", "b"][..types], &rows);
             let workers: Vec<u32> = (0..rng.random_range(1..10)).map(|_| rng.random_range(1..5)).collect();
             let ran = random_layout(&mut rng, &c, &workers, &vec![None; workers.len()]);
             // The next plan keeps some jobs where they ran and places the rest anew.

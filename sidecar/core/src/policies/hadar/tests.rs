@@ -29,7 +29,9 @@ fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobSta
     JobState::arrived(Arc::new(j), rates.len())
 }
 
-fn cluster(types: &[&str], nodes: &[&[u32]]) -> Cluster {
+/// A cluster of the named types with `nodes[n][t]` GPUs of type `t` on node `n` (the other
+/// modules' tests of the policy use it too).
+pub(super) fn cluster(types: &[&str], nodes: &[&[u32]]) -> Cluster {
     Cluster::new(
         types.iter().map(|t| t.to_string()).collect(),
         nodes
