@@ -99,6 +99,16 @@ impl Placement {
             .sum()
     }
 
+    /// Whether `other` uses the same GPU types, as many of each (wherever they are): for a
+    /// gang, the same rate.
+    pub fn same_gpus_per_type(&self, other: &Placement) -> bool {
+        let types = self.types();
+        types == other.types()
+            && types
+                .iter()
+                .all(|t| self.gpus_of_type(*t) == other.gpus_of_type(*t))
+    }
+
     /// True when the placement has no parts.
     pub fn is_empty(&self) -> bool {
         self.parts.is_empty()
@@ -158,6 +168,18 @@ mod tests {
             gpu_type: GpuType(t),
             gpus: g,
         }
+    }
+
+    #[test]
+    fn the_same_gpus_per_type_anywhere_count_as_alike() {
+        let a = Placement::gang([part(0, 0, 2), part(1, 1, 2)]);
+        assert!(a.same_gpus_per_type(&Placement::gang([
+            part(2, 0, 1),
+            part(3, 0, 1),
+            part(3, 1, 2)
+        ])));
+        assert!(!a.same_gpus_per_type(&Placement::gang([part(0, 0, 3), part(1, 1, 1)])));
+        assert!(!a.same_gpus_per_type(&Placement::gang([part(0, 0, 4)])));
     }
 
     #[test]

@@ -71,11 +71,7 @@ fn standing_of(now: &Placement, previous: Option<&Placement>) -> Standing {
     }
     let same_shape = now.kind() == PlacementKind::Gang
         && prev.kind() == PlacementKind::Gang
-        && now.types() == prev.types()
-        && now
-            .types()
-            .iter()
-            .all(|t| now.gpus_of_type(*t) == prev.gpus_of_type(*t))
+        && now.same_gpus_per_type(prev)
         && prev.nodes().len() <= now.nodes().len();
     if same_shape {
         Standing::Shifted
@@ -85,7 +81,7 @@ fn standing_of(now: &Placement, previous: Option<&Placement>) -> Standing {
 }
 
 /// Every shifted job on its old GPUs and every moved job placed again; `None` when some
-/// moved job no longer fits on as few nodes.
+/// moved job no longer fits in the shape it was given.
 fn all_back(
     cluster: &Cluster,
     assignments: &[Assignment],

@@ -549,12 +549,9 @@ fn check_plan(
             let Some(prev) = js.placement.as_ref().filter(|p| **p != a.placement) else {
                 continue;
             };
-            let same_types = prev.types() == a.placement.types()
-                && prev
-                    .types()
-                    .iter()
-                    .all(|t| prev.gpus_of_type(*t) == a.placement.gpus_of_type(*t));
-            if same_types && prev.nodes().len() <= a.placement.nodes().len() {
+            if prev.same_gpus_per_type(&a.placement)
+                && prev.nodes().len() <= a.placement.nodes().len()
+            {
                 free.give_placement(&a.placement);
                 prop_assert!(
                     !free.fits(prev),
