@@ -7,6 +7,7 @@
 #   cargo build --release -p hadar
 #   docs/results-gavel-sweep.sh 0                          today's defaults, restart cost 0 s
 #   docs/results-gavel-sweep.sh 30 --guard-margin-share 0  one setting, restart cost 30 s
+#   RUNS=docs/results-heldout-runs.sh docs/results-gavel-sweep.sh 0   the 36 held-out runs
 #
 # Per run: Hadar TTD / bound, Hadar TTD / Gavel TTD, Gavel JCT / Hadar JCT (the JCT gain).
 # Summary: the mean TTD / bound, the largest TTD / Gavel, the mean and lowest JCT gain, and
@@ -22,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
 # shellcheck source=docs/results-gavel-runs.sh
-source "$root/docs/results-gavel-runs.sh"
+source "${RUNS:-$root/docs/results-gavel-runs.sh}"
 
 for run in "${runs[@]}"; do
     IFS='|' read -r trace shape args <<<"$run"
