@@ -9,12 +9,23 @@ pub fn gavel_data() -> PathBuf {
 
 /// Gavel's six traces, sorted by file name.
 pub fn traces() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(gavel_data().join("traces"))
-        .expect("data/gavel/traces")
+    traces_in(&gavel_data().join("traces"), 6)
+}
+
+/// The `.trace` files of `dir`, sorted by file name; there must be `expected` of them.
+pub fn traces_in(dir: &Path, expected: usize) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("directory entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "trace"))
         .collect();
     v.sort();
-    assert_eq!(v.len(), 6, "expected Gavel's six traces, found {}", v.len());
+    assert_eq!(
+        v.len(),
+        expected,
+        "expected {expected} traces in {}, found {}",
+        dir.display(),
+        v.len()
+    );
     v
 }
