@@ -9,7 +9,8 @@
 # before the makespan guard (`--no-makespan-guard --order arrival --packing off --pace-weight 0`,
 # the defaults until then), Hadar with the guard but before gang packing, the guard's margin
 # share and the pace boost (`--packing off --guard-margin-share 0 --pace-weight 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
-# average JCT hours [/ restarts]. Needs jq.
+# average JCT hours [/ restarts]. Then the summary of the held-out runs (docs/results-heldout-runs.sh)
+# at both restart costs. Needs jq.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
@@ -56,4 +57,15 @@ for restart in 0 30; do
                printf "Before packing, TTD above Gavel on %d of %d runs.\n", latem, n
                printf "TTD above Gavel on %d of %d runs%s\n", late, n, (late ? " (Hadar TTD / Gavel TTD): " lst : ".")
                printf "JCT not below Gavel on %d of %d runs%s\n", slow, n, (slow ? " (Gavel JCT / Hadar JCT): " sl : ".") }' <<<"$stats"
+done
+
+# The same Hadar against Gavel on the held-out runs (nineteenth step): the sweep's summary.
+echo
+echo "#### Held-out runs"
+echo
+echo "The 36 runs of \`docs/results-heldout-runs.sh\` (18 traces drawn like Gavel's from other seeds, both shapes), Hadar with today's defaults:"
+echo
+for restart in 0 30; do
+    summary=$(RUNS="$root/docs/results-heldout-runs.sh" HADAR="$hadar" "$root/docs/results-gavel-sweep.sh" "$restart" | tail -1)
+    echo "- restart cost ${restart} s: ${summary}."
 done
