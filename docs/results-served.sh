@@ -8,6 +8,7 @@
 #   cargo build --release -p hadar
 #   docs/results-served.sh                       etc/hadar.toml (360 s rounds, 60 s restarts)
 #   docs/results-served.sh /path/to/hadar.toml   another site's settings
+#   RUNS=docs/results-heldout-runs.sh docs/results-served.sh   the 36 held-out runs
 #
 # Cells: TTD hours (ratio to the bound) / average JCT hours / restarts. Summary per policy:
 # the mean TTD / bound, the runs ending after Gavel, the mean and lowest JCT gain over Gavel
@@ -19,7 +20,7 @@ config="${1:-$root/etc/hadar.toml}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
 [ -r "$config" ] || { echo "$0: cannot read the config $config" >&2; exit 2; }
 # shellcheck source=docs/results-gavel-runs.sh
-source "$root/docs/results-gavel-runs.sh"
+source "${RUNS:-$root/docs/results-gavel-runs.sh}"
 
 # The round and restart the file sets, for the baselines (which --config does not change).
 # `hadar simulate --config FILE --policy lower-bound` would do, but reading them from the
