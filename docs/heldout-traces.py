@@ -4,6 +4,7 @@ traces (data/gavel/traces/) but from other seeds, to check that what Hadar was t
 those 13 runs holds on runs it was never measured on.
 
     python3 docs/heldout-traces.py            # writes data/heldout/*.trace (deterministic)
+    python3 docs/heldout-traces.py --seeds 4,5,6 --out /tmp/heldout   # a further set
 
 The distributions are the ones the dev traces show (read off them; see the held-out section
 of docs/results-gavel.md):
@@ -22,6 +23,7 @@ are taken from a dev trace line of that type. Only Python's standard library is 
 `random.Random(seed)` gives the same draws on every CPython 3.
 """
 
+import argparse
 import json
 import random
 import sys
@@ -110,18 +112,32 @@ def write_trace(path, seed, jobs, multi_gpu, poisson, v100, templates):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--seeds",
+        default=",".join(str(s) for s in SEEDS),
+        help="comma-separated seeds, one trace of each kind per seed (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help="directory to write into (default: data/heldout)"
+    )
+    args = parser.parse_args()
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        sys.exit(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
     v100 = load_table()
     templates = load_templates()
     missing = sorted({name for name, _ in v100} - set(templates))
     if missing:
         sys.exit(f"no dev trace line gives the command of: {', '.join(missing)}")
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     for stem, multi_gpu, poisson in KINDS:
         for jobs in JOB_COUNTS:
-            for seed in SEEDS:
-                path = OUT / f"{stem.format(n=jobs)}_seed{seed}.trace"
+            for seed in seeds:
+                path = args.out / f"{stem.format(n=jobs)}_seed{seed}.trace"
                 write_trace(path, seed, jobs, multi_gpu, poisson, v100, templates)
-                print(path.relative_to(ROOT))
+                print(path)
 
 
 if __name__ == "__main__":
