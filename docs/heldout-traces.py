@@ -24,6 +24,7 @@ are taken from a dev trace line of that type. Only Python's standard library is 
 """
 
 import argparse
+import ast
 import json
 import random
 import sys
@@ -43,17 +44,12 @@ JOB_COUNTS = (40, 120)
 MEAN_GAP_S = 900.0
 
 
-def parse_key(key):
-    """`"('ResNet-18 (batch size 32)', 2)"` -> ('ResNet-18 (batch size 32)', 2)."""
-    name, _, workers = key.strip("()").rpartition(", ")
-    return name.strip("'"), int(workers)
-
-
 def load_table():
     table = json.loads((GAVEL / "simulation_throughputs.json").read_text())
     v100 = {}
     for key, entry in table["v100"].items():
-        name, workers = parse_key(key)
+        # Keys are Python tuples written out: "('ResNet-18 (batch size 32)', 2)".
+        name, workers = ast.literal_eval(key)
         v100[(name, workers)] = entry["null"]
     return v100
 
@@ -131,13 +127,16 @@ def main():
     missing = sorted({name for name, _ in v100} - set(templates))
     if missing:
         sys.exit(f"no dev trace line gives the command of: {', '.join(missing)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    for stem, multi_gpu, poisson in KINDS:
-        for jobs in JOB_COUNTS:
-            for seed in seeds:
-                path = args.out / f"{stem.format(n=jobs)}_seed{seed}.trace"
-                write_trace(path, seed, jobs, multi_gpu, poisson, v100, templates)
-                print(path)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for stem, multi_gpu, poisson in KINDS:
+            for jobs in JOB_COUNTS:
+                for seed in seeds:
+                    path = args.out / f"{stem.format(n=jobs)}_seed{seed}.trace"
+                    write_trace(path, seed, jobs, multi_gpu, poisson, v100, templates)
+                    print(path)
+    except OSError as e:
+        sys.exit(f"--out {args.out}: cannot write the traces: {e}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ shift
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
+runs_file="${RUNS:-$root/docs/results-gavel-runs.sh}"
+[ -r "$runs_file" ] || { echo "$0: cannot read the runs file $runs_file (RUNS)" >&2; exit 2; }
 # shellcheck source=docs/results-gavel-runs.sh
-source "${RUNS:-$root/docs/results-gavel-runs.sh}"
+source "$runs_file"
 
 for run in "${runs[@]}"; do
     IFS='|' read -r trace shape args <<<"$run"

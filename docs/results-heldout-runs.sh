@@ -8,8 +8,8 @@
 # shellcheck source=docs/results-gavel-runs.sh
 source "$root/docs/results-gavel-runs.sh"
 runs=()
-for trace in "${HELDOUT:-$root/data/heldout}"/*.trace; do
-    t=$(basename "$trace" .trace)
-    runs+=("$t|4+4+4, 1 GPU/node|--cluster v100:4,p100:4,k80:4 --gpus-per-node 1 --trace $trace --throughputs $data/simulation_throughputs.json")
-    runs+=("$t|16+16+16, 4 GPUs/node|--cluster v100:16,p100:16,k80:16 --gpus-per-node 4 --trace $trace --throughputs $data/simulation_throughputs.json")
+heldout="${HELDOUT:-$root/data/heldout}"
+for trace in "$heldout"/*.trace; do
+    [ -e "$trace" ] || { echo "docs/results-heldout-runs.sh: no .trace files in $heldout" >&2; exit 2; }
+    add_on_both_shapes "$(basename "$trace" .trace)" "$trace"
 done

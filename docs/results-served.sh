@@ -19,8 +19,10 @@ hadar="${HADAR:-$root/target/release/hadar}"
 config="${1:-$root/etc/hadar.toml}"
 [ -x "$hadar" ] || { echo "$0: no $hadar (cargo build --release -p hadar, or set HADAR)" >&2; exit 2; }
 [ -r "$config" ] || { echo "$0: cannot read the config $config" >&2; exit 2; }
+runs_file="${RUNS:-$root/docs/results-gavel-runs.sh}"
+[ -r "$runs_file" ] || { echo "$0: cannot read the runs file $runs_file (RUNS)" >&2; exit 2; }
 # shellcheck source=docs/results-gavel-runs.sh
-source "${RUNS:-$root/docs/results-gavel-runs.sh}"
+source "$runs_file"
 
 # The round and restart the file sets, for the baselines (which --config does not change).
 # `hadar simulate --config FILE --policy lower-bound` would do, but reading them from the
