@@ -182,6 +182,8 @@ pub fn decide(
 
 /// The waiting jobs Slurm would not start yet, with why.
 fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
+    let status: HashMap<u64, &JobStatus> =
+        snap.slurm_jobs.iter().map(|j| (j.id, &j.status)).collect();
     snap.slurm_jobs
         .iter()
         .filter(|j| {
@@ -189,7 +191,10 @@ fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
                 .get(&j.id)
                 .is_some_and(|r| r.phase == Phase::Waiting)
         })
-        .filter_map(|j| Some((j.id, eligible::blocked(j, snap.now_unix)?)))
+        .filter_map(|j| {
+            let blocked = eligible::blocked(j, snap.now_unix, |id| status.get(&id).copied())?;
+            Some((j.id, blocked))
+        })
         .collect()
 }
 

@@ -1,8 +1,11 @@
 //! Which waiting managed jobs Slurm itself would not start yet, whatever their GPUs: a job
 //! its user submitted held (`sbatch --hold`), a job whose dependency is unmet, a job whose
 //! `--begin` time is ahead. hadar does not plan them (as the site's Slurm would keep them
-//! pending), and says why in the job's `Comment`, where `squeue -o %k` shows it. Pure.
+//! pending), and says why in the job's `Comment`, where `squeue -o %k` shows it. A
+//! dependency the jobs the daemon sees already meet does not block ([`crate::dependency`]).
+//! Pure.
 
+use crate::dependency;
 use hadar_slurm::{JobStatus, SlurmJob};
 
 /// Why a waiting job is not planned.
@@ -16,12 +19,17 @@ pub enum Blocked {
     Begin(i64),
 }
 
-/// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not.
+/// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not;
+/// `status_of` gives the state of the jobs a dependency names, where the daemon sees them.
 ///
 /// A user hold is the record's `hold=user` with Slurm still showing the user's hold
 /// (`JobHeldUser`) on a job never run (the daemon's own holds are an operator's,
 /// `JobHeldAdmin`; a requeue-hold of the daemon's counts a restart).
-pub fn blocked(job: &SlurmJob, now_unix: f64) -> Option<Blocked> {
+pub fn blocked<'a>(
+    job: &SlurmJob,
+    now_unix: f64,
+    status_of: impl Fn(u64) -> Option<&'a JobStatus>,
+) -> Option<Blocked> {
     if job.status != JobStatus::Pending {
         return None;
     }
@@ -36,7 +44,7 @@ pub fn blocked(job: &SlurmJob, now_unix: f64) -> Option<Blocked> {
         .site
         .dependency
         .as_deref()
-        .filter(|d| !d.trim().is_empty())
+        .filter(|d| !dependency::met(d, &status_of))
     {
         return Some(Blocked::Dependency(d.to_string()));
     }
@@ -109,19 +117,24 @@ mod tests {
         hadar_slurm::job::parse_jobs(&text).0.remove(0)
     }
 
+    /// No other job in sight.
+    fn none(_: u64) -> Option<&'static JobStatus> {
+        None
+    }
+
     #[test]
     fn a_user_hold_blocks_only_while_the_user_holds_it() {
         let held = job("JobHeldUser", "hadar:v1 gpus=1 hold=user");
-        assert_eq!(blocked(&held, 0.0), Some(Blocked::UserHold));
+        assert_eq!(blocked(&held, 0.0, none), Some(Blocked::UserHold));
         // Released by its user and held again by the daemon (an operator's hold).
         let admin = job("JobHeldAdmin", "hadar:v1 gpus=1 hold=user");
-        assert_eq!(blocked(&admin, 0.0), None);
+        assert_eq!(blocked(&admin, 0.0, none), None);
         // The plugin's own hold of a job submitted without --hold.
         let plain = job("JobHeldUser", "hadar:v1 gpus=1");
-        assert_eq!(blocked(&plain, 0.0), None);
+        assert_eq!(blocked(&plain, 0.0, none), None);
         let mut requeued = held.clone();
         requeued.restarts = 1;
-        assert_eq!(blocked(&requeued, 0.0), None);
+        assert_eq!(blocked(&requeued, 0.0, none), None);
     }
 
     #[test]
@@ -129,15 +142,20 @@ mod tests {
         let mut j = job("JobHeldAdmin", "hadar:v1 gpus=1");
         j.site.dependency = Some("afterok:5(unfulfilled)".into());
         assert_eq!(
-            blocked(&j, 0.0),
+            blocked(&j, 0.0, none),
             Some(Blocked::Dependency("afterok:5(unfulfilled)".into()))
         );
+        // Job 5 completed: met, whatever Slurm has not cleared yet.
+        let done = JobStatus::Completed;
+        assert_eq!(blocked(&j, 0.0, |id| (id == 5).then_some(&done)), None);
+        let running = JobStatus::Running;
+        assert!(blocked(&j, 0.0, |id| (id == 5).then_some(&running)).is_some());
         j.site.dependency = None;
         j.site.eligible_time = Some(1000);
-        assert_eq!(blocked(&j, 999.0), Some(Blocked::Begin(1000)));
-        assert_eq!(blocked(&j, 1000.0), None);
+        assert_eq!(blocked(&j, 999.0, none), Some(Blocked::Begin(1000)));
+        assert_eq!(blocked(&j, 1000.0, none), None);
         j.restarts = 1;
-        assert_eq!(blocked(&j, 999.0), None);
+        assert_eq!(blocked(&j, 999.0, none), None);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! * [`facts`]: what Slurm says about jobs and nodes, as the served policy's passes read it.
 //! * [`reconcile`]: the store brought in line with Slurm (pure).
 //! * [`arrays`]: job arrays' pending elements split off into managed jobs of their own (pure).
+//! * [`eligible`]: waiting jobs Slurm itself would not start yet, and why (pure).
+//! * [`dependency`]: whether a job's dependency is already met by the jobs in sight (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
 //! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
@@ -32,6 +34,7 @@ pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod decide;
+pub mod dependency;
 pub mod eligible;
 pub mod enforce;
 pub mod exclusive;
