@@ -251,19 +251,19 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
     let jobs = submit_workload(
         bed,
         &[
-            ("resnet18-b64", 2, 90.0, ""),
-            ("a3c", 1, 90.0, ""),
-            ("transformer-b64", 2, 90.0, ""),
-            ("lm-b20", 1, 90.0, ""),
-            ("cyclegan", 1, 90.0, ""),
-            ("resnet50-b64", 4, 90.0, ""),
-            ("resnet18-b64", 4, 90.0, ""),
-            ("transformer-b64", 4, 120.0, ""),
-            ("resnet50-b64", 2, 120.0, ""),
-            ("lm-b20", 2, 120.0, ""),
-            ("a3c", 1, 120.0, ""),
-            ("cyclegan", 2, 120.0, ""),
-            ("resnet18-b64", 4, 150.0, ""),
+            ("resnet18-b64", 2, 40.0, ""),
+            ("a3c", 1, 40.0, ""),
+            ("transformer-b64", 2, 40.0, ""),
+            ("lm-b20", 1, 40.0, ""),
+            ("cyclegan", 1, 40.0, ""),
+            ("resnet50-b64", 4, 40.0, ""),
+            ("resnet18-b64", 4, 40.0, ""),
+            ("transformer-b64", 4, 50.0, ""),
+            ("resnet50-b64", 2, 50.0, ""),
+            ("lm-b20", 2, 50.0, ""),
+            ("a3c", 1, 50.0, ""),
+            ("cyclegan", 2, 50.0, ""),
+            ("resnet18-b64", 4, 60.0, ""),
         ],
     );
     let mut killed: Vec<String> = Vec::new();
@@ -299,14 +299,14 @@ fn daemon_killed_at_every_crash_point_loses_and_repeats_nothing(bed: &mut Testbe
         }
         // Holds: a held job released into a later begin time must be held again (Slurm
         // would start it then, on the GPUs it asked for). The daemon then keeps the begin
-        // time, as Slurm would (a begin time ahead is not planned), so it is 90 s: long
+        // time, as Slurm would (a begin time ahead is not planned), so it is 40 s: long
         // enough for a killed daemon to come back first (it is back within a second), short
         // enough not to hold the held 4-GPU job past the rest of the run.
         for point in ["hold-intent", "hold-done"] {
             if let Some(id) = a_held_job(bed, &jobs) {
                 bed.client(
                     "scontrol",
-                    &["update", &format!("JobId={id}"), "StartTime=now+90"],
+                    &["update", &format!("JobId={id}"), "StartTime=now+40"],
                 )
                 .unwrap();
                 bed.client("scontrol", &["release", &id.to_string()])

@@ -937,74 +937,94 @@ struct Treatment {
     seen: Vec<String>,
 }
 
-/// Submits an unmanaged job that may start 10 s later (so that it waits and `sprio`, which
-/// shows pending jobs only, may see it) and records how Slurm treats it until it completes.
-/// `sprio` sometimes does not find a pending job for all of those 10 s (nor 40 s: "Unable
-/// to find jobs matching", with or without hadar): its factors are compared when it did.
-fn unmanaged_treatment(bed: &Testbed, args: &[&str], text: &str) -> Treatment {
-    let id = submit(bed, &[args, &["--begin=now+10"]].concat(), text);
-    let mut t = Treatment {
-        held: false,
-        priority: 0,
-        factors: Vec::new(),
-        comment: String::new(),
-        billed: String::new(),
-        seen: Vec::new(),
-    };
-    wait_until(&format!("unmanaged job {id} completes"), 90, || {
-        let Ok(j) = bed.job(id) else { return false };
-        t.held |= j.field("Reason").is_some_and(|r| r.starts_with("JobHeld"));
-        t.comment = j.field("Comment").unwrap_or_default();
-        if t.factors.is_empty() && j.field("JobState").as_deref() == Some("PENDING") {
-            let sprio = bed
-                .client(
-                    "sprio",
-                    &["-h", "-j", &id.to_string(), "-o", "%Y %A %F %J %P %Q"],
-                )
-                .unwrap_or_default();
-            let f: Vec<f64> = sprio
-                .split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            let what = format!(
-                "{} {} sprio={:?}",
-                j.field("JobState").unwrap_or_default(),
-                j.field("Reason").unwrap_or_default(),
-                sprio.trim()
-            );
-            if t.seen.last() != Some(&what) {
-                t.seen.push(what);
-            }
-            if f.len() == 6 {
-                t.factors = f;
-            }
-        }
-        if j.field("JobState").as_deref() == Some("PENDING") {
-            let p = j
-                .field("Priority")
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
-            t.priority = t.priority.max(p);
-        }
-        j.field("JobState").as_deref() == Some("COMPLETED")
+/// Submits unmanaged jobs (`(sbatch arguments, script)`) that may start 10 s later (so that
+/// they wait and `sprio`, which shows pending jobs only, may see them), together, and records
+/// how Slurm treats each until it completes. `sprio` sometimes does not find a pending job
+/// for all of those 10 s (nor 40 s: "Unable to find jobs matching", with or without hadar):
+/// its factors are compared when it did.
+fn unmanaged_treatments(bed: &Testbed, jobs: &[(&[&str], &str)]) -> Vec<Treatment> {
+    let ids: Vec<u32> = jobs
+        .iter()
+        .map(|(args, text)| submit(bed, &[args, &["--begin=now+10"][..]].concat(), text))
+        .collect();
+    let mut ts: Vec<Treatment> = ids
+        .iter()
+        .map(|_| Treatment {
+            held: false,
+            priority: 0,
+            factors: Vec::new(),
+            comment: String::new(),
+            billed: String::new(),
+            seen: Vec::new(),
+        })
+        .collect();
+    wait_until(&format!("unmanaged jobs {ids:?} complete"), 90, || {
+        // Every job looked at each time (no short cut), so none misses its pending state.
+        let done: Vec<bool> = ids
+            .iter()
+            .zip(ts.iter_mut())
+            .map(|(&id, t)| observe(bed, id, t))
+            .collect();
+        done.into_iter().all(|d| d)
     });
-    wait_until(&format!("sacct records job {id}"), 30, || {
-        t.billed = bed
-            .sacct(&[
-                "-n",
-                "-X",
-                "-P",
-                "-j",
-                &id.to_string(),
-                "-o",
-                "Account,QOS,State",
-            ])
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        t.billed.ends_with("|COMPLETED")
-    });
-    t
+    for (&id, t) in ids.iter().zip(ts.iter_mut()) {
+        wait_until(&format!("sacct records job {id}"), 30, || {
+            t.billed = bed
+                .sacct(&[
+                    "-n",
+                    "-X",
+                    "-P",
+                    "-j",
+                    &id.to_string(),
+                    "-o",
+                    "Account,QOS,State",
+                ])
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            t.billed.ends_with("|COMPLETED")
+        });
+    }
+    ts
+}
+
+/// One look at unmanaged job `id`, added to `t`; true once it completed.
+fn observe(bed: &Testbed, id: u32, t: &mut Treatment) -> bool {
+    let Ok(j) = bed.job(id) else { return false };
+    t.held |= j.field("Reason").is_some_and(|r| r.starts_with("JobHeld"));
+    t.comment = j.field("Comment").unwrap_or_default();
+    if t.factors.is_empty() && j.field("JobState").as_deref() == Some("PENDING") {
+        let sprio = bed
+            .client(
+                "sprio",
+                &["-h", "-j", &id.to_string(), "-o", "%Y %A %F %J %P %Q"],
+            )
+            .unwrap_or_default();
+        let f: Vec<f64> = sprio
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let what = format!(
+            "{} {} sprio={:?}",
+            j.field("JobState").unwrap_or_default(),
+            j.field("Reason").unwrap_or_default(),
+            sprio.trim()
+        );
+        if t.seen.last() != Some(&what) {
+            t.seen.push(what);
+        }
+        if f.len() == 6 {
+            t.factors = f;
+        }
+    }
+    if j.field("JobState").as_deref() == Some("PENDING") {
+        let p = j
+            .field("Priority")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        t.priority = t.priority.max(p);
+    }
+    j.field("JobState").as_deref() == Some("COMPLETED")
 }
 
 fn unmanaged_jobs_are_treated_as_without_hadar(bed: &mut Testbed) {
@@ -1016,15 +1036,10 @@ fn unmanaged_jobs_are_treated_as_without_hadar(bed: &mut Testbed) {
     let off_text = "#!/bin/sh\n#HADAR off\nsleep 1\n";
     let cpu_text = "#!/bin/sh\nsleep 1\n";
     // Without hadar's daemon, then with it: the same jobs, the same treatment.
-    let before = [
-        unmanaged_treatment(bed, &gpu_off, off_text),
-        unmanaged_treatment(bed, &cpu_job, cpu_text),
-    ];
+    let shapes: [(&[&str], &str); 2] = [(&gpu_off, off_text), (&cpu_job, cpu_text)];
+    let before = unmanaged_treatments(bed, &shapes);
     let serve = Serve::start(bed, "unmanaged");
-    let during = [
-        unmanaged_treatment(bed, &gpu_off, off_text),
-        unmanaged_treatment(bed, &cpu_job, cpu_text),
-    ];
+    let during = unmanaged_treatments(bed, &shapes);
     let status = serve.hadar(&["status", "--all", "--format", "json"]);
     println!("unmanaged jobs without hadar: {before:?}\nwith hadar serve: {during:?}");
     for (b, d) in before.iter().zip(&during) {
