@@ -303,7 +303,7 @@ fn a_users_fifth_gpu_is_never_planned_under_max_tres_per_user(bed: &mut Testbed)
             == 4
     });
     // A few more rounds: the fifth stays held by hadar, never handed to Slurm.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    serve.wait_rounds(bed, 3);
     let fifth = *theirs
         .iter()
         .find(|id| bed.job(**id).unwrap().field("JobState").as_deref() == Some("PENDING"))
@@ -389,7 +389,7 @@ fn a_typed_gpu_limit_counts_only_that_type(bed: &mut Testbed) {
         running(bed).len() == 3
     });
     // A few more rounds: nothing changes, the fourth stays held by hadar.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    serve.wait_rounds(bed, 3);
     let run = running(bed);
     let types: Vec<String> = run
         .iter()
@@ -519,7 +519,7 @@ fn a_parent_accounts_grp_tres_covers_its_children(bed: &mut Testbed) {
             .count()
     };
     wait_until("three of dept's jobs run", 60, || running(bed) == 3);
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    serve.wait_rounds(bed, 3);
     assert_eq!(running(bed), 3);
     let waiting = *kids
         .iter()
@@ -605,7 +605,7 @@ fn one_held_by_a_limit(bed: &mut Testbed, name: &str, args: &[&str], jobs: usize
     wait_until(&format!("{runs} of {args:?} run"), 60, || {
         running(bed) == runs
     });
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    serve.wait_rounds(bed, 3);
     assert_eq!(running(bed), runs);
     let waiting = *ids
         .iter()
@@ -678,10 +678,10 @@ fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
         ],
     );
     account_user(bed, "mins_a", "root");
-    // 2 GPUs x 40 s: more than the account's one GPU-minute. Slurm's decay thread (every
+    // 4 GPUs x 20 s: more than the account's one GPU-minute. Slurm's decay thread (every
     // PriorityCalcPeriod) kills an association's running jobs once GrpTRESMins is used up,
     // so the job ends TIMEOUT when a tick falls in its last seconds.
-    use_gpus(bed, "mins_a", 2, 40, &["COMPLETED", "TIMEOUT"]);
+    use_gpus(bed, "mins_a", 4, 20, &["COMPLETED", "TIMEOUT"]);
     wait_until("sshare shows mins_a's GPU-minute", 90, || {
         used_gpu_minutes(bed, "mins_a") >= 1
     });
@@ -697,7 +697,7 @@ fn grp_tres_mins_stops_an_account_that_used_its_gpu_minutes(bed: &mut Testbed) {
         explained = explain(&serve, id);
         explained.contains("AssocGrpGRESMinutes")
     });
-    std::thread::sleep(std::time::Duration::from_secs(4));
+    serve.wait_rounds(bed, 3);
     let info = bed.job(id).unwrap();
     let (unmanaged, slurm_reason) = unmanaged_pending_reason(bed, &["-A", "mins_a", "--gpus=1"]);
     println!(
@@ -969,19 +969,7 @@ fn unmanaged_treatments(bed: &Testbed, jobs: &[(&[&str], &str)]) -> Vec<Treatmen
     });
     for (&id, t) in ids.iter().zip(ts.iter_mut()) {
         wait_until(&format!("sacct records job {id}"), 30, || {
-            t.billed = bed
-                .sacct(&[
-                    "-n",
-                    "-X",
-                    "-P",
-                    "-j",
-                    &id.to_string(),
-                    "-o",
-                    "Account,QOS,State",
-                ])
-                .unwrap_or_default()
-                .trim()
-                .to_string();
+            t.billed = bed.sacct_job(id, "Account,QOS,State").trim().to_string();
             t.billed.ends_with("|COMPLETED")
         });
     }
@@ -1135,7 +1123,7 @@ fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
     assert_eq!(nodes_of(bed, mine), vec!["n2"]);
     let reservation = bed.job(mine).unwrap().field("Reservation");
     // A few more rounds: the other user's job stays held by hadar, n2's GPUs free.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    serve.wait_rounds(bed, 3);
     let info = bed.job(other).unwrap();
     let explained = serve.hadar(&["explain", &other.to_string()]);
     println!(

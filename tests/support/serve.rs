@@ -156,6 +156,19 @@ impl Serve {
         *self = Serve::spawn(bed, self.config.clone(), self.state.clone());
     }
 
+    /// Waits until the daemon has completed `n` more rounds (its log's `round done` lines
+    /// from now on), so that a check that nothing changes spans that many of its decisions
+    /// however slow the machine, where a fixed sleep would span as many seconds.
+    pub fn wait_rounds(&self, bed: &Testbed, n: usize) {
+        let log = bed.path("log/hadar-serve.log");
+        let from = std::fs::metadata(&log).map_or(0, |m| m.len());
+        wait_until(
+            &format!("{n} more rounds of the daemon"),
+            30 + 10 * n as u64,
+            || rounds_logged_since(&log, from) >= n,
+        );
+    }
+
     /// Runs `hadar ARGS --state <db>` and returns its standard output.
     pub fn hadar(&self, args: &[&str]) -> String {
         run_hadar(&self.state, args)
@@ -243,6 +256,20 @@ pub fn poll_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(250));
     }
     true
+}
+
+/// How many rounds the daemon's log at `log` records after its first `from` bytes.
+fn rounds_logged_since(log: &std::path::Path, from: u64) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    let read = std::fs::File::open(log).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.read_to_string(&mut text)
+    });
+    match read {
+        Ok(_) => text.matches("round done").count(),
+        Err(_) => 0,
+    }
 }
 
 pub fn daemon_log(bed: &Testbed) -> String {

@@ -198,4 +198,11 @@ StorageLoc=slurm_acct_db
     pub fn sacct(&self, args: &[&str]) -> Result<String, TestbedError> {
         self.client("sacct", args)
     }
+
+    /// `sacct`'s rows for job `id` alone (no steps), its `fields` `|`-separated, no header;
+    /// empty while slurmdbd has no record of it (or sacct fails).
+    pub fn sacct_job(&self, id: u32, fields: &str) -> String {
+        self.sacct(&["-n", "-X", "-P", "-j", &id.to_string(), "-o", fields])
+            .unwrap_or_default()
+    }
 }
