@@ -2,8 +2,8 @@
 //! with accounting (slurmdbd, `Options.accounting`): `--gpus-per-task` with `--ntasks` (one
 //! `srun` task per GPU), a job its user submitted held, a dependent job, why a job waits as
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
-//! a managed job billed to its account and QOS, and `--cpus-per-gpu`/`--mem-per-gpu` given
-//! back with the placement. One cluster for the whole file; each
+//! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
+//! back with the placement, and jobs that chose their nodes left to Slurm. One cluster for the whole file; each
 //! scenario starts its own daemon. `harness = false`: arguments are name filters.
 
 #[path = "support/serve.rs"]
@@ -50,6 +50,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "cpus_and_memory_per_gpu_come_with_the_placement",
         cpus_and_memory_per_gpu_come_with_the_placement,
+    ),
+    (
+        "a_job_that_chose_its_nodes_is_left_to_slurm",
+        a_job_that_chose_its_nodes_is_left_to_slurm,
     ),
 ];
 
@@ -105,7 +109,7 @@ fn gpus_per_task_job_runs_one_srun_task_per_gpu(bed: &mut Testbed) {
 }
 
 fn a_job_its_user_held_is_left_alone_until_released(bed: &mut Testbed) {
-    let _serve = Serve::start(bed, "user-hold");
+    let serve = Serve::start(bed, "user-hold");
     let id = submit(
         bed,
         &["-p", "gpu", "--gpus=1", "--hold"],
@@ -116,7 +120,7 @@ fn a_job_its_user_held_is_left_alone_until_released(bed: &mut Testbed) {
     wait_until("the daemon notes the user's hold", 60, || {
         squeue_comment(bed, id).contains("held by its user")
     });
-    std::thread::sleep(std::time::Duration::from_secs(5));
+    serve.wait_rounds(bed, 3);
     assert_eq!(field(bed, id, "JobState"), "PENDING");
     assert_eq!(field(bed, id, "Reason"), "JobHeldUser");
     assert_eq!(field(bed, id, "ReqNodeList"), "(null)");
@@ -177,19 +181,10 @@ fn squeue_shows_why_a_managed_job_waits(bed: &mut Testbed) {
 
 /// `sacct`'s `JobID|State|AllocTRES` rows of array `id`'s elements.
 fn array_rows(bed: &Testbed, id: u32) -> Vec<String> {
-    bed.sacct(&[
-        "-n",
-        "-X",
-        "-P",
-        "-j",
-        &id.to_string(),
-        "-o",
-        "JobID,State,AllocTRES",
-    ])
-    .unwrap_or_default()
-    .lines()
-    .map(str::to_string)
-    .collect()
+    bed.sacct_job(id, "JobID,State,AllocTRES")
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 fn an_array_of_eight_managed_elements_completes_two_at_a_time(bed: &mut Testbed) {
@@ -281,20 +276,7 @@ fn an_opted_out_array_runs_under_slurm_alone(bed: &mut Testbed) {
         "#!/bin/sh\n#HADAR off\ntrue\n",
     );
     wait_until("the array's elements complete", 90, || {
-        let text = bed
-            .client(
-                "sacct",
-                &[
-                    "-n",
-                    "-X",
-                    "-P",
-                    "-j",
-                    &id.to_string(),
-                    "-o",
-                    "State,AllocTRES",
-                ],
-            )
-            .unwrap_or_default();
+        let text = bed.sacct_job(id, "State,AllocTRES");
         text.lines().count() == 4
             && text
                 .lines()
@@ -339,17 +321,7 @@ fn a_managed_job_is_billed_to_its_account_and_qos(bed: &mut Testbed) {
     wait_completed(bed, id, 90);
     let mut record = String::new();
     wait_until("sacct has the job's record", 30, || {
-        record = bed
-            .sacct(&[
-                "-n",
-                "-X",
-                "-P",
-                "-j",
-                &id.to_string(),
-                "-o",
-                "Account,QOS,State,AllocTRES",
-            ])
-            .unwrap_or_default();
+        record = bed.sacct_job(id, "Account,QOS,State,AllocTRES");
         record.contains("COMPLETED")
     });
     println!("sacct: {}", record.trim());
@@ -409,4 +381,31 @@ fn cpus_and_memory_per_gpu_come_with_the_placement(bed: &mut Testbed) {
     }
     wait_completed(bed, id, 90);
     assert!(output(bed, id).contains("cpus 4"), "{}", output(bed, id));
+}
+
+/// Jobs in the managed partition that chose their nodes (`--exclude`, `--nodelist`) are
+/// left to Slurm: no hadar record, and each runs where its user said. hadar's placement
+/// would have overridden the list or ignored the exclusion.
+fn a_job_that_chose_its_nodes_is_left_to_slurm(bed: &mut Testbed) {
+    let _serve = Serve::start(bed, "node-choice");
+    let excluded = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "-x", "n1,n4"],
+        &short_job("sleep 1"),
+    );
+    let listed = submit(
+        bed,
+        &["-p", "gpu", "--gres=gpu:k80:1", "-w", "n3"],
+        &short_job("sleep 1"),
+    );
+    for (id, allowed) in [(excluded, &["n2", "n3"][..]), (listed, &["n3"][..])] {
+        let info = wait_completed(bed, id, 60);
+        assert_eq!(info.field("AdminComment"), None, "{}", info.0);
+        let node = info.field("NodeList").unwrap_or_default();
+        assert!(
+            allowed.contains(&node.as_str()),
+            "job {id} ran on {node}, not on {allowed:?}: {}",
+            info.0
+        );
+    }
 }

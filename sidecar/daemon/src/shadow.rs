@@ -5,7 +5,8 @@
 //!
 //! The job_submit plugin is not enabled in shadow mode, so jobs carry no hadar record: every
 //! pending or running GPU job of the managed partitions is shadowed, with its request read
-//! from Slurm's own fields ([`request_of`]). Per round the store gets:
+//! from Slurm's own fields ([`request_of`]), but for the jobs the plugin would leave to Slurm
+//! because they chose their nodes ([`chose_nodes`]). Per round the store gets:
 //!
 //! * one [`JobRow`] per shadowed job with what Slurm did: submit, first start, end (its
 //!   `SubmitTime`, `StartTime`, `EndTime`), the GPUs it held by node and type, its final state;
@@ -95,6 +96,13 @@ fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
             .is_some_and(|p| p.split(',').any(|p| partitions.iter().any(|q| q == p)))
 }
 
+/// Whether a job's user chose its nodes (`--nodelist`, `--exclude`, `--constraint`), so the
+/// plugin would leave it to Slurm (`hadar_request::Unmanaged::NodeChoice`). In shadow mode
+/// nothing else sets a job's required nodes.
+fn chose_nodes(job: &SlurmJob) -> bool {
+    !job.req_nodes.is_empty() || !job.exc_nodes.is_empty() || job.features.is_some()
+}
+
 /// Where a job ran: its GPUs by node and type, or, when Slurm no longer lists them (a job
 /// that ended between two rounds), its nodes with its GPUs spread evenly and the type left
 /// blank (the report takes it from the node).
@@ -127,7 +135,7 @@ pub fn observe(
 ) {
     let at = |t: Option<i64>| t.map(|t| t as f64 - epoch);
     for j in jobs {
-        if j.het_job_id.is_some() || !in_scope(j, partitions) {
+        if j.het_job_id.is_some() || !in_scope(j, partitions) || chose_nodes(j) {
             continue;
         }
         let Some((gpus, request)) = request_of(j) else {
@@ -636,8 +644,24 @@ mod tests {
         let mut other = job(8, JobStatus::Pending, "gres/gpu=1");
         other.partition = Some("cpu".into());
         let waiting = job(9, JobStatus::Pending, "gres/gpu=1");
-        observe(&mut rows, &[other, waiting], &parts, 1_110.0, 0.0);
+        // Nor is a job whose user chose its nodes: the plugin would leave it to Slurm.
+        let mut chosen = Vec::new();
+        for (id, choose) in [
+            (
+                10,
+                (|j: &mut SlurmJob| j.req_nodes = vec!["n1".into()]) as fn(&mut SlurmJob),
+            ),
+            (11, |j: &mut SlurmJob| j.exc_nodes = vec!["n1".into()]),
+            (12, |j: &mut SlurmJob| j.features = Some("ib".into())),
+        ] {
+            let mut j = job(id, JobStatus::Pending, "gres/gpu=1");
+            choose(&mut j);
+            chosen.push(j);
+        }
+        chosen.extend([other, waiting]);
+        observe(&mut rows, &chosen, &parts, 1_110.0, 0.0);
         assert!(!rows.contains_key(&8));
+        assert!([10, 11, 12].iter().all(|id| !rows.contains_key(id)));
         observe(&mut rows, &[], &parts, 1_120.0, 0.0);
         assert_eq!(rows[&9].final_state.as_deref(), Some(GONE));
     }

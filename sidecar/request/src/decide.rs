@@ -43,6 +43,30 @@ pub struct Submission<'a> {
     /// CpusPerTres=`): 22.05 accepts the update but starts the job with one CPU; 24.11 and
     /// 26.05 honour it. Where they would be lost, a job asking for them is left to Slurm.
     pub per_gpu_lost_at_placement: bool,
+    /// The option by which the user chose the job's nodes, if any ([`NodeChoice`]).
+    pub node_choice: Option<NodeChoice>,
+}
+
+/// How a user chose which nodes a job may run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeChoice {
+    /// `--nodelist` (`-w`): these nodes.
+    Nodelist,
+    /// `--exclude` (`-x`): not these.
+    Exclude,
+    /// `--constraint` (`-C`): nodes with these features.
+    Constraint,
+}
+
+impl NodeChoice {
+    /// The option as the user wrote it.
+    pub fn option(self) -> &'static str {
+        match self {
+            NodeChoice::Nodelist => "--nodelist",
+            NodeChoice::Exclude => "--exclude",
+            NodeChoice::Constraint => "--constraint",
+        }
+    }
 }
 
 /// What to do with a valid managed job.
@@ -73,6 +97,10 @@ pub enum Unmanaged {
     /// daemon gave them back with a placement ([`Submission::per_gpu_lost_at_placement`]): left to
     /// Slurm, it gets them.
     PerGpuResources,
+    /// The job chose its nodes ([`NodeChoice`]). hadar's placement names the nodes itself,
+    /// and would override a node list or ignore an exclusion or a feature; left to Slurm,
+    /// the job runs where its user said.
+    NodeChoice(NodeChoice),
 }
 
 /// The decision for one job.
@@ -189,6 +217,9 @@ pub fn decide(
         && (sub.tres.cpus_per_tres.is_some() || sub.tres.mem_per_tres.is_some())
     {
         return Ok(Decision::Unmanaged(Unmanaged::PerGpuResources));
+    }
+    if let Some(choice) = sub.node_choice {
+        return Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice)));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
@@ -542,6 +573,38 @@ mod tests {
         );
         sub.tres.cpus_per_tres = Some("gres:gpu:v100:2");
         assert!(refused(&sub).contains("--cpus-per-gpu is not supported"));
+    }
+
+    #[test]
+    fn a_job_that_chose_its_nodes_is_left_to_slurm() {
+        let mut sub = node_gres("gres:gpu:2");
+        for choice in [
+            NodeChoice::Nodelist,
+            NodeChoice::Exclude,
+            NodeChoice::Constraint,
+        ] {
+            sub.node_choice = Some(choice);
+            assert_eq!(
+                decide(&sub, &config(), &inventory()),
+                Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice)))
+            );
+        }
+        // Even with a request hadar would refuse: Slurm alone judges it.
+        let mut wide = node_gres("gres:gpu:a100:99");
+        wide.node_choice = Some(NodeChoice::Exclude);
+        assert_eq!(
+            decide(&wide, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::NodeChoice(
+                NodeChoice::Exclude
+            )))
+        );
+        // An opted-out job stays opted out (the daemon's copy jobs name their node).
+        sub.comment = Some("hadar: off");
+        sub.node_choice = Some(NodeChoice::Nodelist);
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
+        );
     }
 
     #[test]

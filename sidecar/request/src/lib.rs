@@ -21,7 +21,7 @@ pub mod notify;
 pub mod record;
 
 pub use config::{Config, ConfigError, ConfigLocation};
-pub use decide::{Decision, Managed, RequestError, Submission, Unmanaged, decide};
+pub use decide::{Decision, Managed, NodeChoice, RequestError, Submission, Unmanaged, decide};
 pub use directive::{
     DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, Outer, ThroughputHint,
 };

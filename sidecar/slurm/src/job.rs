@@ -127,6 +127,10 @@ pub struct SlurmJob {
     pub nodes: Vec<String>,
     /// The requested nodes (`ReqNodeList`, expanded).
     pub req_nodes: Vec<String>,
+    /// The nodes its user excluded (`ExcNodeList`, `--exclude`), expanded.
+    pub exc_nodes: Vec<String>,
+    /// The node features it requires (`Features`, `--constraint`), as Slurm shows them.
+    pub features: Option<String>,
     /// `TresPerNode` (`gres:gpu:v100:2`), if set.
     pub tres_per_node: Option<String>,
     /// `TresPerJob`, if set.
@@ -310,6 +314,8 @@ impl SlurmJob {
             partition: Some("gpu".into()),
             nodes: vec![],
             req_nodes: vec![],
+            exc_nodes: vec![],
+            features: None,
             tres_per_node: None,
             tres_per_job: None,
             alloc: vec![],
@@ -466,6 +472,10 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
         None => Vec::new(),
     };
+    let exc_nodes = match r.value("ExcNodeList") {
+        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
+        None => Vec::new(),
+    };
     let mut alloc: Vec<NodeAlloc> = Vec::new();
     for d in &r.details {
         let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
@@ -495,6 +505,8 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         partition: r.value("Partition").map(str::to_string),
         nodes,
         req_nodes,
+        exc_nodes,
+        features: r.value("Features").map(str::to_string),
         tres_per_node: r.value("TresPerNode").map(str::to_string),
         tres_per_job: r.value("TresPerJob").map(str::to_string),
         alloc,

@@ -231,6 +231,10 @@ struct JsonJob {
     #[serde(default)]
     required_nodes: Text,
     #[serde(default)]
+    excluded_nodes: Text,
+    #[serde(default)]
+    features: Text,
+    #[serde(default)]
     tres_per_node: Text,
     #[serde(default)]
     tres_per_job: Text,
@@ -360,6 +364,7 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
     };
     let nodes = expand("nodes", j.nodes.get())?;
     let req_nodes = expand("required_nodes", j.required_nodes.get())?;
+    let exc_nodes = expand("excluded_nodes", j.excluded_nodes.get())?;
     // One allocation per node of job_resources (as the text form's detail lines), with the
     // GPUs of gres_detail, which lists them in the same node order (and is empty once the
     // job has ended).
@@ -423,6 +428,8 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         partition: j.partition.get(),
         nodes,
         req_nodes,
+        exc_nodes,
+        features: j.features.get(),
         tres_per_node: j.tres_per_node.get(),
         tres_per_job: j.tres_per_job.get(),
         alloc,

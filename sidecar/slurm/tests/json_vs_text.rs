@@ -44,6 +44,36 @@ fn jobs_read_the_same_from_json_and_text() {
     }
 }
 
+/// The node choices a user makes (`--exclude`, `--constraint`) read the same from both forms:
+/// the first captured job of each release, with the empty fields filled as Slurm shows them.
+#[test]
+fn excluded_nodes_and_features_read_the_same_from_json_and_text() {
+    for release in releases() {
+        let text = read(&release, "jobs.txt")
+            .replacen("ExcNodeList=(null)", "ExcNodeList=n[1-2]", 1)
+            .replacen("Features=(null)", "Features=ib&big", 1);
+        let json = read(&release, "jobs.json")
+            .replacen(
+                "\"excluded_nodes\": \"\"",
+                "\"excluded_nodes\": \"n[1-2]\"",
+                1,
+            )
+            .replacen("\"features\": \"\"", "\"features\": \"ib&big\"", 1);
+        let from_text = job::parse_jobs(&text).0;
+        let from_json = json::parse_jobs(&json).unwrap();
+        for jobs in [&from_text, &from_json] {
+            assert_eq!(jobs[0].exc_nodes, ["n1", "n2"], "{release}");
+            assert_eq!(jobs[0].features.as_deref(), Some("ib&big"), "{release}");
+            assert!(
+                jobs[1..]
+                    .iter()
+                    .all(|j| j.exc_nodes.is_empty() && j.features.is_none())
+            );
+        }
+        assert_eq!(from_json, from_text, "{release}");
+    }
+}
+
 #[test]
 fn nodes_read_the_same_from_json_and_text() {
     for release in releases() {
