@@ -3,8 +3,9 @@
 //! `srun` task per GPU), a job its user submitted held, a dependent job, why a job waits as
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
-//! back with the placement, and jobs that chose their nodes left to Slurm. One cluster for the whole file; each
-//! scenario starts its own daemon. `harness = false`: arguments are name filters.
+//! back with the placement, and jobs that chose their nodes left to Slurm. One cluster for
+//! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
+//! name filters.
 
 #[path = "support/serve.rs"]
 mod serve;

@@ -926,7 +926,7 @@ fn a_forked_jobs_copies_are_billed_to_its_account_and_qos(bed: &mut Testbed) {
 /// What Slurm did with an unmanaged job: whether it was ever held, its highest Priority
 /// while it waited for its begin time, `sprio`'s factors when `sprio` showed it (`Priority|Age|FairShare|JobSize|
 /// Partition|QOS`, weighted), its Comment, and `sacct`'s `Account|QOS|State` once it ended.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Treatment {
     held: bool,
     priority: u64,
@@ -947,17 +947,7 @@ fn unmanaged_treatments(bed: &Testbed, jobs: &[(&[&str], &str)]) -> Vec<Treatmen
         .iter()
         .map(|(args, text)| submit(bed, &[args, &["--begin=now+10"][..]].concat(), text))
         .collect();
-    let mut ts: Vec<Treatment> = ids
-        .iter()
-        .map(|_| Treatment {
-            held: false,
-            priority: 0,
-            factors: Vec::new(),
-            comment: String::new(),
-            billed: String::new(),
-            seen: Vec::new(),
-        })
-        .collect();
+    let mut ts: Vec<Treatment> = ids.iter().map(|_| Treatment::default()).collect();
     wait_until(&format!("unmanaged jobs {ids:?} complete"), 90, || {
         // Every job looked at each time (no short cut), so none misses its pending state.
         let done: Vec<bool> = ids

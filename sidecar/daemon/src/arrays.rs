@@ -9,7 +9,6 @@
 
 use crate::eligible;
 use hadar_slurm::{JobStatus, SlurmJob};
-use std::collections::HashMap;
 
 /// The most elements of one unthrottled array split off in one round (each is one
 /// `scontrol update`); the rest follow in the next rounds.
@@ -37,7 +36,7 @@ pub fn is_pending_group(job: &SlurmJob) -> bool {
 /// pending indices as its throttle leaves room for beside its elements not yet ended.
 pub fn splits(jobs: &[SlurmJob], now_unix: f64) -> Vec<Split> {
     let mut out = Vec::new();
-    let status: HashMap<u64, &JobStatus> = jobs.iter().map(|j| (j.id, &j.status)).collect();
+    let status = eligible::states(jobs);
     for group in jobs.iter().filter(|j| is_pending_group(j)) {
         let Some(a) = &group.array else { continue };
         let record = group.admin_comment.clone().unwrap_or_default();

@@ -182,8 +182,7 @@ pub fn decide(
 
 /// The waiting jobs Slurm would not start yet, with why.
 fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
-    let status: HashMap<u64, &JobStatus> =
-        snap.slurm_jobs.iter().map(|j| (j.id, &j.status)).collect();
+    let status = eligible::states(&snap.slurm_jobs);
     snap.slurm_jobs
         .iter()
         .filter(|j| {

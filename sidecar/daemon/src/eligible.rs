@@ -7,6 +7,12 @@
 
 use crate::dependency;
 use hadar_slurm::{JobStatus, SlurmJob};
+use std::collections::HashMap;
+
+/// Each listed job's state by id: what [`blocked`] looks a dependency's jobs up in.
+pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
+    jobs.iter().map(|j| (j.id, &j.status)).collect()
+}
 
 /// Why a waiting job is not planned.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -464,18 +464,13 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         .value("GroupId")
         .and_then(|u| u.rsplit_once('('))
         .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
-    let nodes = match r.value("NodeList") {
-        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
-        None => Vec::new(),
+    let node_list = |key: &str| match r.value(key) {
+        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}"))),
+        None => Ok(Vec::new()),
     };
-    let req_nodes = match r.value("ReqNodeList") {
-        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
-        None => Vec::new(),
-    };
-    let exc_nodes = match r.value("ExcNodeList") {
-        Some(l) => hostlist::expand(l).map_err(|e| bad(format!("job {id}: {e}")))?,
-        None => Vec::new(),
-    };
+    let nodes = node_list("NodeList")?;
+    let req_nodes = node_list("ReqNodeList")?;
+    let exc_nodes = node_list("ExcNodeList")?;
     let mut alloc: Vec<NodeAlloc> = Vec::new();
     for d in &r.details {
         let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
