@@ -28,6 +28,7 @@ fn snapshot(round: u64) -> RoundSnapshot {
         state: NodeState::Idle,
         gpus: vec![(t.to_string(), 4)],
         partitions: vec!["gpu".into()],
+        features: Vec::new(),
     };
     let rows: BTreeMap<u64, JobRow> = [1, 2]
         .map(|id| {

@@ -3,7 +3,9 @@
 //! `srun` task per GPU), a job its user submitted held, a dependent job, why a job waits as
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
-//! back with the placement, and jobs that chose their nodes left to Slurm. One cluster for
+//! back with the placement, and jobs that chose their nodes run where their users said
+//! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
+//! submission; `--nodelist` and other constraints left to Slurm). One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -53,8 +55,8 @@ const SCENARIOS: &[Scenario] = &[
         cpus_and_memory_per_gpu_come_with_the_placement,
     ),
     (
-        "a_job_that_chose_its_nodes_is_left_to_slurm",
-        a_job_that_chose_its_nodes_is_left_to_slurm,
+        "a_job_that_chose_its_nodes_runs_where_its_user_said",
+        a_job_that_chose_its_nodes_runs_where_its_user_said,
     ),
 ];
 
@@ -384,24 +386,44 @@ fn cpus_and_memory_per_gpu_come_with_the_placement(bed: &mut Testbed) {
     assert!(output(bed, id).contains("cpus 4"), "{}", output(bed, id));
 }
 
-/// Jobs in the managed partition that chose their nodes (`--exclude`, `--nodelist`) are
-/// left to Slurm: no hadar record, and each runs where its user said. hadar's placement
-/// would have overridden the list or ignored the exclusion.
-fn a_job_that_chose_its_nodes_is_left_to_slurm(bed: &mut Testbed) {
+/// Jobs in the managed partition that chose their nodes run where their users said. An
+/// `--exclude` list and a `--constraint` hadar reads keep the job managed: the daemon
+/// offers it only the nodes they allow, also when the exclusion is set after submission.
+/// A `--nodelist` and a constraint hadar does not read leave the job to Slurm (no hadar
+/// record). Test nodes' features: n1 v100,nvlink; n2 p100; n3 k80; n4 v100,k80. Left to
+/// itself hadar puts a one-GPU job on a V100 (n1 or n4), so each exclusion below matters.
+fn a_job_that_chose_its_nodes_runs_where_its_user_said(bed: &mut Testbed) {
     let _serve = Serve::start(bed, "node-choice");
-    let excluded = submit(
-        bed,
-        &["-p", "gpu", "--gpus=1", "-x", "n1,n4"],
-        &short_job("sleep 1"),
-    );
-    let listed = submit(
-        bed,
-        &["-p", "gpu", "--gres=gpu:k80:1", "-w", "n3"],
-        &short_job("sleep 1"),
-    );
-    for (id, allowed) in [(excluded, &["n2", "n3"][..]), (listed, &["n3"][..])] {
-        let info = wait_completed(bed, id, 60);
-        assert_eq!(info.field("AdminComment"), None, "{}", info.0);
+    let job = short_job("sleep 1");
+    let excluded = submit(bed, &["-p", "gpu", "--gpus=1", "-x", "n1,n4"], &job);
+    let constrained = submit(bed, &["-p", "gpu", "--gpus=1", "-C", "p100|k80"], &job);
+    let nvlink = submit(bed, &["-p", "gpu", "--gpus=2", "-C", "nvlink"], &job);
+    // Excluded after submission, while hadar holds it until its begin time.
+    let later = submit(bed, &["-p", "gpu", "--gpus=1", "--begin=now+6"], &job);
+    bed.client(
+        "scontrol",
+        &["update", &format!("JobId={later}"), "ExcNodeList=n1,n2,n4"],
+    )
+    .unwrap();
+    let listed = submit(bed, &["-p", "gpu", "--gres=gpu:k80:1", "-w", "n3"], &job);
+    let bracketed = submit(bed, &["-p", "gpu", "--gpus=1", "-C", "[p100|k80]"], &job);
+    let expect: [(u32, &[&str], bool); 6] = [
+        (excluded, &["n2", "n3"], true),
+        (constrained, &["n2", "n3", "n4"], true),
+        (nvlink, &["n1"], true),
+        (later, &["n3"], true),
+        (listed, &["n3"], false),
+        (bracketed, &["n2", "n3", "n4"], false),
+    ];
+    for (id, allowed, managed) in expect {
+        let info = wait_completed(bed, id, 90);
+        let record = info.field("AdminComment");
+        assert_eq!(
+            record.as_deref().is_some_and(|r| r.starts_with("hadar")),
+            managed,
+            "job {id}: managed {managed} expected: {}",
+            info.0
+        );
         let node = info.field("NodeList").unwrap_or_default();
         assert!(
             allowed.contains(&node.as_str()),

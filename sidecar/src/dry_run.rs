@@ -521,7 +521,8 @@ fn describe_wait(w: &WaitReason) -> String {
         r @ (WaitReason::SiteLimit { .. }
         | WaitReason::TimeLimit { .. }
         | WaitReason::SlurmRule { .. }
-        | WaitReason::Reservation { .. }) => r.to_string(),
+        | WaitReason::Reservation { .. }
+        | WaitReason::NodeChoice { .. }) => r.to_string(),
     }
 }
 

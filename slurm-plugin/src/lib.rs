@@ -19,9 +19,7 @@ mod notify;
 mod state;
 
 use bindings::job_desc_msg_t;
-use hadar_request::{
-    Decision, Managed, NodeChoice, Notice, Submission, TresFields, Unmanaged, decide,
-};
+use hadar_request::{Decision, Managed, Notice, Submission, TresFields, Unmanaged, decide};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -140,8 +138,7 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
         }
         Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice))) => {
             log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: it chose its nodes with {}",
-                choice.option()
+                "hadar: job from uid {submit_uid} left to Slurm: it chose its nodes with {choice}"
             ));
             SLURM_SUCCESS
         }
@@ -189,8 +186,10 @@ struct DescStrings {
     /// component its leader's; `None` for an interactive allocation.
     script: Option<String>,
     array: Option<String>,
-    /// How the user chose the job's nodes, if they did.
-    node_choice: Option<NodeChoice>,
+    /// `--nodelist`, if given.
+    node_list: Option<String>,
+    /// `--constraint`, if given.
+    constraint: Option<String>,
     /// `tres_per_job`, `_node`, `_socket`, `_task`, `cpus_per_tres`, `mem_per_tres`.
     tres: [Option<String>; 6],
 }
@@ -212,17 +211,8 @@ impl DescStrings {
             )
         };
         // SAFETY: as above.
-        let chosen = unsafe {
-            [
-                (cstr::read(desc.req_nodes), NodeChoice::Nodelist),
-                (cstr::read(desc.exc_nodes), NodeChoice::Exclude),
-                (cstr::read(desc.features), NodeChoice::Constraint),
-            ]
-        };
-        let node_choice = chosen
-            .into_iter()
-            .find(|(value, _)| value.as_deref().is_some_and(|v| !v.trim().is_empty()))
-            .map(|(_, choice)| choice);
+        let (node_list, constraint) =
+            unsafe { (cstr::read(desc.req_nodes), cstr::read(desc.features)) };
         let script = match het_offset(desc) {
             Some(0) => {
                 HET_LEADER_SCRIPT.with(|slot| {
@@ -254,7 +244,8 @@ impl DescStrings {
             comment,
             script,
             array,
-            node_choice,
+            node_list,
+            constraint,
             tres,
         }
     }
@@ -288,7 +279,8 @@ impl DescStrings {
             // JOB_SHARED_NONE: `--exclusive` (whole nodes).
             exclusive: desc.shared == 0,
             per_gpu_lost_at_placement: PER_GPU_LOST_AT_PLACEMENT,
-            node_choice: self.node_choice,
+            node_list: self.node_list.as_deref(),
+            constraint: self.constraint.as_deref(),
         }
     }
 }

@@ -72,6 +72,14 @@ pub enum WaitReason {
         /// Why, in words.
         why: String,
     },
+    /// The nodes its user chose for it (`--exclude`, `--constraint`) have too few free GPUs
+    /// it can use.
+    NodeChoice {
+        /// The user's choice as they wrote it: `--exclude=n1,n4`.
+        choice: String,
+        /// The nodes it allows, in words.
+        nodes: String,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -114,6 +122,10 @@ impl std::fmt::Display for WaitReason {
                 "its time limit of {limit_s:.0} s is too short to finish on {too_slow}; it waits for a type fast enough"
             ),
             WaitReason::Reservation { name, why } => write!(f, "reservation {name}: {why}"),
+            WaitReason::NodeChoice { choice, nodes } => write!(
+                f,
+                "its {choice} allows {nodes}, where not enough GPUs it can use are free"
+            ),
         }
     }
 }

@@ -692,6 +692,7 @@ mod tests {
             state: NodeState::parse("IDLE"),
             gpus: gpus.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
             partitions: partitions.iter().map(|p| p.to_string()).collect(),
+            features: Vec::new(),
         }
     }
 

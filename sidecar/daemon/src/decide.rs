@@ -302,7 +302,9 @@ fn job_states(
         states.push(js);
     }
     states.sort_by(|a, b| a.job.arrival_order(&b.job));
-    let site_blocked = crate::site::blocked(&snap.site, &mut states, &snap.slurm_jobs, cluster);
+    let chosen = snap.chosen_nodes();
+    let site_blocked =
+        crate::site::blocked(&snap.site, &chosen, &mut states, &snap.slurm_jobs, cluster);
     (states, site_blocked)
 }
 
@@ -320,7 +322,8 @@ fn served(
     stats: &mut Option<RoundStats>,
 ) -> Result<ServedDecision, DaemonError> {
     let mut target = facts::target(&snap.rows, typed, &snap.nodes);
-    crate::site::reservations::leave_out_of_lookahead(site, &mut target);
+    let chosen = snap.chosen_nodes();
+    crate::site::reservations::leave_out_of_lookahead(site, &chosen, &mut target);
     let hadar_config: HadarConfig = config.hadar.clone();
     let input = RoundInput {
         now_s: snap.now_s,
@@ -330,7 +333,14 @@ fn served(
         jobs: states,
     };
     let d = decide_with(&config.served(), &input, &target, |i| {
-        let (plan, s) = crate::site::plan(site, &hadar_config, i, &snap.slurm_jobs, site_blocked);
+        let (plan, s) = crate::site::plan(
+            site,
+            &chosen,
+            &hadar_config,
+            i,
+            &snap.slurm_jobs,
+            site_blocked,
+        );
         *stats = Some(s);
         plan
     });

@@ -95,9 +95,9 @@ pub fn site_words(reason: &hadar_core::WaitReason) -> Option<String> {
         WaitReason::SiteLimit { limit } => {
             Some(format!("hadar: waiting for the site's limit {limit}"))
         }
-        WaitReason::Reservation { .. } | WaitReason::TimeLimit { .. } => {
-            Some(format!("hadar: {reason}"))
-        }
+        WaitReason::Reservation { .. }
+        | WaitReason::TimeLimit { .. }
+        | WaitReason::NodeChoice { .. } => Some(format!("hadar: {reason}")),
         _ => None,
     }
 }

@@ -83,6 +83,7 @@ mod tests {
             state: NodeState::Idle,
             gpus: vec![("v100".into(), 2), ("k80".into(), 0)],
             partitions: vec![],
+            features: Vec::new(),
         }];
         let f = target(&rows, &[1].into_iter().collect(), &nodes);
         assert_eq!(f.jobs.len(), 2, "finished jobs are left out");

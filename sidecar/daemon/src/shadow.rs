@@ -23,12 +23,13 @@ use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, Priors};
 use crate::{explain, view};
 use hadar_core::policies::hadar::plan_round;
+use hadar_core::site::reservations::{Chosen, Offer, plan_in_pools};
 use hadar_core::{Cluster, Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::gpu::{Scope, TresFields};
 use hadar_slurm::{JobStatus, NodeInfo, SlurmJob};
 use hadar_store::{Decision, Horizon, JobRow, NodeGpus, Phase, RoundRow, Store};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -96,11 +97,13 @@ fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
             .is_some_and(|p| p.split(',').any(|p| partitions.iter().any(|q| q == p)))
 }
 
-/// Whether a job's user chose its nodes (`--nodelist`, `--exclude`, `--constraint`), so the
-/// plugin would leave it to Slurm (`hadar_request::Unmanaged::NodeChoice`). In shadow mode
-/// nothing else sets a job's required nodes.
+/// Whether a job's user chose its nodes in a way the plugin would leave to Slurm
+/// (`hadar_request::Unmanaged::NodeChoice`): a `--nodelist`, or a `--constraint` hadar does
+/// not read. In shadow mode nothing else sets a job's required nodes. An `--exclude` list
+/// and a constraint hadar reads are honoured in the plan, as the daemon honours them.
 fn chose_nodes(job: &SlurmJob) -> bool {
-    !job.req_nodes.is_empty() || !job.exc_nodes.is_empty() || job.features.is_some()
+    let unread = |f: &str| !f.trim().is_empty() && hadar_request::constraint::parse(f).is_err();
+    !job.req_nodes.is_empty() || job.features.as_deref().is_some_and(unread)
 }
 
 /// Where a job ran: its GPUs by node and type, or, when Slurm no longer lists them (a job
@@ -455,7 +458,10 @@ impl<S: SlurmApi> Shadow<S> {
             .collect();
         let t0 = Instant::now();
         let planned: BTreeMap<u64, NodeGpus> = match &cv.cluster {
-            Some(cluster) => self.planned(cluster, &cv.types, now_s, &active),
+            Some(cluster) => {
+                let chosen = crate::site::node_choice::chosen(slurm_jobs, nodes);
+                self.planned(cluster, &cv.types, now_s, &active, &chosen)
+            }
             None => BTreeMap::new(),
         };
         let mut summary = RoundRow {
@@ -521,6 +527,7 @@ impl<S: SlurmApi> Shadow<S> {
         types: &[String],
         now_s: f64,
         active: &[&JobRow],
+        chosen: &HashMap<u64, Chosen>,
     ) -> BTreeMap<u64, NodeGpus> {
         let priors = Priors {
             default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
@@ -560,7 +567,23 @@ impl<S: SlurmApi> Shadow<S> {
             cluster,
             jobs: &states,
         };
-        let (plan, _) = plan_round(&self.config.hadar, &input);
+        let offers: HashMap<JobId, Offer> = states
+            .iter()
+            .filter_map(|j| Some((j.id(), Offer::all().and_chosen(chosen.get(&j.id().0)?))))
+            .collect();
+        let running: BTreeSet<JobId> = states
+            .iter()
+            .filter(|j| j.placement.is_some())
+            .map(|j| j.id())
+            .collect();
+        let plan = plan_in_pools(cluster, &states, &offers, &running, |cluster, jobs| {
+            let input = RoundInput {
+                cluster,
+                jobs,
+                ..input
+            };
+            plan_round(&self.config.hadar, &input).0
+        });
         plan.assignments
             .iter()
             .map(|a| (a.job.0, view::to_node_gpus(cluster, &a.placement)))
@@ -644,15 +667,17 @@ mod tests {
         let mut other = job(8, JobStatus::Pending, "gres/gpu=1");
         other.partition = Some("cpu".into());
         let waiting = job(9, JobStatus::Pending, "gres/gpu=1");
-        // Nor is a job whose user chose its nodes: the plugin would leave it to Slurm.
+        // Nor is a job with a node list or a constraint hadar does not read: the plugin
+        // would leave it to Slurm. An exclusion or a constraint hadar reads is honoured.
         let mut chosen = Vec::new();
         for (id, choose) in [
             (
                 10,
                 (|j: &mut SlurmJob| j.req_nodes = vec!["n1".into()]) as fn(&mut SlurmJob),
             ),
-            (11, |j: &mut SlurmJob| j.exc_nodes = vec!["n1".into()]),
-            (12, |j: &mut SlurmJob| j.features = Some("ib".into())),
+            (11, |j: &mut SlurmJob| j.features = Some("[ib|eth]".into())),
+            (12, |j: &mut SlurmJob| j.exc_nodes = vec!["n1".into()]),
+            (13, |j: &mut SlurmJob| j.features = Some("ib".into())),
         ] {
             let mut j = job(id, JobStatus::Pending, "gres/gpu=1");
             choose(&mut j);
@@ -661,7 +686,8 @@ mod tests {
         chosen.extend([other, waiting]);
         observe(&mut rows, &chosen, &parts, 1_110.0, 0.0);
         assert!(!rows.contains_key(&8));
-        assert!([10, 11, 12].iter().all(|id| !rows.contains_key(id)));
+        assert!([10, 11].iter().all(|id| !rows.contains_key(id)));
+        assert!([12, 13].iter().all(|id| rows.contains_key(id)));
         observe(&mut rows, &[], &parts, 1_120.0, 0.0);
         assert_eq!(rows[&9].final_state.as_deref(), Some(GONE));
     }

@@ -2,10 +2,12 @@
 //! into the core's priority weights, limits, time limits and reservations
 //! ([`hadar_core::site`]).
 
+pub mod node_choice;
 pub mod reservations;
 
 use crate::daemon::SlurmApi;
 use hadar_core::policies::hadar::{HadarConfig, RoundStats, plan_round};
+use hadar_core::site::reservations::Chosen;
 use hadar_core::site::{Factors, Limit, PriorityInputs, PriorityWeights, SiteJob};
 use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan, WaitReason};
 use hadar_slurm::site::SiteFigures;
@@ -112,12 +114,13 @@ fn site_jobs(
 /// does not commit it there) and is listed too: if it waits, it waits for that limit.
 pub fn blocked(
     site: &Site,
+    chosen: &HashMap<u64, Chosen>,
     states: &mut Vec<JobState>,
     slurm_jobs: &[SlurmJob],
     cluster: &Cluster,
 ) -> SiteWaits {
     let waiting = states.iter().filter(|j| j.placement.is_none());
-    let (_, mut out) = site.offers(waiting.map(|j| j.id().0));
+    let (_, mut out) = site.offers(waiting.map(|j| j.id().0), chosen);
     states.retain(|s| !out.iter().any(|(j, _)| *j == s.id()));
     let mut typed_off = Vec::new();
     if site.limits().is_empty() {
@@ -177,10 +180,12 @@ pub struct SiteWaits {
 
 /// Plans the round with Hadar within the site's limits and time limits
 /// ([`hadar_core::site::plan_within_site`]), each job on the nodes the reservations offer
-/// it ([`hadar_core::site::reservations::plan_in_pools`]). The jobs holding GPUs outside the
+/// it, narrowed to those its user chose (`chosen`;
+/// [`hadar_core::site::reservations::plan_in_pools`]). The jobs holding GPUs outside the
 /// plan (not managed, or forked) count against the limits.
 pub fn plan(
     site: &Site,
+    chosen: &HashMap<u64, Chosen>,
     config: &HadarConfig,
     input: &RoundInput<'_>,
     slurm_jobs: &[SlurmJob],
@@ -190,7 +195,7 @@ pub fn plan(
     let running = running(input.jobs, slurm_jobs);
     let (site_jobs, time_limits) = site_jobs(site, input.jobs, slurm_jobs);
     let mut stats = RoundStats::default();
-    let (offers, _) = site.offers(input.jobs.iter().map(|j| j.id().0));
+    let (offers, _) = site.offers(input.jobs.iter().map(|j| j.id().0), chosen);
     let mut plan = hadar_core::site::reservations::plan_in_pools(
         input.cluster,
         input.jobs,

@@ -54,6 +54,15 @@ pub struct RoundSnapshot {
     pub slurm_release: Option<String>,
 }
 
+impl RoundSnapshot {
+    /// The nodes each job's user chose for it ([`crate::site::node_choice`]).
+    pub fn chosen_nodes(
+        &self,
+    ) -> std::collections::HashMap<u64, hadar_core::site::reservations::Chosen> {
+        crate::site::node_choice::chosen(&self.slurm_jobs, &self.nodes)
+    }
+}
+
 /// The fork pass's part of the reading: the jobs it owns, their trackers, what it did.
 type ForkReading = (BTreeSet<u64>, BTreeMap<u64, ForkView>, ActionLog);
 

@@ -249,6 +249,7 @@ mod tests {
             state,
             gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
             partitions: vec!["gpu".into()],
+            features: Vec::new(),
         }
     }
 
@@ -363,6 +364,7 @@ mod tests {
             state: NodeState::parse(state),
             gpus: vec![("v100".into(), 4)],
             partitions: parts.iter().map(|p| p.to_string()).collect(),
+            features: Vec::new(),
         };
         let nodes = [
             node("n1", "IDLE", &["gpu", "cpu"]),

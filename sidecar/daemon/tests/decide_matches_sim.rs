@@ -366,6 +366,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
                 .map(|(t, c)| (POOL[*t].to_string(), *c))
                 .collect(),
             partitions: vec!["gpu".into()],
+            features: Vec::new(),
         })
         .collect();
     let mut rows = BTreeMap::new();

@@ -36,6 +36,7 @@ fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
         state: NodeState::Idle,
         gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
         partitions: vec!["gpu".into()],
+        features: Vec::new(),
     }
 }
 

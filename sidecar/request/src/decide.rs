@@ -5,6 +5,7 @@
 //! the inventory, so the whole decision is unit-tested without Slurm.
 
 use crate::config::Config;
+use crate::constraint::Unread;
 use crate::directive::{self, DirectiveError, Directives, OptChoice};
 use crate::gpu::{self, GpuRequest, GpuRequestError, Scope, TresFields};
 use crate::inventory::Inventory;
@@ -43,30 +44,48 @@ pub struct Submission<'a> {
     /// CpusPerTres=`): 22.05 accepts the update but starts the job with one CPU; 24.11 and
     /// 26.05 honour it. Where they would be lost, a job asking for them is left to Slurm.
     pub per_gpu_lost_at_placement: bool,
-    /// The option by which the user chose the job's nodes, if any ([`NodeChoice`]).
-    pub node_choice: Option<NodeChoice>,
+    /// `--nodelist` (`-w`), if given.
+    pub node_list: Option<&'a str>,
+    /// `--constraint` (`-C`), if given.
+    pub constraint: Option<&'a str>,
 }
 
-/// How a user chose which nodes a job may run on.
+/// How a user chose a job's nodes in a way hadar leaves to Slurm. An `--exclude` list and
+/// a `--constraint` hadar reads ([`crate::constraint`]) are honoured by the daemon, which
+/// offers such a job only the nodes they allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeChoice {
-    /// `--nodelist` (`-w`): these nodes.
+    /// `--nodelist` (`-w`): the job must have these nodes, so it has its placement already.
     Nodelist,
-    /// `--exclude` (`-x`): not these.
-    Exclude,
-    /// `--constraint` (`-C`): nodes with these features.
-    Constraint,
+    /// A `--constraint` with what hadar does not read.
+    Constraint(Unread),
 }
 
-impl NodeChoice {
-    /// The option as the user wrote it.
-    pub fn option(self) -> &'static str {
+impl std::fmt::Display for NodeChoice {
+    /// Completes "it chose its nodes with ...".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NodeChoice::Nodelist => "--nodelist",
-            NodeChoice::Exclude => "--exclude",
-            NodeChoice::Constraint => "--constraint",
+            NodeChoice::Nodelist => f.write_str("--nodelist"),
+            NodeChoice::Constraint(why) => {
+                write!(f, "a --constraint hadar does not read ({why})")
+            }
         }
     }
+}
+
+/// Whether an option's value is given (slurmctld passes an unset one as NULL; an empty or
+/// blank one chooses nothing).
+fn given(value: Option<&str>) -> Option<&str> {
+    value.filter(|v| !v.trim().is_empty())
+}
+
+/// How `sub` chose its nodes in a way hadar leaves to Slurm, if it did.
+fn node_choice(sub: &Submission<'_>) -> Option<NodeChoice> {
+    if given(sub.node_list).is_some() {
+        return Some(NodeChoice::Nodelist);
+    }
+    let unread = crate::constraint::parse(given(sub.constraint)?).err()?;
+    Some(NodeChoice::Constraint(unread))
 }
 
 /// What to do with a valid managed job.
@@ -97,9 +116,8 @@ pub enum Unmanaged {
     /// daemon gave them back with a placement ([`Submission::per_gpu_lost_at_placement`]): left to
     /// Slurm, it gets them.
     PerGpuResources,
-    /// The job chose its nodes ([`NodeChoice`]). hadar's placement names the nodes itself,
-    /// and would override a node list or ignore an exclusion or a feature; left to Slurm,
-    /// the job runs where its user said.
+    /// The job chose its nodes in a way hadar does not honour ([`NodeChoice`]). hadar's
+    /// placement names the nodes itself; left to Slurm, the job runs where its user said.
     NodeChoice(NodeChoice),
 }
 
@@ -218,7 +236,7 @@ pub fn decide(
     {
         return Ok(Decision::Unmanaged(Unmanaged::PerGpuResources));
     }
-    if let Some(choice) = sub.node_choice {
+    if let Some(choice) = node_choice(sub) {
         return Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice)));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
@@ -576,35 +594,57 @@ mod tests {
     }
 
     #[test]
-    fn a_job_that_chose_its_nodes_is_left_to_slurm() {
+    fn a_job_with_a_node_list_or_an_unread_constraint_is_left_to_slurm() {
         let mut sub = node_gres("gres:gpu:2");
-        for choice in [
-            NodeChoice::Nodelist,
-            NodeChoice::Exclude,
-            NodeChoice::Constraint,
-        ] {
-            sub.node_choice = Some(choice);
-            assert_eq!(
-                decide(&sub, &config(), &inventory()),
-                Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice)))
-            );
-        }
-        // Even with a request hadar would refuse: Slurm alone judges it.
-        let mut wide = node_gres("gres:gpu:a100:99");
-        wide.node_choice = Some(NodeChoice::Exclude);
+        sub.node_list = Some("n3");
         assert_eq!(
-            decide(&wide, &config(), &inventory()),
+            decide(&sub, &config(), &inventory()),
             Ok(Decision::Unmanaged(Unmanaged::NodeChoice(
-                NodeChoice::Exclude
+                NodeChoice::Nodelist
             )))
         );
+        sub.node_list = None;
+        sub.constraint = Some("[rack1|rack2]");
+        let bracketed = Ok(Decision::Unmanaged(Unmanaged::NodeChoice(
+            NodeChoice::Constraint(Unread::Brackets),
+        )));
+        assert_eq!(decide(&sub, &config(), &inventory()), bracketed);
+        // Even with a request hadar would refuse: Slurm alone judges it.
+        let mut wide = node_gres("gres:gpu:a100:99");
+        wide.constraint = sub.constraint;
+        assert_eq!(decide(&wide, &config(), &inventory()), bracketed);
         // An opted-out job stays opted out (the daemon's copy jobs name their node).
         sub.comment = Some("hadar: off");
-        sub.node_choice = Some(NodeChoice::Nodelist);
+        sub.node_list = Some("n3");
         assert_eq!(
             decide(&sub, &config(), &inventory()),
             Ok(Decision::Unmanaged(Unmanaged::OptedOut))
         );
+        assert_eq!(
+            NodeChoice::Constraint(Unread::NodeCount).to_string(),
+            "a --constraint hadar does not read (a node count (`*`))"
+        );
+    }
+
+    #[test]
+    fn a_constraint_hadar_reads_or_a_blank_node_list_leaves_the_job_managed() {
+        let mut sub = node_gres("gres:gpu:2");
+        for (list, constraint) in [
+            (None, Some("v100|p100")),
+            (None, Some("a&b")),
+            (Some(" "), None),
+            (None, Some("")),
+        ] {
+            sub.node_list = list;
+            sub.constraint = constraint;
+            assert!(
+                matches!(
+                    decide(&sub, &config(), &inventory()),
+                    Ok(Decision::Managed(_))
+                ),
+                "{list:?} {constraint:?}"
+            );
+        }
     }
 
     #[test]

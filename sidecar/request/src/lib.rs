@@ -5,6 +5,7 @@
 //! - [`directive`]: `#HADAR` script lines and the `--comment="hadar: ..."` form.
 //! - [`gpu`]: GPU requests from Slurm's TRES fields (`--gres`, `--gpus`, `--gpus-per-node`).
 //! - [`inventory`]: the cluster's GPUs per node, from slurm.conf.
+//! - [`constraint`]: the `--constraint` expressions hadar reads itself.
 //! - [`decide`]: the whole decision for one submission.
 //! - [`record`]: the versioned one-line record kept in the job's admin comment.
 //! - [`notify`]: the one-line notice the plugin sends the sidecar.
@@ -13,6 +14,7 @@
 //! Pure: no Slurm calls, no sockets, no clock; file reading only in [`config::Config::load`].
 
 pub mod config;
+pub mod constraint;
 pub mod decide;
 pub mod directive;
 pub mod gpu;

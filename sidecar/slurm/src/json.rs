@@ -165,6 +165,10 @@ struct JsonNode {
     gres: Text,
     #[serde(default)]
     partitions: Vec<String>,
+    /// A list in the releases seen; read as [`Text`] so a comma-joined string or `null`
+    /// reads too.
+    #[serde(default)]
+    features: Text,
 }
 
 /// Parses `scontrol show node --json`.
@@ -189,6 +193,11 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
                 name: n.name,
                 gpus,
                 partitions: n.partitions,
+                features: n
+                    .features
+                    .get()
+                    .map(|f| f.split(',').map(str::to_string).collect())
+                    .unwrap_or_default(),
             })
         })
         .collect()

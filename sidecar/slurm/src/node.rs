@@ -104,6 +104,10 @@ pub struct NodeInfo {
     pub gpus: Vec<(String, u32)>,
     /// The partitions it belongs to.
     pub partitions: Vec<String>,
+    /// The features a job's `--constraint` can ask of it (`AvailableFeatures`; a changeable
+    /// feature not yet active is one Slurm makes active for such a job).
+    #[serde(default)]
+    pub features: Vec<String>,
 }
 
 /// Parses `scontrol show node` output (multi-line form).
@@ -131,15 +135,17 @@ fn node_from_record(r: &Record) -> Result<NodeInfo, SlurmError> {
         Some(g) => parse_gres(g).ok_or_else(|| bad(format!("node {name}: Gres={g}")))?,
         None => Vec::new(),
     };
-    let partitions = r
-        .value("Partitions")
-        .map(|p| p.split(',').map(str::to_string).collect())
-        .unwrap_or_default();
+    let list = |key: &str| -> Vec<String> {
+        r.value(key)
+            .map(|p| p.split(',').map(str::to_string).collect())
+            .unwrap_or_default()
+    };
     Ok(NodeInfo {
         name,
         state,
         gpus,
-        partitions,
+        partitions: list("Partitions"),
+        features: list("AvailableFeatures"),
     })
 }
 

@@ -50,6 +50,10 @@ pub const NODES: [(&str, &[(&str, u32)]); 4] = [
     ("n4", &[("v100", 2), ("k80", 2)]),
 ];
 
+/// Each node's features (`Features=`), in [`NODES`]' order, for jobs that ask for some with
+/// `--constraint`: its GPU types, and `nvlink` on n1 alone.
+pub const NODE_FEATURES: [&str; 4] = ["v100,nvlink", "p100", "k80", "v100,k80"];
+
 /// The daemons a testbed starts, as their process names appear in `/proc/PID/comm`; `hadar`
 /// is the playground's `hadar serve`, which writes its pid file beside Slurm's; slurmdbd and
 /// mariadbd run when the testbed has accounting.
@@ -367,9 +371,10 @@ PluginDir={c}/plugins:{slurm_plugins}
         for (i, (node, gpus)) in NODES.iter().enumerate() {
             let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
             conf.push_str(&format!(
-                "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={}\n",
+                "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={} Features={}\n",
                 controller_port() + 1 + i as u16,
-                gres.join(",")
+                gres.join(","),
+                NODE_FEATURES[i]
             ));
         }
         // With accounting, usage (fair-share, `sshare`'s RawUsage) is billed in GPU-seconds,

@@ -13,6 +13,9 @@
 //! * A running job keeps its nodes: Slurm does not stop a job for a reservation
 //!   (`IGNORE_JOBS` creates one over running jobs).
 //!
+//! A job's user may also have chosen its nodes (`--exclude`, a `--constraint`):
+//! [`Offer::and_chosen`] narrows its offer to them.
+//!
 //! [`offer`] is the rule for one job; [`plan_in_pools`] plans a round under it by planning
 //! each group of jobs offered the same nodes on those nodes' GPUs, the most restricted
 //! group first, each group on what the groups before it left. Pure: `now` is an input.
@@ -107,6 +110,27 @@ impl Nodes {
             Nodes::Except(s) => !s.contains(node),
         }
     }
+
+    /// The nodes both offer.
+    pub fn and(&self, other: &Nodes) -> Nodes {
+        match (self, other) {
+            (Nodes::All, n) | (n, Nodes::All) => n.clone(),
+            (Nodes::Only(a), Nodes::Only(b)) => Nodes::Only(a.intersection(b).cloned().collect()),
+            (Nodes::Only(a), Nodes::Except(b)) | (Nodes::Except(b), Nodes::Only(a)) => {
+                Nodes::Only(a.difference(b).cloned().collect())
+            }
+            (Nodes::Except(a), Nodes::Except(b)) => Nodes::Except(a.union(b).cloned().collect()),
+        }
+    }
+}
+
+/// The nodes a job's user chose for it, as the daemon reads them from Slurm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chosen {
+    /// The nodes.
+    pub nodes: Nodes,
+    /// The options as the user wrote them, for its wait reason: `--exclude=n1,n4`.
+    pub options: String,
 }
 
 /// The nodes one job is offered, and the reservation(s) that decided it.
@@ -114,8 +138,30 @@ impl Nodes {
 pub struct Offer {
     /// The nodes.
     pub nodes: Nodes,
-    /// The reservations that restrict it, by name (empty when `nodes` is [`Nodes::All`]).
+    /// The reservations that restrict it, by name (empty when none does).
     pub because: String,
+    /// The options by which the job's user chose its nodes, if they did ([`Chosen`]).
+    pub chosen: Option<String>,
+}
+
+impl Offer {
+    /// Every node, no reservation, no choice.
+    pub fn all() -> Offer {
+        Offer {
+            nodes: Nodes::All,
+            because: String::new(),
+            chosen: None,
+        }
+    }
+
+    /// The offer narrowed to the nodes the job's user chose.
+    pub fn and_chosen(self, chosen: &Chosen) -> Offer {
+        Offer {
+            nodes: self.nodes.and(&chosen.nodes),
+            because: self.because,
+            chosen: Some(chosen.options.clone()),
+        }
+    }
 }
 
 fn names(rs: &[&Reservation]) -> String {
@@ -139,14 +185,12 @@ pub fn offer(reservations: &[Reservation], job: &ResvJob, now_s: f64) -> Result<
             .filter(|r| !r.nodes.is_empty())
             .collect();
         if keep.is_empty() {
-            return Ok(Offer {
-                nodes: Nodes::All,
-                because: String::new(),
-            });
+            return Ok(Offer::all());
         }
         return Ok(Offer {
             nodes: Nodes::Except(keep.iter().flat_map(|r| r.nodes.iter().cloned()).collect()),
             because: names(&keep),
+            chosen: None,
         });
     };
     let wait = |why: String| WaitReason::Reservation {
@@ -199,10 +243,12 @@ pub fn offer(reservations: &[Reservation], job: &ResvJob, now_s: f64) -> Result<
     Ok(Offer {
         nodes,
         because: r.name.clone(),
+        chosen: None,
     })
 }
 
-/// Names the reservation as the reason a job restricted by it waits for GPUs.
+/// Names the reservation, or the user's choice of nodes, as the reason a job restricted by
+/// it waits for GPUs.
 fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
     let capacity = matches!(
         reason,
@@ -211,17 +257,33 @@ fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
             | WaitReason::WaitingForRelease
             | WaitReason::CannotRunAnywhere
     );
-    if !capacity {
+    if !capacity || offer.nodes == Nodes::All {
         return reason;
     }
+    if offer.because.is_empty() {
+        let Some(choice) = offer.chosen.clone() else {
+            return reason;
+        };
+        let nodes = match &offer.nodes {
+            Nodes::Only(n) if n.is_empty() => "no node".to_string(),
+            Nodes::Only(n) => format!("only {}", node_list(n)),
+            Nodes::Except(n) => format!("every node but {}", node_list(n)),
+            Nodes::All => return reason,
+        };
+        return WaitReason::NodeChoice { choice, nodes };
+    }
+    let chosen = match &offer.chosen {
+        Some(c) => format!(" (narrowed by its {c})"),
+        None => String::new(),
+    };
     let why = match &offer.nodes {
         Nodes::All => return reason,
         Nodes::Only(n) => format!(
-            "only its nodes ({}) are offered to the job, and not enough GPUs it can use are free there",
+            "only its nodes ({}){chosen} are offered to the job, and not enough GPUs it can use are free there",
             node_list(n)
         ),
         Nodes::Except(n) => format!(
-            "its nodes ({}) are kept for its own jobs, and not enough GPUs this job can use are free elsewhere",
+            "its nodes ({}) are kept for its own jobs{chosen}, and not enough GPUs this job can use are free elsewhere",
             node_list(n)
         ),
     };

@@ -4,7 +4,7 @@
 
 use super::Site;
 use hadar_core::passes::{JobPhase, TargetFacts};
-use hadar_core::site::reservations::{Nodes, Offer, Reservation, ResvJob, offer};
+use hadar_core::site::reservations::{Chosen, Nodes, Offer, Reservation, ResvJob, offer};
 use hadar_core::{JobId, WaitReason};
 use std::collections::HashMap;
 
@@ -25,18 +25,23 @@ pub fn of(rs: &[hadar_slurm::reservation::Reservation]) -> Vec<Reservation> {
         .collect()
 }
 
-/// Leaves the waiting jobs a reservation restricts (and whose request names no types) out of
-/// the look-ahead's commitments, by dropping their facts: the look-ahead does not know the
-/// reservations and would hold such a job to a type only a node it is not offered has (a
-/// job without facts is committed to nothing; see [`hadar_core::passes::TargetFacts`]).
-pub fn leave_out_of_lookahead(site: &Site, target: &mut TargetFacts) {
+/// Leaves the waiting jobs a reservation or their user's choice of nodes restricts (and
+/// whose request names no types) out of the look-ahead's commitments, by dropping their
+/// facts: the look-ahead does not know the restrictions and would hold such a job to a type
+/// only a node it is not offered has (a job without facts is committed to nothing; see
+/// [`hadar_core::passes::TargetFacts`]).
+pub fn leave_out_of_lookahead(
+    site: &Site,
+    chosen: &HashMap<u64, Chosen>,
+    target: &mut TargetFacts,
+) {
     let waiting: Vec<u64> = target
         .jobs
         .iter()
         .filter(|(_, f)| f.phase == JobPhase::Waiting && !f.typed && f.held_types.is_none())
         .map(|(id, _)| id.0)
         .collect();
-    let (offers, _) = site.offers(waiting);
+    let (offers, _) = site.offers(waiting, chosen);
     for (id, o) in offers {
         if o.nodes != Nodes::All {
             target.jobs.remove(&id);
@@ -56,28 +61,37 @@ impl Site {
         })
     }
 
-    /// The nodes each of `ids` is offered under the reservations at the round's time, for
-    /// the jobs a reservation restricts, and the jobs that wait for their reservation.
-    /// Empty without reservations and for jobs no reservation concerns.
+    /// The nodes each of `ids` is offered under the reservations at the round's time,
+    /// narrowed to the nodes its user chose (`chosen`), and the jobs that wait for their
+    /// reservation. Empty without reservations and choices.
     pub fn offers(
         &self,
         ids: impl IntoIterator<Item = u64>,
+        chosen: &HashMap<u64, Chosen>,
     ) -> (HashMap<JobId, Offer>, Vec<(JobId, WaitReason)>) {
         let mut offers = HashMap::new();
         let mut waits = Vec::new();
-        if self.reservations.is_empty() {
+        if self.reservations.is_empty() && chosen.is_empty() {
             return (offers, waits);
         }
         for id in ids {
-            let Some(job) = self.resv_job(id) else {
-                continue;
-            };
-            match offer(&self.reservations, &job, self.now_unix) {
-                Ok(o) => {
-                    offers.insert(JobId(id), o);
+            let reserved = match self.resv_job(id) {
+                Some(job) if !self.reservations.is_empty() => {
+                    Some(offer(&self.reservations, &job, self.now_unix))
                 }
-                Err(w) => waits.push((JobId(id), w)),
-            }
+                _ => None,
+            };
+            let o = match (reserved, chosen.get(&id)) {
+                (Some(Err(w)), _) => {
+                    waits.push((JobId(id), w));
+                    continue;
+                }
+                (Some(Ok(o)), Some(c)) => o.and_chosen(c),
+                (Some(Ok(o)), None) => o,
+                (None, Some(c)) => Offer::all().and_chosen(c),
+                (None, None) => continue,
+            };
+            offers.insert(JobId(id), o);
         }
         (offers, waits)
     }
@@ -113,7 +127,7 @@ mod tests {
         f.jobs.insert(1, acct("bob", None));
         f.jobs.insert(2, acct("alice", Some("r")));
         let site = Site::new(f.clone()).at(1500.0);
-        let (offers, waits) = site.offers([1, 2, 3]);
+        let (offers, waits) = site.offers([1, 2, 3], &HashMap::new());
         assert_eq!(
             offers[&JobId(1)].nodes,
             Nodes::Except(["n1".to_string()].into())
@@ -124,7 +138,7 @@ mod tests {
         );
         assert!(waits.is_empty() && !offers.contains_key(&JobId(3)));
         // Before it starts, its job waits and the other job (60 s) is offered every node.
-        let (offers, waits) = Site::new(f).at(500.0).offers([1, 2]);
+        let (offers, waits) = Site::new(f).at(500.0).offers([1, 2], &HashMap::new());
         assert_eq!(offers[&JobId(1)].nodes, Nodes::All);
         assert_eq!(waits.len(), 1);
         assert!(

@@ -262,3 +262,55 @@ fn a_tentative_placement_on_a_reserved_node_is_dropped() {
     });
     assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(1)]));
 }
+
+#[test]
+fn node_offers_combine_as_sets() {
+    let (a, b) = (set(&["n1", "n2"]), set(&["n2", "n3"]));
+    let only = |s: &BTreeSet<String>| Nodes::Only(s.clone());
+    let except = |s: &BTreeSet<String>| Nodes::Except(s.clone());
+    assert_eq!(Nodes::All.and(&only(&a)), only(&a));
+    assert_eq!(except(&a).and(&Nodes::All), except(&a));
+    assert_eq!(only(&a).and(&only(&b)), Nodes::Only(set(&["n2"])));
+    assert_eq!(only(&a).and(&except(&b)), Nodes::Only(set(&["n1"])));
+    assert_eq!(except(&b).and(&only(&a)), Nodes::Only(set(&["n1"])));
+    assert_eq!(
+        except(&a).and(&except(&b)),
+        Nodes::Except(set(&["n1", "n2", "n3"]))
+    );
+}
+
+#[test]
+fn a_job_runs_only_on_the_nodes_its_user_chose_and_says_so_when_it_waits() {
+    let c = cluster();
+    let exclude = |nodes: &[&str], options: &str| Chosen {
+        nodes: Nodes::Except(set(nodes)),
+        options: options.into(),
+    };
+    // Job 1 excludes n1: it runs on n2, and job 2 (no choice) gets n1.
+    let jobs = vec![job(1, 2), job(2, 2)];
+    let offers = HashMap::from([(
+        JobId(1),
+        Offer::all().and_chosen(&exclude(&["n1"], "--exclude=n1")),
+    )]);
+    let p = plan(&c, &jobs, &offers);
+    assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(1)]));
+    assert_eq!(nodes_of(&p, 2), Some(vec![NodeId(0)]));
+    // Excluding both nodes, it waits, and its reason names the choice.
+    let offers = HashMap::from([(
+        JobId(1),
+        Offer::all().and_chosen(&exclude(&["n1", "n2"], "--exclude=n[1-2]")),
+    )]);
+    let p = plan(&c, &jobs[..1], &offers);
+    assert_eq!(nodes_of(&p, 1), None);
+    assert_eq!(
+        p.waiting[0].reason.to_string(),
+        "its --exclude=n[1-2] allows every node but n1,n2, where not enough GPUs it can use are free"
+    );
+    // Within a reservation, the choice narrows the reservation's nodes.
+    let rs = [resv("r", &["n1", "n2"], 0.0, 1000.0)];
+    let in_r = offer(&rs, &rj("alice", Some("r"), None), 10.0).unwrap();
+    let narrowed = in_r.and_chosen(&exclude(&["n2"], "--exclude=n2"));
+    assert_eq!(narrowed.nodes, Nodes::Only(set(&["n1"])));
+    let p = plan(&c, &jobs[..1], &HashMap::from([(JobId(1), narrowed)]));
+    assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(0)]));
+}
