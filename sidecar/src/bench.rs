@@ -10,10 +10,13 @@ use hadar_core::policies::hadar::synthetic::{self, SyntheticSpec};
 use hadar_core::policies::hadar::{RoundStats, plan_round};
 use hadar_core::policies::hadare;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
+use hadar_core::site::reservations::{Chosen, Nodes, Offer, plan_in_pools};
+use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan};
 use hadar_formats::synthetic::{Arrivals, TraceSpec, generate_jobs};
 use hadar_formats::{embedded, load_cluster};
 use hadar_sim::{SimConfig, Workload, simulate};
 use serde_json::json;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 /// CPU time this thread has used, in milliseconds. Beside wall time it shows what a run costs
@@ -139,8 +142,39 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     let config = a.hadar.config();
     let hadare_config = a.hadar.hadare_config();
     let input = workload.input();
+    let offers = excluding_offers(&workload.cluster, &workload.jobs, a.excluding);
+    let running: BTreeSet<JobId> = workload
+        .jobs
+        .iter()
+        .filter(|j| j.placement.is_some())
+        .map(|j| j.id())
+        .collect();
     let plan_once = || match a.policy {
-        BenchRoundPolicy::Hadar => plan_round(&config, &input),
+        BenchRoundPolicy::Hadar if offers.is_empty() => plan_round(&config, &input),
+        BenchRoundPolicy::Hadar => {
+            let mut stats = RoundStats::default();
+            let plan = plan_in_pools(
+                &workload.cluster,
+                &workload.jobs,
+                &offers,
+                &running,
+                |c, js| {
+                    let (p, s) = plan_round(
+                        &config,
+                        &RoundInput {
+                            cluster: c,
+                            jobs: js,
+                            ..input
+                        },
+                    );
+                    stats.admitted += s.admitted;
+                    stats.filled += s.filled;
+                    stats.kept += s.kept;
+                    p
+                },
+            );
+            (plan, stats)
+        }
         BenchRoundPolicy::Hadare => (
             hadare::plan_round(&hadare_config, &input),
             RoundStats::default(),
@@ -155,6 +189,7 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 policy_name(a.policy)
             ))
         })?;
+    let moved = moved(&workload.jobs, &warm_plan);
     let mut times = Vec::with_capacity(a.repetitions as usize);
     for _ in 0..a.repetitions {
         let started = Instant::now();
@@ -173,9 +208,10 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     let text = match a.format {
         Format::Table => {
             let mut out = format!(
-                "{} round: {} jobs on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
+                "{} round: {} jobs ({} excluding a node) on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
                 policy_name(a.policy),
                 a.jobs,
+                offers.len(),
                 workload.cluster.total_gpus(),
                 a.nodes,
                 a.gpus_per_node,
@@ -189,11 +225,13 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
             );
             out.push_str(&match a.policy {
                 BenchRoundPolicy::Hadar => format!(
-                    "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place\n",
+                    "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place; {} of {} running jobs moved or stopped\n",
                     warm_plan.assignments.len(),
                     stats.admitted,
                     stats.filled,
-                    stats.kept
+                    stats.kept,
+                    moved,
+                    running.len()
                 ),
                 BenchRoundPolicy::Hadare => format!("placed {} jobs\n", warm_plan.assignments.len()),
             });
@@ -215,6 +253,7 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 "min_ms": min,
                 "repetitions": a.repetitions,
                 "jobs": a.jobs,
+                "excluding": offers.len(),
                 "nodes": a.nodes,
                 "gpus_per_node": a.gpus_per_node,
                 "types": a.types,
@@ -225,12 +264,45 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 "admitted": stats.admitted,
                 "filled": stats.filled,
                 "kept": stats.kept,
+                "running": running.len(),
+                "moved": moved,
             });
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)? + "\n"
         }
     };
     crate::dry_run::emit(&text)?;
     Ok(())
+}
+
+/// How many of the jobs with a placement `plan` gives another one or none.
+fn moved(jobs: &[JobState], plan: &RoundPlan) -> usize {
+    jobs.iter()
+        .filter_map(|j| Some((j.id(), j.placement.as_ref()?)))
+        .filter(|(id, now)| {
+            plan.assignments
+                .iter()
+                .find(|a| a.job == *id)
+                .is_none_or(|a| a.placement != **now)
+        })
+        .count()
+}
+
+/// The offers of `bench round --excluding N`: job i of the first N excludes node i modulo the
+/// node count.
+fn excluding_offers(cluster: &Cluster, jobs: &[JobState], n: u32) -> HashMap<JobId, Offer> {
+    let nodes = cluster.nodes();
+    jobs.iter()
+        .take(n as usize)
+        .enumerate()
+        .map(|(i, j)| {
+            let node = nodes[i % nodes.len()].name.clone();
+            let chosen = Chosen {
+                nodes: Nodes::Except(BTreeSet::from([node.clone()])),
+                options: format!("--exclude={node}"),
+            };
+            (j.id(), Offer::all().and_chosen(&chosen))
+        })
+        .collect()
 }
 
 /// The policy's name as `--policy` spells it.

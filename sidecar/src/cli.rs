@@ -722,6 +722,11 @@ pub struct BenchRoundArgs {
     /// it takes `--criticality` from the Hadar settings).
     #[arg(long, value_enum, default_value_t = BenchRoundPolicy::Hadar)]
     pub policy: BenchRoundPolicy,
+    /// Jobs (the first N of --jobs) that each exclude one node, as `--exclude` does, job i
+    /// node i modulo --nodes: the round is planned in pools of jobs offered the same
+    /// nodes, as the daemon plans it under reservations and node choices. 0: one pool.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub excluding: u32,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
