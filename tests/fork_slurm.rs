@@ -29,6 +29,10 @@ const SCENARIOS: &[Scenario] = &[
         failing_forked_job_fails_and_its_afterok_dependent_never_runs,
     ),
     (
+        "a_forked_jobs_copies_run_only_where_its_user_allows",
+        a_forked_jobs_copies_run_only_where_its_user_allows,
+    ),
+    (
         "scancel_of_a_forked_job_stops_its_copies",
         scancel_of_a_forked_job_stops_its_copies,
     ),
@@ -228,22 +232,39 @@ fn spawn_in(bed: &Testbed, config: &Path, crash_at: Option<&str>, hide: Option<&
 
 /// Submits a `fork=yes` job as the test user, with more `#HADAR` words when given.
 fn submit_forked(bed: &Testbed, steps: u64, gpus: u32, words: &str, program_args: &str) -> u32 {
+    submit_forked_with(bed, steps, gpus, words, program_args, &[])
+}
+
+/// [`submit_forked`] with more `sbatch` options.
+fn submit_forked_with(
+    bed: &Testbed,
+    steps: u64,
+    gpus: u32,
+    words: &str,
+    program_args: &str,
+    options: &[&str],
+) -> u32 {
     let dir = serve::fork_jobs_dir(bed);
     let script = format!(
         "#!/bin/sh\n#HADAR fork=yes steps={steps} {words}\nexec {runner} -- /usr/bin/perl {prog} {program_args}\n",
         runner = serve::fork_runner().display(),
         prog = dir.join("train.pl").display(),
     );
-    let sub = bed.sbatch(
-        &[
-            &format!("--uid={}", USER.0),
-            &format!("--gid={}", USER.1),
-            &format!("--gpus={gpus}"),
-            &format!("--output={}/out-%j.txt", dir.display()),
-            "--job-name=forked",
-        ],
-        Some(&script),
+    let (uid, gid, output) = (
+        format!("--uid={}", USER.0),
+        format!("--gid={}", USER.1),
+        format!("--output={}/out-%j.txt", dir.display()),
     );
+    let gpus = format!("--gpus={gpus}");
+    let mut args = vec![
+        uid.as_str(),
+        gid.as_str(),
+        gpus.as_str(),
+        output.as_str(),
+        "--job-name=forked",
+    ];
+    args.extend_from_slice(options);
+    let sub = bed.sbatch(&args, Some(&script));
     assert!(sub.ok, "sbatch failed: {}", sub.stderr);
     sub.job_id.expect("a job id")
 }
@@ -646,6 +667,38 @@ fn failing_forked_job_fails_and_its_afterok_dependent_never_runs(bed: &mut Testb
         dep.0
     );
     bed.client("scancel", &[&dependent.to_string()]).unwrap();
+}
+
+/// A forked job whose user excluded nodes (`-x n1,n4`) runs its copies only on the others:
+/// its copies are offered the nodes it allows, as a plain job's placement is.
+fn a_forked_jobs_copies_run_only_where_its_user_allows(bed: &mut Testbed) {
+    let _serve = Serve::start(bed, "fork-exclude");
+    let id = submit_forked_with(bed, 1_000_000, 1, "", "", &["-x", "n1,n4"]);
+    let mut leader = 0;
+    wait_until(bed, "a copy job runs", 40, || {
+        leader = copy_jobs(bed, id)
+            .into_iter()
+            .find(|(_, s)| s == "RUNNING")
+            .map_or(0, |(j, _)| j);
+        leader != 0
+    });
+    let detail = bed
+        .client("scontrol", &["-d", "show", "job", &leader.to_string()])
+        .unwrap();
+    let (components, _) = hadar_slurm::job::parse_jobs(&detail);
+    let nodes: Vec<String> = components
+        .iter()
+        .flat_map(|c| c.gpu_parts().into_iter().map(|p| p.0))
+        .collect();
+    assert!(!nodes.is_empty(), "{detail}");
+    assert!(
+        nodes.iter().all(|n| n == "n2" || n == "n3"),
+        "copies only on n2 and n3, not {nodes:?}: {detail}"
+    );
+    bed.client("scancel", &[&id.to_string()]).unwrap();
+    wait_until(bed, "its copies are gone", 3 * ROUND_S as u64, || {
+        copy_jobs(bed, id).is_empty()
+    });
 }
 
 fn scancel_of_a_forked_job_stops_its_copies(bed: &mut Testbed) {

@@ -7,6 +7,7 @@
 use super::*;
 use crate::snapshot::RoundSnapshot;
 use crate::view::{self, ClusterView};
+use hadar_core::site::reservations::{Nodes, plan_in_pools};
 use std::collections::HashSet;
 
 /// A forked job's fork-pass state as the round's snapshot holds it (read from the store
@@ -134,6 +135,17 @@ pub fn plan_forks(
             ));
         }
     }
+    // Forked jobs are offered the nodes their reservation and their user's choice allow, as
+    // plain jobs are; one that waits for its reservation is not forked this round.
+    let (offers, waits) = snap
+        .site
+        .offers(states.iter().map(|s| s.id().0), &snap.chosen_nodes());
+    for (job, why) in &waits {
+        states.retain(|s| s.id() != *job);
+        if let Some(d) = out.decisions.get_mut(&job.0) {
+            d.text = format!("{}; waits: {why}", d.text);
+        }
+    }
     let Some(cluster) = cluster.filter(|_| !states.is_empty()) else {
         return out;
     };
@@ -151,7 +163,19 @@ pub fn plan_forks(
     // The plain jobs were planned by the round's served policy (as `plan_mixed`'s plain
     // policy would): their enforced plan is given, not planned again.
     let mixed = plan_mixed(&input, &forked, &config.hadare, |_| plan.clone());
-    let plan = mixed.forked;
+    let plan = match &mixed.left {
+        Some(left) if offers.values().any(|o| o.nodes != Nodes::All) => {
+            plan_in_pools(left, &states, &offers, &BTreeSet::new(), |c, js| {
+                let pool = RoundInput {
+                    cluster: c,
+                    jobs: js,
+                    ..input
+                };
+                hadar_core::policies::hadare::plan_round(&config.hadare, &pool)
+            })
+        }
+        _ => mixed.forked,
+    };
     if let Some(Err(e)) = mixed.left.as_ref().map(|l| plan.validate(l, &states)) {
         tracing::error!("HadarE's plan is invalid, no copies started: {e}");
         return out;
