@@ -142,7 +142,12 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     let config = a.hadar.config();
     let hadare_config = a.hadar.hadare_config();
     let input = workload.input();
-    let offers = excluding_offers(&workload.cluster, &workload.jobs, a.excluding);
+    let offers = excluding_offers(
+        &workload.cluster,
+        &workload.jobs,
+        a.excluding,
+        a.excluded_nodes,
+    );
     let running: BTreeSet<JobId> = workload
         .jobs
         .iter()
@@ -152,7 +157,7 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     let plan_once = || match a.policy {
         BenchRoundPolicy::Hadar if offers.is_empty() => plan_round(&config, &input),
         BenchRoundPolicy::Hadar => {
-            let mut stats = RoundStats::default();
+            let mut calls: Vec<RoundStats> = Vec::new();
             let plan = plan_in_pools(
                 &workload.cluster,
                 &workload.jobs,
@@ -167,13 +172,11 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                             ..input
                         },
                     );
-                    stats.admitted += s.admitted;
-                    stats.filled += s.filled;
-                    stats.kept += s.kept;
+                    calls.push(s);
                     p
                 },
             );
-            (plan, stats)
+            (plan, final_stats(&calls))
         }
         BenchRoundPolicy::Hadare => (
             hadare::plan_round(&hadare_config, &input),
@@ -274,6 +277,20 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The statistics of the plan `plan_in_pools` returned from its calls of the planner: the
+/// whole plan's when it stood (one call), else the pools' (every call after the first)
+/// added up.
+fn final_stats(calls: &[RoundStats]) -> RoundStats {
+    let pools = if calls.len() > 1 { &calls[1..] } else { calls };
+    let mut out = RoundStats::default();
+    for s in pools {
+        out.admitted += s.admitted;
+        out.filled += s.filled;
+        out.kept += s.kept;
+    }
+    out
+}
+
 /// How many of the jobs with a placement `plan` gives another one or none.
 fn moved(jobs: &[JobState], plan: &RoundPlan) -> usize {
     jobs.iter()
@@ -287,18 +304,23 @@ fn moved(jobs: &[JobState], plan: &RoundPlan) -> usize {
         .count()
 }
 
-/// The offers of `bench round --excluding N`: job i of the first N excludes node i modulo the
-/// node count.
-fn excluding_offers(cluster: &Cluster, jobs: &[JobState], n: u32) -> HashMap<JobId, Offer> {
+/// The offers of `bench round --excluding N --excluded-nodes K`: job i of the first N
+/// excludes the K nodes from node i on (modulo the node count).
+fn excluding_offers(cluster: &Cluster, jobs: &[JobState], n: u32, k: u32) -> HashMap<JobId, Offer> {
     let nodes = cluster.nodes();
     jobs.iter()
         .take(n as usize)
         .enumerate()
         .map(|(i, j)| {
-            let node = nodes[i % nodes.len()].name.clone();
+            let names: BTreeSet<String> = (0..k as usize)
+                .map(|d| nodes[(i + d) % nodes.len()].name.clone())
+                .collect();
             let chosen = Chosen {
-                nodes: Nodes::Except(BTreeSet::from([node.clone()])),
-                options: format!("--exclude={node}"),
+                options: format!(
+                    "--exclude={}",
+                    names.iter().cloned().collect::<Vec<_>>().join(",")
+                ),
+                nodes: Nodes::Except(names),
             };
             (j.id(), Offer::all().and_chosen(&chosen))
         })

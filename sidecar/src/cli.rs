@@ -727,6 +727,11 @@ pub struct BenchRoundArgs {
     /// nodes, as the daemon plans it under reservations and node choices. 0: one pool.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub excluding: u32,
+    /// How many consecutive nodes each of the --excluding jobs excludes (job i from node i
+    /// modulo --nodes on); the more, the likelier an exclusion binds and the round falls
+    /// back to planning pool by pool.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub excluded_nodes: u32,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

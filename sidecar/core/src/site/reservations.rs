@@ -256,6 +256,7 @@ fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
             | WaitReason::NoThroughputOnFreeTypes
             | WaitReason::WaitingForRelease
             | WaitReason::CannotRunAnywhere
+            | WaitReason::TimeShare
     );
     if !capacity || offer.nodes == Nodes::All {
         return reason;
@@ -296,11 +297,13 @@ fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
 /// Plans a round under the reservations: each job of `states` is offered the nodes of its
 /// entry in `offers` (no entry: every node), and a job `running` in Slurm also the nodes
 /// it runs on. A job not running whose placement (a look-ahead's tentative one) lies
-/// partly on nodes it is not offered loses that placement. Jobs offered the same nodes are
-/// planned together by `plan` on a cluster with only those nodes' GPUs, the group offered
-/// the fewest nodes first, each group on the GPUs that the groups before it were given and
-/// that jobs of later groups hold left over (so no group preempts another's running job).
-/// When every job is offered every node, this is `plan` itself.
+/// partly on nodes it is not offered loses that placement.
+///
+/// `plan` first plans every job together on the whole cluster. Where that plan gives no
+/// job a node it is not offered, it stands: an offer that does not bind (an `--exclude`
+/// of a node the job would not have used) changes nothing. Otherwise the round is planned
+/// in groups of jobs offered the same nodes ([`plan_groups`]). When every job is offered
+/// every node, this is `plan` itself.
 pub fn plan_in_pools(
     cluster: &Cluster,
     states: &[JobState],
@@ -308,43 +311,113 @@ pub fn plan_in_pools(
     running: &BTreeSet<JobId>,
     mut plan: impl FnMut(&Cluster, &[JobState]) -> RoundPlan,
 ) -> RoundPlan {
-    let n = cluster.nodes().len();
-    let mask = |js: &JobState| -> Vec<bool> {
-        let runs_on = match running.contains(&js.id()) {
-            true => js.placement.as_ref().map(|p| p.nodes()).unwrap_or_default(),
-            false => Vec::new(),
-        };
-        cluster
-            .node_ids()
-            .map(|id| {
-                runs_on.contains(&id)
-                    || offers
-                        .get(&js.id())
-                        .is_none_or(|o| o.nodes.offers(&cluster.node(id).name))
-            })
-            .collect()
-    };
-    let masks: Vec<Vec<bool>> = states.iter().map(mask).collect();
-    if masks.iter().all(|m| m.iter().all(|b| *b)) {
+    let masks: Vec<Option<Vec<bool>>> = states
+        .iter()
+        .map(|js| offered_nodes(cluster, js, offers, running))
+        .collect();
+    if masks.iter().all(Option::is_none) {
         return plan(cluster, states);
     }
+    let states: Vec<JobState> = states
+        .iter()
+        .zip(&masks)
+        .map(|(js, m)| match m {
+            Some(m) => without_placement_outside(js, m),
+            None => js.clone(),
+        })
+        .collect();
+    let whole = plan(cluster, &states);
+    let mask_of: HashMap<JobId, &Vec<bool>> = states
+        .iter()
+        .zip(&masks)
+        .filter_map(|(js, m)| Some((js.id(), m.as_ref()?)))
+        .collect();
+    let outside = whole.assignments.iter().any(|a| {
+        mask_of
+            .get(&a.job)
+            .is_some_and(|m| a.placement.nodes().iter().any(|id| !m[id.index()]))
+    });
+    if !outside {
+        return explained(whole, offers);
+    }
+    let masks = masks
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|| vec![true; cluster.nodes().len()]))
+        .collect();
+    plan_groups(cluster, &states, masks, offers, &mut plan)
+}
+
+/// Which nodes of `cluster` job `js` may be placed on: those its offer names, and those it
+/// runs on when it is `running`; `None` when that is every node.
+fn offered_nodes(
+    cluster: &Cluster,
+    js: &JobState,
+    offers: &HashMap<JobId, Offer>,
+    running: &BTreeSet<JobId>,
+) -> Option<Vec<bool>> {
+    let offer = offers.get(&js.id()).filter(|o| o.nodes != Nodes::All)?;
+    let runs_on = match running.contains(&js.id()) {
+        true => js.placement.as_ref().map(|p| p.nodes()).unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let mask: Vec<bool> = cluster
+        .node_ids()
+        .map(|id| runs_on.contains(&id) || offer.nodes.offers(&cluster.node(id).name))
+        .collect();
+    (!mask.iter().all(|b| *b)).then_some(mask)
+}
+
+/// `js` without its placement when that lies partly outside `mask`.
+fn without_placement_outside(js: &JobState, mask: &[bool]) -> JobState {
+    let mut js = js.clone();
+    if js
+        .placement
+        .as_ref()
+        .is_some_and(|p| p.nodes().iter().any(|id| !mask[id.index()]))
+    {
+        js.placement = None;
+    }
+    js
+}
+
+/// `plan` with each restricted job's wait reason naming its reservation or node choice.
+fn explained(mut plan: RoundPlan, offers: &HashMap<JobId, Offer>) -> RoundPlan {
+    plan.waiting = plan
+        .waiting
+        .into_iter()
+        .map(|w| match offers.get(&w.job) {
+            Some(o) => Waiting {
+                job: w.job,
+                reason: explain(w.reason, o),
+            },
+            None => w,
+        })
+        .collect();
+    plan
+}
+
+/// Plans `states` (each offered the nodes of its mask in `masks`) in groups of jobs offered
+/// the same nodes, by `plan` on a cluster with only those nodes' GPUs, the group offered
+/// the fewest nodes first, each group on the GPUs that the groups before it
+/// were given and that jobs of later groups hold left over (so no group preempts another's
+/// running job).
+fn plan_groups(
+    cluster: &Cluster,
+    states: &[JobState],
+    masks: Vec<Vec<bool>>,
+    offers: &HashMap<JobId, Offer>,
+    plan: &mut impl FnMut(&Cluster, &[JobState]) -> RoundPlan,
+) -> RoundPlan {
     let mut groups: Vec<(Vec<bool>, Vec<JobState>)> = Vec::new();
     for (m, js) in masks.into_iter().zip(states) {
-        let mut js = js.clone();
-        let outside = js
-            .placement
-            .as_ref()
-            .is_some_and(|p| p.nodes().iter().any(|id| !m[id.index()]));
-        if outside {
-            js.placement = None;
-        }
         match groups.iter_mut().find(|(g, _)| *g == m) {
-            Some((_, jobs)) => jobs.push(js),
-            None => groups.push((m, vec![js])),
+            Some((_, jobs)) => jobs.push(js.clone()),
+            None => groups.push((m, vec![js.clone()])),
         }
     }
     groups.sort_by_key(|(m, _)| m.iter().filter(|b| **b).count());
     let types = cluster.type_count();
+    let n = cluster.nodes().len();
     let mut used = vec![vec![0u32; types]; n];
     let mut out = RoundPlan::default();
     for (g, (m, jobs)) in groups.iter().enumerate() {
@@ -389,15 +462,9 @@ pub fn plan_in_pools(
                 used[part.node.index()][part.gpu_type.index()] += part.gpus;
             }
         }
+        let p = explained(p, offers);
         out.assignments.extend(p.assignments);
-        out.waiting
-            .extend(p.waiting.into_iter().map(|w| match offers.get(&w.job) {
-                Some(o) => Waiting {
-                    job: w.job,
-                    reason: explain(w.reason, o),
-                },
-                None => w,
-            }));
+        out.waiting.extend(p.waiting);
     }
     out
 }

@@ -314,3 +314,28 @@ fn a_job_runs_only_on_the_nodes_its_user_chose_and_says_so_when_it_waits() {
     let p = plan(&c, &jobs[..1], &HashMap::from([(JobId(1), narrowed)]));
     assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(0)]));
 }
+
+#[test]
+fn an_offer_that_does_not_bind_leaves_the_plan_as_it_was() {
+    let c = cluster();
+    let jobs = vec![job(1, 1), job(2, 2), job(3, 1)];
+    let free = plan(&c, &jobs, &HashMap::new());
+    // Job 1 excludes the node it is placed on without offers: the offer binds, and the
+    // round is planned in pools (job 1 first, on the other node).
+    let on = nodes_of(&free, 1).expect("job 1 runs")[0];
+    let name = |id: NodeId| c.node(id).name.clone();
+    let other = NodeId(1 - on.0);
+    let excluding = |node: NodeId| {
+        HashMap::from([(
+            JobId(1),
+            Offer::all().and_chosen(&Chosen {
+                nodes: Nodes::Except(BTreeSet::from([name(node)])),
+                options: format!("--exclude={}", name(node)),
+            }),
+        )])
+    };
+    let bound = plan(&c, &jobs, &excluding(on));
+    assert_eq!(nodes_of(&bound, 1), Some(vec![other]));
+    // Excluding the other node changes nothing: the plan is the one without offers.
+    assert_eq!(plan(&c, &jobs, &excluding(other)), free);
+}
