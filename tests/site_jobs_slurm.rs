@@ -5,7 +5,8 @@
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
 //! back with the placement, and jobs that chose their nodes run where their users said
 //! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
-//! submission; `--nodelist` and other constraints left to Slurm). One cluster for
+//! submission; `--nodelist` and other constraints left to Slurm), and a job with a
+//! `--deadline` left to Slurm. One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -57,6 +58,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_job_that_chose_its_nodes_runs_where_its_user_said",
         a_job_that_chose_its_nodes_runs_where_its_user_said,
+    ),
+    (
+        "a_job_with_a_deadline_is_left_to_slurm",
+        a_job_with_a_deadline_is_left_to_slurm,
     ),
 ];
 
@@ -431,4 +436,23 @@ fn a_job_that_chose_its_nodes_runs_where_its_user_said(bed: &mut Testbed) {
             info.0
         );
     }
+}
+
+/// A job with a `--deadline` is left to Slurm (no hadar record, logged), whose own
+/// scheduler tests the deadline; hadar holding it would leave that test to slurmctld's
+/// purge pass.
+fn a_job_with_a_deadline_is_left_to_slurm(bed: &mut Testbed) {
+    let _serve = Serve::start(bed, "deadline");
+    let id = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "-t", "5", "--deadline=now+1hour"],
+        &short_job("sleep 1"),
+    );
+    let info = wait_completed(bed, id, 60);
+    assert_eq!(info.field("AdminComment"), None, "{}", info.0);
+    let log = bed.controller_log();
+    assert!(
+        log.contains("left to Slurm: it has a --deadline"),
+        "slurmctld's log says why"
+    );
 }

@@ -136,6 +136,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             ));
             SLURM_SUCCESS
         }
+        Ok(Decision::Unmanaged(Unmanaged::Deadline)) => {
+            log::info(&format!(
+                "hadar: job from uid {submit_uid} left to Slurm: it has a --deadline, which \
+                 Slurm's own scheduler meets"
+            ));
+            SLURM_SUCCESS
+        }
         Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice))) => {
             log::info(&format!(
                 "hadar: job from uid {submit_uid} left to Slurm: it chose its nodes with {choice}"
@@ -281,6 +288,7 @@ impl DescStrings {
             per_gpu_lost_at_placement: PER_GPU_LOST_AT_PLACEMENT,
             node_list: self.node_list.as_deref(),
             constraint: self.constraint.as_deref(),
+            deadline: desc.deadline != 0,
         }
     }
 }

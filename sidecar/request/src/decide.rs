@@ -48,6 +48,8 @@ pub struct Submission<'a> {
     pub node_list: Option<&'a str>,
     /// `--constraint` (`-C`), if given.
     pub constraint: Option<&'a str>,
+    /// Whether the job has a `--deadline`.
+    pub deadline: bool,
 }
 
 /// How a user chose a job's nodes in a way hadar leaves to Slurm. An `--exclude` list and
@@ -119,6 +121,11 @@ pub enum Unmanaged {
     /// The job chose its nodes in a way hadar does not honour ([`NodeChoice`]). hadar's
     /// placement names the nodes itself; left to Slurm, the job runs where its user said.
     NodeChoice(NodeChoice),
+    /// The job has a `--deadline`. hadar does not plan for deadlines, and slurmctld tests a
+    /// held job's deadline only in its purge pass, so a job hadar held could be cancelled
+    /// for a deadline Slurm's own scheduler would have met; left to Slurm, it is scheduled
+    /// as its user expects.
+    Deadline,
 }
 
 /// The decision for one job.
@@ -238,6 +245,9 @@ pub fn decide(
     }
     if let Some(choice) = node_choice(sub) {
         return Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice)));
+    }
+    if sub.deadline {
+        return Ok(Decision::Unmanaged(Unmanaged::Deadline));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
@@ -623,6 +633,21 @@ mod tests {
         assert_eq!(
             NodeChoice::Constraint(Unread::NodeCount).to_string(),
             "a --constraint hadar does not read (a node count (`*`))"
+        );
+    }
+
+    #[test]
+    fn a_job_with_a_deadline_is_left_to_slurm() {
+        let mut sub = node_gres("gres:gpu:2");
+        sub.deadline = true;
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::Deadline))
+        );
+        sub.comment = Some("hadar: off");
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
         );
     }
 
