@@ -5,8 +5,8 @@
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
 //! back with the placement, and jobs that chose their nodes run where their users said
 //! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
-//! submission; `--nodelist` and other constraints left to Slurm), and a job with a
-//! `--deadline` left to Slurm. One cluster for
+//! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
+//! `--deadline` or `--no-requeue` left to Slurm. One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -60,8 +60,8 @@ const SCENARIOS: &[Scenario] = &[
         a_job_that_chose_its_nodes_runs_where_its_user_said,
     ),
     (
-        "a_job_with_a_deadline_is_left_to_slurm",
-        a_job_with_a_deadline_is_left_to_slurm,
+        "a_job_with_a_deadline_or_no_requeue_is_left_to_slurm",
+        a_job_with_a_deadline_or_no_requeue_is_left_to_slurm,
     ),
 ];
 
@@ -438,21 +438,32 @@ fn a_job_that_chose_its_nodes_runs_where_its_user_said(bed: &mut Testbed) {
     }
 }
 
-/// A job with a `--deadline` is left to Slurm (no hadar record, logged), whose own
-/// scheduler tests the deadline; hadar holding it would leave that test to slurmctld's
-/// purge pass.
-fn a_job_with_a_deadline_is_left_to_slurm(bed: &mut Testbed) {
+/// A job with a `--deadline`, and one that may not be requeued (`--no-requeue`), are left
+/// to Slurm (no hadar record, logged): Slurm's own scheduler tests the deadline (hadar
+/// holding the job would leave that test to slurmctld's purge pass), and hadar preempts by
+/// requeueing. A managed job is made requeueable, whatever the site's `JobRequeue`.
+fn a_job_with_a_deadline_or_no_requeue_is_left_to_slurm(bed: &mut Testbed) {
     let _serve = Serve::start(bed, "deadline");
-    let id = submit(
+    let job = short_job("sleep 1");
+    let deadline = submit(
         bed,
         &["-p", "gpu", "--gpus=1", "-t", "5", "--deadline=now+1hour"],
-        &short_job("sleep 1"),
+        &job,
     );
-    let info = wait_completed(bed, id, 60);
-    assert_eq!(info.field("AdminComment"), None, "{}", info.0);
+    let once = submit(bed, &["-p", "gpu", "--gpus=1", "--no-requeue"], &job);
+    let managed = submit(bed, &["-p", "gpu", "--gpus=1"], &job);
+    for id in [deadline, once] {
+        let info = wait_completed(bed, id, 60);
+        assert_eq!(info.field("AdminComment"), None, "{}", info.0);
+    }
+    let info = wait_completed(bed, managed, 60);
+    assert!(info.field("AdminComment").is_some(), "{}", info.0);
+    assert_eq!(info.field("Requeue").as_deref(), Some("1"), "{}", info.0);
     let log = bed.controller_log();
-    assert!(
-        log.contains("left to Slurm: it has a --deadline"),
-        "slurmctld's log says why"
-    );
+    for why in [
+        "left to Slurm: it has a --deadline",
+        "left to Slurm: it asked not to be requeued",
+    ] {
+        assert!(log.contains(why), "slurmctld's log says {why:?}");
+    }
 }

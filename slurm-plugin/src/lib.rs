@@ -143,6 +143,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             ));
             SLURM_SUCCESS
         }
+        Ok(Decision::Unmanaged(Unmanaged::NoRequeue)) => {
+            log::info(&format!(
+                "hadar: job from uid {submit_uid} left to Slurm: it asked not to be requeued \
+                 (--no-requeue), and hadar preempts jobs by requeueing them"
+            ));
+            SLURM_SUCCESS
+        }
         Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice))) => {
             log::info(&format!(
                 "hadar: job from uid {submit_uid} left to Slurm: it chose its nodes with {choice}"
@@ -289,6 +296,8 @@ impl DescStrings {
             node_list: self.node_list.as_deref(),
             constraint: self.constraint.as_deref(),
             deadline: desc.deadline != 0,
+            // `--no-requeue`; unset is NO_VAL16, which slurmctld turns into `JobRequeue`.
+            no_requeue: desc.requeue == 0,
         }
     }
 }
@@ -320,5 +329,9 @@ unsafe fn hold(desc: &mut job_desc_msg_t, managed: &Managed, record: &str) {
             cstr::replace_opt(&mut desc.mem_per_tres, None);
         }
     }
+    // hadar preempts a job by requeueing it, which slurmctld refuses for a job that may not
+    // be requeued: a site's `JobRequeue=0` must not make managed jobs unpreemptible (a job
+    // that asked for --no-requeue is left to Slurm instead).
+    desc.requeue = 1;
     desc.priority = 0;
 }

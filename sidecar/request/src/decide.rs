@@ -50,6 +50,8 @@ pub struct Submission<'a> {
     pub constraint: Option<&'a str>,
     /// Whether the job has a `--deadline`.
     pub deadline: bool,
+    /// Whether the job may not be requeued (`--no-requeue`).
+    pub no_requeue: bool,
 }
 
 /// How a user chose a job's nodes in a way hadar leaves to Slurm. An `--exclude` list and
@@ -126,6 +128,9 @@ pub enum Unmanaged {
     /// for a deadline Slurm's own scheduler would have met; left to Slurm, it is scheduled
     /// as its user expects.
     Deadline,
+    /// The job may not be requeued (`--no-requeue`), and hadar preempts a job by requeueing
+    /// it; left to Slurm, it runs once, where Slurm starts it.
+    NoRequeue,
 }
 
 /// The decision for one job.
@@ -248,6 +253,9 @@ pub fn decide(
     }
     if sub.deadline {
         return Ok(Decision::Unmanaged(Unmanaged::Deadline));
+    }
+    if sub.no_requeue {
+        return Ok(Decision::Unmanaged(Unmanaged::NoRequeue));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
@@ -637,8 +645,14 @@ mod tests {
     }
 
     #[test]
-    fn a_job_with_a_deadline_is_left_to_slurm() {
+    fn a_job_with_a_deadline_or_that_may_not_be_requeued_is_left_to_slurm() {
         let mut sub = node_gres("gres:gpu:2");
+        sub.no_requeue = true;
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::NoRequeue))
+        );
+        sub.no_requeue = false;
         sub.deadline = true;
         assert_eq!(
             decide(&sub, &config(), &inventory()),
