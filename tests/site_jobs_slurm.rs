@@ -6,7 +6,7 @@
 //! back with the placement, and jobs that chose their nodes run where their users said
 //! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
 //! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
-//! `--deadline` or `--no-requeue` left to Slurm. One cluster for
+//! `--deadline`, `--licenses` or `--no-requeue` left to Slurm. One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -60,8 +60,8 @@ const SCENARIOS: &[Scenario] = &[
         a_job_that_chose_its_nodes_runs_where_its_user_said,
     ),
     (
-        "a_job_with_a_deadline_or_no_requeue_is_left_to_slurm",
-        a_job_with_a_deadline_or_no_requeue_is_left_to_slurm,
+        "a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm",
+        a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm,
     ),
 ];
 
@@ -438,11 +438,12 @@ fn a_job_that_chose_its_nodes_runs_where_its_user_said(bed: &mut Testbed) {
     }
 }
 
-/// A job with a `--deadline`, and one that may not be requeued (`--no-requeue`), are left
-/// to Slurm (no hadar record, logged): Slurm's own scheduler tests the deadline (hadar
-/// holding the job would leave that test to slurmctld's purge pass), and hadar preempts by
-/// requeueing. A managed job is made requeueable, whatever the site's `JobRequeue`.
-fn a_job_with_a_deadline_or_no_requeue_is_left_to_slurm(bed: &mut Testbed) {
+/// A job with a `--deadline`, one with `--licenses`, and one that may not be requeued
+/// (`--no-requeue`) are left to Slurm (no hadar record, logged): Slurm's own scheduler
+/// tests the deadline (hadar holding the job would leave that test to slurmctld's purge
+/// pass), hadar does not see licenses, and hadar preempts by requeueing. A managed job is
+/// made requeueable, whatever the site's `JobRequeue`.
+fn a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm(bed: &mut Testbed) {
     let _serve = Serve::start(bed, "deadline");
     let job = short_job("sleep 1");
     let deadline = submit(
@@ -451,8 +452,9 @@ fn a_job_with_a_deadline_or_no_requeue_is_left_to_slurm(bed: &mut Testbed) {
         &job,
     );
     let once = submit(bed, &["-p", "gpu", "--gpus=1", "--no-requeue"], &job);
+    let licensed = submit(bed, &["-p", "gpu", "--gpus=1", "-L", "matlab:1"], &job);
     let managed = submit(bed, &["-p", "gpu", "--gpus=1"], &job);
-    for id in [deadline, once] {
+    for id in [deadline, once, licensed] {
         let info = wait_completed(bed, id, 60);
         assert_eq!(info.field("AdminComment"), None, "{}", info.0);
     }
@@ -463,6 +465,7 @@ fn a_job_with_a_deadline_or_no_requeue_is_left_to_slurm(bed: &mut Testbed) {
     for why in [
         "left to Slurm: it has a --deadline",
         "left to Slurm: it asked not to be requeued",
+        "left to Slurm: it asks for licenses",
     ] {
         assert!(log.contains(why), "slurmctld's log says {why:?}");
     }

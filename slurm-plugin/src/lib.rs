@@ -143,6 +143,13 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
             ));
             SLURM_SUCCESS
         }
+        Ok(Decision::Unmanaged(Unmanaged::Licenses)) => {
+            log::info(&format!(
+                "hadar: job from uid {submit_uid} left to Slurm: it asks for licenses \
+                 (--licenses), which hadar does not plan"
+            ));
+            SLURM_SUCCESS
+        }
         Ok(Decision::Unmanaged(Unmanaged::NoRequeue)) => {
             log::info(&format!(
                 "hadar: job from uid {submit_uid} left to Slurm: it asked not to be requeued \
@@ -204,6 +211,8 @@ struct DescStrings {
     node_list: Option<String>,
     /// `--constraint`, if given.
     constraint: Option<String>,
+    /// `--licenses`, if given.
+    licenses: Option<String>,
     /// `tres_per_job`, `_node`, `_socket`, `_task`, `cpus_per_tres`, `mem_per_tres`.
     tres: [Option<String>; 6],
 }
@@ -225,8 +234,13 @@ impl DescStrings {
             )
         };
         // SAFETY: as above.
-        let (node_list, constraint) =
-            unsafe { (cstr::read(desc.req_nodes), cstr::read(desc.features)) };
+        let (node_list, constraint, licenses) = unsafe {
+            (
+                cstr::read(desc.req_nodes),
+                cstr::read(desc.features),
+                cstr::read(desc.licenses),
+            )
+        };
         let script = match het_offset(desc) {
             Some(0) => {
                 HET_LEADER_SCRIPT.with(|slot| {
@@ -260,6 +274,7 @@ impl DescStrings {
             array,
             node_list,
             constraint,
+            licenses,
             tres,
         }
     }
@@ -298,6 +313,10 @@ impl DescStrings {
             deadline: desc.deadline != 0,
             // `--no-requeue`; unset is NO_VAL16, which slurmctld turns into `JobRequeue`.
             no_requeue: desc.requeue == 0,
+            licenses: self
+                .licenses
+                .as_deref()
+                .is_some_and(|l| !l.trim().is_empty()),
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct Submission<'a> {
     pub deadline: bool,
     /// Whether the job may not be requeued (`--no-requeue`).
     pub no_requeue: bool,
+    /// Whether the job asks for licenses (`--licenses`).
+    pub licenses: bool,
 }
 
 /// How a user chose a job's nodes in a way hadar leaves to Slurm. An `--exclude` list and
@@ -131,6 +133,10 @@ pub enum Unmanaged {
     /// The job may not be requeued (`--no-requeue`), and hadar preempts a job by requeueing
     /// it; left to Slurm, it runs once, where Slurm starts it.
     NoRequeue,
+    /// The job asks for licenses (`--licenses`). hadar does not see them: a job it placed
+    /// would wait for a license on GPUs held idle for it; left to Slurm, it starts when its
+    /// licenses and GPUs are both free.
+    Licenses,
 }
 
 /// The decision for one job.
@@ -256,6 +262,9 @@ pub fn decide(
     }
     if sub.no_requeue {
         return Ok(Decision::Unmanaged(Unmanaged::NoRequeue));
+    }
+    if sub.licenses {
+        return Ok(Decision::Unmanaged(Unmanaged::Licenses));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
     let mut tres = sub.tres;
@@ -645,7 +654,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_with_a_deadline_or_that_may_not_be_requeued_is_left_to_slurm() {
+    fn a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm() {
         let mut sub = node_gres("gres:gpu:2");
         sub.no_requeue = true;
         assert_eq!(
@@ -653,6 +662,12 @@ mod tests {
             Ok(Decision::Unmanaged(Unmanaged::NoRequeue))
         );
         sub.no_requeue = false;
+        sub.licenses = true;
+        assert_eq!(
+            decide(&sub, &config(), &inventory()),
+            Ok(Decision::Unmanaged(Unmanaged::Licenses))
+        );
+        sub.licenses = false;
         sub.deadline = true;
         assert_eq!(
             decide(&sub, &config(), &inventory()),

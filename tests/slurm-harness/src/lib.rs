@@ -356,6 +356,7 @@ ReturnToService=2
 SlurmdTimeout=20
 MinJobAge=600
 MaxJobCount=100000
+Licenses=matlab:2
 PluginDir={c}/plugins:{slurm_plugins}
 "
         );
