@@ -19,7 +19,7 @@ mod notify;
 mod state;
 
 use bindings::job_desc_msg_t;
-use hadar_request::{Decision, Managed, Notice, Submission, TresFields, Unmanaged, decide};
+use hadar_request::{Decision, Managed, Notice, Submission, TresFields, decide};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -129,41 +129,14 @@ unsafe fn submit(desc: &mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut 
     // SAFETY: slurmctld's job description, as `job_submit` received it.
     let strings = unsafe { DescStrings::read(desc, submit_uid) };
     match decide(&strings.submission(desc), &loaded.config, &loaded.inventory) {
-        Ok(Decision::Unmanaged(Unmanaged::PerGpuResources)) => {
-            log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: its CPUs or memory per GPU \
-                 would be lost if given back with a placement on Slurm before 24.11"
-            ));
+        Ok(Decision::Unmanaged(left)) => {
+            if let Some(why) = left.logged_reason() {
+                log::info(&format!(
+                    "hadar: job from uid {submit_uid} left to Slurm: {why}"
+                ));
+            }
             SLURM_SUCCESS
         }
-        Ok(Decision::Unmanaged(Unmanaged::Deadline)) => {
-            log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: it has a --deadline, which \
-                 Slurm's own scheduler meets"
-            ));
-            SLURM_SUCCESS
-        }
-        Ok(Decision::Unmanaged(Unmanaged::Licenses)) => {
-            log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: it asks for licenses \
-                 (--licenses), which hadar does not plan"
-            ));
-            SLURM_SUCCESS
-        }
-        Ok(Decision::Unmanaged(Unmanaged::NoRequeue)) => {
-            log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: it asked not to be requeued \
-                 (--no-requeue), and hadar preempts jobs by requeueing them"
-            ));
-            SLURM_SUCCESS
-        }
-        Ok(Decision::Unmanaged(Unmanaged::NodeChoice(choice))) => {
-            log::info(&format!(
-                "hadar: job from uid {submit_uid} left to Slurm: it chose its nodes with {choice}"
-            ));
-            SLURM_SUCCESS
-        }
-        Ok(Decision::Unmanaged(_)) => SLURM_SUCCESS,
         Err(e) => {
             let message = format!("hadar: {e}");
             log::info(&format!("{message} (uid {submit_uid})"));

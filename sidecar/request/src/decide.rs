@@ -139,6 +139,28 @@ pub enum Unmanaged {
     Licenses,
 }
 
+impl Unmanaged {
+    /// Why the job is left to Slurm, for slurmctld's log (completing "left to Slurm: "),
+    /// when its user may not expect it; `None` for opting out, not being selected and
+    /// interactive allocations, which are left to Slurm by design.
+    pub fn logged_reason(self) -> Option<String> {
+        Some(match self {
+            Unmanaged::OptedOut | Unmanaged::NotSelected | Unmanaged::Interactive => return None,
+            Unmanaged::PerGpuResources => "its CPUs or memory per GPU would be lost if given \
+                back with a placement on Slurm before 24.11"
+                .into(),
+            Unmanaged::NodeChoice(choice) => format!("it chose its nodes with {choice}"),
+            Unmanaged::Deadline => "it has a --deadline, which Slurm's own scheduler meets".into(),
+            Unmanaged::NoRequeue => "it asked not to be requeued (--no-requeue), and hadar \
+                preempts jobs by requeueing them"
+                .into(),
+            Unmanaged::Licenses => {
+                "it asks for licenses (--licenses), which hadar does not plan".into()
+            }
+        })
+    }
+}
+
 /// The decision for one job.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
@@ -648,9 +670,13 @@ mod tests {
             Ok(Decision::Unmanaged(Unmanaged::OptedOut))
         );
         assert_eq!(
-            NodeChoice::Constraint(Unread::NodeCount).to_string(),
-            "a --constraint hadar does not read (a node count (`*`))"
+            Unmanaged::NodeChoice(NodeChoice::Constraint(Unread::NodeCount)).logged_reason(),
+            Some(
+                "it chose its nodes with a --constraint hadar does not read (a node count (`*`))"
+                    .into()
+            )
         );
+        assert_eq!(Unmanaged::OptedOut.logged_reason(), None);
     }
 
     #[test]
