@@ -138,7 +138,9 @@ mod tests {
         );
         assert!(waits.is_empty() && !offers.contains_key(&JobId(3)));
         // Before it starts, its job waits and the other job (60 s) is offered every node.
-        let (offers, waits) = Site::new(f).at(500.0).offers([1, 2], &HashMap::new());
+        let (offers, waits) = Site::new(f.clone())
+            .at(500.0)
+            .offers([1, 2], &HashMap::new());
         assert_eq!(offers[&JobId(1)].nodes, Nodes::All);
         assert_eq!(waits.len(), 1);
         assert!(
@@ -147,5 +149,28 @@ mod tests {
                 .to_string()
                 .contains("reservation r: it is not active yet")
         );
+        // A user's choice narrows the reservation's offer, stands alone for a job no
+        // reservation concerns (3), and a job waiting for its reservation still waits (2).
+        let exclude = |n: &str| Chosen {
+            nodes: Nodes::Except([n.to_string()].into()),
+            options: format!("--exclude={n}"),
+        };
+        let chosen = HashMap::from([(1, exclude("n2")), (2, exclude("n3")), (3, exclude("n4"))]);
+        let (offers, waits) = Site::new(f.clone()).at(1500.0).offers([1, 2, 3], &chosen);
+        assert_eq!(
+            offers[&JobId(1)].nodes,
+            Nodes::Except(["n1".to_string(), "n2".to_string()].into())
+        );
+        assert_eq!(
+            offers[&JobId(3)].nodes,
+            Nodes::Except(["n4".to_string()].into())
+        );
+        assert_eq!(offers[&JobId(3)].chosen.as_deref(), Some("--exclude=n4"));
+        assert!(waits.is_empty());
+        let (_, waits) = Site::new(f).at(500.0).offers([2], &chosen);
+        assert_eq!(waits.len(), 1, "{waits:?}");
+        // Without reservations, only the jobs that chose are offered anything.
+        let (offers, _) = Site::default().offers([1, 5], &chosen);
+        assert!(offers.contains_key(&JobId(1)) && !offers.contains_key(&JobId(5)));
     }
 }
