@@ -300,10 +300,11 @@ fn explain(reason: WaitReason, offer: &Offer) -> WaitReason {
 /// partly on nodes it is not offered loses that placement.
 ///
 /// `plan` first plans every job together on the whole cluster. Where that plan gives no
-/// job a node it is not offered, it stands: an offer that does not bind (an `--exclude`
-/// of a node the job would not have used) changes nothing. Otherwise the round is planned
-/// in groups of jobs offered the same nodes ([`plan_groups`]). When every job is offered
-/// every node, this is `plan` itself.
+/// job a node it is not offered, and keeps in place every job running on a node a
+/// reservation no longer offers it, it stands: an offer that does not bind (an `--exclude` of a node the
+/// job would not have used) changes nothing. Otherwise the round is planned in groups of
+/// jobs offered the same nodes ([`plan_groups`]). When every job is offered every node,
+/// this is `plan` itself.
 pub fn plan_in_pools(
     cluster: &Cluster,
     states: &[JobState],
@@ -337,7 +338,29 @@ pub fn plan_in_pools(
             .get(&a.job)
             .is_some_and(|m| a.placement.nodes().iter().any(|id| !m[id.index()]))
     });
-    if !outside {
+    // Slurm stops no job for a reservation: a job running on a node a reservation no longer
+    // offers it (one made over running jobs) that the whole plan moves or stops sends the
+    // round to the pools, where no group preempts another's running job. (A user's own
+    // later exclusion of the node it runs on does not: hadar may move it, as ever.)
+    let displaced = states.iter().any(|js| {
+        let Some(now) = js.placement.as_ref().filter(|_| running.contains(&js.id())) else {
+            return false;
+        };
+        let off_offer = offers.get(&js.id()).is_some_and(|o| {
+            !o.because.is_empty()
+                && now
+                    .nodes()
+                    .iter()
+                    .any(|id| !o.nodes.offers(&cluster.node(*id).name))
+        });
+        off_offer
+            && whole
+                .assignments
+                .iter()
+                .find(|a| a.job == js.id())
+                .is_none_or(|a| a.placement != *now)
+    });
+    if !outside && !displaced {
         return explained(whole, offers);
     }
     let masks = masks

@@ -339,3 +339,56 @@ fn an_offer_that_does_not_bind_leaves_the_plan_as_it_was() {
     // Excluding the other node changes nothing: the plan is the one without offers.
     assert_eq!(plan(&c, &jobs, &excluding(other)), free);
 }
+
+/// A planner that ignores where jobs run: each job, highest id first, on the first node
+/// with room (GPU type 0).
+fn first_fit(c: &Cluster, js: &[JobState]) -> RoundPlan {
+    let mut free: Vec<u32> = c.nodes().iter().map(|n| n.gpus[0]).collect();
+    let mut jobs: Vec<&JobState> = js.iter().collect();
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.id()));
+    let mut out = RoundPlan::default();
+    for j in jobs {
+        let Some(i) = free.iter().position(|f| *f >= j.job.workers) else {
+            continue;
+        };
+        free[i] -= j.job.workers;
+        out.assignments.push(crate::plan::Assignment {
+            job: j.id(),
+            placement: Placement::gang([Part {
+                node: NodeId(i as u32),
+                gpu_type: GpuType(0),
+                gpus: j.job.workers,
+            }]),
+            rate: 10.0,
+            payoff: None,
+        });
+    }
+    out
+}
+
+#[test]
+fn a_whole_plan_that_moves_a_job_off_a_reservation_made_over_it_is_not_kept() {
+    let c = cluster();
+    let rs = [resv("r", &["n1"], 0.0, 1000.0)];
+    // Job 1 (bob) runs on all of n1, reserved since for alice (IGNORE_JOBS); job 2 is hers.
+    let mut running = job(1, 2);
+    running.placement = Some(Placement::gang([Part {
+        node: NodeId(0),
+        gpu_type: GpuType(0),
+        gpus: 2,
+    }]));
+    let jobs = vec![running, job(2, 2)];
+    let offers = HashMap::from([
+        (JobId(1), offer(&rs, &rj("bob", None, None), 10.0).unwrap()),
+        (
+            JobId(2),
+            offer(&rs, &rj("alice", Some("r"), None), 10.0).unwrap(),
+        ),
+    ]);
+    // Planned together, job 2 would take n1 and job 1 would move to n2; Slurm stops no job
+    // for a reservation, so the pools plan it: job 1 stays, job 2 waits for n1.
+    assert_eq!(nodes_of(&first_fit(&c, &jobs), 1), Some(vec![NodeId(1)]));
+    let p = plan_in_pools(&c, &jobs, &offers, &BTreeSet::from([JobId(1)]), first_fit);
+    assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(0)]), "{p:?}");
+    assert_eq!(nodes_of(&p, 2), None, "{p:?}");
+}
