@@ -559,6 +559,14 @@ mod tests {
         }
     }
 
+    /// Why `sub` is left to Slurm, `None` when it is not (managed or refused).
+    fn left(sub: &Submission<'_>) -> Option<Unmanaged> {
+        match decide(sub, &config(), &inventory()) {
+            Ok(Decision::Unmanaged(u)) => Some(u),
+            _ => None,
+        }
+    }
+
     fn managed(sub: &Submission<'_>) -> Managed {
         match decide(sub, &config(), &inventory()) {
             Ok(Decision::Managed(m)) => *m,
@@ -647,10 +655,8 @@ mod tests {
         let mut sub = node_gres("gres:gpu:2");
         sub.node_list = Some("n3");
         assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::NodeChoice(
-                NodeChoice::Nodelist
-            )))
+            left(&sub),
+            Some(Unmanaged::NodeChoice(NodeChoice::Nodelist))
         );
         sub.node_list = None;
         sub.constraint = Some("[rack1|rack2]");
@@ -665,10 +671,7 @@ mod tests {
         // An opted-out job stays opted out (the daemon's copy jobs name their node).
         sub.comment = Some("hadar: off");
         sub.node_list = Some("n3");
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::OptedOut));
         assert_eq!(
             Unmanaged::NodeChoice(NodeChoice::Constraint(Unread::NodeCount)).logged_reason(),
             Some(
@@ -683,27 +686,15 @@ mod tests {
     fn a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm() {
         let mut sub = node_gres("gres:gpu:2");
         sub.no_requeue = true;
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::NoRequeue))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::NoRequeue));
         sub.no_requeue = false;
         sub.licenses = true;
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::Licenses))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::Licenses));
         sub.licenses = false;
         sub.deadline = true;
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::Deadline))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::Deadline));
         sub.comment = Some("hadar: off");
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::OptedOut));
     }
 
     #[test]
@@ -738,17 +729,11 @@ mod tests {
         for (cpus, mem) in [(Some("gres/gpu:2"), None), (None, Some("gres/gpu:1500"))] {
             sub.tres.cpus_per_tres = cpus;
             sub.tres.mem_per_tres = mem;
-            assert_eq!(
-                decide(&sub, &config(), &inventory()),
-                Ok(Decision::Unmanaged(Unmanaged::PerGpuResources))
-            );
+            assert_eq!(left(&sub), Some(Unmanaged::PerGpuResources));
         }
         // An opted-out job stays opted out, and nothing is refused for it.
         sub.comment = Some("hadar: off");
-        assert_eq!(
-            decide(&sub, &config(), &inventory()),
-            Ok(Decision::Unmanaged(Unmanaged::OptedOut))
-        );
+        assert_eq!(left(&sub), Some(Unmanaged::OptedOut));
     }
 
     #[test]

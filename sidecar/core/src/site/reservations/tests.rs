@@ -201,25 +201,36 @@ fn reserved_nodes_go_only_to_the_reservations_jobs() {
     assert_eq!(free.assignments.len(), 2);
 }
 
-#[test]
-fn a_running_job_keeps_its_nodes_and_no_group_preempts_another() {
-    let c = cluster();
-    let rs = [resv("r", &["n1"], 0.0, 1000.0)];
-    // Job 1 (no reservation) runs on n1, reserved since (IGNORE_JOBS).
-    let mut running = job(1, 1);
+/// Job 1 running on `gpus` of n1.
+fn running_on_n1(gpus: u32) -> JobState {
+    let mut running = job(1, gpus);
     running.placement = Some(Placement::gang([Part {
         node: NodeId(0),
         gpu_type: GpuType(0),
-        gpus: 1,
+        gpus,
     }]));
-    let jobs = vec![running, job(2, 2)];
-    let offers: HashMap<JobId, Offer> = HashMap::from([
+    running
+}
+
+/// The offers under reservation `r` on n1 (alice's) of job 1 (bob's, no reservation) and
+/// job 2 (alice's, in `r`).
+fn bob_runs_alice_reserved() -> HashMap<JobId, Offer> {
+    let rs = [resv("r", &["n1"], 0.0, 1000.0)];
+    HashMap::from([
         (JobId(1), offer(&rs, &rj("bob", None, None), 10.0).unwrap()),
         (
             JobId(2),
             offer(&rs, &rj("alice", Some("r"), None), 10.0).unwrap(),
         ),
-    ]);
+    ])
+}
+
+#[test]
+fn a_running_job_keeps_its_nodes_and_no_group_preempts_another() {
+    let c = cluster();
+    // Job 1 (no reservation) runs on n1, reserved since (IGNORE_JOBS).
+    let jobs = vec![running_on_n1(1), job(2, 2)];
+    let offers = bob_runs_alice_reserved();
     let p = plan(&c, &jobs, &offers);
     assert_eq!(nodes_of(&p, 1), Some(vec![NodeId(0)]));
     // The reservation's job needs both of n1's GPUs: it waits, naming the reservation.
@@ -369,22 +380,9 @@ fn first_fit(c: &Cluster, js: &[JobState]) -> RoundPlan {
 #[test]
 fn a_whole_plan_that_moves_a_job_off_a_reservation_made_over_it_is_not_kept() {
     let c = cluster();
-    let rs = [resv("r", &["n1"], 0.0, 1000.0)];
     // Job 1 (bob) runs on all of n1, reserved since for alice (IGNORE_JOBS); job 2 is hers.
-    let mut running = job(1, 2);
-    running.placement = Some(Placement::gang([Part {
-        node: NodeId(0),
-        gpu_type: GpuType(0),
-        gpus: 2,
-    }]));
-    let jobs = vec![running, job(2, 2)];
-    let offers = HashMap::from([
-        (JobId(1), offer(&rs, &rj("bob", None, None), 10.0).unwrap()),
-        (
-            JobId(2),
-            offer(&rs, &rj("alice", Some("r"), None), 10.0).unwrap(),
-        ),
-    ]);
+    let jobs = vec![running_on_n1(2), job(2, 2)];
+    let offers = bob_runs_alice_reserved();
     // Planned together, job 2 would take n1 and job 1 would move to n2; Slurm stops no job
     // for a reservation, so the pools plan it: job 1 stays, job 2 waits for n1.
     assert_eq!(nodes_of(&first_fit(&c, &jobs), 1), Some(vec![NodeId(1)]));
