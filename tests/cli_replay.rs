@@ -57,6 +57,7 @@ fn snapshot(round: u64) -> RoundSnapshot {
         site: Default::default(),
         retypes: true,
         slurm_release: None,
+        chosen: Default::default(),
     }
 }
 

@@ -193,29 +193,72 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
             ))
         })?;
     let moved = moved(&workload.jobs, &warm_plan);
-    let mut times = Vec::with_capacity(a.repetitions as usize);
-    for _ in 0..a.repetitions {
-        let started = Instant::now();
-        let (plan, _) = plan_once();
-        times.push(started.elapsed().as_secs_f64() * 1e3);
-        std::hint::black_box(plan);
-    }
-    times.sort_by(f64::total_cmp);
-    let median = if times.len() % 2 == 1 {
-        times[times.len() / 2]
-    } else {
-        (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+    let times = Timings::of(a.repetitions, || plan_once().0);
+    let summary = RoundSummary {
+        gpus: workload.cluster.total_gpus(),
+        excluding: offers.len(),
+        placed: warm_plan.assignments.len(),
+        stats,
+        running: running.len(),
+        moved,
     };
-    let (min, max) = (times[0], times[times.len() - 1]);
+    crate::dry_run::emit(&render_round(&a, &summary, &times)?)?;
+    Ok(())
+}
+
+/// Milliseconds of repeated runs.
+struct Timings {
+    median: f64,
+    max: f64,
+    min: f64,
+}
+
+impl Timings {
+    /// Times `run` `repetitions` times (at least once).
+    fn of<T>(repetitions: u32, mut run: impl FnMut() -> T) -> Timings {
+        let mut times = Vec::with_capacity(repetitions as usize);
+        for _ in 0..repetitions.max(1) {
+            let started = Instant::now();
+            std::hint::black_box(run());
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        let median = if times.len() % 2 == 1 {
+            times[times.len() / 2]
+        } else {
+            (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+        };
+        Timings {
+            median,
+            max: times[times.len() - 1],
+            min: times[0],
+        }
+    }
+}
+
+/// What `bench round` reports of its warm-up plan.
+struct RoundSummary {
+    gpus: u32,
+    excluding: usize,
+    placed: usize,
+    stats: RoundStats,
+    running: usize,
+    moved: usize,
+}
+
+/// `bench round`'s output in `a.format`.
+fn render_round(a: &BenchRoundArgs, r: &RoundSummary, times: &Timings) -> Result<String, Failure> {
+    let (median, max, min) = (times.median, times.max, times.min);
+    let (stats, moved) = (&r.stats, r.moved);
     let release = !cfg!(debug_assertions);
-    let text = match a.format {
+    Ok(match a.format {
         Format::Table => {
             let mut out = format!(
                 "{} round: {} jobs ({} excluding a node) on {} GPUs ({} nodes x {}, {} types), seed {}; build: {}\n",
                 policy_name(a.policy),
                 a.jobs,
-                offers.len(),
-                workload.cluster.total_gpus(),
+                r.excluding,
+                r.gpus,
                 a.nodes,
                 a.gpus_per_node,
                 a.types,
@@ -229,14 +272,14 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
             out.push_str(&match a.policy {
                 BenchRoundPolicy::Hadar => format!(
                     "placed {} jobs: {} admitted by price, {} by work conservation, {} kept in place; {} of {} running jobs moved or stopped\n",
-                    warm_plan.assignments.len(),
+                    r.placed,
                     stats.admitted,
                     stats.filled,
                     stats.kept,
                     moved,
-                    running.len()
+                    r.running
                 ),
-                BenchRoundPolicy::Hadare => format!("placed {} jobs\n", warm_plan.assignments.len()),
+                BenchRoundPolicy::Hadare => format!("placed {} jobs\n", r.placed),
             });
             let mut t = Table::new(&["repetitions", "median ms", "max ms", "min ms"]);
             t.row(vec![
@@ -256,25 +299,23 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
                 "min_ms": min,
                 "repetitions": a.repetitions,
                 "jobs": a.jobs,
-                "excluding": offers.len(),
+                "excluding": r.excluding,
                 "nodes": a.nodes,
                 "gpus_per_node": a.gpus_per_node,
                 "types": a.types,
-                "gpus": workload.cluster.total_gpus(),
+                "gpus": r.gpus,
                 "seed": a.seed,
                 "release": release,
-                "placed": warm_plan.assignments.len(),
+                "placed": r.placed,
                 "admitted": stats.admitted,
                 "filled": stats.filled,
                 "kept": stats.kept,
-                "running": running.len(),
+                "running": r.running,
                 "moved": moved,
             });
             serde_json::to_string_pretty(&v).map_err(Failure::runtime)? + "\n"
         }
-    };
-    crate::dry_run::emit(&text)?;
-    Ok(())
+    })
 }
 
 /// The statistics of the plan `plan_in_pools` returned from its calls of the planner: the

@@ -75,6 +75,7 @@ fn snapshot(jobs: u32, nodes: u32) -> anyhow::Result<RoundSnapshot> {
         site: Default::default(),
         retypes: true,
         slurm_release: Some("26.05.3".into()),
+        chosen: Default::default(),
     })
 }
 

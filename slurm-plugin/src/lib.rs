@@ -286,10 +286,7 @@ impl DescStrings {
             deadline: desc.deadline != 0,
             // `--no-requeue`; unset is NO_VAL16, which slurmctld turns into `JobRequeue`.
             no_requeue: desc.requeue == 0,
-            licenses: self
-                .licenses
-                .as_deref()
-                .is_some_and(|l| !l.trim().is_empty()),
+            licenses: self.licenses.as_deref(),
         }
     }
 }

@@ -302,9 +302,13 @@ fn job_states(
         states.push(js);
     }
     states.sort_by(|a, b| a.job.arrival_order(&b.job));
-    let chosen = snap.chosen_nodes();
-    let site_blocked =
-        crate::site::blocked(&snap.site, &chosen, &mut states, &snap.slurm_jobs, cluster);
+    let site_blocked = crate::site::blocked(
+        &snap.site,
+        snap.chosen_nodes(),
+        &mut states,
+        &snap.slurm_jobs,
+        cluster,
+    );
     (states, site_blocked)
 }
 
@@ -323,7 +327,7 @@ fn served(
 ) -> Result<ServedDecision, DaemonError> {
     let mut target = facts::target(&snap.rows, typed, &snap.nodes);
     let chosen = snap.chosen_nodes();
-    crate::site::reservations::leave_out_of_lookahead(site, &chosen, &mut target);
+    crate::site::reservations::leave_out_of_lookahead(site, chosen, &mut target);
     let hadar_config: HadarConfig = config.hadar.clone();
     let input = RoundInput {
         now_s: snap.now_s,
@@ -335,7 +339,7 @@ fn served(
     let d = decide_with(&config.served(), &input, &target, |i| {
         let (plan, s) = crate::site::plan(
             site,
-            &chosen,
+            chosen,
             &hadar_config,
             i,
             &snap.slurm_jobs,

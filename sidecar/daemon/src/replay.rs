@@ -189,6 +189,7 @@ impl From<SnapshotKept> for RoundSnapshot {
             site: k.site,
             retypes: k.retypes,
             slurm_release: k.slurm_release,
+            chosen: Default::default(),
         }
     }
 }

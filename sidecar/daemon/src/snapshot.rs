@@ -13,9 +13,10 @@ use crate::reconcile::{self, Event};
 use crate::site::Site;
 use crate::spec::JobSpec;
 use crate::{arrays, faults, view};
+use hadar_core::site::reservations::Chosen;
 use hadar_slurm::{JobStatus, NodeInfo, SlurmJob};
 use hadar_store::{JobRow, LearnedRate, Phase};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 /// What one round plans from: Slurm's nodes and jobs and the store's jobs, rates and the
@@ -52,14 +53,17 @@ pub struct RoundSnapshot {
     pub retypes: bool,
     /// The Slurm release answering, when known.
     pub slurm_release: Option<String>,
+    /// [`RoundSnapshot::chosen_nodes`], derived once from `slurm_jobs` and `nodes` (the
+    /// round's decision, its forked plan and its look-ahead all read it); not kept.
+    #[serde(skip)]
+    pub chosen: std::sync::OnceLock<HashMap<u64, Chosen>>,
 }
 
 impl RoundSnapshot {
     /// The nodes each job's user chose for it ([`crate::site::node_choice`]).
-    pub fn chosen_nodes(
-        &self,
-    ) -> std::collections::HashMap<u64, hadar_core::site::reservations::Chosen> {
-        crate::site::node_choice::chosen(&self.slurm_jobs, &self.nodes)
+    pub fn chosen_nodes(&self) -> &HashMap<u64, Chosen> {
+        self.chosen
+            .get_or_init(|| crate::site::node_choice::chosen(&self.slurm_jobs, &self.nodes))
     }
 }
 
@@ -152,6 +156,7 @@ impl<S: SlurmApi> Daemon<S> {
             site,
             retypes,
             slurm_release: self.slurm.slurm_release(),
+            chosen: Default::default(),
         };
         let reading = Reading {
             started,

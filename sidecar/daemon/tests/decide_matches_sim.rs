@@ -447,6 +447,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
         site: site(w),
         retypes: !w.keeps_types,
         slurm_release: None,
+        chosen: Default::default(),
     }
 }
 

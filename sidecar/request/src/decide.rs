@@ -52,8 +52,8 @@ pub struct Submission<'a> {
     pub deadline: bool,
     /// Whether the job may not be requeued (`--no-requeue`).
     pub no_requeue: bool,
-    /// Whether the job asks for licenses (`--licenses`).
-    pub licenses: bool,
+    /// `--licenses` (`-L`), if given.
+    pub licenses: Option<&'a str>,
 }
 
 /// How a user chose a job's nodes in a way hadar leaves to Slurm. An `--exclude` list and
@@ -285,7 +285,7 @@ pub fn decide(
     if sub.no_requeue {
         return Ok(Decision::Unmanaged(Unmanaged::NoRequeue));
     }
-    if sub.licenses {
+    if given(sub.licenses).is_some() {
         return Ok(Decision::Unmanaged(Unmanaged::Licenses));
     }
     let per_task = per_task_request(sub, config.plugin.max_gpus_per_job)?;
@@ -688,9 +688,10 @@ mod tests {
         sub.no_requeue = true;
         assert_eq!(left(&sub), Some(Unmanaged::NoRequeue));
         sub.no_requeue = false;
-        sub.licenses = true;
+        sub.licenses = Some("matlab:1");
         assert_eq!(left(&sub), Some(Unmanaged::Licenses));
-        sub.licenses = false;
+        sub.licenses = Some(" ");
+        assert_eq!(left(&sub), None, "a blank license list asks for none");
         sub.deadline = true;
         assert_eq!(left(&sub), Some(Unmanaged::Deadline));
         sub.comment = Some("hadar: off");

@@ -139,7 +139,7 @@ pub fn plan_forks(
     // plain jobs are; one that waits for its reservation is not forked this round.
     let (offers, waits) = snap
         .site
-        .offers(states.iter().map(|s| s.id().0), &snap.chosen_nodes());
+        .offers(states.iter().map(|s| s.id().0), snap.chosen_nodes());
     for (job, why) in &waits {
         states.retain(|s| s.id() != *job);
         if let Some(d) = out.decisions.get_mut(&job.0) {

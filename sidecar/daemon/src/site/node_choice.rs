@@ -15,13 +15,18 @@ use std::collections::{BTreeSet, HashMap};
 
 /// The choice of each job of `jobs` that made one, by job id.
 pub fn chosen(jobs: &[SlurmJob], nodes: &[NodeInfo]) -> HashMap<u64, Chosen> {
+    let features: Vec<(&str, BTreeSet<String>)> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.features.iter().cloned().collect()))
+        .collect();
     jobs.iter()
-        .filter_map(|j| Some((j.id, of_job(j, nodes)?)))
+        .filter_map(|j| Some((j.id, of_job(j, &features)?)))
         .collect()
 }
 
-/// The nodes `job` chose among `nodes`, `None` when it chose none.
-fn of_job(job: &SlurmJob, nodes: &[NodeInfo]) -> Option<Chosen> {
+/// The nodes `job` chose among `nodes` (each node's name and features), `None` when it
+/// chose none.
+fn of_job(job: &SlurmJob, nodes: &[(&str, BTreeSet<String>)]) -> Option<Chosen> {
     let features = job
         .features
         .as_deref()
@@ -40,8 +45,8 @@ fn of_job(job: &SlurmJob, nodes: &[NodeInfo]) -> Option<Chosen> {
         let matching: BTreeSet<String> = match constraint::parse(text) {
             Ok(c) => nodes
                 .iter()
-                .filter(|n| c.matches(&n.features.iter().cloned().collect()))
-                .map(|n| n.name.clone())
+                .filter(|(_, features)| c.matches(features))
+                .map(|(name, _)| name.to_string())
                 .collect(),
             Err(unread) => {
                 options.push(format!(
