@@ -51,6 +51,7 @@ fn zero_sizes_are_refused() {
         "--gpus-per-node",
         "--types",
         "--repetitions",
+        "--excluded-nodes",
     ] {
         let o = hadar(&["bench", "round", flag, "0"]);
         assert_eq!(o.status.code(), Some(2), "{flag}");

@@ -125,10 +125,15 @@ pub(crate) fn scaled_answers(jobs: u32) -> anyhow::Result<(String, String)> {
 /// Times Hadar rounds on a synthetic workload: one untimed warm-up, then `repetitions`
 /// timed ones, each planning the same round from scratch.
 fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
-    if a.repetitions == 0 {
-        return Err(Failure::input(anyhow::anyhow!(
-            "--repetitions: must be at least 1"
-        )));
+    for (flag, value) in [
+        ("--repetitions", a.repetitions),
+        ("--excluded-nodes", a.excluded_nodes),
+    ] {
+        if value == 0 {
+            return Err(Failure::input(anyhow::anyhow!(
+                "{flag}: must be at least 1"
+            )));
+        }
     }
     let spec = SyntheticSpec {
         jobs: a.jobs,
