@@ -12,7 +12,8 @@
 # --force           uninstall even though slurmctld still lists the plugin
 #
 # Environment: SLURM_CONF (the slurm.conf Slurm's commands read), SLURM_INCLUDE_DIR (where
-# slurm/slurm.h is; default /usr/include), CARGO (the cargo to build with).
+# slurm/slurm.h is; default /usr/include), CARGO (the cargo to build with), CARGO_TARGET_DIR
+# (where cargo builds, as for cargo itself; relative to the repository; default target).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -92,7 +93,9 @@ if [ "$build" = 1 ]; then
   (cd "$repo" && SLURM_INCLUDE_DIR="$include_dir" "${CARGO:-cargo}" build --release --locked -p hadar-slurm-plugin) \
     || die "build failed"
 fi
-built="${from:-$repo/target/release/libjob_submit_hadar.so}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+[[ "$target_dir" = /* ]] || target_dir="$repo/$target_dir"
+built="${from:-$target_dir/release/libjob_submit_hadar.so}"
 [ -f "$built" ] || die "$built not found (build it first, or drop --no-build)"
 # The release the library was built for (a marker string build.rs puts in it): Slurm refuses
 # to load a plugin of another release, and then every submission fails.

@@ -8,7 +8,8 @@
 
 use hadar_request::{GpuCount, Notice, Record, Scope};
 use hadar_slurm_testbed::{
-    DEFAULT_HADAR_TOML, JobInfo, Options, Scenario, StuckSidecar, Submitted, Testbed, run_scenarios,
+    DEFAULT_HADAR_TOML, JobInfo, Options, Scenario, StuckSidecar, Submitted, Testbed, built_plugin,
+    run_scenarios,
 };
 use std::io::Read;
 use std::os::unix::net::UnixListener;
@@ -615,9 +616,7 @@ fn install_refuses_a_version_mismatch(bed: &mut Testbed) {
 
     // A library built earlier for another release (its marker says so) is refused too, in one
     // line, before slurmctld would refuse to load it.
-    let built =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libjob_submit_hadar.so");
-    let mut bytes = std::fs::read(&built).expect("install.sh built the plugin");
+    let mut bytes = std::fs::read(built_plugin()).expect("install.sh built the plugin");
     let marker = format!("hadar-built-for-slurm=0x{running_number:06x}");
     let other = format!("hadar-built-for-slurm=0x{older:06x}");
     let at = bytes

@@ -16,7 +16,11 @@
 //! so only one testbed per port range can run at a time: a testbed holds a machine-wide lock
 //! named after its port (an abstract Unix socket, which the kernel releases when the process
 //! dies and which leaves nothing on disk) for its whole life, and a second one on the same
-//! ports waits.
+//! ports waits. Testbeds on different port ranges may run at once, also from one checkout
+//! against different Slurm releases (`tests/run` runs the older releases' scenarios beside the
+//! newest's): on a port range other than the default the scratch folder carries the port in
+//! its name, and the plugin is built in a target folder of the release's own
+//! ([`plugin_target_dir`]).
 
 mod accounting;
 pub use accounting::{dbd_port, mariadb_port};
@@ -105,7 +109,9 @@ pub enum Plugin {
 /// How to start a testbed.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The scratch folder holding all state; wiped at start.
+    /// The scratch folder holding all state; wiped at start. On a port range other than the
+    /// default the testbed appends the port to its name ([`Testbed::scratch`] is the folder
+    /// used).
     pub scratch: PathBuf,
     /// The plugin to install and enable.
     pub plugin: Plugin,
@@ -154,6 +160,33 @@ pub fn slurm_plugin_dir() -> PathBuf {
         Some(prefix) => prefix.join("lib/slurm"),
         None => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
     }
+}
+
+/// Where `slurm-plugin/install.sh` builds the plugin for the Slurm on `PATH`: a cargo target
+/// folder of each release's own (`target/plugin-26.05.3`), so that runs against two releases
+/// at once neither rebuild the plugin at every testbed start nor install each other's library.
+pub fn plugin_target_dir() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let release = slurm_release().unwrap_or_else(|| "unknown".to_string());
+    root.join("target").join(format!("plugin-{release}"))
+}
+
+/// The plugin library `slurm-plugin/install.sh` built for the Slurm on `PATH`.
+pub fn built_plugin() -> PathBuf {
+    plugin_target_dir().join("release/libjob_submit_hadar.so")
+}
+
+/// The scratch folder a testbed uses when asked for `asked`: `asked` itself on the default
+/// ports, and `asked` with the port appended on any other (`fork-testbed-17800`), so that
+/// testbeds of one checkout on two port ranges never share, or clear, one folder.
+fn scratch_on_this_port(asked: &Path) -> PathBuf {
+    let port = controller_port();
+    if port == CONTROLLER_PORT {
+        return asked.to_path_buf();
+    }
+    let mut name = asked.file_name().unwrap_or_default().to_os_string();
+    name.push(format!("-{port}"));
+    asked.with_file_name(name)
 }
 
 /// The release of the Slurm the testbed runs (`26.05.3`), from `slurmctld -V`.
@@ -219,7 +252,7 @@ impl Testbed {
     /// munged, slurmctld and the four slurmd, and waits until all nodes are idle.
     pub fn start(options: Options) -> Result<Testbed, TestbedError> {
         let lock = acquire_lock(Duration::from_secs(900))?;
-        let scratch = options.scratch.clone();
+        let scratch = scratch_on_this_port(&options.scratch);
         stop_daemons(&scratch.join("run"));
         check_ports_free(if options.accounting {
             6
@@ -268,7 +301,12 @@ impl Testbed {
         testbed.write_hadar_toml(&options.hadar_toml)?;
         if let Plugin::InstallScript(script) = &options.plugin {
             let plugin_dir = testbed.path("plugins");
-            let out = testbed.run(Command::new(script).arg("--plugin-dir").arg(&plugin_dir))?;
+            let out = testbed.run(
+                Command::new(script)
+                    .arg("--plugin-dir")
+                    .arg(&plugin_dir)
+                    .env("CARGO_TARGET_DIR", plugin_target_dir()),
+            )?;
             if !out.status.success() {
                 return Err(TestbedError::Command(format!(
                     "{} failed: {}{}",
@@ -1102,7 +1140,7 @@ pub fn run_scenarios(
     }
     println!(
         "starting the Slurm test cluster in {}",
-        options.scratch.display()
+        scratch_on_this_port(&options.scratch).display()
     );
     let mut bed = match Testbed::start(options) {
         Ok(b) => b,
