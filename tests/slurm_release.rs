@@ -108,6 +108,22 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
     let running = plain(bed, &["-w", "n4", "--gres=gpu:2", "--wrap", "sleep 60"]);
     let held = plain(bed, &["-H", "--gres=gpu:k80:1", "--wrap", "true"]);
     let done = plain(bed, &["--gres=gpu:1", "--wrap", "true"]);
+    // A held job with a deadline two hours out and a license: both readers must see both.
+    let submitted_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let bounded = plain(
+        bed,
+        &[
+            "-H",
+            "--deadline=now+2hours",
+            "--licenses=matlab:1",
+            "--gres=gpu:1",
+            "--wrap",
+            "true",
+        ],
+    );
     wait_state(bed, running, &["RUNNING"], 30);
     wait_state(bed, done, &["COMPLETED"], 30);
     scontrol(
@@ -130,6 +146,24 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
         .into_iter()
         .filter(|j| j.id != 999 && j.id != u64::from(held))
         .collect();
+    let bounded_text = from_text
+        .iter()
+        .find(|j| j.id == u64::from(bounded))
+        .expect("the job with a deadline and a license");
+    let deadline = bounded_text.site.deadline.expect("its deadline");
+    assert!(
+        (submitted_at + 7_000..=submitted_at + 7_300).contains(&deadline),
+        "deadline {deadline} for a job submitted at {submitted_at} with now+2hours"
+    );
+    assert!(
+        bounded_text
+            .site
+            .licenses
+            .as_deref()
+            .is_some_and(|l| l.contains("matlab")),
+        "{:?}",
+        bounded_text.site.licenses
+    );
     let nodes_text = scontrol(bed, &["show", "node"]);
     if r.read_form() == ReadForm::Text {
         println!(

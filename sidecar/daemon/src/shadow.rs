@@ -6,7 +6,7 @@
 //! The job_submit plugin is not enabled in shadow mode, so jobs carry no hadar record: every
 //! pending or running GPU job of the managed partitions is shadowed, with its request read
 //! from Slurm's own fields ([`request_of`]), but for the jobs the plugin would leave to Slurm
-//! because they chose their nodes ([`chose_nodes`]). Per round the store gets:
+//! for what their records show ([`left_to_slurm`]). Per round the store gets:
 //!
 //! * one [`JobRow`] per shadowed job with what Slurm did: submit, first start, end (its
 //!   `SubmitTime`, `StartTime`, `EndTime`), the GPUs it held by node and type, its final state;
@@ -97,6 +97,14 @@ fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
             .is_some_and(|p| p.split(',').any(|p| partitions.iter().any(|q| q == p)))
 }
 
+/// Whether the plugin would leave a job to Slurm for what its record shows: it chose its
+/// nodes ([`chose_nodes`]), has a `--deadline` (`Unmanaged::Deadline`) or asks for licenses
+/// (`Unmanaged::Licenses`). A `--no-requeue` job is shadowed: its record's `Requeue=0` may as
+/// well be the site's `JobRequeue=0`, which the plugin overrides for the jobs it manages.
+fn left_to_slurm(job: &SlurmJob) -> bool {
+    chose_nodes(job) || job.site.deadline.is_some() || job.site.licenses.is_some()
+}
+
 /// Whether a job's user chose its nodes in a way the plugin would leave to Slurm
 /// (`hadar_request::Unmanaged::NodeChoice`): a `--nodelist`, or a `--constraint` hadar does
 /// not read. In shadow mode nothing else sets a job's required nodes. An `--exclude` list
@@ -138,7 +146,7 @@ pub fn observe(
 ) {
     let at = |t: Option<i64>| t.map(|t| t as f64 - epoch);
     for j in jobs {
-        if j.het_job_id.is_some() || !in_scope(j, partitions) || chose_nodes(j) {
+        if j.het_job_id.is_some() || !in_scope(j, partitions) || left_to_slurm(j) {
             continue;
         }
         let Some((gpus, request)) = request_of(j) else {
@@ -667,8 +675,9 @@ mod tests {
         let mut other = job(8, JobStatus::Pending, "gres/gpu=1");
         other.partition = Some("cpu".into());
         let waiting = job(9, JobStatus::Pending, "gres/gpu=1");
-        // Nor is a job with a node list or a constraint hadar does not read: the plugin
-        // would leave it to Slurm. An exclusion or a constraint hadar reads is honoured.
+        // Nor is a job with a node list, a constraint hadar does not read, a deadline or
+        // licenses: the plugin would leave it to Slurm. An exclusion or a constraint hadar
+        // reads is honoured.
         let mut chosen = Vec::new();
         for (id, choose) in [
             (
@@ -678,6 +687,10 @@ mod tests {
             (11, |j: &mut SlurmJob| j.features = Some("[ib|eth]".into())),
             (12, |j: &mut SlurmJob| j.exc_nodes = vec!["n1".into()]),
             (13, |j: &mut SlurmJob| j.features = Some("ib".into())),
+            (14, |j: &mut SlurmJob| j.site.deadline = Some(5_000)),
+            (15, |j: &mut SlurmJob| {
+                j.site.licenses = Some("matlab:1".into())
+            }),
         ] {
             let mut j = job(id, JobStatus::Pending, "gres/gpu=1");
             choose(&mut j);
@@ -686,7 +699,7 @@ mod tests {
         chosen.extend([other, waiting]);
         observe(&mut rows, &chosen, &parts, 1_110.0, 0.0);
         assert!(!rows.contains_key(&8));
-        assert!([10, 11].iter().all(|id| !rows.contains_key(id)));
+        assert!([10, 11, 14, 15].iter().all(|id| !rows.contains_key(id)));
         assert!([12, 13].iter().all(|id| rows.contains_key(id)));
         observe(&mut rows, &[], &parts, 1_120.0, 0.0);
         assert_eq!(rows[&9].final_state.as_deref(), Some(GONE));

@@ -256,6 +256,12 @@ pub struct JobSite {
     pub mem_per_node_mb: Option<u64>,
     /// `NumTasks`.
     pub tasks: Option<u32>,
+    /// `Deadline` (seconds since 1970, `--deadline`), `None` when it has none.
+    #[serde(default)]
+    pub deadline: Option<i64>,
+    /// `Licenses` (`matlab:1`, `--licenses`), `None` when it asks for none.
+    #[serde(default)]
+    pub licenses: Option<String>,
 }
 
 /// Minutes of a Slurm duration `[D-]HH:MM:SS` (or `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, ...).
@@ -526,6 +532,8 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
                 .and_then(parse_mb)
                 .filter(|m| *m > 0),
             tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
+            deadline: r.value("Deadline").and_then(parse_time),
+            licenses: r.value("Licenses").map(str::to_string),
         },
         array: match (r.value("ArrayJobId"), r.value("ArrayTaskId")) {
             (Some(a), Some(t)) => {

@@ -280,6 +280,10 @@ struct JsonJob {
     #[serde(default)]
     tasks: Number,
     #[serde(default)]
+    deadline: Number,
+    #[serde(default)]
+    licenses: Text,
+    #[serde(default)]
     array_job_id: Number,
     #[serde(default)]
     array_task_id: Number,
@@ -465,6 +469,8 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
                 .and_then(|m| u64::try_from(m).ok())
                 .filter(|m| *m > 0),
             tasks: j.tasks.0.and_then(|t| u32::try_from(t).ok()),
+            deadline: j.deadline.0.filter(|t| *t > 0),
+            licenses: j.licenses.get(),
         },
         array,
     })
