@@ -291,24 +291,35 @@ fn plain_round(
     (view::less(cluster, &held), plan)
 }
 
-/// The GPUs of open rounds whose copy job Slurm has not started yet. A copy job holds its
-/// GPUs from its submission to its end, but the cluster view leaves out only those of
-/// running jobs: a round soon after (one woken by a submission) would plan other copies
-/// onto them, and those would wait in Slurm's queue and start with little of their round
-/// left.
+/// The GPUs of open rounds whose copy job's GPUs Slurm does not list as held. A copy job
+/// holds its GPUs from its submission to its end, but the cluster view leaves out only the
+/// GPUs Slurm lists for running and completing jobs: a round soon after (one woken by a
+/// submission) would plan other copies onto those of a copy job still queued, and those would
+/// wait in Slurm's queue and start with little of their round left; a round whose read of the
+/// jobs finds a copy job ending without its GPUs listed would hand them out while the open
+/// round still counts them.
 fn waiting_copies(snap: &RoundSnapshot) -> Vec<(String, String, u32)> {
     snap.forks
         .values()
         .filter_map(|fv| fv.open.as_ref())
-        .filter(|r| match r.copy_job {
-            None => true,
-            Some(id) => snap.slurm_jobs.iter().any(|j| {
-                (j.id == id || j.het_job_id == Some(id)) && j.status == JobStatus::Pending
-            }),
-        })
+        .filter(|r| holds_unlisted_gpus(r.copy_job, &snap.slurm_jobs))
         .flat_map(|r| r.copies.iter())
         .map(|c| (c.node.clone(), c.gpu_type.clone(), c.gpus))
         .collect()
+}
+
+/// Whether an open round's copies hold GPUs Slurm does not list: its copy job is not yet
+/// submitted (`None`), or some of its parts have not ended and none lists a GPU (queued, or
+/// ending).
+fn holds_unlisted_gpus(copy_job: Option<u64>, slurm_jobs: &[SlurmJob]) -> bool {
+    let Some(id) = copy_job else {
+        return true;
+    };
+    let parts: Vec<&SlurmJob> = slurm_jobs
+        .iter()
+        .filter(|j| j.id == id || j.het_job_id == Some(id))
+        .collect();
+    parts.iter().any(|j| !j.status.is_terminal()) && parts.iter().all(|j| j.gpu_parts().is_empty())
 }
 
 /// A forked job's state for HadarE: its copy-size profile, its remaining steps, and its
@@ -359,4 +370,65 @@ fn previous_copies(
         .collect();
     let parts = parts?;
     (!parts.is_empty()).then(|| Placement::forked(parts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_unlisted_gpus;
+    use hadar_slurm::{JobStatus, NodeAlloc, SlurmJob};
+
+    /// Copy job 40's two parts (40 and 41) in `status`, listing their GPUs or not.
+    fn copy_job(status: JobStatus, listed: bool) -> Vec<SlurmJob> {
+        [40, 41]
+            .into_iter()
+            .map(|id| {
+                let mut j = SlurmJob::held_with_record(id, "");
+                j.het_job_id = Some(40);
+                j.status = status.clone();
+                if listed {
+                    j.alloc = vec![NodeAlloc {
+                        node: format!("n{id}"),
+                        gpus: vec![("k80".into(), 1)],
+                    }];
+                }
+                j
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_open_rounds_gpus_are_held_until_slurm_lists_them_or_the_copy_job_ends() {
+        assert!(holds_unlisted_gpus(None, &[]), "not submitted yet");
+        assert!(holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Pending, false)
+        ));
+        // Ending without its GPUs listed (read while the copy job completes): still held, or
+        // a round would hand them out while the open round counts them.
+        assert!(holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Completing, false)
+        ));
+        assert!(holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Running, false)
+        ));
+        // Listed GPUs are left out of the cluster view already; an ended job holds nothing.
+        assert!(!holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Running, true)
+        ));
+        assert!(!holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Completing, true)
+        ));
+        assert!(!holds_unlisted_gpus(
+            Some(40),
+            &copy_job(JobStatus::Completed, false)
+        ));
+        assert!(
+            !holds_unlisted_gpus(Some(40), &[]),
+            "Slurm no longer lists it"
+        );
+    }
 }
