@@ -22,7 +22,8 @@
 //! moves open rounds on before it and submits the planned rounds after it. A copy job holds its
 //! GPUs from its submission until its deadline, a little before the next regular round, so
 //! that round both policies see the whole cluster again; a round woken sooner (by a
-//! submission) plans around the copies still open, queued in Slurm or running.
+//! submission) plans around the copies still open: queued in Slurm, running, or ending
+//! without their GPUs listed.
 //!
 //! Crash safety: a round is written to the store (state `submitting`) before its copy job
 //! is submitted, and its steps are added to the job's aggregate only in the transaction that
