@@ -30,6 +30,10 @@ const SCENARIOS: &[Scenario] = &[
         slurmctld_restarted_mid_run_every_job_finishes_once,
     ),
     (
+        "a_job_starting_while_slurmctld_is_away_waits_for_it",
+        a_job_starting_while_slurmctld_is_away_waits_for_it,
+    ),
+    (
         "killed_node_its_job_is_replaced_and_finishes",
         killed_node_its_job_is_replaced_and_finishes,
     ),
@@ -89,8 +93,9 @@ fn assert_each_completed_once(bed: &Testbed, jobs: &[Submitted], secs: u64) {
         assert_eq!(
             info.field("JobState").as_deref(),
             Some("COMPLETED"),
-            "{}\nlog: {}",
+            "{}\njob output: {}\nlog: {}",
             info.0,
+            output(bed, job.id),
             daemon_log(bed)
         );
         let restarts: usize = info
@@ -406,6 +411,62 @@ fn slurmctld_restarted_mid_run_every_job_finishes_once(bed: &mut Testbed) {
     wait_until("two jobs run", 60, || running(bed, &jobs) >= 2);
     bed.restart_controller().unwrap();
     assert_each_completed_once(bed, &jobs, 300);
+    assert_daemon_agrees(&serve, &jobs);
+}
+
+/// slurmctld stopped just as placed jobs' programs start: `hadar emulate` and the fork
+/// runner cannot read their job, say they wait for the controller, and run to completion
+/// once slurmctld is back (both used to fail at once; seen in CI when a restart met a
+/// job's start).
+fn a_job_starting_while_slurmctld_is_away_waits_for_it(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "away");
+    let go = bed.path("jobs/go-while-away");
+    let _ = std::fs::remove_file(&go);
+    let wait_for_go = format!("while [ ! -e {} ]; do sleep 0.2; done\nexec ", go.display());
+    let steps = (gavel_rate("a3c", "v100", 1) * TIME_SCALE * 10.0)
+        .round()
+        .max(1.0) as u64;
+    let emulated = submit(
+        bed,
+        &["--gpus=1", &output_args(bed)],
+        &script("a3c", steps, "").replace("exec ", &wait_for_go),
+    );
+    // Not forked (the daemon's policy is hadar), the runner reads its job's length from
+    // Slurm and runs its program as the one copy of one round.
+    let runner_script = format!(
+        "#!/bin/sh\n#HADAR type=a3c steps={steps}\n{wait_for_go}{runner} -- {hadar} emulate --job-type a3c --steps {steps} --gpus v100:1 --time-scale {TIME_SCALE}\n",
+        runner = fork_runner().display(),
+        hadar = env!("CARGO_BIN_EXE_hadar"),
+    );
+    let through_runner = submit(bed, &["--gpus=1", &output_args(bed)], &runner_script);
+    for id in [emulated, through_runner] {
+        wait_state(bed, id, &["RUNNING"], 60);
+    }
+    bed.stop_controller().unwrap();
+    std::fs::write(&go, "").unwrap();
+    wait_until("both jobs say they wait for slurmctld", 60, || {
+        output(bed, emulated).contains("hadar-emulate: waiting for slurmctld")
+            && output(bed, through_runner).contains("hadar-fork-run: waiting for slurmctld")
+    });
+    bed.start_controller().unwrap();
+    let jobs = [Submitted {
+        id: emulated,
+        steps,
+    }];
+    assert_each_completed_once(bed, &jobs, 120);
+    let runner_end = wait_state(
+        bed,
+        through_runner,
+        &["COMPLETED", "FAILED", "CANCELLED"],
+        120,
+    );
+    assert_eq!(
+        runner_end.field("JobState").as_deref(),
+        Some("COMPLETED"),
+        "{}\njob output: {}",
+        runner_end.0,
+        output(bed, through_runner)
+    );
     assert_daemon_agrees(&serve, &jobs);
 }
 

@@ -139,20 +139,7 @@ fn job_gpus(
                     "not inside a Slurm job (no SLURM_JOB_ID) and no --gpus given"
                 ))
             })?;
-            // Right after a requeued job restarts, the controller has been seen to list it
-            // without its GPU detail for a moment: ask again for a few seconds.
-            let mut tries = 0;
-            let job = loop {
-                let job = slurm
-                    .job(id)
-                    .map_err(Failure::runtime)?
-                    .ok_or_else(|| Failure::runtime(anyhow!("Slurm does not know job {id}")))?;
-                tries += 1;
-                if !job.gpu_parts().is_empty() || tries >= 20 {
-                    break job;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            };
+            let job = read_allocation(slurm, id)?;
             let mut per_type: Vec<(String, u32)> = Vec::new();
             for (_, t, c) in job.gpu_parts() {
                 match per_type.iter_mut().find(|(u, _)| *u == t) {
@@ -163,6 +150,52 @@ fn job_gpus(
             per_type
         }
     })
+}
+
+/// How long the job waits for slurmctld to answer before it gives up: a controller being
+/// restarted (or failing over) is away for seconds, and the job has done nothing yet.
+const CONTROLLER_PATIENCE: Duration = Duration::from_secs(90);
+
+/// How long the job asks again while Slurm lists it without its GPU detail.
+const DETAIL_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Job `id` as Slurm lists it once its GPUs are shown. Right after a requeued job restarts,
+/// the controller has been seen to list it without its GPU detail for a moment, and a job
+/// can start just as slurmctld is restarted: both are asked again, each for a bounded time,
+/// so that neither fails a job that has done nothing wrong.
+fn read_allocation(slurm: &Slurm, id: u64) -> Result<hadar_slurm::SlurmJob, Failure> {
+    let started = Instant::now();
+    let mut told_away = false;
+    let mut first_listed: Option<Instant> = None;
+    loop {
+        match slurm.job(id) {
+            Ok(Some(job)) => {
+                let listed = *first_listed.get_or_insert_with(Instant::now);
+                if !job.gpu_parts().is_empty() || listed.elapsed() >= DETAIL_PATIENCE {
+                    return Ok(job);
+                }
+            }
+            Ok(None) => return Err(Failure::runtime(anyhow!("Slurm does not know job {id}"))),
+            Err(e) if controller_away(&e) && started.elapsed() < CONTROLLER_PATIENCE => {
+                if !told_away {
+                    eprintln!("hadar-emulate: waiting for slurmctld to answer: {e}");
+                    told_away = true;
+                }
+            }
+            Err(e) => return Err(Failure::runtime(e)),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Whether a failed Slurm command may succeed when asked again: it ran but failed or timed
+/// out (a controller away), not one that cannot run at all.
+fn controller_away(e: &hadar_slurm::SlurmError) -> bool {
+    use hadar_slurm::{CommandError, SlurmError};
+    matches!(
+        e,
+        SlurmError::Command(CommandError::Failed { .. } | CommandError::Timeout { .. })
+    )
 }
 
 /// Steps/s of a job of `job_type` on `gpus` ([`hadar_formats::ThroughputTable::gang_rate`]).

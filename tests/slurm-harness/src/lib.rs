@@ -635,6 +635,13 @@ PluginDir={c}/plugins:{slurm_plugins}
     /// Restarts slurmctld as an admin would (`systemctl restart slurmctld`): SIGTERM, wait for
     /// it to exit, start it again on the same state (no `-c`), wait until it answers.
     pub fn restart_controller(&mut self) -> Result<(), TestbedError> {
+        self.stop_controller()?;
+        self.start_controller()
+    }
+
+    /// Stops slurmctld as `systemctl stop slurmctld` would: SIGTERM, then waits for it to
+    /// exit. Running jobs go on; clients fail until [`Testbed::start_controller`].
+    pub fn stop_controller(&mut self) -> Result<(), TestbedError> {
         let pid_file = self.path("run/slurmctld.pid");
         let pid = std::fs::read_to_string(&pid_file)
             .ok()
@@ -646,7 +653,11 @@ PluginDir={c}/plugins:{slurm_plugins}
         }
         wait_for(Duration::from_secs(30), "slurmctld to stop", || {
             !is_our_daemon(pid)
-        })?;
+        })
+    }
+
+    /// Starts slurmctld again on its saved state (no `-c`) and waits until it answers.
+    pub fn start_controller(&mut self) -> Result<(), TestbedError> {
         let conf = self.path("etc/slurm.conf");
         self.checked(self.daemon("slurmctld").arg("-f").arg(&conf))?;
         wait_for(Duration::from_secs(30), "slurmctld to answer", || {
