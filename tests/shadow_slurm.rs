@@ -128,7 +128,23 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
             )
         })
         .collect();
+    // A --no-requeue job, which the plugin would leave to Slurm on a site that requeues by
+    // default (the test cluster's JobRequeue=1): never shadowed, over the rounds it waits
+    // and runs.
+    let no_requeue = submit(
+        bed,
+        &[
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--no-requeue",
+            "--job-name=lm",
+            &out,
+        ],
+        "#!/bin/sh\nsleep 6\n",
+    );
     let infos: Vec<_> = ids.iter().map(|id| wait_completed(bed, *id, 90)).collect();
+    wait_completed(bed, no_requeue, 90);
     // The daemon has seen every job end.
     wait_until("the shadow daemon records every job's end", 30, || {
         let v: serde_json::Value = serde_json::from_str(&hadar(&[
@@ -147,6 +163,13 @@ fn shadow_mode_records_what_hadar_would_do_and_acts_on_nothing(bed: &mut Testbed
         })
     });
 
+    let store = hadar_store::Store::open_read_only(&state).unwrap();
+    assert_eq!(
+        store.job(u64::from(no_requeue)).unwrap(),
+        None,
+        "a --no-requeue job was shadowed"
+    );
+    drop(store);
     assert_slurm_alone_scheduled(&ids, &infos, &workload);
     assert_recorded_and_acted_on_nothing(bed, &state, &ids);
     assert_report_rates_every_job(bed, &state, &ids, &infos);

@@ -108,7 +108,8 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
     let running = plain(bed, &["-w", "n4", "--gres=gpu:2", "--wrap", "sleep 60"]);
     let held = plain(bed, &["-H", "--gres=gpu:k80:1", "--wrap", "true"]);
     let done = plain(bed, &["--gres=gpu:1", "--wrap", "true"]);
-    // A held job with a deadline two hours out and a license: both readers must see both.
+    // A held job with a deadline two hours out, a license and --no-requeue: both readers
+    // must see all three.
     let submitted_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -119,6 +120,7 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
             "-H",
             "--deadline=now+2hours",
             "--licenses=matlab:1",
+            "--no-requeue",
             "--gres=gpu:1",
             "--wrap",
             "true",
@@ -164,6 +166,12 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
         "{:?}",
         bounded_text.site.licenses
     );
+    // The test cluster keeps Slurm's JobRequeue=1: a job is requeueable unless it says not.
+    assert_eq!(bounded_text.site.requeue, Some(false));
+    let running_text = from_text.iter().find(|j| j.id == u64::from(running));
+    assert_eq!(running_text.and_then(|j| j.site.requeue), Some(true));
+    let config = hadar_slurm::site::parse_config(&scontrol(bed, &["show", "config"])).unwrap();
+    assert!(config.job_requeue, "JobRequeue as read: {config:?}");
     let nodes_text = scontrol(bed, &["show", "node"]);
     if r.read_form() == ReadForm::Text {
         println!(

@@ -82,11 +82,19 @@ pub trait SlurmApi {
     fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
         Ok(Default::default())
     }
+    /// The site's `scontrol show config` settings alone (shadow mode reads `JobRequeue`);
+    /// Slurm's defaults by default.
+    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
+        Ok(Default::default())
+    }
 }
 
 impl SlurmApi for Slurm {
     fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
         Slurm::site_figures(self)
+    }
+    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
+        Slurm::site_config(self)
     }
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         Slurm::nodes(self)

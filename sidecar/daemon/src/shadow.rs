@@ -6,7 +6,7 @@
 //! The job_submit plugin is not enabled in shadow mode, so jobs carry no hadar record: every
 //! pending or running GPU job of the managed partitions is shadowed, with its request read
 //! from Slurm's own fields ([`request_of`]), but for the jobs the plugin would leave to Slurm
-//! for what their records show ([`left_to_slurm`]). Per round the store gets:
+//! for what their records show ([`Shadowed`]). Per round the store gets:
 //!
 //! * one [`JobRow`] per shadowed job with what Slurm did: submit, first start, end (its
 //!   `SubmitTime`, `StartTime`, `EndTime`), the GPUs it held by node and type, its final state;
@@ -87,6 +87,37 @@ pub fn request_of(job: &SlurmJob) -> Option<(u32, String)> {
     (gpus > 0).then_some((gpus, text))
 }
 
+/// Which jobs are shadowed: the GPU jobs of the managed partitions that the plugin would
+/// manage.
+#[derive(Clone, Copy, Debug)]
+pub struct Shadowed<'a> {
+    /// `[slurm] managed_partitions` (all when empty).
+    pub partitions: &'a [String],
+    /// The site's `JobRequeue`: where it is 1, a job's `Requeue=0` is its user's
+    /// `--no-requeue` (or an admin's update), which the plugin leaves to Slurm; where it is
+    /// 0 every job shows `Requeue=0`, and the plugin would manage (and make requeueable) all
+    /// but those that said `--no-requeue`, which the record cannot tell apart.
+    pub site_requeues: bool,
+}
+
+impl Shadowed<'_> {
+    /// Whether `job` is shadowed.
+    fn takes(&self, job: &SlurmJob) -> bool {
+        job.het_job_id.is_none() && in_scope(job, self.partitions) && !self.left_to_slurm(job)
+    }
+
+    /// Whether the plugin would leave a job to Slurm for what its record shows: it chose
+    /// its nodes ([`chose_nodes`]), has a `--deadline` (`Unmanaged::Deadline`), asks for
+    /// licenses (`Unmanaged::Licenses`), or may not be requeued on a site that requeues by
+    /// default (`Unmanaged::NoRequeue`).
+    fn left_to_slurm(&self, job: &SlurmJob) -> bool {
+        chose_nodes(job)
+            || job.site.deadline.is_some()
+            || job.site.licenses.is_some()
+            || (self.site_requeues && job.site.requeue == Some(false))
+    }
+}
+
 /// Whether a job is in the managed partitions (`partitions` empty: all); a pending job may
 /// name several.
 fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
@@ -95,14 +126,6 @@ fn in_scope(job: &SlurmJob, partitions: &[String]) -> bool {
             .partition
             .as_deref()
             .is_some_and(|p| p.split(',').any(|p| partitions.iter().any(|q| q == p)))
-}
-
-/// Whether the plugin would leave a job to Slurm for what its record shows: it chose its
-/// nodes ([`chose_nodes`]), has a `--deadline` (`Unmanaged::Deadline`) or asks for licenses
-/// (`Unmanaged::Licenses`). A `--no-requeue` job is shadowed: its record's `Requeue=0` may as
-/// well be the site's `JobRequeue=0`, which the plugin overrides for the jobs it manages.
-fn left_to_slurm(job: &SlurmJob) -> bool {
-    chose_nodes(job) || job.site.deadline.is_some() || job.site.licenses.is_some()
 }
 
 /// Whether a job's user chose its nodes in a way the plugin would leave to Slurm
@@ -140,15 +163,12 @@ fn placement_of(job: &SlurmJob, gpus: u32) -> Option<NodeGpus> {
 pub fn observe(
     rows: &mut BTreeMap<u64, JobRow>,
     jobs: &[SlurmJob],
-    partitions: &[String],
+    shadowed: Shadowed<'_>,
     now_s: f64,
     epoch: f64,
 ) {
     let at = |t: Option<i64>| t.map(|t| t as f64 - epoch);
-    for j in jobs {
-        if j.het_job_id.is_some() || !in_scope(j, partitions) || left_to_slurm(j) {
-            continue;
-        }
+    for j in jobs.iter().filter(|j| shadowed.takes(j)) {
         let Some((gpus, request)) = request_of(j) else {
             continue;
         };
@@ -390,18 +410,17 @@ impl<S: SlurmApi> Shadow<S> {
         let now_s = now_unix - self.epoch;
         let nodes = self.slurm.nodes()?;
         let (slurm_jobs, _) = self.slurm.jobs()?;
+        let site_requeues = self.slurm.site_config()?.job_requeue;
         self.round += 1;
         let round = self.round;
         let mut rows: BTreeMap<u64, JobRow> =
             self.store.jobs()?.into_iter().map(|r| (r.id, r)).collect();
         let before = rows.clone();
-        observe(
-            &mut rows,
-            &slurm_jobs,
-            &self.config.partitions,
-            now_s,
-            self.epoch,
-        );
+        let shadowed = Shadowed {
+            partitions: &self.config.partitions,
+            site_requeues,
+        };
+        observe(&mut rows, &slurm_jobs, shadowed, now_s, self.epoch);
         let (summary, decisions, would) = self.plan(round, now_s, &nodes, &slurm_jobs, &rows);
         self.store.write(|w| {
             for r in rows.values() {
@@ -644,8 +663,12 @@ mod tests {
     fn rows_follow_what_slurm_did() {
         let mut rows = BTreeMap::new();
         let parts = vec!["gpu".to_string()];
+        let parts = Shadowed {
+            partitions: &parts,
+            site_requeues: true,
+        };
         let mut j = job(7, JobStatus::Pending, "gres/gpu:p100=1");
-        observe(&mut rows, &[j.clone()], &parts, 10.0, 0.0);
+        observe(&mut rows, &[j.clone()], parts, 10.0, 0.0);
         assert_eq!(rows[&7].phase, Phase::Waiting);
         assert_eq!(rows[&7].arrival_s, 1_000.0);
         j.status = JobStatus::Running;
@@ -655,13 +678,13 @@ mod tests {
             node: "n2".into(),
             gpus: vec![("p100".into(), 1)],
         }];
-        observe(&mut rows, &[j.clone()], &parts, 1_030.0, 0.0);
+        observe(&mut rows, &[j.clone()], parts, 1_030.0, 0.0);
         assert_eq!(rows[&7].phase, Phase::Running);
         assert_eq!(rows[&7].first_start_s, Some(1_020.0));
         j.status = JobStatus::Completed;
         j.end_time = Some(1_100);
         j.alloc.clear();
-        observe(&mut rows, &[j], &parts, 1_105.0, 0.0);
+        observe(&mut rows, &[j], parts, 1_105.0, 0.0);
         let r = &rows[&7];
         assert_eq!(r.phase, Phase::Finished);
         assert_eq!(r.finished_s, Some(1_100.0));
@@ -675,9 +698,9 @@ mod tests {
         let mut other = job(8, JobStatus::Pending, "gres/gpu=1");
         other.partition = Some("cpu".into());
         let waiting = job(9, JobStatus::Pending, "gres/gpu=1");
-        // Nor is a job with a node list, a constraint hadar does not read, a deadline or
-        // licenses: the plugin would leave it to Slurm. An exclusion or a constraint hadar
-        // reads is honoured.
+        // Nor is a job with a node list, a constraint hadar does not read, a deadline,
+        // licenses, or Requeue=0 on a site that requeues by default: the plugin would leave
+        // it to Slurm. An exclusion or a constraint hadar reads is honoured.
         let mut chosen = Vec::new();
         for (id, choose) in [
             (
@@ -691,17 +714,28 @@ mod tests {
             (15, |j: &mut SlurmJob| {
                 j.site.licenses = Some("matlab:1".into())
             }),
+            (16, |j: &mut SlurmJob| j.site.requeue = Some(false)),
+            (17, |j: &mut SlurmJob| j.site.requeue = Some(true)),
         ] {
             let mut j = job(id, JobStatus::Pending, "gres/gpu=1");
             choose(&mut j);
             chosen.push(j);
         }
         chosen.extend([other, waiting]);
-        observe(&mut rows, &chosen, &parts, 1_110.0, 0.0);
+        observe(&mut rows, &chosen, parts, 1_110.0, 0.0);
         assert!(!rows.contains_key(&8));
-        assert!([10, 11, 14, 15].iter().all(|id| !rows.contains_key(id)));
-        assert!([12, 13].iter().all(|id| rows.contains_key(id)));
-        observe(&mut rows, &[], &parts, 1_120.0, 0.0);
+        assert!([10, 11, 14, 15, 16].iter().all(|id| !rows.contains_key(id)));
+        assert!([12, 13, 17].iter().all(|id| rows.contains_key(id)));
+        // Where the site's JobRequeue is 0, Requeue=0 is every job's: shadowed.
+        let mut no_requeue_site = BTreeMap::new();
+        let no_requeue = chosen.iter().find(|j| j.id == 16).unwrap().clone();
+        let site = Shadowed {
+            site_requeues: false,
+            ..parts
+        };
+        observe(&mut no_requeue_site, &[no_requeue], site, 1_110.0, 0.0);
+        assert!(no_requeue_site.contains_key(&16));
+        observe(&mut rows, &[], parts, 1_120.0, 0.0);
         assert_eq!(rows[&9].final_state.as_deref(), Some(GONE));
     }
 

@@ -300,6 +300,7 @@ fn site(w: &World) -> Site {
             max_age_s: 7.0 * 86_400.0,
             favor_small: p.favor_small,
             enforce_limits: false,
+            job_requeue: true,
         },
         jobs: w
             .jobs

@@ -262,6 +262,10 @@ pub struct JobSite {
     /// `Licenses` (`matlab:1`, `--licenses`), `None` when it asks for none.
     #[serde(default)]
     pub licenses: Option<String>,
+    /// `Requeue`: whether Slurm may requeue the job (`--requeue`, `--no-requeue`, or the
+    /// site's `JobRequeue`); `None` when not shown.
+    #[serde(default)]
+    pub requeue: Option<bool>,
 }
 
 /// Minutes of a Slurm duration `[D-]HH:MM:SS` (or `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, ...).
@@ -534,6 +538,11 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
             tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
             deadline: r.value("Deadline").and_then(parse_time),
             licenses: r.value("Licenses").map(str::to_string),
+            requeue: match r.value("Requeue") {
+                Some("1") => Some(true),
+                Some("0") => Some(false),
+                _ => None,
+            },
         },
         array: match (r.value("ArrayJobId"), r.value("ArrayTaskId")) {
             (Some(a), Some(t)) => {

@@ -284,6 +284,8 @@ struct JsonJob {
     #[serde(default)]
     licenses: Text,
     #[serde(default)]
+    requeue: Option<bool>,
+    #[serde(default)]
     array_job_id: Number,
     #[serde(default)]
     array_task_id: Number,
@@ -471,6 +473,7 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
             tasks: j.tasks.0.and_then(|t| u32::try_from(t).ok()),
             deadline: j.deadline.0.filter(|t| *t > 0),
             licenses: j.licenses.get(),
+            requeue: j.requeue,
         },
         array,
     })

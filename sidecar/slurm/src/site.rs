@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// The priority and enforcement settings of `scontrol show config`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SiteConfig {
     /// `PriorityType=priority/multifactor`.
     pub multifactor: bool,
@@ -30,6 +30,33 @@ pub struct SiteConfig {
     pub favor_small: bool,
     /// `AccountingStorageEnforce` includes `limits` (or `safe`): Slurm enforces limits.
     pub enforce_limits: bool,
+    /// `JobRequeue=1` (Slurm's default): a batch job is requeueable unless it says
+    /// `--no-requeue`.
+    #[serde(default = "requeue_by_default")]
+    pub job_requeue: bool,
+}
+
+/// Slurm's `JobRequeue` when not set.
+fn requeue_by_default() -> bool {
+    true
+}
+
+/// Slurm's defaults: basic priority, no weights, limits not enforced, jobs requeueable.
+impl Default for SiteConfig {
+    fn default() -> Self {
+        SiteConfig {
+            multifactor: false,
+            weight_fairshare: 0.0,
+            weight_qos: 0.0,
+            weight_age: 0.0,
+            weight_partition: 0.0,
+            weight_job_size: 0.0,
+            max_age_s: 0.0,
+            favor_small: false,
+            enforce_limits: false,
+            job_requeue: requeue_by_default(),
+        }
+    }
 }
 
 /// What a limit needs to know of one job (`squeue`).
@@ -283,6 +310,7 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
         enforce_limits: enforce
             .split(',')
             .any(|e| matches!(e.trim(), "limits" | "safe")),
+        job_requeue: map.get("JobRequeue").is_none_or(|v| v.trim() != "0"),
     })
 }
 
@@ -467,11 +495,16 @@ impl Slurm {
         Ok(self.run(program, &args)?)
     }
 
+    /// The priority and enforcement settings of `scontrol show config`.
+    pub fn site_config(&self) -> Result<SiteConfig, SlurmError> {
+        parse_config(&self.text("scontrol", &["show", "config"])?)
+    }
+
     /// The site's rules as Slurm reports them. Fair-share is read only under
     /// `priority/multifactor`; QOS and associations only with accounting (when the site
     /// enforces limits, or for QOS priorities under multifactor).
     pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
-        let config = parse_config(&self.text("scontrol", &["show", "config"])?)?;
+        let config = self.site_config()?;
         let jobs =
             parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l|%v|%L"])?)?;
         let partitions =
@@ -558,6 +591,18 @@ mod tests {
         );
         assert_eq!(c.max_age_s, 86400.0);
         assert!(parse_config("PriorityWeightQOS = lots\n").is_err());
+        // JobRequeue: Slurm's default is 1, shown or not.
+        assert!(c.job_requeue);
+        assert!(
+            !parse_config("JobRequeue              = 0\n")
+                .unwrap()
+                .job_requeue
+        );
+        assert!(
+            parse_config("JobRequeue              = 1\n")
+                .unwrap()
+                .job_requeue
+        );
     }
 
     #[test]
