@@ -6,7 +6,8 @@
 //! back with the placement, and jobs that chose their nodes run where their users said
 //! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
 //! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
-//! `--deadline`, `--licenses` or `--no-requeue` left to Slurm. One cluster for
+//! `--deadline`, `--licenses` or `--no-requeue` left to Slurm (licenses added to a managed
+//! job after submission are waited for). One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -62,6 +63,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm",
         a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm,
+    ),
+    (
+        "licenses_added_to_a_managed_job_are_waited_for",
+        licenses_added_to_a_managed_job_are_waited_for,
     ),
 ];
 
@@ -469,4 +474,41 @@ fn a_job_with_a_deadline_licenses_or_no_requeue_is_left_to_slurm(bed: &mut Testb
     ] {
         assert!(log.contains(why), "slurmctld's log says {why:?}");
     }
+}
+
+/// Licenses its user adds to a managed job after submission (`scontrol update
+/// Licenses=`): while the cluster has none free, the daemon does not place the job, and
+/// says why in its comment; once they are free it is placed and runs.
+fn licenses_added_to_a_managed_job_are_waited_for(bed: &mut Testbed) {
+    // Both of the test cluster's matlab licenses, held by a job left to Slurm.
+    let holder = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "-L", "matlab:2"],
+        &short_job("sleep 300"),
+    );
+    wait_state(bed, holder, &["RUNNING"], 60);
+    // Submitted while no daemon runs, so that the licenses are added before any round.
+    let managed = submit(bed, &["-p", "gpu", "--gpus=1"], &short_job("true"));
+    assert!(field(bed, managed, "AdminComment").contains("hadar:v1"));
+    bed.client(
+        "scontrol",
+        &["update", &format!("JobId={managed}"), "Licenses=matlab:1"],
+    )
+    .expect("add a license to the held job");
+    let serve = Serve::start(bed, "licenses");
+    wait_until("the daemon says the job waits for its licenses", 60, || {
+        squeue_comment(bed, managed) == "hadar: waiting for its licenses matlab:1"
+    });
+    serve.wait_rounds(bed, 2);
+    assert_eq!(field(bed, managed, "JobState"), "PENDING");
+    assert!(field(bed, managed, "Reason").starts_with("JobHeld"));
+    assert_eq!(field(bed, managed, "ReqNodeList"), "(null)");
+    bed.client("scancel", &[&holder.to_string()])
+        .expect("end the license holder");
+    let info = wait_completed(bed, managed, 90);
+    assert!(
+        info.field("Licenses").is_some_and(|l| l.contains("matlab")),
+        "{}",
+        info.0
+    );
 }

@@ -180,21 +180,30 @@ pub fn decide(
     })
 }
 
-/// The waiting jobs Slurm would not start yet, with why.
+/// The waiting jobs Slurm would not start yet, with why: each job's own hold, dependency
+/// or begin time, then, among the rest, the licenses the cluster has free.
 fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
     let status = eligible::states(&snap.slurm_jobs);
-    snap.slurm_jobs
-        .iter()
-        .filter(|j| {
-            snap.rows
-                .get(&j.id)
-                .is_some_and(|r| r.phase == Phase::Waiting)
-        })
+    let in_phase = |phase: Phase| {
+        snap.slurm_jobs
+            .iter()
+            .filter(move |j| snap.rows.get(&j.id).is_some_and(|r| r.phase == phase))
+    };
+    let mut blocked: BTreeMap<u64, Blocked> = in_phase(Phase::Waiting)
         .filter_map(|j| {
             let blocked = eligible::blocked(j, snap.now_unix, |id| status.get(&id).copied())?;
             Some((j.id, blocked))
         })
-        .collect()
+        .collect();
+    let free = snap.site.licenses();
+    if !free.is_empty() {
+        let waiting = in_phase(Phase::Waiting).filter(|j| !blocked.contains_key(&j.id));
+        let starting = in_phase(Phase::Starting).filter(|j| j.status == JobStatus::Pending);
+        for (id, asked) in eligible::short_of_licenses(waiting, starting, free) {
+            blocked.insert(id, Blocked::Licenses(asked));
+        }
+    }
+    blocked
 }
 
 /// The forked jobs' rounds over what `plain` leaves (see [`crate::fork::plan`]), their

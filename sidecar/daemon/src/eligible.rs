@@ -1,13 +1,15 @@
 //! Which waiting managed jobs Slurm itself would not start yet, whatever their GPUs: a job
 //! its user submitted held (`sbatch --hold`), a job whose dependency is unmet, a job whose
-//! `--begin` time is ahead. hadar does not plan them (as the site's Slurm would keep them
-//! pending), and says why in the job's `Comment`, where `squeue -o %k` shows it. A
-//! dependency the jobs the daemon sees already meet does not block ([`crate::dependency`]).
-//! Pure.
+//! `--begin` time is ahead, a job whose licenses are not free ([`short_of_licenses`]; a
+//! job submitted with `--licenses` is left to Slurm by the plugin, but its user may add
+//! them later). hadar does not plan them (as the site's Slurm would keep them pending),
+//! and says why in the job's `Comment`, where `squeue -o %k` shows it. A dependency the
+//! jobs the daemon sees already meet does not block ([`crate::dependency`]). Pure.
 
 use crate::dependency;
+use hadar_slurm::license::{License, LicenseRequest};
 use hadar_slurm::{JobStatus, SlurmJob};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Each listed job's state by id: what [`blocked`] looks a dependency's jobs up in.
 pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
@@ -23,6 +25,8 @@ pub enum Blocked {
     Dependency(String),
     /// Not eligible before this Unix time (`--begin`).
     Begin(i64),
+    /// The licenses it asks for (its `Licenses=`) are not free.
+    Licenses(String),
 }
 
 /// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not;
@@ -62,6 +66,43 @@ pub fn blocked<'a>(
     }
 }
 
+/// The waiting jobs whose licenses are not free, with what they ask for. The cluster's
+/// free licenses (`free`) go first to the released jobs Slurm has not started yet
+/// (`starting`, which take theirs when they start), then to the `waiting` jobs in
+/// submission order (job id: hadar holds them, so Slurm shows them all at priority 0); a
+/// job takes all it asks for or none. A request hadar cannot read blocks nothing (Slurm
+/// judges it).
+pub fn short_of_licenses<'a>(
+    waiting: impl IntoIterator<Item = &'a SlurmJob>,
+    starting: impl IntoIterator<Item = &'a SlurmJob>,
+    free: &[License],
+) -> BTreeMap<u64, String> {
+    let mut free: Vec<License> = free.to_vec();
+    let mut take = |job: &SlurmJob| -> Option<bool> {
+        let text = job.site.licenses.as_deref()?;
+        let request = LicenseRequest::parse(text)?;
+        let Some(taken) = request.take_from(&free) else {
+            return Some(false);
+        };
+        for (name, n) in taken {
+            if let Some(l) = free.iter_mut().find(|l| l.name == name) {
+                l.free -= n;
+            }
+        }
+        Some(true)
+    };
+    for job in starting {
+        take(job);
+    }
+    let mut waiting: Vec<&SlurmJob> = waiting.into_iter().collect();
+    waiting.sort_by_key(|j| j.id);
+    waiting
+        .into_iter()
+        .filter(|j| take(j) == Some(false))
+        .map(|j| (j.id, j.site.licenses.clone().unwrap_or_default()))
+        .collect()
+}
+
 /// The words a waiting job's `Comment` carries: why it is blocked, or what it waits for
 /// (`workers` GPUs, `types` when restricted) and its place among the waiting jobs.
 pub fn reason_words(
@@ -76,6 +117,7 @@ pub fn reason_words(
         }
         Some(Blocked::Dependency(d)) => format!("hadar: waiting for its dependency {d}"),
         Some(Blocked::Begin(t)) => format!("hadar: not before its begin time ({t} Unix)"),
+        Some(Blocked::Licenses(l)) => format!("hadar: waiting for its licenses {l}"),
         None => {
             let of = types
                 .map(|t| format!(" of {}", t.join("/")))
@@ -199,5 +241,48 @@ mod tests {
             Some("hadar: reservation resv_n2: it is not active yet")
         );
         assert_eq!(site_words(&WaitReason::DoesNotFit), None);
+    }
+
+    #[test]
+    fn licenses_go_to_starting_jobs_then_waiting_ones_in_submission_order() {
+        let with = |id: u64, licenses: &str| {
+            let mut j = job("JobHeldUser", "hadar:v1 gpus=1");
+            j.id = id;
+            j.site.licenses = Some(licenses.into());
+            j
+        };
+        let free = [License {
+            name: "matlab".into(),
+            total: 3,
+            free: 2,
+        }];
+        // A released job about to start takes one; of the waiting jobs, the earliest takes
+        // the other; the later ones wait, whole (job 9 asks for two of one and none fit).
+        let starting = [with(3, "matlab:1")];
+        let waiting = [with(9, "matlab:2"), with(5, "matlab:1"), with(6, "matlab")];
+        let short = short_of_licenses(&waiting, &starting, &free);
+        assert_eq!(
+            short.into_iter().collect::<Vec<_>>(),
+            [(6, "matlab".to_string()), (9, "matlab:2".to_string())]
+        );
+        // Nothing starting: both matlab:1 jobs fit, the two-license one does not.
+        let short = short_of_licenses(&waiting, &[], &free);
+        assert_eq!(short.keys().copied().collect::<Vec<_>>(), [9]);
+        // A license the cluster does not list is never free; one hadar cannot read is
+        // Slurm's to judge; a job without licenses is never blocked by them.
+        let short = short_of_licenses(
+            &[
+                with(1, "ansys:1"),
+                with(2, "matlab:lots"),
+                job("JobHeldUser", "x"),
+            ],
+            &[],
+            &free,
+        );
+        assert_eq!(short.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(
+            reason_words(Some(&Blocked::Licenses("matlab:1".into())), 1, None, 1),
+            "hadar: waiting for its licenses matlab:1"
+        );
     }
 }

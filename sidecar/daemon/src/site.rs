@@ -313,6 +313,11 @@ impl Site {
         &self.limits
     }
 
+    /// The cluster's licenses, with how many are free.
+    pub fn licenses(&self) -> &[hadar_slurm::license::License] {
+        &self.figures.licenses
+    }
+
     /// Job `id`'s priority factors (`None` without `priority/multifactor` or for a job
     /// Slurm did not list), with the weights they are weighed by.
     pub fn factors(

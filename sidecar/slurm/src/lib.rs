@@ -22,6 +22,7 @@ pub mod command;
 pub mod hostlist;
 pub mod job;
 pub mod json;
+pub mod license;
 pub mod node;
 pub mod record;
 pub mod release;

@@ -181,6 +181,9 @@ pub struct SiteFigures {
     pub partitions: Vec<PartitionFigures>,
     /// Advance reservations (`scontrol show reservation`).
     pub reservations: Vec<crate::reservation::Reservation>,
+    /// The cluster's licenses (`scontrol show licenses`).
+    #[serde(default)]
+    pub licenses: Vec<crate::license::License>,
 }
 
 /// A map keyed by `(account, user)` as JSON writes it: a list of `[[account, user], value]`
@@ -537,6 +540,7 @@ impl Slurm {
             (Vec::new(), HashMap::new())
         };
         let reservations = self.reservations()?;
+        let licenses = self.licenses()?;
         if assocs.iter().any(|a| a.grp_gpu_mins.is_some()) {
             let used = parse_gpu_usage(&self.text(
                 "sshare",
@@ -549,6 +553,7 @@ impl Slurm {
         }
         Ok(SiteFigures {
             reservations,
+            licenses,
             config,
             jobs,
             fairshare,
