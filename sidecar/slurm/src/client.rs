@@ -212,6 +212,24 @@ impl Slurm {
         Ok(self.slurm_release()?.read_form())
     }
 
+    /// `scontrol show ENTITY` read with `json` where the release answers in JSON, else in
+    /// its one-line text form with `text`.
+    pub(crate) fn show_in_read_form<T>(
+        &self,
+        entity: &str,
+        json: fn(&str) -> Result<T, SlurmError>,
+        text: fn(&str) -> Result<T, SlurmError>,
+    ) -> Result<T, SlurmError> {
+        let as_json = self.read_form()? == ReadForm::Json;
+        let form = if as_json { "--json" } else { "--oneliner" };
+        let answer = self.run("scontrol", &["show".into(), entity.into(), form.into()])?;
+        if as_json {
+            json(&answer)
+        } else {
+            text(&answer)
+        }
+    }
+
     /// Its settings.
     pub fn config(&self) -> &SlurmConfig {
         &self.config

@@ -134,15 +134,7 @@ impl LicenseRequest {
 impl crate::Slurm {
     /// The cluster's licenses (`scontrol show licenses`, as JSON where the release has it).
     pub fn licenses(&self) -> Result<Vec<License>, SlurmError> {
-        let json = self.read_form()? == crate::ReadForm::Json;
-        let mut args = vec!["show".to_string(), "licenses".to_string()];
-        args.push(if json { "--json" } else { "--oneliner" }.to_string());
-        let text = self.run("scontrol", &args)?;
-        if json {
-            parse_json(&text)
-        } else {
-            parse_text(&text)
-        }
+        self.show_in_read_form("licenses", parse_json, parse_text)
     }
 }
 

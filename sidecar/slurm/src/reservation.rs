@@ -166,15 +166,7 @@ impl crate::Slurm {
     /// The reservations Slurm knows (`scontrol show reservation`, as JSON where the release
     /// has it).
     pub fn reservations(&self) -> Result<Vec<Reservation>, SlurmError> {
-        let json = self.read_form()? == crate::ReadForm::Json;
-        let mut args = vec!["show".to_string(), "reservation".to_string()];
-        args.push(if json { "--json" } else { "--oneliner" }.to_string());
-        let text = self.run("scontrol", &args)?;
-        if json {
-            parse_json(&text)
-        } else {
-            parse_text(&text)
-        }
+        self.show_in_read_form("reservation", parse_json, parse_text)
     }
 }
 
