@@ -159,6 +159,10 @@ mod tests {
         assert_eq!(parse_text(text).unwrap(), want);
         assert_eq!(parse_json(json).unwrap(), want);
         assert_eq!(parse_text("").unwrap(), vec![]);
+        assert_eq!(
+            parse_text("No licenses configured in Slurm.\n").unwrap(),
+            vec![]
+        );
         let e = parse_text("LicenseName=matlab Total=two Free=1\n").unwrap_err();
         assert!(e.to_string().contains("license matlab: Total"), "{e}");
     }
