@@ -3,7 +3,9 @@
 //! type with its rating; each broken file fails and names its problem at its line.
 //! `harness = false`: arguments are name filters.
 
-use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios};
+use hadar_slurm_testbed::{
+    DEFAULT_HADAR_TOML, Options, Plugin, Scenario, Testbed, run_scenarios, scratch_on_this_port,
+};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,7 +37,7 @@ const SCENARIOS: &[Scenario] = &[
 fn main() -> std::process::ExitCode {
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("check-config-testbed");
     let options = Options {
-        scratch,
+        scratch: scratch_on_this_port(&scratch),
         plugin: Plugin::None,
         hadar_toml: DEFAULT_HADAR_TOML.to_string(),
         time_zone: None,

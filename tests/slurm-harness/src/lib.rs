@@ -109,9 +109,9 @@ pub enum Plugin {
 /// How to start a testbed.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The scratch folder holding all state; wiped at start. On a port range other than the
-    /// default the testbed appends the port to its name ([`Testbed::scratch`] is the folder
-    /// used).
+    /// The scratch folder holding all state; wiped at start. The tests' clusters ask for it
+    /// through [`scratch_on_this_port`], so that runs on other ports keep apart; a folder a
+    /// user named (the playground's) is used as named.
     pub scratch: PathBuf,
     /// The plugin to install and enable.
     pub plugin: Plugin,
@@ -130,12 +130,12 @@ pub struct Options {
 }
 
 impl Options {
-    /// A cluster in `scratch` with this repository's plugin installed by its own install
+    /// A cluster in `scratch` ([`scratch_on_this_port`]) with this repository's plugin installed by its own install
     /// script (`slurm-plugin/install.sh`, as an admin would) and [`DEFAULT_HADAR_TOML`].
     pub fn installed(scratch: PathBuf) -> Options {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
         Options {
-            scratch,
+            scratch: scratch_on_this_port(&scratch),
             plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
             hadar_toml: DEFAULT_HADAR_TOML.to_string(),
             time_zone: None,
@@ -176,10 +176,10 @@ pub fn built_plugin() -> PathBuf {
     plugin_target_dir().join("release/libjob_submit_hadar.so")
 }
 
-/// The scratch folder a testbed uses when asked for `asked`: `asked` itself on the default
-/// ports, and `asked` with the port appended on any other (`fork-testbed-17800`), so that
-/// testbeds of one checkout on two port ranges never share, or clear, one folder.
-fn scratch_on_this_port(asked: &Path) -> PathBuf {
+/// The scratch folder a test cluster uses for `asked`: `asked` itself on the default ports,
+/// and `asked` with the port appended on any other (`fork-testbed-17800`), so that test
+/// clusters of one checkout on two port ranges never share, or clear, one folder.
+pub fn scratch_on_this_port(asked: &Path) -> PathBuf {
     let port = controller_port();
     if port == CONTROLLER_PORT {
         return asked.to_path_buf();
@@ -252,7 +252,7 @@ impl Testbed {
     /// munged, slurmctld and the four slurmd, and waits until all nodes are idle.
     pub fn start(options: Options) -> Result<Testbed, TestbedError> {
         let lock = acquire_lock(Duration::from_secs(900))?;
-        let scratch = scratch_on_this_port(&options.scratch);
+        let scratch = options.scratch.clone();
         stop_daemons(&scratch.join("run"));
         check_ports_free(if options.accounting {
             6
@@ -1151,7 +1151,7 @@ pub fn run_scenarios(
     }
     println!(
         "starting the Slurm test cluster in {}",
-        scratch_on_this_port(&options.scratch).display()
+        options.scratch.display()
     );
     let mut bed = match Testbed::start(options) {
         Ok(b) => b,
