@@ -60,25 +60,22 @@ pub fn parse_json(text: &str) -> Result<Vec<License>, SlurmError> {
 /// Parses `scontrol show licenses --oneliner` (releases without JSON). No licenses give an
 /// empty answer.
 pub fn parse_text(text: &str) -> Result<Vec<License>, SlurmError> {
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with("LicenseName=")) {
-        let get = |k: &str| {
-            line.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-        };
-        let name = get("LicenseName").unwrap_or("").to_string();
-        let count = |k: &str| -> Result<u32, SlurmError> {
-            get(k)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| bad(format!("license {name}: {k}={:?}", get(k))))
-        };
-        out.push(License {
-            total: count("Total")?,
-            free: count("Free")?,
-            name,
-        });
-    }
-    Ok(out)
+    crate::record::parse(text, "LicenseName")
+        .iter()
+        .map(|r| {
+            let name = r.get("LicenseName").unwrap_or("").to_string();
+            let count = |k: &str| -> Result<u32, SlurmError> {
+                r.get(k)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| bad(format!("license {name}: {k}={:?}", r.get(k))))
+            };
+            Ok(License {
+                total: count("Total")?,
+                free: count("Free")?,
+                name: name.clone(),
+            })
+        })
+        .collect()
 }
 
 /// What a job's `Licenses=` asks for: all of the listed licenses (`a:1,b:2`), or any one of
