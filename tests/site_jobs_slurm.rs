@@ -503,6 +503,19 @@ fn licenses_added_to_a_managed_job_are_waited_for(bed: &mut Testbed) {
     assert_eq!(field(bed, managed, "JobState"), "PENDING");
     assert!(field(bed, managed, "Reason").starts_with("JobHeld"));
     assert_eq!(field(bed, managed, "ReqNodeList"), "(null)");
+    // `hadar explain` gives the same reason as the comment, in words and in JSON.
+    let words = serve.hadar(&["explain", &managed.to_string()]);
+    assert!(
+        words.contains("Slurm would not start it yet: waiting for its licenses matlab:1"),
+        "{words}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&serve.hadar(&["explain", &managed.to_string(), "--format", "json"]))
+            .expect("explain json");
+    assert_eq!(
+        v["decision"]["wait_reason"]["blocked"]["licenses"], "matlab:1",
+        "{v}"
+    );
     bed.client("scancel", &[&holder.to_string()])
         .expect("end the license holder");
     let info = wait_completed(bed, managed, 90);

@@ -140,7 +140,7 @@ pub fn decide(
             .push((id, format!("{}: {why}", explain::placement_words(&gpus))));
     }
     let actions = enforcement(snap, &t.planned);
-    let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable);
+    let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable, &blocked);
     explain_overrides(snap, &t, &origins, &mut decisions);
     if let Some(cluster) = &cv.cluster {
         // The site's priority factors, and the limits on one type that keep a job off it.
@@ -437,13 +437,15 @@ fn enforcement(snap: &RoundSnapshot, planned: &BTreeMap<u64, NodeGpus>) -> Vec<A
     todo
 }
 
-/// Each active job's decision from the plan.
+/// Each active job's decision from the plan; a job Slurm would not start yet (`blocked`)
+/// is not planned, and its decision says what it waits for.
 fn decisions(
     snap: &RoundSnapshot,
     plan: &Option<RoundPlan>,
     planned: &BTreeMap<u64, NodeGpus>,
     origins: &BTreeMap<u64, RateOrigins>,
     unusable: &[(String, String)],
+    blocked: &BTreeMap<u64, Blocked>,
 ) -> Vec<Decision> {
     // Looked up per job: a scan of the plan per job was quadratic in the queue length.
     let assigned: HashMap<u64, &hadar_core::Assignment> = plan
@@ -463,7 +465,16 @@ fn decisions(
             .map(|o| explain::rates_words(o))
             .unwrap_or_default();
         let base = Decision::new(r.id, snap.round);
-        let d = if plan.is_none() {
+        let d = if let Some(b) = blocked.get(&r.id) {
+            Decision {
+                wait_reason: Some(serde_json::json!({ "blocked": b })),
+                text: format!(
+                    "waits, not planned: Slurm would not start it yet: {}",
+                    b.words()
+                ),
+                ..base
+            }
+        } else if plan.is_none() {
             Decision {
                 text: explain::no_cluster(unusable),
                 ..base

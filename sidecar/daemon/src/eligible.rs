@@ -16,8 +16,11 @@ pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
     jobs.iter().map(|j| (j.id, &j.status)).collect()
 }
 
-/// Why a waiting job is not planned.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a waiting job is not planned. Its JSON (in a decision's `wait_reason`, under
+/// `blocked`) is `"user_hold"`, `{"dependency": "afterok:8"}`, `{"begin": UNIX}` or
+/// `{"licenses": "matlab:1"}`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Blocked {
     /// Submitted held by its user and not released since.
     UserHold,
@@ -27,6 +30,21 @@ pub enum Blocked {
     Begin(i64),
     /// The licenses it asks for (its `Licenses=`) are not free.
     Licenses(String),
+}
+
+impl Blocked {
+    /// Why, in words: `waiting for its dependency afterok:8`.
+    pub fn words(&self) -> String {
+        match self {
+            Blocked::UserHold => "held by its user; `scontrol release` it to queue it".into(),
+            Blocked::Dependency(d) => format!("waiting for its dependency {d}"),
+            Blocked::Begin(t) => format!(
+                "not before its begin time, {}",
+                hadar_slurm::job::format_time_utc(*t)
+            ),
+            Blocked::Licenses(l) => format!("waiting for its licenses {l}"),
+        }
+    }
 }
 
 /// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not;
@@ -112,12 +130,7 @@ pub fn reason_words(
     position: usize,
 ) -> String {
     match blocked {
-        Some(Blocked::UserHold) => {
-            "hadar: held by its user; `scontrol release` it to queue it".to_string()
-        }
-        Some(Blocked::Dependency(d)) => format!("hadar: waiting for its dependency {d}"),
-        Some(Blocked::Begin(t)) => format!("hadar: not before its begin time ({t} Unix)"),
-        Some(Blocked::Licenses(l)) => format!("hadar: waiting for its licenses {l}"),
+        Some(b) => format!("hadar: {}", b.words()),
         None => {
             let of = types
                 .map(|t| format!(" of {}", t.join("/")))

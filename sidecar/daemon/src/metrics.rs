@@ -265,16 +265,7 @@ impl Metrics {
                 running += 1;
                 continue;
             }
-            // The core's WaitReason, stored as JSON tagged by `reason`; a job the daemon
-            // holds back for another reason (a committed type, an unenforceable placement)
-            // has none.
-            let reason = d
-                .wait_reason
-                .as_ref()
-                .and_then(|r| r.get("reason"))
-                .and_then(|r| r.as_str())
-                .unwrap_or("held_by_daemon")
-                .to_string();
+            let reason = waiting_label(d.wait_reason.as_ref());
             self.waiting.get_or_create(&ReasonLabels { reason }).inc();
         }
         self.running.set(running);
@@ -378,6 +369,29 @@ pub fn serve_http(addr: &str, metrics: Arc<Metrics>) -> std::io::Result<std::net
     Ok(bound)
 }
 
+/// A waiting job's `reason` label from its decision's `wait_reason`: the core's
+/// WaitReason, stored as JSON tagged by `reason`; `blocked_KIND` for a job Slurm would not
+/// start yet (`{"blocked": "user_hold"}`, `{"blocked": {"dependency": ...}}`: the
+/// daemon's [`crate::eligible::Blocked`]); `held_by_daemon` for a job the daemon holds back
+/// for another reason (a committed type, an unenforceable placement), which has none.
+fn waiting_label(wait_reason: Option<&serde_json::Value>) -> String {
+    let Some(r) = wait_reason else {
+        return "held_by_daemon".into();
+    };
+    if let Some(reason) = r.get("reason").and_then(|r| r.as_str()) {
+        return reason.to_string();
+    }
+    let kind = match r.get("blocked") {
+        Some(serde_json::Value::String(kind)) => Some(kind.as_str()),
+        Some(serde_json::Value::Object(m)) => m.keys().next().map(String::as_str),
+        _ => None,
+    };
+    match kind {
+        Some(kind) => format!("blocked_{kind}"),
+        None => "held_by_daemon".into(),
+    }
+}
+
 fn respond(metrics: &Metrics, url: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     if url != "/metrics" {
         return tiny_http::Response::from_string("not found; try /metrics\n").with_status_code(404);
@@ -401,6 +415,31 @@ mod tests {
             wait_reason: reason.map(|r| serde_json::json!({ "reason": r })),
             ..Decision::new(job, 3)
         }
+    }
+
+    #[test]
+    fn a_blocked_job_is_counted_by_what_blocks_it() {
+        use crate::eligible::Blocked;
+        let label = |b: Blocked| waiting_label(Some(&serde_json::json!({ "blocked": b })));
+        assert_eq!(label(Blocked::UserHold), "blocked_user_hold");
+        assert_eq!(
+            label(Blocked::Dependency("afterok:3".into())),
+            "blocked_dependency"
+        );
+        assert_eq!(label(Blocked::Begin(5)), "blocked_begin");
+        assert_eq!(
+            label(Blocked::Licenses("matlab:1".into())),
+            "blocked_licenses"
+        );
+        assert_eq!(
+            waiting_label(Some(&serde_json::json!({ "reason": "time_share" }))),
+            "time_share"
+        );
+        assert_eq!(waiting_label(None), "held_by_daemon");
+        assert_eq!(
+            waiting_label(Some(&serde_json::json!({}))),
+            "held_by_daemon"
+        );
     }
 
     fn value(text: &str, series: &str) -> Option<f64> {

@@ -969,3 +969,42 @@ fn every_kept_round_replays_identically() {
     let e = replay(store, 9, None).unwrap_err().to_string();
     assert_eq!(e, "round 9: not run yet; the last round is 5");
 }
+
+/// A job Slurm would not start yet (its user's hold, an unmet dependency) is not planned,
+/// and its decision says why, as its comment does: `hadar explain` reads it.
+#[test]
+fn a_blocked_job_s_decision_says_what_it_waits_for() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=1 steps=1000 hold=user");
+    slurm.submit(2, "hadar:v1 gpus=1 steps=1000");
+    slurm.submit(3, "hadar:v1 gpus=1 steps=1000");
+    {
+        let mut s = slurm.0.borrow_mut();
+        let j = s.jobs.get_mut(&2).unwrap();
+        j.site.dependency = Some("afterok:3(unfulfilled)".into());
+    }
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert_eq!(started(&r), [3], "{r:?}");
+    let held = d.store().decision(1).unwrap().unwrap();
+    assert!(!held.runs, "{held:?}");
+    assert!(
+        held.text.contains("held by its user"),
+        "the held job's decision: {}",
+        held.text
+    );
+    let dependent = d.store().decision(2).unwrap().unwrap();
+    assert!(
+        !dependent.runs
+            && dependent
+                .text
+                .contains("its dependency afterok:3(unfulfilled)"),
+        "the dependent job's decision: {}",
+        dependent.text
+    );
+    let reason = dependent.wait_reason.expect("a machine-readable reason");
+    assert_eq!(
+        reason["blocked"]["dependency"], "afterok:3(unfulfilled)",
+        "{reason}"
+    );
+}
