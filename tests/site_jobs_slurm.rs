@@ -487,6 +487,16 @@ fn licenses_added_to_a_managed_job_are_waited_for(bed: &mut Testbed) {
         &short_job("sleep 300"),
     );
     wait_state(bed, holder, &["RUNNING"], 60);
+    // A released job short of its licenses pends with the reason the daemon looks for when
+    // one it released does (`eligible::pending_for_licenses`).
+    let short = submit(
+        bed,
+        &["-p", "gpu", "--gpus=1", "-L", "matlab:1"],
+        &short_job("true"),
+    );
+    wait_until("a job short of its licenses pends for them", 30, || {
+        field(bed, short, "Reason") == "Licenses"
+    });
     // Submitted while no daemon runs, so that the licenses are added before any round.
     let managed = submit(bed, &["-p", "gpu", "--gpus=1"], &short_job("true"));
     assert!(field(bed, managed, "AdminComment").contains("hadar:v1"));

@@ -181,7 +181,8 @@ pub fn decide(
 }
 
 /// The waiting jobs Slurm would not start yet, with why: each job's own hold, dependency
-/// or begin time, then, among the rest, the licenses the cluster has free.
+/// or begin time, then, among the rest, the licenses the cluster has free; and the
+/// released jobs Slurm keeps pending for their licenses (not planned, so held again).
 fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
     let status = eligible::states(&snap.slurm_jobs);
     let in_phase = |phase: Phase| {
@@ -195,10 +196,16 @@ fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
             Some((j.id, blocked))
         })
         .collect();
+    for j in in_phase(Phase::Starting) {
+        if let Some(b) = eligible::pending_for_licenses(j) {
+            blocked.insert(j.id, b);
+        }
+    }
     let free = snap.site.licenses();
     if !free.is_empty() {
         let waiting = in_phase(Phase::Waiting).filter(|j| !blocked.contains_key(&j.id));
-        let starting = in_phase(Phase::Starting).filter(|j| j.status == JobStatus::Pending);
+        let starting = in_phase(Phase::Starting)
+            .filter(|j| j.status == JobStatus::Pending && !blocked.contains_key(&j.id));
         for (id, asked) in eligible::short_of_licenses(waiting, starting, free) {
             blocked.insert(id, Blocked::Licenses(asked));
         }

@@ -84,6 +84,28 @@ pub fn blocked<'a>(
     }
 }
 
+/// A released job Slurm keeps pending for its licenses (`Reason=Licenses`: taken by
+/// another job after hadar placed it), with what it asks for. It would hold its planned
+/// GPUs idle until they are free, so it is held again and waits like any job short of its
+/// licenses.
+pub fn pending_for_licenses(job: &SlurmJob) -> Option<Blocked> {
+    let waits = job.status == JobStatus::Pending
+        && !job.is_held()
+        && job.reason.as_deref() == Some(SLURM_LICENSES_REASON);
+    waits.then(|| {
+        Blocked::Licenses(
+            job.site
+                .licenses
+                .clone()
+                .unwrap_or_else(|| "(as Slurm shows them)".into()),
+        )
+    })
+}
+
+/// Slurm's `Reason` for a job waiting for licenses (`WAIT_LICENSES` in
+/// `src/common/job_state_reason.c`, the same in 22.05, 24.11 and 26.05).
+const SLURM_LICENSES_REASON: &str = "Licenses";
+
 /// The waiting jobs whose licenses are not free, with what they ask for. The cluster's
 /// free licenses (`free`) go first to the released jobs Slurm has not started yet
 /// (`starting`, which take theirs when they start), then to the `waiting` jobs in

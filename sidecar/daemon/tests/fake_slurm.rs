@@ -21,6 +21,8 @@ struct State {
     begin_later: std::collections::BTreeSet<u64>,
     /// Answers the next job listings give instead of the jobs, as Slurm's JSON text.
     bad_answers: Vec<String>,
+    /// The cluster's licenses (`scontrol show licenses`).
+    licenses: Vec<hadar_slurm::license::License>,
     /// Whether an update of a pending job's GPU types replaces them (24.11 on) rather than
     /// adding to them for good (22.05).
     retypes: bool,
@@ -208,6 +210,12 @@ impl SlurmApi for FakeSlurm {
     }
     fn retypes_pending_jobs(&self) -> bool {
         self.0.borrow().retypes
+    }
+    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
+        Ok(hadar_slurm::site::SiteFigures {
+            licenses: self.0.borrow().licenses.clone(),
+            ..Default::default()
+        })
     }
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
         let mut s = self.0.borrow_mut();
@@ -1007,4 +1015,51 @@ fn a_blocked_job_s_decision_says_what_it_waits_for() {
         reason["blocked"]["dependency"], "afterok:3(unfulfilled)",
         "{reason}"
     );
+}
+
+/// A released job whose license another job took before it started: Slurm keeps it pending
+/// with `Reason=Licenses`. It is held again (its planned GPUs go back to the plan), waits
+/// while the license is taken, and is placed again once it is free.
+#[test]
+fn a_released_job_slurm_keeps_pending_for_its_licenses_is_held_until_they_are_free() {
+    let slurm = FakeSlurm::testbed();
+    let matlab = |free: u32| {
+        vec![hadar_slurm::license::License {
+            name: "matlab".into(),
+            total: 1,
+            free,
+        }]
+    };
+    slurm.0.borrow_mut().licenses = matlab(1);
+    slurm.submit(1, "hadar:v1 gpus=1 steps=1000");
+    slurm.0.borrow_mut().jobs.get_mut(&1).unwrap().site.licenses = Some("matlab:1".into());
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert_eq!(started(&r), [1], "its license is free: {r:?}");
+    // Another job takes the license before Slurm starts job 1.
+    {
+        let mut s = slurm.0.borrow_mut();
+        s.licenses = matlab(0);
+        s.jobs.get_mut(&1).unwrap().reason = Some("Licenses".into());
+    }
+    let before = slurm.log().len();
+    d.round(1_000_002.0).unwrap();
+    let log = slurm.log()[before..].to_vec();
+    assert!(log.contains(&"hold 1".to_string()), "{log:?}");
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(
+        !dec.runs && dec.text.contains("waiting for its licenses matlab:1"),
+        "{}",
+        dec.text
+    );
+    slurm.schedule();
+    assert_eq!(slurm.status(1), JobStatus::Pending);
+    let r = d.round(1_000_003.0).unwrap();
+    assert!(started(&r).is_empty(), "still no license: {r:?}");
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Waiting);
+    slurm.0.borrow_mut().licenses = matlab(1);
+    let r = d.round(1_000_004.0).unwrap();
+    assert_eq!(started(&r), [1], "its license is free again: {r:?}");
+    slurm.schedule();
+    assert_eq!(slurm.status(1), JobStatus::Running);
 }
