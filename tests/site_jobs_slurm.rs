@@ -7,7 +7,8 @@
 //! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
 //! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
 //! `--deadline`, `--licenses` or `--no-requeue` left to Slurm (licenses added to a managed
-//! job after submission are waited for). One cluster for
+//! job after submission are waited for; a running managed job made non-requeueable is never
+//! moved). One cluster for
 //! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
 //! name filters.
 
@@ -67,6 +68,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "licenses_added_to_a_managed_job_are_waited_for",
         licenses_added_to_a_managed_job_are_waited_for,
+    ),
+    (
+        "a_running_job_made_non_requeueable_is_never_moved",
+        a_running_job_made_non_requeueable_is_never_moved,
     ),
 ];
 
@@ -534,4 +539,45 @@ fn licenses_added_to_a_managed_job_are_waited_for(bed: &mut Testbed) {
         "{}",
         info.0
     );
+}
+
+/// A running managed job its user makes non-requeueable (`scontrol update Requeue=0`) is
+/// never preempted: slurmctld would refuse the requeue after the job had been signalled to
+/// checkpoint. Draining its node, which makes the daemon move any other job, leaves it
+/// running there.
+fn a_running_job_made_non_requeueable_is_never_moved(bed: &mut Testbed) {
+    let serve = Serve::start(bed, "requeue-later");
+    let id = submit(bed, &["-p", "gpu", "--gpus=1"], &short_job("sleep 25"));
+    let info = wait_state(bed, id, &["RUNNING"], 60);
+    let node = info.field("NodeList").expect("a running job's node");
+    bed.client("scontrol", &["update", &format!("JobId={id}"), "Requeue=0"])
+        .expect("make the running job non-requeueable");
+    assert_eq!(field(bed, id, "Requeue"), "0");
+    bed.client(
+        "scontrol",
+        &[
+            "update",
+            &format!("NodeName={node}"),
+            "State=DRAIN",
+            "Reason=hadar-test",
+        ],
+    )
+    .expect("drain its node");
+    serve.wait_rounds(bed, 3);
+    let (state, restarts) = (field(bed, id, "JobState"), field(bed, id, "Restarts"));
+    let words = serve.hadar(&["explain", &id.to_string()]);
+    bed.client(
+        "scontrol",
+        &["update", &format!("NodeName={node}"), "State=RESUME"],
+    )
+    .expect("resume the node");
+    assert_eq!(
+        (state.as_str(), restarts.as_str()),
+        ("RUNNING", "0"),
+        "{}",
+        daemon_log(bed)
+    );
+    assert!(words.contains("Requeue=0"), "{words}");
+    let info = wait_completed(bed, id, 60);
+    assert_eq!(info.field("Restarts").as_deref(), Some("0"), "{}", info.0);
 }

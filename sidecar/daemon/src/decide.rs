@@ -13,7 +13,7 @@ use crate::site::{Site, SiteWaits};
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};
 use crate::view::{self, ClusterView};
-use crate::{exclusive, explain, facts};
+use crate::{exclusive, explain, facts, unmovable};
 use hadar_core::passes::enforce::Verdict;
 use hadar_core::passes::lookahead::Choice;
 use hadar_core::passes::served::{ServedDecision, decide_with};
@@ -68,7 +68,8 @@ pub fn decide(
     table: &ThroughputTable,
 ) -> Result<RoundDecision, DaemonError> {
     let rows = &snap.rows;
-    let (cv, exclusive_ids, busy) = cluster_view(snap, config);
+    let unmovable = unmovable::unmovable(rows, &snap.slurm_jobs);
+    let (cv, exclusive_ids, busy) = cluster_view(snap, config, &unmovable);
     let blocked = blocked(snap);
     let priors = priors(config);
     let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
@@ -81,6 +82,7 @@ pub fn decide(
             cluster,
             &cv.types,
             &blocked,
+            &unmovable,
             &mut origins,
         ),
         None => (Vec::new(), SiteWaits::default()),
@@ -139,8 +141,18 @@ pub fn decide(
         t.unenforceable
             .push((id, format!("{}: {why}", explain::placement_words(&gpus))));
     }
-    let actions = enforcement(snap, &t.planned);
+    let actions = enforcement(snap, &t.planned, &unmovable);
     let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable, &blocked);
+    for d in decisions.iter_mut().filter(|d| unmovable.contains(&d.job)) {
+        let here = rows
+            .get(&d.job)
+            .and_then(|r| r.placement.clone())
+            .unwrap_or_default();
+        d.text = unmovable::words(&explain::placement_words(&here));
+        d.runs = true;
+        d.placement = Some(here);
+        d.wait_reason = None;
+    }
     explain_overrides(snap, &t, &origins, &mut decisions);
     if let Some(cluster) = &cv.cluster {
         // The site's priority factors, and the limits on one type that keep a job off it.
@@ -234,18 +246,19 @@ fn forked(
     forked.starts
 }
 
-/// The cluster view (GPUs held by jobs hadar does not manage are not the policy's), with the
-/// exclusive jobs' fencing, the exclusive jobs, and the nodes with unmanaged jobs (which an
-/// exclusive job may not share).
+/// The cluster view (GPUs held by jobs hadar does not manage, or can no longer move, are not
+/// the policy's), with the exclusive jobs' fencing, the exclusive jobs, and the nodes with
+/// unmanaged jobs (which an exclusive job may not share).
 fn cluster_view(
     snap: &RoundSnapshot,
     config: &DaemonConfig,
+    unmovable: &BTreeSet<u64>,
 ) -> (ClusterView, BTreeSet<u64>, BTreeSet<String>) {
     let mut foreign: Vec<(String, String, u32)> = snap
         .slurm_jobs
         .iter()
         .filter(|j| {
-            !snap.rows.contains_key(&j.id)
+            (!snap.rows.contains_key(&j.id) || unmovable.contains(&j.id))
                 && matches!(
                     j.status,
                     JobStatus::Running | JobStatus::Completing | JobStatus::Suspended
@@ -259,7 +272,7 @@ fn cluster_view(
     (cv, exclusive_ids, busy)
 }
 
-/// The planned jobs' states (active, not forked, not blocked), in arrival order, without
+/// The planned jobs' states (active, not forked, not blocked, not unmovable), in arrival order, without
 /// those the site's limits hold back (returned with the limit); records each job's rates'
 /// origins in `origins`.
 #[allow(clippy::too_many_arguments)]
@@ -271,13 +284,17 @@ fn job_states(
     cluster: &Cluster,
     types: &[String],
     blocked: &BTreeMap<u64, Blocked>,
+    unmovable: &BTreeSet<u64>,
     origins: &mut BTreeMap<u64, RateOrigins>,
 ) -> (Vec<JobState>, SiteWaits) {
     let strength = config.hadar.priority_strength;
     let now_s = snap.now_s;
     let mut states = Vec::new();
     for r in snap.rows.values().filter(|r| {
-        r.phase != Phase::Finished && !snap.owned.contains(&r.id) && !blocked.contains_key(&r.id)
+        r.phase != Phase::Finished
+            && !snap.owned.contains(&r.id)
+            && !blocked.contains_key(&r.id)
+            && !unmovable.contains(&r.id)
     }) {
         let Some(spec) = snap.specs.get(&r.id) else {
             continue;
@@ -402,13 +419,17 @@ fn translate(rows: &BTreeMap<u64, JobRow>, cluster: &Cluster, d: &ServedDecision
     t
 }
 
-/// The actions that turn where the (not forked) jobs stand into `planned`, in the order
-/// they are carried out.
-fn enforcement(snap: &RoundSnapshot, planned: &BTreeMap<u64, NodeGpus>) -> Vec<Action> {
+/// The actions that turn where the (not forked, not unmovable) jobs stand into `planned`,
+/// in the order they are carried out.
+fn enforcement(
+    snap: &RoundSnapshot,
+    planned: &BTreeMap<u64, NodeGpus>,
+    unmovable: &BTreeSet<u64>,
+) -> Vec<Action> {
     let gang_rows: BTreeMap<u64, JobRow> = snap
         .rows
         .iter()
-        .filter(|(id, _)| !snap.owned.contains(id))
+        .filter(|(id, _)| !snap.owned.contains(id) && !unmovable.contains(id))
         .map(|(id, r)| (*id, r.clone()))
         .collect();
     let mut todo = actions::plan(&gang_rows, planned);

@@ -57,6 +57,7 @@ pub mod site;
 pub mod site_limits;
 pub mod snapshot;
 pub mod spec;
+pub mod unmovable;
 pub mod upkeep;
 pub mod view;
 

@@ -1063,3 +1063,36 @@ fn a_released_job_slurm_keeps_pending_for_its_licenses_is_held_until_they_are_fr
     slurm.schedule();
     assert_eq!(slurm.status(1), JobStatus::Running);
 }
+
+/// A running managed job whose user made it non-requeueable (`Requeue=0`) is never preempted
+/// (slurmctld would refuse the requeue, and the job would wait on its GPUs to be requeued),
+/// even off a draining node; its GPUs stay out of the plan until it ends.
+#[test]
+fn a_running_job_that_may_no_longer_be_requeued_runs_where_it_is_to_its_end() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=4 steps=1000 gpu-types=v100");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    d.round(1_000_001.0).unwrap();
+    slurm.schedule();
+    assert_eq!(slurm.alloc(1)[0].node, "n1");
+    slurm.0.borrow_mut().jobs.get_mut(&1).unwrap().site.requeue = Some(false);
+    slurm.submit(2, "hadar:v1 gpus=4 steps=1000 gpu-types=v100");
+    let r = d.round(1_000_002.0).unwrap();
+    assert!(r.actions.is_empty(), "n1's V100s are job 1's: {r:?}");
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(dec.runs && dec.text.contains("Requeue=0"), "{}", dec.text);
+    slurm.set_node_state("n1", NodeState::Draining);
+    let before = slurm.log().len();
+    let r = d.round(1_000_003.0).unwrap();
+    let log = slurm.log()[before..].to_vec();
+    assert!(
+        !log.iter()
+            .any(|l| l.starts_with("signal 1") || l.starts_with("requeue")),
+        "not preempted off the draining node: {log:?} {r:?}"
+    );
+    assert_eq!(slurm.status(1), JobStatus::Running);
+    slurm.finish(1);
+    slurm.set_node_state("n1", NodeState::Idle);
+    let r = d.round(1_000_004.0).unwrap();
+    assert_eq!(started(&r), [2], "{r:?}");
+}
