@@ -4,7 +4,7 @@
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
 //! back with the placement, and jobs that chose their nodes run where their users said
-//! (`--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
+//! (a partition of some of the nodes, `--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
 //! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
 //! `--deadline`, `--licenses` or `--no-requeue` left to Slurm (licenses added to a managed
 //! job after submission are waited for; a running managed job made non-requeueable is never
@@ -72,6 +72,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_running_job_made_non_requeueable_is_never_moved",
         a_running_job_made_non_requeueable_is_never_moved,
+    ),
+    (
+        "a_job_runs_only_on_its_partitions_nodes",
+        a_job_runs_only_on_its_partitions_nodes,
     ),
 ];
 
@@ -580,4 +584,32 @@ fn a_running_job_made_non_requeueable_is_never_moved(bed: &mut Testbed) {
     assert!(words.contains("Requeue=0"), "{words}");
     let info = wait_completed(bed, id, 60);
     assert_eq!(info.field("Restarts").as_deref(), Some("0"), "{}", info.0);
+}
+
+/// A managed job submitted to a partition of some of the nodes (`old`: n3 and n4) is placed
+/// only on that partition's nodes: with theirs taken, it waits while n1 and n2 have GPUs
+/// free, and it runs there once one frees up.
+fn a_job_runs_only_on_its_partitions_nodes(bed: &mut Testbed) {
+    let fillers = occupy(bed, &[("n3", "gpu:k80:4"), ("n4", "gpu:v100:2,gpu:k80:2")]);
+    let serve = Serve::start(bed, "partition-nodes");
+    let id = submit(bed, &["-p", "old", "--gpus=1"], &short_job("true"));
+    serve.wait_rounds(bed, 3);
+    let (state, asked) = (field(bed, id, "JobState"), field(bed, id, "ReqNodeList"));
+    let words = serve.hadar(&["explain", &id.to_string()]);
+    bed.client("scancel", &[&fillers[0].to_string()])
+        .expect("free n3");
+    assert_eq!(
+        (state.as_str(), asked.as_str()),
+        ("PENDING", "(null)"),
+        "placed off its partition: {words}\n{}",
+        daemon_log(bed)
+    );
+    assert!(
+        words.contains("its --partition=old allows only n3,n4"),
+        "{words}"
+    );
+    let info = wait_completed(bed, id, 60);
+    assert_eq!(info.field("NodeList").as_deref(), Some("n3"), "{}", info.0);
+    bed.client("scancel", &[&fillers[1].to_string()])
+        .expect("free n4");
 }

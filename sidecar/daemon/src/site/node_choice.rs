@@ -1,6 +1,9 @@
 //! The nodes a managed job's user chose for it, read from Slurm's records each round: its
-//! `--exclude` list (`ExcNodeList`) and its `--constraint` (`Features`) matched against
-//! the nodes' features. The plan offers the job only those nodes
+//! partition (`--partition`; several for `-p a,b`), which holds some of the GPU nodes only
+//! where the site splits them (a job in partition `old` runs on `old`'s nodes alone:
+//! slurmctld keeps a job placed elsewhere pending), its `--exclude` list (`ExcNodeList`) and
+//! its `--constraint` (`Features`) matched against the nodes' features. The plan offers the
+//! job only those nodes
 //! ([`hadar_core::site::reservations::Offer::and_chosen`]), so a choice made after
 //! submission (`scontrol update JobId=.. ExcNodeList=..`) counts from the next round.
 //!
@@ -19,26 +22,69 @@ pub fn chosen(jobs: &[SlurmJob], nodes: &[NodeInfo]) -> HashMap<u64, Chosen> {
         .iter()
         .map(|n| (n.name.as_str(), n.features.iter().cloned().collect()))
         .collect();
+    let gpu_nodes: Vec<&NodeInfo> = nodes.iter().filter(|n| !n.gpus.is_empty()).collect();
     jobs.iter()
-        .filter_map(|j| Some((j.id, of_job(j, &features)?)))
+        .filter_map(|j| Some((j.id, of_job(j, &gpu_nodes, &features)?)))
         .collect()
 }
 
-/// The nodes `job` chose among `nodes` (each node's name and features), `None` when it
-/// chose none.
-fn of_job(job: &SlurmJob, nodes: &[(&str, BTreeSet<String>)]) -> Option<Chosen> {
+/// The GPU nodes of `job`'s partitions, `None` when they are all of them (or Slurm names no
+/// partition).
+fn partition_nodes(job: &SlurmJob, gpu_nodes: &[&NodeInfo]) -> Option<BTreeSet<String>> {
+    let partitions: Vec<&str> = job
+        .partition
+        .as_deref()?
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if partitions.is_empty() {
+        return None;
+    }
+    let inside = |n: &&&NodeInfo| {
+        n.partitions
+            .iter()
+            .any(|p| partitions.contains(&p.as_str()))
+    };
+    if gpu_nodes.iter().all(|n| inside(&n)) {
+        return None;
+    }
+    Some(
+        gpu_nodes
+            .iter()
+            .filter(inside)
+            .map(|n| n.name.clone())
+            .collect(),
+    )
+}
+
+/// The nodes `job` chose among `gpu_nodes` (with `nodes`, each node's name and features),
+/// `None` when it chose none.
+fn of_job(
+    job: &SlurmJob,
+    gpu_nodes: &[&NodeInfo],
+    nodes: &[(&str, BTreeSet<String>)],
+) -> Option<Chosen> {
     let features = job
         .features
         .as_deref()
         .map(str::trim)
         .filter(|f| !f.is_empty());
-    if job.exc_nodes.is_empty() && features.is_none() {
+    let in_partition = partition_nodes(job, gpu_nodes);
+    if job.exc_nodes.is_empty() && features.is_none() && in_partition.is_none() {
         return None;
     }
     let mut allowed = Nodes::All;
     let mut options = Vec::new();
+    if let Some(inside) = in_partition {
+        allowed = Nodes::Only(inside);
+        options.push(format!(
+            "--partition={}",
+            job.partition.as_deref().unwrap_or_default()
+        ));
+    }
     if !job.exc_nodes.is_empty() {
-        allowed = Nodes::Except(job.exc_nodes.iter().cloned().collect());
+        allowed = allowed.and(&Nodes::Except(job.exc_nodes.iter().cloned().collect()));
         options.push(format!("--exclude={}", job.exc_nodes.join(",")));
     }
     if let Some(text) = features {
@@ -121,5 +167,49 @@ mod tests {
         // A constraint hadar does not read (set after submission) offers no node, and says why.
         assert_eq!(c[&6].nodes, Nodes::Only(BTreeSet::new()));
         assert!(c[&6].options.contains("brackets"), "{}", c[&6].options);
+    }
+
+    #[test]
+    fn a_partition_of_some_gpu_nodes_is_the_nodes_a_job_is_offered() {
+        let in_parts = |name: &str, parts: &[&str], gpus: u32| NodeInfo {
+            partitions: parts.iter().map(|p| p.to_string()).collect(),
+            gpus: if gpus == 0 {
+                vec![]
+            } else {
+                vec![("v100".into(), gpus)]
+            },
+            ..node(name, &[])
+        };
+        let nodes = [
+            in_parts("n1", &["gpu"], 4),
+            in_parts("n2", &["gpu"], 4),
+            in_parts("n3", &["gpu", "old"], 4),
+            in_parts("n4", &["gpu", "old"], 4),
+            // A node without GPUs outside `gpu` restricts nobody.
+            in_parts("c1", &["cpu"], 0),
+        ];
+        let in_partition = |id: u64, p: Option<&str>, exclude: &[&str]| {
+            let mut j = job(id, exclude, None);
+            j.partition = p.map(String::from);
+            j
+        };
+        let jobs = [
+            in_partition(1, Some("gpu"), &[]),
+            in_partition(2, Some("old"), &[]),
+            in_partition(3, Some("old"), &["n4"]),
+            in_partition(4, Some("cpu,old"), &[]),
+            in_partition(5, None, &[]),
+            in_partition(6, Some("gpu,old"), &[]),
+        ];
+        let c = chosen(&jobs, &nodes);
+        assert!(
+            [1, 5, 6].iter().all(|id| !c.contains_key(id)),
+            "their partitions hold every GPU node: {c:?}"
+        );
+        assert_eq!(c[&2].nodes, Nodes::Only(names(&["n3", "n4"])));
+        assert_eq!(c[&2].options, "--partition=old");
+        assert_eq!(c[&3].nodes, Nodes::Only(names(&["n3"])));
+        assert_eq!(c[&3].options, "--partition=old --exclude=n4");
+        assert_eq!(c[&4].nodes, Nodes::Only(names(&["n3", "n4"])));
     }
 }
