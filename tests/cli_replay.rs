@@ -29,6 +29,7 @@ fn snapshot(round: u64) -> RoundSnapshot {
         gpus: vec![(t.to_string(), 4)],
         partitions: vec!["gpu".into()],
         features: Vec::new(),
+        free: Default::default(),
     };
     let rows: BTreeMap<u64, JobRow> = [1, 2]
         .map(|id| {

@@ -77,6 +77,10 @@ const SCENARIOS: &[Scenario] = &[
         "a_job_runs_only_on_its_partitions_nodes",
         a_job_runs_only_on_its_partitions_nodes,
     ),
+    (
+        "a_job_is_placed_where_its_cpus_are_free",
+        a_job_is_placed_where_its_cpus_are_free,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -612,4 +616,34 @@ fn a_job_runs_only_on_its_partitions_nodes(bed: &mut Testbed) {
     assert_eq!(info.field("NodeList").as_deref(), Some("n3"), "{}", info.0);
     bed.client("scancel", &[&fillers[1].to_string()])
         .expect("free n4");
+}
+
+/// The GPU nodes are shared with a CPU partition (`cpu`: n1-n4, 8 CPUs each, `CR_Core`).
+/// With every CPU of n1, n2 and n4 taken by CPU jobs, a managed GPU job is placed on n3,
+/// the one node where it can start, although the V100s of n1 and n4 would be faster.
+fn a_job_is_placed_where_its_cpus_are_free(bed: &mut Testbed) {
+    let cpu_jobs: Vec<u32> = ["n1", "n2", "n4"]
+        .iter()
+        .map(|node| {
+            submit(
+                bed,
+                &["-p", "cpu", "-w", node, "-n", "8", "--job-name=cpu-filler"],
+                "#!/bin/sh\nsleep 600\n",
+            )
+        })
+        .collect();
+    for id in &cpu_jobs {
+        wait_state(bed, *id, &["RUNNING"], 30);
+    }
+    let serve = Serve::start(bed, "cpus-free");
+    let id = submit(bed, &["-p", "gpu", "--gpus=1"], &short_job("true"));
+    let started = bed.wait_job(id, &["COMPLETED"], std::time::Duration::from_secs(40));
+    let words = serve.hadar(&["explain", &id.to_string()]);
+    let record = field(bed, id, "NodeList");
+    for id in &cpu_jobs {
+        bed.client("scancel", &[&id.to_string()])
+            .expect("end a CPU job");
+    }
+    let info = started.unwrap_or_else(|e| panic!("{e}\n{words}\n{}", daemon_log(bed)));
+    assert_eq!(record, "n3", "{words}\n{}", info.0);
 }

@@ -693,6 +693,7 @@ mod tests {
             gpus: gpus.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
             partitions: partitions.iter().map(|p| p.to_string()).collect(),
             features: Vec::new(),
+            free: Default::default(),
         }
     }
 

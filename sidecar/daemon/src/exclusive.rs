@@ -223,6 +223,7 @@ mod tests {
             gpus: vec![("v100".into(), 2), ("k80".into(), 2)],
             partitions: vec![],
             features: Vec::new(),
+            free: Default::default(),
         }];
         let p = on("n4", "v100", 1);
         assert_eq!(
@@ -249,6 +250,7 @@ mod tests {
             gpus: vec![("v100".into(), gpus)],
             partitions: vec![],
             features: Vec::new(),
+            free: Default::default(),
         };
         let nodes = vec![node("n1", 4), node("n2", 2)];
         let foreign = vec![("n1".to_string(), "v100".to_string(), 3)];

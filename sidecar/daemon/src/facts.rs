@@ -84,6 +84,7 @@ mod tests {
             gpus: vec![("v100".into(), 2), ("k80".into(), 0)],
             partitions: vec![],
             features: Vec::new(),
+            free: Default::default(),
         }];
         let f = target(&rows, &[1].into_iter().collect(), &nodes);
         assert_eq!(f.jobs.len(), 2, "finished jobs are left out");

@@ -250,6 +250,7 @@ mod tests {
             gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
             partitions: vec!["gpu".into()],
             features: Vec::new(),
+            free: Default::default(),
         }
     }
 
@@ -365,6 +366,7 @@ mod tests {
             gpus: vec![("v100".into(), 4)],
             partitions: parts.iter().map(|p| p.to_string()).collect(),
             features: Vec::new(),
+            free: Default::default(),
         };
         let nodes = [
             node("n1", "IDLE", &["gpu", "cpu"]),

@@ -368,6 +368,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
                 .collect(),
             partitions: vec!["gpu".into()],
             features: Vec::new(),
+            free: Default::default(),
         })
         .collect();
     let mut rows = BTreeMap::new();

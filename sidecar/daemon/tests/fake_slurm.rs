@@ -39,6 +39,7 @@ fn node(name: &str, gpus: &[(&str, u32)]) -> NodeInfo {
         gpus: gpus.iter().map(|(t, c)| (t.to_string(), *c)).collect(),
         partitions: vec!["gpu".into()],
         features: Vec::new(),
+        free: Default::default(),
     }
 }
 

@@ -8,7 +8,7 @@
 //! it does not know, naming it, rather than guessing at fields that may have moved.
 
 use crate::job::{JobStatus, NodeAlloc, SlurmJob};
-use crate::node::{NodeInfo, NodeState, parse_gres};
+use crate::node::{NodeFree, NodeInfo, NodeState, parse_gres};
 use crate::{SlurmError, hostlist};
 use serde::Deserialize;
 use serde::de::Deserializer;
@@ -169,6 +169,16 @@ struct JsonNode {
     /// reads too.
     #[serde(default)]
     features: Text,
+    #[serde(default)]
+    cpus: Option<u64>,
+    #[serde(default)]
+    effective_cpus: Option<u64>,
+    #[serde(default)]
+    alloc_cpus: Option<u64>,
+    #[serde(default)]
+    real_memory: Option<u64>,
+    #[serde(default)]
+    alloc_memory: Option<u64>,
 }
 
 /// Parses `scontrol show node --json`.
@@ -198,6 +208,13 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
                     .get()
                     .map(|f| f.split(',').map(str::to_string).collect())
                     .unwrap_or_default(),
+                free: NodeFree::of(
+                    n.effective_cpus,
+                    n.cpus,
+                    n.alloc_cpus,
+                    n.real_memory,
+                    n.alloc_memory,
+                ),
             })
         })
         .collect()

@@ -32,7 +32,7 @@ pub mod site;
 pub use client::{GpuSpec, Slurm, SlurmConfig};
 pub use command::CommandError;
 pub use job::{JobStatus, NodeAlloc, SlurmJob};
-pub use node::{NodeInfo, NodeState};
+pub use node::{NodeFree, NodeInfo, NodeState};
 pub use release::{ReadForm, SlurmRelease};
 
 /// Everything that can go wrong talking to Slurm.

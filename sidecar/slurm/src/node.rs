@@ -108,6 +108,41 @@ pub struct NodeInfo {
     /// feature not yet active is one Slurm makes active for such a job).
     #[serde(default)]
     pub features: Vec<String>,
+    /// Its CPUs and memory no job holds.
+    #[serde(default)]
+    pub free: NodeFree,
+}
+
+/// What of a node's CPUs and memory no job holds: a job Slurm cannot give a CPU (or the
+/// memory it asks for) there pends with `Reason=Resources`, whatever GPUs are free. Where
+/// the GPU nodes are shared with CPU jobs, those can take every CPU of a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFree {
+    /// `CPUEfctv` (`CPUTot` before it existed) less `CPUAlloc`; `None` when not shown.
+    pub cpus: Option<u32>,
+    /// `RealMemory` less `AllocMem`, MiB (allocated only where memory is a consumable
+    /// resource, `SelectTypeParameters=CR_*_Memory`); `None` when not shown.
+    pub mem_mb: Option<u64>,
+}
+
+impl NodeFree {
+    /// From the node's CPU and memory counts (`effective` falling back to `total`).
+    pub fn of(
+        effective: Option<u64>,
+        total: Option<u64>,
+        alloc_cpus: Option<u64>,
+        real_mem: Option<u64>,
+        alloc_mem: Option<u64>,
+    ) -> NodeFree {
+        let cpus = effective
+            .or(total)
+            .zip(alloc_cpus)
+            .map(|(n, used)| u32::try_from(n.saturating_sub(used)).unwrap_or(u32::MAX));
+        let mem_mb = real_mem
+            .zip(alloc_mem)
+            .map(|(n, used)| n.saturating_sub(used));
+        NodeFree { cpus, mem_mb }
+    }
 }
 
 /// Parses `scontrol show node` output (multi-line form).
@@ -146,6 +181,16 @@ fn node_from_record(r: &Record) -> Result<NodeInfo, SlurmError> {
         gpus,
         partitions: list("Partitions"),
         features: list("AvailableFeatures"),
+        free: {
+            let n = |key: &str| r.value(key).and_then(|v| v.parse::<u64>().ok());
+            NodeFree::of(
+                n("CPUEfctv"),
+                n("CPUTot"),
+                n("CPUAlloc"),
+                n("RealMemory"),
+                n("AllocMem"),
+            )
+        },
     })
 }
 

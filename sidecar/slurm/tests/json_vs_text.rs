@@ -81,6 +81,32 @@ fn nodes_read_the_same_from_json_and_text() {
         let from_json = json::parse_nodes(&read(&release, "nodes.json")).unwrap();
         assert_eq!(from_json, from_text, "{release}");
         assert!(from_json.iter().any(|n| !n.gpus.is_empty()), "{release}");
+        // An idle node has every CPU (CPUEfctv=8) free, a busy one fewer; memory is not
+        // consumable on the test cluster (CR_Core): all of RealMemory=4000 is free.
+        for n in &from_json {
+            let idle = n.state == hadar_slurm::NodeState::Idle;
+            assert_eq!(idle, n.free.cpus == Some(8), "{release}: {n:?}");
+            assert_eq!(n.free.mem_mb, Some(4000), "{release}: {n:?}");
+        }
+    }
+}
+
+#[test]
+fn a_nodes_free_cpus_and_memory_are_what_no_job_holds() {
+    for release in releases() {
+        let text = read(&release, "nodes.txt")
+            .replacen("CPUAlloc=0", "CPUAlloc=6", 1)
+            .replacen("AllocMem=0", "AllocMem=1000", 1);
+        let from_text = node::parse_nodes(&text).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&read(&release, "nodes.json")).unwrap();
+        v["nodes"][0]["alloc_cpus"] = 6.into();
+        v["nodes"][0]["alloc_memory"] = 1000.into();
+        let from_json = json::parse_nodes(&v.to_string()).unwrap();
+        for nodes in [&from_text, &from_json] {
+            assert_eq!(nodes[0].free.cpus, Some(2), "{release}");
+            assert_eq!(nodes[0].free.mem_mb, Some(3000), "{release}");
+            assert_eq!(nodes[1].free.cpus, Some(8), "{release}");
+        }
     }
 }
 

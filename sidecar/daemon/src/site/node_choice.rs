@@ -1,18 +1,21 @@
-//! The nodes a managed job's user chose for it, read from Slurm's records each round: its
-//! partition (`--partition`; several for `-p a,b`), which holds some of the GPU nodes only
-//! where the site splits them (a job in partition `old` runs on `old`'s nodes alone:
-//! slurmctld keeps a job placed elsewhere pending), its `--exclude` list (`ExcNodeList`) and
-//! its `--constraint` (`Features`) matched against the nodes' features. The plan offers the
-//! job only those nodes
-//! ([`hadar_core::site::reservations::Offer::and_chosen`]), so a choice made after
-//! submission (`scontrol update JobId=.. ExcNodeList=..`) counts from the next round.
+//! The nodes a managed job may be placed on, read from Slurm's records each round. First
+//! those its user chose: its partition (`--partition`; several for `-p a,b`), which holds
+//! some of the GPU nodes only where the site splits them (a job in partition `old` runs on
+//! `old`'s nodes alone: slurmctld keeps a job placed elsewhere pending), its `--exclude`
+//! list (`ExcNodeList`) and its `--constraint` (`Features`) matched against the nodes'
+//! features. Then, though nobody chose it, the GPU nodes where Slurm could give it a CPU
+//! and the memory it asks for: CPU jobs sharing the GPU nodes can take them all, and a job
+//! placed there pends with `Reason=Resources` on GPUs held for it. The plan offers the job
+//! only those nodes ([`hadar_core::site::reservations::Offer::and_chosen`]), so a choice
+//! made after submission (`scontrol update JobId=.. ExcNodeList=..`) counts from the next
+//! round.
 //!
 //! A `--nodelist`, and a constraint hadar does not read, make the plugin leave the job to
 //! Slurm. A managed job given such a constraint later is offered no node, and its wait
 //! reason says why.
 
 use hadar_core::site::reservations::{Chosen, Nodes};
-use hadar_request::constraint;
+use hadar_request::{Record, constraint};
 use hadar_slurm::{NodeInfo, SlurmJob};
 use std::collections::{BTreeSet, HashMap};
 
@@ -58,6 +61,33 @@ fn partition_nodes(job: &SlurmJob, gpu_nodes: &[&NodeInfo]) -> Option<BTreeSet<S
     )
 }
 
+/// The GPU nodes where Slurm could not give `job` the least it needs on a node it runs on,
+/// as their free CPUs and memory stand: a CPU, or the CPUs and memory of one GPU where its
+/// record has `cpus-per-gpu=`/`mem-per-gpu=` (given back with its placement), and the
+/// memory per node it asks for (`MinMemoryNode`). What it needs beyond that depends on the
+/// GPUs it is given there.
+fn short_of_cpus_or_memory(job: &SlurmJob, gpu_nodes: &[&NodeInfo]) -> BTreeSet<String> {
+    let per_gpu = job
+        .admin_comment
+        .as_deref()
+        .and_then(|text| Record::decode(text).ok())
+        .map(|r| (r.directives.cpus_per_gpu, r.directives.mem_per_gpu_mb))
+        .unwrap_or_default();
+    let cpus = u32::try_from(per_gpu.0.unwrap_or(1).max(1)).unwrap_or(u32::MAX);
+    let mem_mb = per_gpu
+        .1
+        .unwrap_or(0)
+        .max(job.site.mem_per_node_mb.unwrap_or(0))
+        .max(1);
+    gpu_nodes
+        .iter()
+        .filter(|n| {
+            n.free.cpus.is_some_and(|c| c < cpus) || n.free.mem_mb.is_some_and(|m| m < mem_mb)
+        })
+        .map(|n| n.name.clone())
+        .collect()
+}
+
 /// The nodes `job` chose among `gpu_nodes` (with `nodes`, each node's name and features),
 /// `None` when it chose none.
 fn of_job(
@@ -71,7 +101,9 @@ fn of_job(
         .map(str::trim)
         .filter(|f| !f.is_empty());
     let in_partition = partition_nodes(job, gpu_nodes);
-    if job.exc_nodes.is_empty() && features.is_none() && in_partition.is_none() {
+    let short = short_of_cpus_or_memory(job, gpu_nodes);
+    if job.exc_nodes.is_empty() && features.is_none() && in_partition.is_none() && short.is_empty()
+    {
         return None;
     }
     let mut allowed = Nodes::All;
@@ -107,6 +139,13 @@ fn of_job(
         allowed = allowed.and(&Nodes::Only(matching));
         options.push(format!("--constraint={text}"));
     }
+    if !short.is_empty() {
+        options.push(format!(
+            "need for CPUs and memory (none free for it on {})",
+            short.iter().cloned().collect::<Vec<_>>().join(",")
+        ));
+        allowed = allowed.and(&Nodes::Except(short));
+    }
     Some(Chosen {
         nodes: allowed,
         options: options.join(" "),
@@ -125,6 +164,7 @@ mod tests {
             gpus: vec![("v100".into(), 4)],
             partitions: vec!["gpu".into()],
             features: features.iter().map(|f| f.to_string()).collect(),
+            free: Default::default(),
         }
     }
 
@@ -211,5 +251,46 @@ mod tests {
         assert_eq!(c[&3].nodes, Nodes::Only(names(&["n3"])));
         assert_eq!(c[&3].options, "--partition=old --exclude=n4");
         assert_eq!(c[&4].nodes, Nodes::Only(names(&["n3", "n4"])));
+    }
+
+    #[test]
+    fn gpu_nodes_without_a_free_cpu_or_the_memory_asked_are_not_offered() {
+        let with_free = |name: &str, cpus: Option<u32>, mem_mb: Option<u64>| NodeInfo {
+            free: hadar_slurm::NodeFree { cpus, mem_mb },
+            ..node(name, &[])
+        };
+        let nodes = [
+            with_free("n1", Some(0), Some(4000)),
+            with_free("n2", Some(2), Some(1000)),
+            with_free("n3", None, None),
+            with_free("n4", Some(8), Some(0)),
+        ];
+        let mut big = job(2, &["n3"], None);
+        big.site.mem_per_node_mb = Some(2000);
+        let c = chosen(&[job(1, &[], None), big], &nodes);
+        assert_eq!(c[&1].nodes, Nodes::Except(names(&["n1", "n4"])));
+        assert_eq!(
+            c[&1].options,
+            "need for CPUs and memory (none free for it on n1,n4)"
+        );
+        assert_eq!(c[&2].nodes, Nodes::Except(names(&["n1", "n2", "n3", "n4"])));
+        assert_eq!(
+            c[&2].options,
+            "--exclude=n3 need for CPUs and memory (none free for it on n1,n2,n4)"
+        );
+        // Two CPUs and 500 MiB per GPU: n2 has the CPUs and the memory for one GPU.
+        let per_gpu =
+            SlurmJob::held_with_record(3, "hadar:v1 gpus=2 cpus-per-gpu=2 mem-per-gpu=500");
+        let c = chosen(&[per_gpu], &nodes);
+        assert_eq!(c[&3].nodes, Nodes::Except(names(&["n1", "n4"])));
+        let three = SlurmJob::held_with_record(4, "hadar:v1 gpus=1 cpus-per-gpu=3");
+        let c = chosen(&[three], &nodes);
+        assert_eq!(c[&4].nodes, Nodes::Except(names(&["n1", "n2", "n4"])));
+        // Nothing short anywhere: no choice at all.
+        let roomy = [
+            with_free("n1", Some(1), Some(1)),
+            with_free("n2", None, None),
+        ];
+        assert!(chosen(&[job(1, &[], None)], &roomy).is_empty());
     }
 }
