@@ -3,14 +3,15 @@
 //! `srun` task per GPU), a job its user submitted held, a dependent job, why a job waits as
 //! `squeue` shows it, a job array (refused with one line; left to Slurm with `#HADAR off`),
 //! a managed job billed to its account and QOS, `--cpus-per-gpu`/`--mem-per-gpu` given
-//! back with the placement, and jobs that chose their nodes run where their users said
-//! (a partition of some of the nodes, `--exclude` and a `--constraint` hadar reads honoured by the daemon, also when set after
-//! submission; `--nodelist` and other constraints left to Slurm), and jobs with a
-//! `--deadline`, `--licenses` or `--no-requeue` left to Slurm (licenses added to a managed
-//! job after submission are waited for; a running managed job made non-requeueable is never
-//! moved). One cluster for
-//! the whole file; each scenario starts its own daemon. `harness = false`: arguments are
-//! name filters.
+//! back with the placement, jobs that chose their nodes run where their users said (a
+//! partition of some of the nodes, `--exclude` and a `--constraint` hadar reads honoured by
+//! the daemon, also when set after submission; `--nodelist` and other constraints left to
+//! Slurm), jobs with a `--deadline`, `--licenses` or `--no-requeue` left to Slurm (licenses
+//! added to a managed job after submission are waited for; a running managed job made
+//! non-requeueable is never moved), a job placed only where its CPUs are free (CPU jobs
+//! share the GPU nodes), and a job waiting while its partition is DOWN. One cluster for the
+//! whole file; each scenario starts its own daemon. `harness = false`: arguments are name
+//! filters.
 
 #[path = "support/serve.rs"]
 mod serve;
@@ -80,6 +81,10 @@ const SCENARIOS: &[Scenario] = &[
     (
         "a_job_is_placed_where_its_cpus_are_free",
         a_job_is_placed_where_its_cpus_are_free,
+    ),
+    (
+        "a_job_waits_while_its_partition_starts_no_jobs",
+        a_job_waits_while_its_partition_starts_no_jobs,
     ),
 ];
 
@@ -646,4 +651,37 @@ fn a_job_is_placed_where_its_cpus_are_free(bed: &mut Testbed) {
     }
     let info = started.unwrap_or_else(|e| panic!("{e}\n{words}\n{}", daemon_log(bed)));
     assert_eq!(record, "n3", "{words}\n{}", info.0);
+}
+
+/// An admin sets a partition DOWN (maintenance): Slurm queues its jobs but starts none. A
+/// managed job in it is not placed (no GPUs are held for a job that cannot start), its
+/// comment says why, and it runs once the partition is UP again.
+fn a_job_waits_while_its_partition_starts_no_jobs(bed: &mut Testbed) {
+    let set_old = |state: &str| {
+        bed.client(
+            "scontrol",
+            &["update", "PartitionName=old", &format!("State={state}")],
+        )
+        .expect("set partition old's state")
+    };
+    set_old("DOWN");
+    let serve = Serve::start(bed, "partition-down");
+    let id = submit(bed, &["-p", "old", "--gpus=1"], &short_job("true"));
+    let said = "hadar: waiting for its partition to start jobs again: old (DOWN)";
+    // Polled here rather than with wait_until, so that the partition is UP again before any
+    // assertion can fail and leave it DOWN for the next scenario.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut comment = squeue_comment(bed, id);
+    while comment != said && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        comment = squeue_comment(bed, id);
+    }
+    if comment == said {
+        serve.wait_rounds(bed, 2);
+    }
+    let (state, asked) = (field(bed, id, "JobState"), field(bed, id, "ReqNodeList"));
+    set_old("UP");
+    assert_eq!(comment, said, "{}", daemon_log(bed));
+    assert_eq!((state.as_str(), asked.as_str()), ("PENDING", "(null)"));
+    wait_completed(bed, id, 60);
 }

@@ -192,9 +192,10 @@ pub fn decide(
     })
 }
 
-/// The waiting jobs Slurm would not start yet, with why: each job's own hold, dependency
-/// or begin time, then, among the rest, the licenses the cluster has free; and the
-/// released jobs Slurm keeps pending for their licenses (not planned, so held again).
+/// The waiting jobs Slurm would not start yet, with why: each job's own hold, dependency,
+/// begin time or partition that starts no jobs, then, among the rest, the licenses the
+/// cluster has free; and the released jobs Slurm keeps pending for their licenses or in
+/// such a partition (not planned, so held again).
 fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
     let status = eligible::states(&snap.slurm_jobs);
     let in_phase = |phase: Phase| {
@@ -202,14 +203,18 @@ fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
             .iter()
             .filter(move |j| snap.rows.get(&j.id).is_some_and(|r| r.phase == phase))
     };
+    let partition_state = |p: &str| snap.site.partition_state(p);
     let mut blocked: BTreeMap<u64, Blocked> = in_phase(Phase::Waiting)
         .filter_map(|j| {
-            let blocked = eligible::blocked(j, snap.now_unix, |id| status.get(&id).copied())?;
+            let blocked = eligible::blocked(j, snap.now_unix, |id| status.get(&id).copied())
+                .or_else(|| eligible::partition_closed(j, partition_state))?;
             Some((j.id, blocked))
         })
         .collect();
-    for j in in_phase(Phase::Starting) {
-        if let Some(b) = eligible::pending_for_licenses(j) {
+    for j in in_phase(Phase::Starting).filter(|j| !j.is_held()) {
+        if let Some(b) = eligible::partition_closed(j, partition_state)
+            .or_else(|| eligible::pending_for_licenses(j))
+        {
             blocked.insert(j.id, b);
         }
     }

@@ -2,12 +2,15 @@
 //! its user submitted held (`sbatch --hold`), a job whose dependency is unmet, a job whose
 //! `--begin` time is ahead, a job whose licenses are not free ([`short_of_licenses`]; a
 //! job submitted with `--licenses` is left to Slurm by the plugin, but its user may add
-//! them later). hadar does not plan them (as the site's Slurm would keep them pending),
+//! them later), a job none of whose partitions starts jobs ([`partition_closed`]). A
+//! released job Slurm keeps pending for the last two reasons is held again. hadar does
+//! not plan them (as the site's Slurm would keep them pending),
 //! and says why in the job's `Comment`, where `squeue -o %k` shows it. A dependency the
 //! jobs the daemon sees already meet does not block ([`crate::dependency`]). Pure.
 
 use crate::dependency;
 use hadar_slurm::license::{License, LicenseRequest};
+use hadar_slurm::site::PartitionState;
 use hadar_slurm::{JobStatus, SlurmJob};
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,7 +21,7 @@ pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
 
 /// Why a waiting job is not planned. Its JSON (in a decision's `wait_reason`, under
 /// `blocked`) is `"user_hold"`, `{"dependency": "afterok:8"}`, `{"begin": UNIX}` or
-/// `{"licenses": "matlab:1"}`.
+/// `{"licenses": "matlab:1"}` or `{"partition_closed": "gpu (DOWN)"}`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Blocked {
@@ -30,6 +33,9 @@ pub enum Blocked {
     Begin(i64),
     /// The licenses it asks for (its `Licenses=`) are not free.
     Licenses(String),
+    /// None of its partitions starts jobs (`State=DOWN` or `INACTIVE`, as an admin sets
+    /// for maintenance): `gpu (DOWN)`.
+    PartitionClosed(String),
 }
 
 impl Blocked {
@@ -43,6 +49,9 @@ impl Blocked {
                 hadar_slurm::job::format_time_utc(*t)
             ),
             Blocked::Licenses(l) => format!("waiting for its licenses {l}"),
+            Blocked::PartitionClosed(p) => {
+                format!("waiting for its partition to start jobs again: {p}")
+            }
         }
     }
 }
@@ -100,6 +109,35 @@ pub fn pending_for_licenses(job: &SlurmJob) -> Option<Blocked> {
                 .unwrap_or_else(|| "(as Slurm shows them)".into()),
         )
     })
+}
+
+/// A job none of whose partitions starts jobs (`DOWN` or `INACTIVE`; `state_of` gives a
+/// partition's state, `None` for one Slurm did not list, which blocks nothing): Slurm would
+/// keep it pending (`Reason=PartitionDown`), so it is not planned, and a released one is
+/// held again rather than hold GPUs it cannot start on.
+pub fn partition_closed(
+    job: &SlurmJob,
+    state_of: impl Fn(&str) -> Option<PartitionState>,
+) -> Option<Blocked> {
+    if job.status != JobStatus::Pending {
+        return None;
+    }
+    let states: Vec<(&str, PartitionState)> = job
+        .partition
+        .as_deref()?
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| Some((p, state_of(p)?)))
+        .collect::<Option<_>>()?;
+    if states.is_empty() || states.iter().any(|(_, s)| s.starts_jobs()) {
+        return None;
+    }
+    let words: Vec<String> = states
+        .iter()
+        .map(|(p, s)| format!("{p} ({})", s.as_str()))
+        .collect();
+    Some(Blocked::PartitionClosed(words.join(", ")))
 }
 
 /// Slurm's `Reason` for a job waiting for licenses (`WAIT_LICENSES` in
@@ -276,6 +314,44 @@ mod tests {
             Some("hadar: reservation resv_n2: it is not active yet")
         );
         assert_eq!(site_words(&WaitReason::DoesNotFit), None);
+    }
+
+    #[test]
+    fn a_job_whose_partitions_all_stopped_starting_jobs_is_blocked() {
+        let state = |p: &str| match p {
+            "gpu" => Some(PartitionState::Down),
+            "old" => Some(PartitionState::Inactive),
+            "maint" => Some(PartitionState::Drain),
+            "up" => Some(PartitionState::Up),
+            _ => None,
+        };
+        let job = |partition: &str| {
+            let mut j = SlurmJob::held_with_record(1, "hadar:v1 gpus=1");
+            j.partition = Some(partition.into());
+            j
+        };
+        assert_eq!(
+            partition_closed(&job("gpu"), state),
+            Some(Blocked::PartitionClosed("gpu (DOWN)".into()))
+        );
+        assert_eq!(
+            partition_closed(&job("gpu,old"), state),
+            Some(Blocked::PartitionClosed(
+                "gpu (DOWN), old (INACTIVE)".into()
+            ))
+        );
+        // One partition that starts jobs is enough; a draining one still starts its queue.
+        assert_eq!(partition_closed(&job("gpu,up"), state), None);
+        assert_eq!(partition_closed(&job("maint"), state), None);
+        // A partition Slurm did not list blocks nothing (Slurm judges).
+        assert_eq!(partition_closed(&job("gpu,gone"), state), None);
+        let mut running = job("gpu");
+        running.status = JobStatus::Running;
+        assert_eq!(partition_closed(&running, state), None);
+        assert_eq!(
+            Blocked::PartitionClosed("gpu (DOWN)".into()).words(),
+            "waiting for its partition to start jobs again: gpu (DOWN)"
+        );
     }
 
     #[test]

@@ -432,6 +432,10 @@ mod tests {
             "blocked_licenses"
         );
         assert_eq!(
+            label(Blocked::PartitionClosed("gpu (DOWN)".into())),
+            "blocked_partition_closed"
+        );
+        assert_eq!(
             waiting_label(Some(&serde_json::json!({ "reason": "time_share" }))),
             "time_share"
         );

@@ -318,6 +318,15 @@ impl Site {
         &self.figures.licenses
     }
 
+    /// The state of partition `name`, `None` for one Slurm did not list.
+    pub fn partition_state(&self, name: &str) -> Option<hadar_slurm::site::PartitionState> {
+        self.figures
+            .partitions
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.state)
+    }
+
     /// Job `id`'s priority factors (`None` without `priority/multifactor` or for a job
     /// Slurm did not list), with the weights they are weighed by.
     pub fn factors(

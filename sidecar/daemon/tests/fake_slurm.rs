@@ -23,6 +23,8 @@ struct State {
     bad_answers: Vec<String>,
     /// The cluster's licenses (`scontrol show licenses`).
     licenses: Vec<hadar_slurm::license::License>,
+    /// The partitions (`scontrol show partition`); none listed: none judged.
+    partitions: Vec<hadar_slurm::site::PartitionFigures>,
     /// Whether an update of a pending job's GPU types replaces them (24.11 on) rather than
     /// adding to them for good (22.05).
     retypes: bool,
@@ -215,6 +217,7 @@ impl SlurmApi for FakeSlurm {
     fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
         Ok(hadar_slurm::site::SiteFigures {
             licenses: self.0.borrow().licenses.clone(),
+            partitions: self.0.borrow().partitions.clone(),
             ..Default::default()
         })
     }
@@ -1096,4 +1099,41 @@ fn a_running_job_that_may_no_longer_be_requeued_runs_where_it_is_to_its_end() {
     slurm.set_node_state("n1", NodeState::Idle);
     let r = d.round(1_000_004.0).unwrap();
     assert_eq!(started(&r), [2], "{r:?}");
+}
+
+/// A released job whose partition an admin sets DOWN before Slurm starts it is held again
+/// (Slurm would keep it pending, its GPUs held idle), waits while the partition starts no
+/// jobs, and is placed again once it is UP.
+#[test]
+fn a_released_job_whose_partition_goes_down_is_held_until_it_is_up() {
+    use hadar_slurm::site::{PartitionFigures, PartitionState};
+    let slurm = FakeSlurm::testbed();
+    let gpu = |state: PartitionState| {
+        vec![PartitionFigures {
+            name: "gpu".into(),
+            priority_job_factor: 1.0,
+            state,
+            ..Default::default()
+        }]
+    };
+    slurm.0.borrow_mut().partitions = gpu(PartitionState::Up);
+    slurm.submit(1, "hadar:v1 gpus=1 steps=1000");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    let r = d.round(1_000_001.0).unwrap();
+    assert_eq!(started(&r), [1], "{r:?}");
+    slurm.0.borrow_mut().partitions = gpu(PartitionState::Down);
+    let before = slurm.log().len();
+    d.round(1_000_002.0).unwrap();
+    assert!(
+        slurm.log()[before..].contains(&"hold 1".to_string()),
+        "{:?}",
+        slurm.log()
+    );
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(dec.text.contains("gpu (DOWN)"), "{}", dec.text);
+    let r = d.round(1_000_003.0).unwrap();
+    assert!(started(&r).is_empty(), "the partition is down: {r:?}");
+    slurm.0.borrow_mut().partitions = gpu(PartitionState::Up);
+    let r = d.round(1_000_004.0).unwrap();
+    assert_eq!(started(&r), [1], "{r:?}");
 }

@@ -159,6 +159,52 @@ pub struct PartitionFigures {
     pub priority_job_factor: f64,
     /// `MaxTime`, seconds; `None`: unlimited.
     pub max_time_s: Option<f64>,
+    /// `State`: whether its jobs may start.
+    #[serde(default)]
+    pub state: PartitionState,
+}
+
+/// A partition's `State`, as `scontrol update PartitionName=P State=...` sets it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionState {
+    /// `UP`: jobs are queued and started.
+    #[default]
+    Up,
+    /// `DRAIN`: no new jobs are queued; those queued still start.
+    Drain,
+    /// `DOWN`: jobs are queued, none is started (a pending job shows `Reason=PartitionDown`).
+    Down,
+    /// `INACTIVE`: jobs are neither queued nor started (`Reason=PartitionInactive`).
+    Inactive,
+}
+
+impl PartitionState {
+    /// Reads Slurm's word; `None` for one this adapter does not know.
+    pub fn parse(text: &str) -> Option<PartitionState> {
+        match text {
+            "UP" => Some(PartitionState::Up),
+            "DRAIN" => Some(PartitionState::Drain),
+            "DOWN" => Some(PartitionState::Down),
+            "INACTIVE" => Some(PartitionState::Inactive),
+            _ => None,
+        }
+    }
+
+    /// Whether Slurm starts the partition's queued jobs.
+    pub fn starts_jobs(self) -> bool {
+        matches!(self, PartitionState::Up | PartitionState::Drain)
+    }
+
+    /// Slurm's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionState::Up => "UP",
+            PartitionState::Drain => "DRAIN",
+            PartitionState::Down => "DOWN",
+            PartitionState::Inactive => "INACTIVE",
+        }
+    }
 }
 
 /// Everything of the site's rules that hadar reads in a round.
@@ -481,12 +527,18 @@ pub fn parse_partitions(text: &str) -> Result<Vec<PartitionFigures>, SlurmError>
         let name = get("PartitionName").unwrap_or("").to_string();
         let max_time_s = parse_duration(get("MaxTime").unwrap_or("UNLIMITED"))
             .map_err(|e| bad("scontrol show partition", format!("{name}: {e}")))?;
+        let state = match get("State") {
+            None => PartitionState::Up,
+            Some(s) => PartitionState::parse(s)
+                .ok_or_else(|| bad("scontrol show partition", format!("{name}: State={s}")))?,
+        };
         out.push(PartitionFigures {
             priority_job_factor: get("PriorityJobFactor")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0),
             name,
             max_time_s,
+            state,
         });
     }
     Ok(out)
@@ -667,5 +719,22 @@ mod tests {
         .unwrap();
         assert_eq!(p[0].priority_job_factor, 2.0);
         assert_eq!(p[0].max_time_s, Some(3600.0));
+        assert_eq!(p[0].state, PartitionState::Up);
+        let p = parse_partitions(
+            "PartitionName=a State=DOWN\nPartitionName=b State=INACTIVE\nPartitionName=c State=DRAIN\n",
+        )
+        .unwrap();
+        let states: Vec<(PartitionState, bool)> =
+            p.iter().map(|p| (p.state, p.state.starts_jobs())).collect();
+        assert_eq!(
+            states,
+            [
+                (PartitionState::Down, false),
+                (PartitionState::Inactive, false),
+                (PartitionState::Drain, true)
+            ]
+        );
+        let e = parse_partitions("PartitionName=gpu State=SIDEWAYS\n").unwrap_err();
+        assert!(e.to_string().contains("gpu: State=SIDEWAYS"), "{e}");
     }
 }
