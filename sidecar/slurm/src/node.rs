@@ -52,12 +52,16 @@ impl NodeState {
         // and later): backfill has planned the node for a pending job, often the managed job
         // hadar just released there, and Slurm itself keeps lower-priority jobs from delaying
         // that plan, so reading the node as unusable only cost hadar the node for a round.
+        // Nor are `POWERED_DOWN` and `POWERING_UP` (power saving): slurmctld schedules jobs
+        // onto such nodes and resumes them for the job (preferring nodes already up, then
+        // those booting), so a site whose idle GPU nodes were all powered down would start no
+        // managed job again if hadar shunned them. A node being powered down, or asked to be,
+        // takes no new job until it is down.
         let blocking = [
             "REBOOT_REQUESTED",
             "REBOOT_ISSUED",
-            "POWERED_DOWN",
             "POWERING_DOWN",
-            "POWERING_UP",
+            "POWER_DOWN",
             "FUTURE",
         ];
         if let Some(f) = flags.iter().find(|f| blocking.contains(f)) {
@@ -264,6 +268,15 @@ mod tests {
         assert_eq!(NodeState::parse("MIXED+RESERVED"), NodeState::Mixed);
         assert_eq!(NodeState::parse("IDLE+PLANNED"), NodeState::Idle);
         assert_eq!(NodeState::parse("MIXED+PLANNED"), NodeState::Mixed);
+        // Power saving: a powered-down or booting node is scheduled on (Slurm resumes it for
+        // the job); one being powered down, or asked to be, is not.
+        assert_eq!(NodeState::parse("IDLE+POWERED_DOWN"), NodeState::Idle);
+        assert_eq!(NodeState::parse("IDLE~"), NodeState::Idle);
+        assert_eq!(NodeState::parse("IDLE+POWERING_UP"), NodeState::Idle);
+        assert_eq!(NodeState::parse("MIXED+POWERING_UP"), NodeState::Mixed);
+        assert!(!NodeState::parse("IDLE+POWERING_DOWN").usable());
+        assert!(!NodeState::parse("IDLE+POWER_DOWN").usable());
+        assert!(!NodeState::parse("IDLE+POWERED_DOWN+DRAIN").usable());
         assert!(NodeState::parse("MIXED").usable());
     }
 
