@@ -143,6 +143,7 @@ pub fn decide(
     }
     let actions = enforcement(snap, &t.planned, &unmovable);
     let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable, &blocked);
+    released_not_started(snap, &mut decisions);
     for d in decisions.iter_mut().filter(|d| unmovable.contains(&d.job)) {
         let here = rows
             .get(&d.job)
@@ -550,6 +551,36 @@ fn decisions(
         out.push(d);
     }
     out
+}
+
+/// A job released in an earlier round that stays where it was placed, while Slurm still
+/// shows it pending with a reason of its own (`Resources`, `Priority`, ...): its decision
+/// says so, since "runs on" alone would hide that it does not run yet.
+fn released_not_started(snap: &RoundSnapshot, decisions: &mut [Decision]) {
+    let pending: HashMap<u64, &str> = snap
+        .slurm_jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Pending && !j.is_held())
+        .filter_map(|j| Some((j.id, j.reason.as_deref()?)))
+        .filter(|(_, reason)| !matches!(*reason, "None" | ""))
+        .collect();
+    for d in decisions.iter_mut().filter(|d| d.runs) {
+        let Some(reason) = pending.get(&d.job) else {
+            continue;
+        };
+        let released_there = snap.rows.get(&d.job).is_some_and(|r| {
+            r.phase == Phase::Starting
+                && r.placement
+                    .as_ref()
+                    .zip(d.placement.as_ref())
+                    .is_some_and(|(here, planned)| view::same_gpus(here, planned))
+        });
+        if released_there {
+            d.text.push_str(&format!(
+                " Released there in an earlier round, it is not started yet: Slurm shows it pending with Reason={reason}."
+            ));
+        }
+    }
 }
 
 /// The words for jobs the daemon cannot place as planned and jobs the look-ahead defers.

@@ -1137,3 +1137,26 @@ fn a_released_job_whose_partition_goes_down_is_held_until_it_is_up() {
     let r = d.round(1_000_004.0).unwrap();
     assert_eq!(started(&r), [1], "{r:?}");
 }
+
+/// A job released to its GPUs that Slurm keeps pending for a reason of its own says so in
+/// its decision (`hadar explain`), rather than only that it runs there.
+#[test]
+fn a_released_job_slurm_has_not_started_says_slurms_reason() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=1 steps=1000");
+    let mut d = daemon(&slurm, Store::in_memory().unwrap());
+    d.round(1_000_001.0).unwrap();
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(!dec.text.contains("not started yet"), "{}", dec.text);
+    slurm.0.borrow_mut().jobs.get_mut(&1).unwrap().reason = Some("Resources".into());
+    d.round(1_000_002.0).unwrap();
+    let dec = d.store().decision(1).unwrap().unwrap();
+    assert!(
+        dec.runs
+            && dec
+                .text
+                .contains("it is not started yet: Slurm shows it pending with Reason=Resources"),
+        "{}",
+        dec.text
+    );
+}
