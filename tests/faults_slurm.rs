@@ -165,27 +165,6 @@ fn assert_daemon_agrees(serve: &Serve, jobs: &[Submitted]) {
     );
 }
 
-fn drain(bed: &Testbed, node: &str) {
-    bed.client(
-        "scontrol",
-        &[
-            "update",
-            &format!("NodeName={node}"),
-            "State=DRAIN",
-            "Reason=hadar-fault-test",
-        ],
-    )
-    .unwrap();
-}
-
-fn resume(bed: &Testbed, node: &str) {
-    bed.client(
-        "scontrol",
-        &["update", &format!("NodeName={node}"), "State=RESUME"],
-    )
-    .unwrap();
-}
-
 /// A node where a job of `jobs` is running, with that job.
 fn node_of_a_running_job(bed: &Testbed, jobs: &[Submitted]) -> Option<(String, u32)> {
     jobs.iter().find_map(|j| {

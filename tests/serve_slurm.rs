@@ -252,27 +252,14 @@ fn preempted_job_checkpoints_resumes_and_completes_exactly(bed: &mut Testbed) {
     // Let it make progress, then drain its node: the daemon must checkpoint it, requeue it
     // held and place it on the other K80 node.
     std::thread::sleep(Duration::from_secs(4));
-    bed.client(
-        "scontrol",
-        &[
-            "update",
-            &format!("NodeName={node}"),
-            "State=DRAIN",
-            "Reason=hadar-test",
-        ],
-    )
-    .unwrap();
+    drain(bed, &node);
     wait_until("the job is requeued", 40, || {
         detail(bed, id).contains("Restarts=1")
     });
     wait_state(bed, id, &["RUNNING", "COMPLETED"], 40);
     let second = allocation(bed, id);
     let info = wait_state(bed, id, &["COMPLETED", "FAILED", "CANCELLED"], 120);
-    bed.client(
-        "scontrol",
-        &["update", &format!("NodeName={node}"), "State=RESUME"],
-    )
-    .unwrap();
+    resume(bed, &node);
     assert_eq!(
         info.field("JobState").as_deref(),
         Some("COMPLETED"),

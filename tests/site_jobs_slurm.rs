@@ -566,24 +566,11 @@ fn a_running_job_made_non_requeueable_is_never_moved(bed: &mut Testbed) {
     bed.client("scontrol", &["update", &format!("JobId={id}"), "Requeue=0"])
         .expect("make the running job non-requeueable");
     assert_eq!(field(bed, id, "Requeue"), "0");
-    bed.client(
-        "scontrol",
-        &[
-            "update",
-            &format!("NodeName={node}"),
-            "State=DRAIN",
-            "Reason=hadar-test",
-        ],
-    )
-    .expect("drain its node");
+    drain(bed, &node);
     serve.wait_rounds(bed, 3);
     let (state, restarts) = (field(bed, id, "JobState"), field(bed, id, "Restarts"));
     let words = serve.hadar(&["explain", &id.to_string()]);
-    bed.client(
-        "scontrol",
-        &["update", &format!("NodeName={node}"), "State=RESUME"],
-    )
-    .expect("resume the node");
+    resume(bed, &node);
     assert_eq!(
         (state.as_str(), restarts.as_str()),
         ("RUNNING", "0"),

@@ -329,6 +329,29 @@ pub fn occupy(bed: &Testbed, what: &[(&str, &str)]) -> Vec<u32> {
     ids
 }
 
+/// Drains `node` (`scontrol update NodeName=N State=DRAIN`), as an admin does before work on it.
+pub fn drain(bed: &Testbed, node: &str) {
+    bed.client(
+        "scontrol",
+        &[
+            "update",
+            &format!("NodeName={node}"),
+            "State=DRAIN",
+            "Reason=hadar-test",
+        ],
+    )
+    .expect("drain a node");
+}
+
+/// Puts `node` back in service (`State=RESUME`).
+pub fn resume(bed: &Testbed, node: &str) {
+    bed.client(
+        "scontrol",
+        &["update", &format!("NodeName={node}"), "State=RESUME"],
+    )
+    .expect("resume a node");
+}
+
 /// Runs `hadar ARGS --state STATE` (status, explain) and returns its standard output; fails
 /// the test if it fails.
 pub fn run_hadar(state: &std::path::Path, args: &[&str]) -> String {
