@@ -144,16 +144,7 @@ pub fn decide(
     let actions = enforcement(snap, &t.planned, &unmovable);
     let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable, &blocked);
     released_not_started(snap, &mut decisions);
-    for d in decisions.iter_mut().filter(|d| unmovable.contains(&d.job)) {
-        let here = rows
-            .get(&d.job)
-            .and_then(|r| r.placement.clone())
-            .unwrap_or_default();
-        d.text = unmovable::words(&explain::placement_words(&here));
-        d.runs = true;
-        d.placement = Some(here);
-        d.wait_reason = None;
-    }
+    unmovable::explain(rows, &unmovable, &mut decisions);
     explain_overrides(snap, &t, &origins, &mut decisions);
     if let Some(cluster) = &cv.cluster {
         // The site's priority factors, and the limits on one type that keep a job off it.
@@ -278,9 +269,9 @@ fn cluster_view(
     (cv, exclusive_ids, busy)
 }
 
-/// The planned jobs' states (active, not forked, not blocked, not unmovable), in arrival order, without
-/// those the site's limits hold back (returned with the limit); records each job's rates'
-/// origins in `origins`.
+/// The planned jobs' states (active, not forked, not blocked, not unmovable), in arrival
+/// order, without those the site's limits hold back (returned with the limit); records each
+/// job's rates' origins in `origins`.
 #[allow(clippy::too_many_arguments)]
 fn job_states(
     snap: &RoundSnapshot,

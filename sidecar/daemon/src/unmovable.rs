@@ -8,7 +8,7 @@
 //! other; only once started does it stay put. Pure.
 
 use hadar_slurm::{JobStatus, SlurmJob};
-use hadar_store::{JobRow, Phase};
+use hadar_store::{Decision, JobRow, Phase};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The running managed jobs (among `rows`) that Slurm shows may not be requeued.
@@ -28,11 +28,26 @@ fn holds_its_gpus(status: &JobStatus) -> bool {
     )
 }
 
-/// The decision's words for such a job.
-pub fn words(placement: &str) -> String {
-    format!(
-        "runs on {placement} to its end: it may no longer be requeued (Requeue=0, set after submission), and hadar moves a job only by requeueing it, so its GPUs are not planned"
-    )
+/// The decisions of the `unmovable` jobs: each runs where it is (its placement in `rows`),
+/// and says why the plan has no say over it.
+pub fn explain(
+    rows: &BTreeMap<u64, JobRow>,
+    unmovable: &BTreeSet<u64>,
+    decisions: &mut [Decision],
+) {
+    for d in decisions.iter_mut().filter(|d| unmovable.contains(&d.job)) {
+        let here = rows
+            .get(&d.job)
+            .and_then(|r| r.placement.clone())
+            .unwrap_or_default();
+        d.text = format!(
+            "runs on {} to its end: it may no longer be requeued (Requeue=0, set after submission), and hadar moves a job only by requeueing it, so its GPUs are not planned",
+            crate::explain::placement_words(&here)
+        );
+        d.runs = true;
+        d.placement = Some(here);
+        d.wait_reason = None;
+    }
 }
 
 #[cfg(test)]

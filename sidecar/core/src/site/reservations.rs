@@ -124,12 +124,14 @@ impl Nodes {
     }
 }
 
-/// The nodes a job's user chose for it, as the daemon reads them from Slurm.
+/// The nodes a job may be placed on as the daemon reads them from Slurm: those its user
+/// chose, narrowed to where Slurm could give it CPUs and memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Chosen {
     /// The nodes.
     pub nodes: Nodes,
-    /// The options as the user wrote them, for its wait reason: `--exclude=n1,n4`.
+    /// The options as the user wrote them, and what else narrows the nodes (free CPUs and
+    /// memory), for its wait reason: `--exclude=n1,n4`.
     pub options: String,
 }
 
