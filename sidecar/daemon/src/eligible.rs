@@ -3,10 +3,10 @@
 //! `--begin` time is ahead, a job whose licenses are not free ([`short_of_licenses`]; a
 //! job submitted with `--licenses` is left to Slurm by the plugin, but its user may add
 //! them later), a job none of whose partitions starts jobs ([`partition_closed`]). A
-//! released job Slurm keeps pending for the last two reasons is held again. hadar does
-//! not plan them (as the site's Slurm would keep them pending),
-//! and says why in the job's `Comment`, where `squeue -o %k` shows it. A dependency the
-//! jobs the daemon sees already meet does not block ([`crate::dependency`]). Pure.
+//! released job Slurm keeps pending for the last two reasons is held again. hadar does not
+//! plan them (as the site's Slurm would keep them pending), and says why in the job's
+//! `Comment`, where `squeue -o %k` shows it. A dependency the jobs the daemon sees already
+//! meet does not block ([`crate::dependency`]). Pure.
 
 use crate::dependency;
 use hadar_slurm::license::{License, LicenseRequest};
@@ -20,7 +20,7 @@ pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
 }
 
 /// Why a waiting job is not planned. Its JSON (in a decision's `wait_reason`, under
-/// `blocked`) is `"user_hold"`, `{"dependency": "afterok:8"}`, `{"begin": UNIX}` or
+/// `blocked`) is `"user_hold"`, `{"dependency": "afterok:8"}`, `{"begin": UNIX}`,
 /// `{"licenses": "matlab:1"}` or `{"partition_closed": "gpu (DOWN)"}`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
