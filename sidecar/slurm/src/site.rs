@@ -518,30 +518,28 @@ pub fn parse_gpu_usage(text: &str) -> HashMap<(String, String), u64> {
 
 /// `scontrol show partition --oneliner` records.
 pub fn parse_partitions(text: &str) -> Result<Vec<PartitionFigures>, SlurmError> {
-    let mut out = Vec::new();
-    for l in text.lines().filter(|l| l.contains("PartitionName=")) {
-        let get = |k: &str| {
-            l.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
-        };
-        let name = get("PartitionName").unwrap_or("").to_string();
-        let max_time_s = parse_duration(get("MaxTime").unwrap_or("UNLIMITED"))
-            .map_err(|e| bad("scontrol show partition", format!("{name}: {e}")))?;
-        let state = match get("State") {
-            None => PartitionState::Up,
-            Some(s) => PartitionState::parse(s)
-                .ok_or_else(|| bad("scontrol show partition", format!("{name}: State={s}")))?,
-        };
-        out.push(PartitionFigures {
-            priority_job_factor: get("PriorityJobFactor")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1.0),
-            name,
-            max_time_s,
-            state,
-        });
-    }
-    Ok(out)
+    crate::record::parse(text, "PartitionName")
+        .iter()
+        .map(|r| {
+            let name = r.get("PartitionName").unwrap_or("").to_string();
+            let max_time_s = parse_duration(r.get("MaxTime").unwrap_or("UNLIMITED"))
+                .map_err(|e| bad("scontrol show partition", format!("{name}: {e}")))?;
+            let state = match r.get("State") {
+                None => PartitionState::Up,
+                Some(s) => PartitionState::parse(s)
+                    .ok_or_else(|| bad("scontrol show partition", format!("{name}: State={s}")))?,
+            };
+            Ok(PartitionFigures {
+                priority_job_factor: r
+                    .get("PriorityJobFactor")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1.0),
+                name,
+                max_time_s,
+                state,
+            })
+        })
+        .collect()
 }
 
 impl Slurm {
