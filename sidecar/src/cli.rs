@@ -957,6 +957,23 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "LIST", requires = "config")]
     pub fork_jobs: Option<String>,
 
+    /// A workload of Sia's benchmark (`name,time,application,num_replicas,batch_size`, e.g.
+    /// Sia's workloads/philly/workload-1.csv): each job runs rigid at its GPU count and batch
+    /// size, as Sia's simulator runs its Gavel baseline, at its application's restart cost,
+    /// paid at every start (docs/results-sia.md). Needs --sia-profiles.
+    #[arg(long, value_name = "FILE", requires = "sia_profiles", conflicts_with_all = ["trace", "throughputs", "cluster", "fork_jobs", "accounts"])]
+    pub sia_workload: Option<PathBuf>,
+
+    /// With --sia-workload: Sia's profiles folder (one subfolder per application, with its
+    /// placements-*.csv, scalability-*.csv and validation-*.csv).
+    #[arg(long, value_name = "DIR", requires = "sia_workload")]
+    pub sia_profiles: Option<PathBuf>,
+
+    /// With --sia-workload: the cluster, as nodes of Sia's profiled kinds (aws: 4 T4, rtx: 8
+    /// RTX 2080 Ti, dgx-ext or dgx: 8 A100, azure: 8 V100, quad: 4 Quadro RTX 6000).
+    #[arg(long, value_name = "KIND:NODES,...", default_value = hadar_formats::sia::apps::DEFAULT_CLUSTER, requires = "sia_workload")]
+    pub sia_cluster: String,
+
     /// Round length in seconds.
     #[arg(long, value_name = "S", default_value_t = 360.0)]
     pub round_s: f64,

@@ -222,6 +222,7 @@ pub fn shadow_comparison(
             .unwrap_or(priors.default_rate_per_gpu * r.workers as f64);
         let seconds = (end - start).max(0.0);
         jobs.push(hadar_core::Job {
+            restart_s: None,
             id: hadar_core::JobId(r.id),
             kind: r.name.clone(),
             arrival_s: r.arrival_s,

@@ -82,6 +82,35 @@ pub fn load_inputs(
     })
 }
 
+/// Reads a workload of Sia's benchmark with its profiles, on a cluster of Sia's kinds; says
+/// on standard error which job kinds cannot use which types.
+pub fn load_sia_inputs(
+    workload: &std::path::Path,
+    profiles: &std::path::Path,
+    cluster: &str,
+) -> Result<Inputs, Failure> {
+    let spec = hadar_formats::SiaCluster::parse(cluster).map_err(Failure::input)?;
+    let sia = hadar_formats::load_sia(workload, profiles, &spec).map_err(Failure::input)?;
+    for note in &sia.notes {
+        eprintln!("note: {note}");
+    }
+    let shape: Vec<String> = spec
+        .nodes
+        .iter()
+        .map(|(k, n)| format!("{n} x {} {}", k.gpus_per_node, k.gpu_type))
+        .collect();
+    Ok(Inputs {
+        cluster: sia.cluster,
+        jobs: sia.jobs,
+        cluster_origin: format!("Sia's {cluster}: {}", shape.join(", ")),
+        trace_origin: format!("{}, rigid jobs of Sia's model", workload.display()),
+        throughput_source: "true",
+        unmeasured_types: (Vec::new(), Vec::new()),
+        accounts: None,
+        fork: None,
+    })
+}
+
 /// Sets each job's weight from its account's priority factors, through the same pure code
 /// as the daemon ([`hadar_core::site::priority`]).
 fn apply_accounts(
@@ -140,12 +169,15 @@ enum Outcome {
 /// Runs the command: settings, then each policy, then the outputs.
 pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     let mut settings = Settings::from_args(&args)?;
-    let mut inputs = load_inputs(
-        args.cluster.as_deref(),
-        args.gpus_per_node,
-        args.throughputs.as_deref(),
-        args.trace.as_deref(),
-    )?;
+    let mut inputs = match (&args.sia_workload, &args.sia_profiles) {
+        (Some(workload), Some(profiles)) => load_sia_inputs(workload, profiles, &args.sia_cluster)?,
+        _ => load_inputs(
+            args.cluster.as_deref(),
+            args.gpus_per_node,
+            args.throughputs.as_deref(),
+            args.trace.as_deref(),
+        )?,
+    };
     if args.throughput_source == ThroughputSource::Estimated {
         inputs.throughput_source = "estimated";
     }
@@ -320,6 +352,8 @@ impl Settings {
                 copy_startup_s: args.copy_startup_s,
                 keeps_types: args.keeps_types,
                 fixed_rounds: args.fixed_rounds,
+                // Sia's simulator charges a job's restart at every start, its first too.
+                first_start_restarts: args.sia_workload.is_some(),
                 ..hadar_sim::ClusterModel::default()
             },
             ..SimConfig::default()

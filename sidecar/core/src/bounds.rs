@@ -440,6 +440,7 @@ mod tests {
 
     fn job(id: u64, arrival_s: f64, workers: u32, steps: f64, curves: Vec<Vec<(u32, f64)>>) -> Job {
         Job {
+            restart_s: None,
             id: JobId(id),
             kind: "test".into(),
             arrival_s,

@@ -34,6 +34,11 @@ pub struct Job {
     pub weight: f64,
     /// Steps/s on each type by worker count.
     pub throughput: ThroughputProfile,
+    /// Seconds this job loses to a checkpoint and reload when it moves or resumes, where it
+    /// differs from the workload's (an application's own cost: Sia measured 15-250 s);
+    /// `None`: the round's [`crate::RoundInput::restart_s`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_s: Option<f64>,
 }
 
 impl Job {
@@ -48,6 +53,11 @@ impl Job {
         self.arrival_s
             .total_cmp(&other.arrival_s)
             .then(self.id.cmp(&other.id))
+    }
+
+    /// Seconds it loses when it moves or resumes: its own cost, else `default_s`.
+    pub fn restart_or(&self, default_s: f64) -> f64 {
+        self.restart_s.unwrap_or(default_s)
     }
 
     /// True when the job can run on at least one type with its own worker count.

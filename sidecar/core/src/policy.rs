@@ -18,12 +18,31 @@ pub struct RoundInput<'a> {
     pub now_s: f64,
     /// The nominal round length in seconds.
     pub round_s: f64,
-    /// Seconds a job loses when its placement changes (checkpoint and reload).
+    /// Seconds a job loses when its placement changes (checkpoint and reload), for jobs
+    /// without a cost of their own ([`RoundInput::restart_of`]).
     pub restart_s: f64,
     /// The cluster's machines (only usable nodes: drained or down ones are left out).
     pub cluster: &'a Cluster,
     /// The active jobs (arrived, unfinished), in arrival order, ties by id.
     pub jobs: &'a [JobState],
+}
+
+impl RoundInput<'_> {
+    /// Seconds `job` loses when its placement changes: its own cost
+    /// ([`crate::Job::restart_s`]) or the round's.
+    pub fn restart_of(&self, job: &JobState) -> f64 {
+        job.job.restart_or(self.restart_s)
+    }
+
+    /// The largest restart cost of any job this round (the round's when no job has its
+    /// own): what a decision about the round as a whole must allow for.
+    pub fn max_restart_s(&self) -> f64 {
+        self.jobs
+            .iter()
+            .map(|js| self.restart_of(js))
+            .reduce(f64::max)
+            .unwrap_or(self.restart_s)
+    }
 }
 
 /// A scheduling policy: Hadar, HadarE or a baseline.

@@ -66,6 +66,7 @@ fn bind(raw: &[RawJob], cluster: &Cluster) -> Vec<Arc<Job>> {
                 })
                 .collect();
             Arc::new(Job {
+                restart_s: None,
                 id: JobId(i as u64),
                 kind: format!("job {i}"),
                 arrival_s: *arrival_s,

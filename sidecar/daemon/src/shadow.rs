@@ -567,6 +567,7 @@ impl<S: SlurmApi> Shadow<S> {
                 let spec = spec_of(r, &self.table);
                 let (throughput, _) = spec::profile(&spec, types, &[], &self.table, &priors);
                 let job = Arc::new(Job {
+                    restart_s: None,
                     id: JobId(r.id),
                     kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
                     arrival_s: r.arrival_s,

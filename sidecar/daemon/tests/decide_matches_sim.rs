@@ -513,6 +513,7 @@ fn sim_state(w: &World, at: &Where, site: &Site, config: &DaemonConfig) -> (Clus
     for (i, j) in w.jobs.iter().enumerate() {
         let id = job_id(i);
         let job = Job {
+            restart_s: None,
             id: JobId(id),
             kind: format!("job{id}"),
             arrival_s: j.arrival_s,

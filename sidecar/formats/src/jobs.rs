@@ -366,6 +366,7 @@ impl JobCtx<'_> {
             Some(parts) => Some(self.running(parts, workers, cluster, running_load)?),
         };
         let job = Job {
+            restart_s: None,
             id: JobId(self.id),
             kind,
             arrival_s,

@@ -8,6 +8,7 @@
 //! * [`job_types`]: the table's job types by the names users write (`resnet50-b64`).
 //! * [`trace`]: Gavel's 10-column `.trace` files, read as they are.
 //! * [`jobs`]: the queue of a `hadar dry-run`, in TOML or JSON.
+//! * [`sia`]: Sia's benchmark workloads and profiles, as rigid jobs on its GPU clusters.
 //! * [`embedded`]: the default workload compiled into the binary.
 
 pub mod accounts;
@@ -16,6 +17,7 @@ pub mod embedded;
 pub mod error;
 pub mod job_types;
 pub mod jobs;
+pub mod sia;
 pub mod synthetic;
 pub mod throughputs;
 pub mod trace;
@@ -25,5 +27,6 @@ pub use cluster::{load_cluster, parse_cluster_spec, parse_cluster_toml};
 pub use error::{FormatError, Location};
 pub use job_types::short_name;
 pub use jobs::{JobsFile, JobsSyntax, load_jobs, parse_jobs};
+pub use sia::{SiaCluster, SiaWorkload, load_sia};
 pub use throughputs::{TableRate, ThroughputTable};
 pub use trace::{load_trace, parse_trace};

@@ -147,6 +147,7 @@ pub fn generate_jobs(table: &ThroughputTable, cluster: &Cluster, spec: &TraceSpe
         .filter_map(|l| {
             let throughput = table.profile(&l.job_type, cluster)?;
             Some(Job {
+                restart_s: None,
                 id: JobId(0),
                 kind: l.job_type,
                 arrival_s: l.arrival_s,

@@ -193,6 +193,7 @@ impl<'a> TraceLine<'a> {
             ));
         };
         let job = Job {
+            restart_s: None,
             id,
             kind: job_type.to_string(),
             arrival_s,

@@ -404,6 +404,12 @@ fn arrival_order(w: &Workload) -> Result<Vec<Arc<Job>>, SimError> {
         if !j.can_run_somewhere(w.cluster.types()) {
             return Err(SimError::CannotRun(j.id));
         }
+        if let Some(r) = j.restart_s.filter(|r| !(r.is_finite() && *r >= 0.0)) {
+            return Err(SimError::InvalidConfig(format!(
+                "job {}'s restart cost must be at least 0 seconds, got {r}",
+                j.id
+            )));
+        }
     }
     Ok(order)
 }
@@ -603,14 +609,19 @@ fn run_assignment(
     let rate = a.placement.rate(&job.throughput, job.workers);
     let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
     let starts = t.state.placement.as_ref() != Some(&a.placement);
+    let pays_restart =
+        restarted || (starts && t.state.rounds_run == 0 && cfg.model.first_start_restarts);
     let forked = a.placement.kind() == PlacementKind::Forked;
     // Overheads longer than a round carry into the job's next rounds while it keeps
     // its placement (a 3 s restart plus a 2 s start in 3 s rounds, as the daemon has
     // on the test cluster); a new placement starts a new debt.
-    let owed = cfg
-        .model
-        .overhead_s(cfg.restart_s, restarted, starts, forked, f64::INFINITY)
-        + if starts { 0.0 } else { t.owed_s };
+    let owed = cfg.model.overhead_s(
+        job.restart_or(cfg.restart_s),
+        pays_restart,
+        starts,
+        forked,
+        f64::INFINITY,
+    ) + if starts { 0.0 } else { t.owed_s };
     let overhead = owed.min(round_len);
     t.owed_s = owed - overhead;
     // A forked job's copies are new Slurm jobs every round: nothing holds it to types.

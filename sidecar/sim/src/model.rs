@@ -16,6 +16,11 @@ pub struct ClusterModel {
     /// from the last checkpoint on whatever GPUs it gets, so neither the restart cost nor
     /// the start latency is added when the copies land elsewhere.
     pub copy_startup_s: f64,
+    /// A job's first start costs its restart too (its own, [`hadar_core::Job::restart_s`],
+    /// or the workload's), as Sia's simulator charges every start: its measured
+    /// checkpoint-restore times include launching the job. Off: only a move or a resume
+    /// pays it, and a first start pays [`ClusterModel::start_latency_s`] alone.
+    pub first_start_restarts: bool,
     /// A started job keeps the GPU types of its first placement for its life (Slurm 22.05
     /// keeps the types of a typed request): policies see it only on those types.
     pub keeps_types: bool,

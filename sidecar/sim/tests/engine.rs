@@ -68,6 +68,7 @@ impl Policy for Greedy {
 
 fn job(id: u64, arrival: f64, workers: u32, steps: f64, rate: f64) -> Job {
     Job {
+        restart_s: None,
         id: JobId(id),
         kind: "t".into(),
         arrival_s: arrival,
@@ -158,6 +159,53 @@ fn changing_placement_costs_the_restart_time() {
     let sticky = simulate(&w, &mut Greedy::new(false), &cfg).unwrap();
     assert_eq!(sticky.jobs[0].finish_s, 1000.0);
     assert_eq!(sticky.metrics.restarts, 0);
+}
+
+#[test]
+fn a_jobs_own_restart_cost_replaces_the_workloads_and_may_be_charged_at_its_first_start() {
+    // Two hopping jobs, one with its own 100 s restart, one at the workload's 60 s: each
+    // round after the first loses that much (1000 steps at 1 step/s, 360 s rounds).
+    let mut own = job(0, 0.0, 1, 1000.0, 1.0);
+    own.restart_s = Some(100.0);
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![own.clone(), job(1, 0.0, 1, 1000.0, 1.0)],
+    };
+    let cfg = SimConfig {
+        restart_s: 60.0,
+        ..SimConfig::default()
+    };
+    let r = simulate(&w, &mut Greedy::new(true), &cfg).unwrap();
+    // Own: 360 + 260 + 260 = 880 after 3 rounds; round 4: 100 s restart + 120 s of work.
+    assert_eq!(r.jobs[0].finish_s, 3.0 * 360.0 + 220.0);
+    assert_eq!(r.jobs[1].finish_s, 3.0 * 360.0 + 100.0);
+    // Charged at every start, as Sia's simulator does, a kept job pays it once, at its
+    // first, even where it is longer than a round (a 500 s restart in 360 s rounds).
+    own.restart_s = Some(500.0);
+    let w = Workload {
+        cluster: cluster(1, 1),
+        jobs: vec![own],
+    };
+    let every_start = SimConfig {
+        model: hadar_sim::ClusterModel {
+            first_start_restarts: true,
+            ..Default::default()
+        },
+        ..cfg.clone()
+    };
+    let r = simulate(&w, &mut Greedy::new(false), &every_start).unwrap();
+    assert_eq!(r.jobs[0].finish_s, 1500.0);
+    assert_eq!(r.metrics.restarts, 0, "a first start is not a restart");
+    let r = simulate(&w, &mut Greedy::new(false), &cfg).unwrap();
+    assert_eq!(r.jobs[0].finish_s, 1000.0);
+    // A negative or non-finite cost is refused.
+    let mut bad = w.clone();
+    bad.jobs[0].restart_s = Some(-1.0);
+    let e = simulate(&bad, &mut Greedy::new(false), &cfg).unwrap_err();
+    assert!(
+        e.to_string().contains("restart cost must be at least 0"),
+        "{e}"
+    );
 }
 
 #[test]

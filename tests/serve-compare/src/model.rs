@@ -202,6 +202,7 @@ pub fn sim_jobs(
             steps += timing.slurm_start_s * rate;
         }
         out.push(Job {
+            restart_s: None,
             id: JobId(i as u64),
             kind: name,
             arrival_s: *at,

@@ -221,6 +221,7 @@ mod tests {
 
     fn state(remaining: f64, running: bool) -> JobState {
         let job = Job {
+            restart_s: None,
             id: crate::job::JobId(1),
             kind: "test".into(),
             arrival_s: 0.0,

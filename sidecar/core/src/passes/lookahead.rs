@@ -338,6 +338,14 @@ pub struct Moves {
 }
 
 impl Moves {
+    /// The same economics for `job`, at its own restart cost where it has one.
+    pub fn of(self, job: &crate::Job) -> Moves {
+        Moves {
+            restart_s: job.restart_or(self.restart_s),
+            ..self
+        }
+    }
+
     /// Whether the plan would move a job running at `from` steps/s to free GPUs where it
     /// runs at `to`.
     pub fn pay(&self, from: f64, to: f64) -> bool {
@@ -482,11 +490,16 @@ pub fn commit(
             .is_some_and(|f| f.phase == JobPhase::Waiting && f.held_types.is_none())
     });
     let queued: HashMap<u64, &Queued> = queue.iter().map(|q| (q.job, q)).collect();
+    let own_moves: HashMap<JobId, Moves> = states
+        .iter()
+        .map(|js| (js.id(), moves.of(&js.job)))
+        .collect();
     choices.retain(|id, c| {
         c.starts_now(now_s)
-            || !queued
-                .get(&id.0)
-                .is_some_and(|q| q.starting_elsewhere_beats(c, now_s, moves))
+            || !queued.get(&id.0).is_some_and(|q| {
+                let moves = own_moves.get(id).copied().unwrap_or(moves);
+                q.starting_elsewhere_beats(c, now_s, moves)
+            })
     });
     states.retain(|js| choices.get(&js.id()).is_none_or(|c| c.starts_now(now_s)));
     let mut restricted = BTreeMap::new();
@@ -539,9 +552,11 @@ fn moving_up_pays(js: &JobState, moves: Moves) -> bool {
     let Some((_, best)) = js.job.throughput.fastest(workers) else {
         return false;
     };
-    js.placement
-        .as_ref()
-        .is_some_and(|p| moves.pay(p.rate(&js.job.throughput, workers), best))
+    js.placement.as_ref().is_some_and(|p| {
+        moves
+            .of(&js.job)
+            .pay(p.rate(&js.job.throughput, workers), best)
+    })
 }
 
 impl Queued {
@@ -720,6 +735,7 @@ mod tests {
         let curve =
             |r: Option<f64>| r.map_or_else(RateCurve::default, |r| RateCurve::new([(2, r)]));
         let job = Arc::new(Job {
+            restart_s: None,
             id: JobId(id),
             kind: String::new(),
             arrival_s: 0.0,

@@ -205,6 +205,7 @@ mod tests {
     fn job(id: u64, workers: u32, steps: f64) -> JobState {
         let curve = |r: f64| RateCurve::new((1..=workers).map(|g| (g, r * g as f64)));
         let job = Arc::new(Job {
+            restart_s: None,
             id: JobId(id),
             kind: String::new(),
             arrival_s: id as f64,

@@ -232,6 +232,7 @@ mod tests {
 
     fn job(id: u64, workers: u32, steps: f64) -> JobState {
         let job = Arc::new(Job {
+            restart_s: None,
             id: JobId(id),
             kind: String::new(),
             arrival_s: id as f64,

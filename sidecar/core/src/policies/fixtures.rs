@@ -18,6 +18,7 @@ pub(crate) fn job(id: u64, arrival_s: f64, workers: u32, steps: f64, rates: &[Op
         })
         .collect();
     Job {
+        restart_s: None,
         id: JobId(id),
         kind: format!("test job {id}"),
         arrival_s,

@@ -373,7 +373,7 @@ fn forkables(config: &HadarEConfig, input: &RoundInput<'_>) -> (Vec<Forkable>, V
             best_rate,
             input.now_s,
             input.round_s,
-            input.restart_s,
+            input.restart_of(js),
             config.stickiness,
         );
         let previous = if config.stickiness {
@@ -484,6 +484,7 @@ mod tests {
 
     fn job(id: u64, workers: u32, rates: &[&[(u32, f64)]], remaining: f64) -> JobState {
         let job = Job {
+            restart_s: None,
             id: JobId(id),
             kind: "t".into(),
             arrival_s: id as f64,

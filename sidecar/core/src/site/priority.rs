@@ -266,6 +266,7 @@ mod tests {
                 .map(|(id, fs)| {
                     JobState::arrived(
                         Arc::new(Job {
+                            restart_s: None,
                             id: JobId(id),
                             kind: "t".into(),
                             arrival_s: id as f64,

@@ -118,6 +118,7 @@ mod tests {
 
     fn job(steps: f64) -> JobState {
         let job = Job {
+            restart_s: None,
             id: JobId(1),
             kind: "t".into(),
             arrival_s: 0.0,

@@ -20,6 +20,7 @@ fn job(id: u64, arrival_s: f64, workers: u32, steps: f64, rates: &[f64]) -> Arc<
         .map(|&r| RateCurve::new([(workers, r)]))
         .collect();
     Arc::new(Job {
+        restart_s: None,
         id: JobId(id),
         kind: format!("job-{id}"),
         arrival_s,

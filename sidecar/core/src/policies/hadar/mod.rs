@@ -392,7 +392,7 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             best_rate,
             input.now_s,
             input.round_s,
-            input.restart_s,
+            input.restart_of(js),
             config.stickiness,
         );
         let needed = workers.div_ceil(largest_node);
@@ -623,7 +623,7 @@ fn settle_pass(
     assignments: &mut [Assignment],
     stats: &mut RoundStats,
 ) {
-    if !config.stickiness || input.restart_s <= 0.0 {
+    if !config.stickiness || input.max_restart_s() <= 0.0 {
         return;
     }
     let previous: Vec<Option<&Placement>> = assignments
@@ -665,7 +665,7 @@ fn tail_pass(
     let applies = config.makespan_guard
         && !ready.is_empty()
         && ready.len() <= config.tail_jobs.min(MAX_TAIL_JOBS)
-        && input.restart_s * 2.0 < input.round_s
+        && input.max_restart_s() * 2.0 < input.round_s
         && ready
             .iter()
             .all(|p| p.urgency.is_urgent() && p.max_nodes >= p.workers);
@@ -1014,7 +1014,7 @@ fn urgent_offer(
     let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
         return None;
     };
-    let may_preempt = input.restart_s < input.round_s - slack_s;
+    let may_preempt = input.max_restart_s() < input.round_s - slack_s;
     let mut levels = rate_levels(&p.rates, min_rate);
     if !may_preempt && levels.len() > 2 {
         // Without room to make, only the deadline types and then anywhere (the last level).
@@ -1185,7 +1185,7 @@ pub fn round_objective(config: &HadarConfig, input: &RoundInput<'_>, plan: &Roun
             best_rate,
             input.now_s,
             input.round_s,
-            input.restart_s,
+            input.restart_of(js),
             config.stickiness,
         );
         u.set_criticality(horizon, config.criticality);

@@ -78,7 +78,7 @@ pub(super) fn pack(
     plan: Admitted<'_>,
     mut admit: impl FnMut(&mut PriceBook, &mut Vec<Assignment>, usize, Offer),
 ) -> usize {
-    if mode == Packing::Off || input.restart_s * 2.0 >= input.round_s {
+    if mode == Packing::Off || input.max_restart_s() * 2.0 >= input.round_s {
         return 0;
     }
     let Admitted {

@@ -130,6 +130,7 @@ pub fn generate(spec: &SyntheticSpec) -> Result<SyntheticWorkload, SyntheticErro
         let hours = 10f64.powf(rng.random_range(-0.78..1.0));
         let steps = base * hours * 3600.0;
         let job = Job {
+            restart_s: None,
             id: JobId(id),
             kind: "synthetic".into(),
             arrival_s: rng.random_range(0.0..3600.0),

@@ -18,6 +18,7 @@ fn job(id: u64, arrival: f64, workers: u32, steps: f64, rates: &[f64]) -> JobSta
         .map(|r| RateCurve::new([(workers, *r)]))
         .collect();
     let j = Job {
+        restart_s: None,
         id: JobId(id),
         kind: format!("job-{id}"),
         arrival_s: arrival,

@@ -45,6 +45,7 @@ fn cluster(gpus: u32) -> Cluster {
 
 fn state(id: u64, workers: u32) -> JobState {
     let job = Job {
+        restart_s: None,
         id: JobId(id),
         kind: "t".into(),
         arrival_s: id as f64,
@@ -241,6 +242,7 @@ fn two_types() -> Vec<String> {
 /// A 1-GPU job that runs on both types (v100 first).
 fn state2(id: u64) -> JobState {
     let job = Job {
+        restart_s: None,
         id: JobId(id),
         kind: "t".into(),
         arrival_s: id as f64,

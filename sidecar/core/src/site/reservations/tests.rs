@@ -127,6 +127,7 @@ fn cluster() -> Cluster {
 
 fn job(id: u64, workers: u32) -> JobState {
     let job = Job {
+        restart_s: None,
         id: JobId(id),
         kind: "t".into(),
         arrival_s: id as f64,
