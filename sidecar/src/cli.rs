@@ -30,7 +30,7 @@ pub enum Command {
     ///
     /// With no arguments, runs every policy on an embedded 40-job multi-GPU trace on a
     /// 4 V100 + 4 P100 + 4 K80 cluster (Gavel's measured throughputs).
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Show the placements the next round would make for a cluster and a job queue,
     /// without touching anything.
     ///

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     logging::init(args.verbose);
     let outcome = match args.command {
-        cli::Command::Simulate(a) => simulate::run(a),
+        cli::Command::Simulate(a) => simulate::run(*a),
         cli::Command::DryRun(a) => dry_run::run(a),
         cli::Command::Estimate(a) => estimate::run(a),
         cli::Command::Average(a) => average::run(a),
