@@ -100,7 +100,7 @@ impl Placement {
     }
 
     /// Whether `other` uses the same GPU types, as many of each (wherever they are): for a
-    /// gang, the same rate.
+    /// gang, the same rate (over as many nodes, where its rates depend on the spread).
     pub fn same_gpus_per_type(&self, other: &Placement) -> bool {
         let types = self.types();
         types == other.types()
@@ -117,8 +117,10 @@ impl Placement {
     /// The job's steps/s under this placement.
     ///
     /// Gang: the job runs `workers` workers in lock-step, each at the per-worker pace of the
-    /// slowest type used, so the rate is `min over used types of X[type][workers]`; zero when
-    /// any used type cannot run the job or the GPU count differs from `workers`.
+    /// slowest type used, so the rate is `min over used types of X[type][workers]`, taken at
+    /// the number of nodes the placement spans where the job's rates depend on it
+    /// ([`ThroughputProfile::rate_across`]); zero when any used type cannot run the job or
+    /// the GPU count differs from `workers`.
     /// Forked: the sum over copies of `X[type][gpus]` (a copy that cannot run adds nothing).
     pub fn rate(&self, profile: &ThroughputProfile, workers: u32) -> f64 {
         match self.kind {
@@ -126,9 +128,10 @@ impl Placement {
                 if self.parts.is_empty() || self.gpus() != workers {
                     return 0.0;
                 }
+                let nodes = self.nodes().len() as u32;
                 let mut rate = f64::INFINITY;
                 for t in self.types() {
-                    match profile.rate(t, workers) {
+                    match profile.rate_across(t, workers, nodes) {
                         Some(r) => rate = rate.min(r),
                         None => return 0.0,
                     }

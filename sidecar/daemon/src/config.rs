@@ -245,16 +245,18 @@ impl SidecarConfig {
     }
 }
 
-/// Whether `[hadar]` sets `max_nodes_per_job`. The daemon's default is 1 (unlike the
-/// simulator's "no limit"): one Slurm job gets the same GPUs on every node, so a placement
-/// spanning nodes is only enforceable when it is uniform, and on one node any mix of types is.
-fn text_sets_max_nodes(text: &str) -> bool {
+/// Whether `[hadar]` sets `key`. Where the daemon's default differs from the simulator's,
+/// it applies only when the file leaves the key out: `max_nodes_per_job` (1, not "no
+/// limit") and `uniform_gangs` (true): one Slurm job gets the same GPUs on every node, so a
+/// placement spanning nodes is only enforceable when it is uniform, and on one node any mix
+/// of types is.
+fn text_sets_hadar_key(text: &str, key: &str) -> bool {
     toml::from_str::<toml::Table>(text)
         .ok()
         .and_then(|t| {
             t.get("hadar")
                 .and_then(|h| h.as_table())
-                .map(|h| h.contains_key("max_nodes_per_job"))
+                .map(|h| h.contains_key(key))
         })
         .unwrap_or(false)
 }
@@ -296,8 +298,11 @@ impl DaemonConfig {
         check_fork_and_hadar(path, &file)?;
         check_gpu_types(path, text, &file)?;
         let mut hadar = file.hadar;
-        if !text_sets_max_nodes(text) {
+        if !text_sets_hadar_key(text, "max_nodes_per_job") {
             hadar.max_nodes_per_job = Some(1);
+        }
+        if !text_sets_hadar_key(text, "uniform_gangs") {
+            hadar.uniform_gangs = true;
         }
         Ok(DaemonConfig {
             sidecar: file.sidecar,
@@ -570,6 +575,7 @@ mod tests {
             c.hadar,
             HadarConfig {
                 max_nodes_per_job: Some(1),
+                uniform_gangs: true,
                 ..HadarConfig::default()
             }
         );

@@ -173,7 +173,12 @@ pub fn load_sia(
                     .map_err(|e| format!("on {}: {e}", kind.gpu_type))
             };
             match rate {
-                Ok(r) => curves.push(RateCurve::new([(row.gpus, r)])),
+                Ok(r) => {
+                    let placements = &measured.placements[&(row.app.name, kind.sia_name)];
+                    let validation = &measured.validation[row.app.name];
+                    let spread = spread_rates(placements, validation, row, kind, *nodes, steps, r);
+                    curves.push(RateCurve::new([(row.gpus, r)]).with_spread(spread));
+                }
                 Err(e) => {
                     curves.push(RateCurve::default());
                     why_not.push(e);
@@ -213,6 +218,38 @@ pub fn load_sia(
             .map(|(what, n)| format!("{n} job(s) of {what}: the job cannot use that type"))
             .collect(),
     })
+}
+
+/// The job's rates spread over more nodes of `kind` than packed, up to the cluster's
+/// `nodes` of it: at each node count, its time alone with its GPUs as even as they go
+/// there ([`rigid::even`]); `(gpus, nodes, rate)` with the packed rate `packed_rate` at the
+/// packed node count. Node counts with no measurement are left out: a gang placed so runs
+/// at the nearest measured spread's rate ([`hadar_core::RateCurve::at_nodes`]). Empty
+/// when the job cannot spread further.
+fn spread_rates(
+    placements: &Placements,
+    validation: &Validation,
+    row: &Row,
+    kind: &GpuKind,
+    nodes: u32,
+    steps: f64,
+    packed_rate: f64,
+) -> Vec<(u32, u32, f64)> {
+    let packed_nodes = row.gpus.div_ceil(kind.gpus_per_node);
+    let mut points = vec![(row.gpus, packed_nodes, packed_rate)];
+    for m in packed_nodes + 1..=nodes.min(row.gpus) {
+        let Some(placement) = rigid::even(row.gpus, m, kind.gpus_per_node) else {
+            continue;
+        };
+        if let Ok(s) = rigid::isolated_on(placements, validation, row.app, &placement, row.batch) {
+            points.push((row.gpus, m, steps / s));
+        }
+    }
+    if points.len() == 1 {
+        Vec::new()
+    } else {
+        points
+    }
 }
 
 /// Parses a workload's rows, each checked; `origin` names it in errors.

@@ -85,6 +85,55 @@ impl Placements {
         self.by_placement.get(placement).map(Vec::as_slice)
     }
 
+    /// The timings of `placement` (of `nodes` nodes and `replicas` GPUs): its own where it
+    /// was profiled; else, as Sia's fallback averages them, the mean of every profiled
+    /// placement of as many nodes and GPUs at each local batch size; else the scalability
+    /// rows of exactly that many nodes and GPUs. `None` when none of these exists (Sia
+    /// would interpolate across node and GPU counts there; hadar does not).
+    pub fn timings_like(&self, placement: &str, nodes: u32, replicas: u32) -> Option<Vec<Timing>> {
+        if let Some(t) = self.timings(placement) {
+            return Some(t.to_vec());
+        }
+        let mut sums: BTreeMap<u64, (Timing, u32)> = BTreeMap::new();
+        let digits = |p: &str| p.bytes().map(|b| u32::from(b - b'0')).collect::<Vec<_>>();
+        for (p, ts) in &self.by_placement {
+            let d = digits(p);
+            if d.len() as u32 != nodes || d.iter().sum::<u32>() != replicas {
+                continue;
+            }
+            for t in ts {
+                let e = sums.entry(t.local_bsz.to_bits()).or_insert((
+                    Timing {
+                        local_bsz: t.local_bsz,
+                        step_s: 0.0,
+                        sync_s: 0.0,
+                    },
+                    0,
+                ));
+                e.0.step_s += t.step_s;
+                e.0.sync_s += t.sync_s;
+                e.1 += 1;
+            }
+        }
+        let mut out: Vec<Timing> = if sums.is_empty() {
+            self.scalability
+                .iter()
+                .filter(|(n, r, _)| (*n, *r) == (nodes, replicas))
+                .map(|(_, _, t)| *t)
+                .collect()
+        } else {
+            sums.into_values()
+                .map(|(t, k)| Timing {
+                    step_s: t.step_s / f64::from(k),
+                    sync_s: t.sync_s / f64::from(k),
+                    ..t
+                })
+                .collect()
+        };
+        out.sort_by(|a, b| a.local_bsz.total_cmp(&b.local_bsz));
+        (!out.is_empty()).then_some(out)
+    }
+
     /// The largest local batch size measured for `placement` of `nodes` nodes and `replicas`
     /// GPUs: among its own timings, else among the scalability rows of at least that many
     /// nodes and replicas (as Sia's `get_max_local_bsz`).

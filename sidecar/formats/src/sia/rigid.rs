@@ -112,11 +112,12 @@ pub fn iteration_s(
     split: Split,
 ) -> Result<f64, Unprofiled> {
     let id = placement_id(placement);
+    let nodes = placement.iter().filter(|g| **g > 0).count() as u32;
     let timings = placements
-        .timings(&id)
+        .timings_like(&id, nodes, placement.iter().sum())
         .ok_or_else(|| Unprofiled::Placement(id.clone()))?;
     let (step, sync) =
-        interpolate(timings, f64::from(split.atomic_bsz)).ok_or(Unprofiled::Batch {
+        interpolate(&timings, f64::from(split.atomic_bsz)).ok_or(Unprofiled::Batch {
             placement: id,
             local_bsz: split.atomic_bsz,
         })?;
@@ -138,6 +139,30 @@ pub fn iterations(validation: &Validation, app: &App, batch: u32) -> Result<f64,
         .sum()
 }
 
+/// `gpus` GPUs spread as evenly as they go over `nodes` nodes of `per_node` (`10` over 3:
+/// `4,3,3`); `None` when they do not fit or would leave a node empty.
+pub fn even(gpus: u32, nodes: u32, per_node: u32) -> Option<Vec<u32>> {
+    if nodes == 0 || gpus < nodes || gpus.div_ceil(nodes) > per_node {
+        return None;
+    }
+    let (base, extra) = (gpus / nodes, gpus % nodes);
+    Some((0..nodes).map(|i| base + u32::from(i < extra)).collect())
+}
+
+/// Seconds the job takes alone on `placement` (GPUs per node of one kind), training at
+/// `batch`.
+pub fn isolated_on(
+    placements: &Placements,
+    validation: &Validation,
+    app: &App,
+    placement: &[u32],
+    batch: u32,
+) -> Result<f64, Unprofiled> {
+    let split = split(placements, validation, placement, batch)?;
+    let iteration = iteration_s(placements, placement, split)?;
+    Ok(iterations(validation, app, split.batch)? * iteration * app.slowdown)
+}
+
 /// Seconds the job takes alone on `kind` (packed), training at `batch` with `gpus` GPUs.
 pub fn isolated_s(
     placements: &Placements,
@@ -147,10 +172,13 @@ pub fn isolated_s(
     gpus: u32,
     batch: u32,
 ) -> Result<f64, Unprofiled> {
-    let placement = packed(gpus, kind.gpus_per_node);
-    let split = split(placements, validation, &placement, batch)?;
-    let iteration = iteration_s(placements, &placement, split)?;
-    Ok(iterations(validation, app, split.batch)? * iteration * app.slowdown)
+    isolated_on(
+        placements,
+        validation,
+        app,
+        &packed(gpus, kind.gpus_per_node),
+        batch,
+    )
 }
 
 #[cfg(test)]
@@ -163,5 +191,13 @@ mod tests {
         assert_eq!(packed(16, 8), vec![8, 8]);
         assert_eq!(packed(3, 8), vec![3]);
         assert_eq!(packed(10, 4), vec![4, 4, 2]);
+    }
+
+    #[test]
+    fn a_spread_gang_is_as_even_as_it_goes() {
+        assert_eq!(even(10, 3, 4), Some(vec![4, 3, 3]));
+        assert_eq!(even(6, 3, 4), Some(vec![2, 2, 2]));
+        assert_eq!(even(6, 1, 4), None);
+        assert_eq!(even(2, 3, 4), None);
     }
 }

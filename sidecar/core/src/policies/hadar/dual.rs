@@ -26,6 +26,19 @@ use crate::market::JobUtility;
 use crate::market::prices::{NodeClass, PriceBook};
 use crate::placement::{Part, Placement};
 use crate::plan::WaitReason;
+use crate::throughput::ThroughputProfile;
+
+impl DualJob<'_> {
+    /// The most nodes a placement over `types` may span: the largest of their limits.
+    pub(super) fn limit_on(&self, types: &[GpuType]) -> u32 {
+        types
+            .iter()
+            .filter_map(|t| self.max_nodes_by_type.get(t.index()).copied())
+            .max()
+            .unwrap_or(self.max_nodes)
+            .min(self.max_nodes)
+    }
+}
 
 /// One job as the dual subroutine sees it.
 #[derive(Clone, Debug)]
@@ -34,6 +47,10 @@ pub struct DualJob<'a> {
     pub workers: u32,
     /// Steps/s with all workers on each type (`X[type][N]`), 0 where it cannot run.
     pub rates: &'a [f64],
+    /// The job's throughput where its rates depend on the nodes a gang spans (`None`:
+    /// spreading costs nothing). A placement over more nodes is then worth its slower
+    /// rate, and the search weighs packing tighter at a higher price against it.
+    pub spread: Option<&'a ThroughputProfile>,
     /// The job's utility.
     pub utility: &'a JobUtility,
     /// The placement it ran on last round, offered as a candidate that needs no restart
@@ -41,6 +58,11 @@ pub struct DualJob<'a> {
     pub previous: Option<&'a Placement>,
     /// The most nodes its placement may span.
     pub max_nodes: u32,
+    /// The most nodes of each type it may span (at most `max_nodes`).
+    pub max_nodes_by_type: &'a [u32],
+    /// A placement over several nodes takes the same GPUs of one type on each (one
+    /// Slurm request per job).
+    pub uniform: bool,
     /// Whether one placement may mix GPU types (otherwise all workers share one type).
     pub mixed_types: bool,
 }
@@ -91,6 +113,26 @@ pub fn gang_rate(rates: &[f64], workers: u32, placement: &Placement) -> f64 {
     }
 }
 
+/// `job`'s rate on `placement`: [`gang_rate`], slowed where its rates depend on the nodes
+/// the placement spans by the ratio of its spread rate to its packed one on each type.
+fn offer_rate(job: &DualJob<'_>, placement: &Placement) -> f64 {
+    let packed = gang_rate(job.rates, job.workers, placement);
+    let Some(profile) = job.spread.filter(|_| packed > 0.0) else {
+        return packed;
+    };
+    let nodes = placement.nodes().len() as u32;
+    placement
+        .types()
+        .into_iter()
+        .map(|t| {
+            let at = |n| profile.rate_across(t, job.workers, n).unwrap_or(0.0);
+            let full = profile.rate(t, job.workers).unwrap_or(0.0);
+            let share = if full > 0.0 { at(nodes) / full } else { 0.0 };
+            job.rates[t.index()] * share
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// Finds the payoff-maximising placement of `job` at the book's current prices; a running
 /// job (with `previous` set) keeps its placement unless moving both pays more and earns
 /// more utility after the restart.
@@ -119,9 +161,10 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
 
     let mut keep: Option<Offer> = None;
     if let Some(prev) = job.previous {
-        let rate = gang_rate(job.rates, n, prev);
+        let rate = offer_rate(job, prev);
         if rate > 0.0
-            && prev.nodes().len() as u32 <= job.max_nodes
+            && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
+            && (!job.uniform || is_uniform(prev))
             && (job.mixed_types || prev.types().len() == 1)
             && let Some(price) = book.placement_cost(prev)
         {
@@ -166,19 +209,18 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         if job.utility.at(rate_b, moved) - floor <= bar(&best) {
             break;
         }
-        let Some((placement, price)) = cheapest_slots(book, &allowed, n, job.max_nodes) else {
-            continue;
-        };
-        let rate = gang_rate(job.rates, n, &placement);
-        let is_move = job.previous.is_some_and(|p| *p != placement);
-        let utility = job.utility.at(rate, is_move);
-        if best.as_ref().is_none_or(|b| utility - price > b.payoff()) {
-            best = Some(Offer {
-                placement,
-                rate,
-                utility,
-                price,
-            });
+        for (placement, price) in candidates(book, job, &allowed) {
+            let rate = offer_rate(job, &placement);
+            let is_move = job.previous.is_some_and(|p| *p != placement);
+            let utility = job.utility.at(rate, is_move);
+            if rate > 0.0 && best.as_ref().is_none_or(|b| utility - price > b.payoff()) {
+                best = Some(Offer {
+                    placement,
+                    rate,
+                    utility,
+                    price,
+                });
+            }
         }
     }
     // Stickiness: a running job moves only when its best move pays more and is worth more
@@ -199,6 +241,127 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         Some(o) => DualOutcome::Offer(o),
         None => DualOutcome::NoPlacement(WaitReason::DoesNotFit),
     }
+}
+
+/// The placements worth pricing for `job` over the `allowed` types: the cheapest within
+/// its node limit; where spreading slows it, also the cheapest within each tighter limit
+/// (a tighter one may pay for its higher price with a faster rate). With uniform gangs,
+/// the cheapest on one node and the cheapest uniform one over each node count that
+/// divides its workers.
+fn candidates(book: &PriceBook, job: &DualJob<'_>, allowed: &[bool]) -> Vec<(Placement, f64)> {
+    let n = job.workers;
+    let allowed_types: Vec<GpuType> = (0..allowed.len())
+        .filter(|&t| allowed[t])
+        .map(|t| GpuType(t as u16))
+        .collect();
+    let max_nodes = job.limit_on(&allowed_types);
+    let mut out = Vec::new();
+    if job.uniform {
+        out.extend(cheapest_slots(book, allowed, n, 1));
+        for m in (2..=max_nodes.min(n)).filter(|m| n % m == 0) {
+            let within: Vec<bool> = (0..allowed.len())
+                .map(|t| allowed[t] && job.max_nodes_by_type.get(t).is_none_or(|l| m <= *l))
+                .collect();
+            out.extend(cheapest_uniform(book, &within, n / m, m));
+        }
+        if job.spread.is_none() {
+            let best = out.into_iter().min_by(|a, b| a.1.total_cmp(&b.1));
+            return best.into_iter().collect();
+        }
+        return out;
+    }
+    let limits = match job.spread {
+        Some(_) => 1..=max_nodes,
+        None => max_nodes..=max_nodes,
+    };
+    let mut spans_seen: Option<u32> = None;
+    for limit in limits {
+        let Some((placement, price)) = cheapest_within_limits(book, job, allowed, limit) else {
+            continue;
+        };
+        let spans = placement.nodes().len() as u32;
+        if spans_seen != Some(spans) {
+            spans_seen = Some(spans);
+            out.push((placement, price));
+        }
+    }
+    out
+}
+
+/// The cheapest slots on at most `limit` nodes whose span is also within the limit of the
+/// types they use: where a placement over several allowed types lands on types of a
+/// tighter limit alone, the search is repeated under that limit.
+fn cheapest_within_limits(
+    book: &PriceBook,
+    job: &DualJob<'_>,
+    allowed: &[bool],
+    mut limit: u32,
+) -> Option<(Placement, f64)> {
+    loop {
+        let (placement, price) = cheapest_slots(book, allowed, job.workers, limit)?;
+        let own = job.limit_on(&placement.types());
+        if placement.nodes().len() as u32 <= own {
+            return Some((placement, price));
+        }
+        if own >= limit {
+            return None;
+        }
+        limit = own;
+    }
+}
+
+/// Whether a placement gives the same GPUs of one type on each of its nodes (or uses one
+/// node).
+pub fn is_uniform(placement: &Placement) -> bool {
+    let parts = placement.parts();
+    placement.nodes().len() <= 1
+        || parts
+            .iter()
+            .all(|p| p.gpu_type == parts[0].gpu_type && p.gpus == parts[0].gpus)
+}
+
+/// The cheapest placement of `k` GPUs of one allowed type on each of `m` nodes, and its
+/// cost; `None` when no type has `m` nodes with `k` free. Nodes of one price class cost the
+/// same, so classes are compared, not nodes.
+fn cheapest_uniform(
+    book: &PriceBook,
+    allowed: &[bool],
+    k: u32,
+    m: u32,
+) -> Option<(Placement, f64)> {
+    let mut best: Option<(Placement, f64)> = None;
+    for t in (0..allowed.len()).filter(|&t| allowed[t]) {
+        let mut offers: Vec<(f64, &NodeClass)> = book
+            .classes()
+            .iter()
+            .filter(|c| !c.nodes.is_empty() && c.free(t) >= k)
+            .filter_map(|c| {
+                let (cap, used) = c.key[t];
+                Some((book.cost_at(t, cap, used, k)?, c))
+            })
+            .collect();
+        offers.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut parts = Vec::new();
+        let mut cost = 0.0;
+        for (price, class) in offers {
+            for &node in class
+                .nodes
+                .iter()
+                .take((m as usize).saturating_sub(parts.len()))
+            {
+                parts.push(Part {
+                    node,
+                    gpu_type: GpuType(t as u16),
+                    gpus: k,
+                });
+                cost += price;
+            }
+        }
+        if parts.len() == m as usize && best.as_ref().is_none_or(|b| cost < b.1) {
+            best = Some((Placement::gang(parts), cost));
+        }
+    }
+    best
 }
 
 /// A class's marginal prices over the allowed types, cheapest first, produced on demand.

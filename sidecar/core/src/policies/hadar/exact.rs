@@ -17,7 +17,7 @@
 //! reason about, and the search is bounded by a node budget: past it the best found is
 //! returned and marked unproven.
 
-use super::dual::gang_rate;
+use super::dual::{gang_rate, is_uniform};
 use crate::cluster::{Cluster, GpuType};
 use crate::placement::{Part, Placement};
 
@@ -93,7 +93,12 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
                     && p.gpus <= cluster.capacity(p.node, p.gpu_type)
             });
             let shape_ok = job.mixed_types || prev.types().len() == 1;
-            if rate > 0.0 && in_cluster && shape_ok && prev.nodes().len() as u32 <= job.max_nodes {
+            if rate > 0.0
+                && in_cluster
+                && shape_ok
+                && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
+                && (!job.uniform || is_uniform(prev))
+            {
                 opts.push(Opt {
                     value: job.utility.at(rate, false),
                     choice: Choice::Keep,
@@ -394,6 +399,11 @@ impl Search<'_, '_> {
         let (j, _) = moves[k];
         if remaining == 0 {
             let p = Placement::gang(parts.iter().copied());
+            let job = &self.jobs[j];
+            if p.nodes().len() as u32 > job.limit_on(&p.types()) || (job.uniform && !is_uniform(&p))
+            {
+                return false;
+            }
             chosen.push((j, p));
             if self.place_moves(moves, k + 1, free, chosen) {
                 return true;

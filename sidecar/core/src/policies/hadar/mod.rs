@@ -62,6 +62,7 @@ use crate::market::{JobUtility, PriceBook, PriceBounds};
 use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
+use crate::throughput::ThroughputProfile;
 use dual::{DualJob, DualOutcome, best_offer, gang_rate};
 use guard::{GuardJob, Urgency};
 use serde::{Deserialize, Serialize};
@@ -152,6 +153,10 @@ pub struct HadarConfig {
     /// paper's model. A job too large to fit on this many of the cluster's largest nodes
     /// may use the fewest nodes that can hold it, so the limit never makes a job unrunnable.
     pub max_nodes_per_job: Option<u32>,
+    /// A gang spanning several nodes takes the same number of GPUs of one type on each, as
+    /// one Slurm job's one per-node request gives it; on one node any mix. Off (the
+    /// simulator's default): any split.
+    pub uniform_gangs: bool,
     /// Give GPUs the primal-dual left idle to jobs it priced out.
     pub work_conservation: bool,
     /// Keep running jobs in place unless moving gains more than the restart costs.
@@ -224,6 +229,7 @@ impl Default for HadarConfig {
             objective: Objective::AvgJct,
             order: JobOrder::default(),
             max_nodes_per_job: None,
+            uniform_gangs: false,
             work_conservation: true,
             stickiness: true,
             reserve_running: true,
@@ -316,9 +322,14 @@ struct Prepared<'a> {
     index: usize,
     workers: u32,
     rates: Vec<f64>,
+    /// Its throughput, where its rates depend on the nodes a gang spans.
+    spread: Option<&'a ThroughputProfile>,
     utility: JobUtility,
     previous: Option<&'a Placement>,
     max_nodes: u32,
+    /// The most nodes of each type it may span ([`node_limit`]).
+    max_nodes_by_type: Vec<u32>,
+    uniform: bool,
     mixed_types: bool,
     urgency: Urgency,
     /// `rates` with the types the guard finds inefficient for this job set to 0, for the
@@ -344,6 +355,15 @@ impl Prepared<'_> {
     }
 }
 
+/// The most nodes a job of `workers` workers may span on a type whose largest node holds
+/// `largest` GPUs of it: the configured limit, or where the job does not fit on that many of
+/// them, the fewest nodes of the type that hold it (so the limit never keeps a job off a
+/// type of smaller nodes, nor makes it unrunnable); no more nodes than workers.
+fn node_limit(limit: Option<u32>, workers: u32, largest: u32) -> u32 {
+    let needed = workers.div_ceil(largest.max(1));
+    limit.map_or(workers, |m| m.max(needed)).min(workers).max(1)
+}
+
 fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a>>, Vec<Waiting>) {
     let cluster = input.cluster;
     let present: Vec<bool> = cluster
@@ -357,6 +377,7 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
         .max()
         .unwrap_or(1)
         .max(1);
+    let largest_by_type: Vec<u32> = cluster.types().map(|t| cluster.max_per_node(t)).collect();
     let mut ready = Vec::with_capacity(input.jobs.len());
     let mut waiting = Vec::new();
     for (index, js) in input.jobs.iter().enumerate() {
@@ -395,18 +416,24 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             input.restart_of(js),
             config.stickiness,
         );
-        let needed = workers.div_ceil(largest_node);
-        let max_nodes = match config.max_nodes_per_job {
-            Some(m) => m.max(needed).min(workers),
-            None => workers,
-        };
+        let max_nodes_by_type: Vec<u32> = largest_by_type
+            .iter()
+            .map(|&largest| {
+                let limit = config.max_nodes_per_job;
+                node_limit(limit, workers, largest).max(node_limit(limit, workers, largest_node))
+            })
+            .collect();
+        let max_nodes = max_nodes_by_type.iter().copied().max().unwrap_or(1);
         ready.push(Prepared {
             index,
             workers,
             rates,
+            spread: js.job.throughput.has_spread().then_some(&js.job.throughput),
             utility,
             previous,
             max_nodes,
+            max_nodes_by_type,
+            uniform: config.uniform_gangs,
             mixed_types: config.mixed_types,
             urgency: Urgency::Slack,
             priced_rates: None,
@@ -1092,9 +1119,12 @@ fn dual_job<'a>(p: &'a Prepared<'a>) -> DualJob<'a> {
     DualJob {
         workers: p.workers,
         rates: &p.rates,
+        spread: p.spread,
         utility: &p.utility,
         previous: p.previous,
         max_nodes: p.max_nodes,
+        max_nodes_by_type: &p.max_nodes_by_type,
+        uniform: p.uniform,
         mixed_types: p.mixed_types,
     }
 }

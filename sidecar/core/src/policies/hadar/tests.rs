@@ -538,7 +538,17 @@ fn check_plan(
         prop_assert_eq!(a.rate, slowest);
         prop_assert_eq!(a.rate, a.placement.rate(&js.job.throughput, n));
         if let Some(m) = cfg.max_nodes_per_job {
-            prop_assert!(a.placement.nodes().len() as u32 <= m.max(n.div_ceil(largest)));
+            // The limit, or the fewest of the largest nodes that hold the job, or of the
+            // largest nodes of a type the placement uses.
+            let of_types = a
+                .placement
+                .types()
+                .iter()
+                .map(|t| n.div_ceil(c.max_per_node(*t).max(1)))
+                .max()
+                .unwrap_or(1);
+            let limit = m.max(n.div_ceil(largest)).max(of_types);
+            prop_assert!(a.placement.nodes().len() as u32 <= limit);
         }
         free.take_placement(&a.placement).unwrap();
     }
@@ -861,4 +871,113 @@ fn the_tail_plan_chooses_when_few_jobs_are_left_and_all_are_urgent() {
     // A short third job has slack: not every job is urgent, so not the tail.
     jobs.push(job(3, 0.0, 1, 100.0, &[1.0, 1.0]));
     assert!(!plan_with(&jobs, DEFAULT_TAIL_JOBS, 0.0).1);
+}
+
+/// Per-node GPU counts of a placement, sorted descending.
+fn per_node(p: &Placement) -> Vec<u32> {
+    let mut counts: Vec<u32> = p
+        .nodes()
+        .iter()
+        .map(|n| {
+            p.parts()
+                .iter()
+                .filter(|q| q.node == *n)
+                .map(|q| q.gpus)
+                .sum()
+        })
+        .collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts
+}
+
+#[test]
+fn a_gang_over_several_nodes_takes_the_same_gpus_on_each_when_asked() {
+    // 4-GPU nodes, two GPUs of n1 taken by a running job, and a 6-GPU job. On n0 and n1 the
+    // only split is 4 + 2, which one Slurm request cannot give: with uniform gangs the job
+    // waits there, and takes 3 + 3 where a third node makes that possible.
+    let running = |n: u32| {
+        let mut o = job(9, 0.0, 2, 1e6, &[1.0]);
+        o.placement = Some(Placement::gang([part(n, 0, 2)]));
+        o.rounds_run = 1;
+        o
+    };
+    let free = HadarConfig {
+        max_nodes_per_job: Some(2),
+        ..HadarConfig::default()
+    };
+    let uniform = HadarConfig {
+        uniform_gangs: true,
+        ..free.clone()
+    };
+    let two = cluster(&["t4"], &[&[4], &[4]]);
+    let jobs = [running(1), job(0, 0.0, 6, 1e4, &[1.0])];
+    let (plan, _) = plan_round(&free, &input(&two, &jobs, 0.0));
+    assert_eq!(per_node(plan.placement_of(JobId(0)).unwrap()), vec![4, 2]);
+    let (plan, _) = plan_round(&uniform, &input(&two, &jobs, 0.0));
+    assert!(plan.placement_of(JobId(0)).is_none(), "{plan:?}");
+    let three = cluster(&["t4"], &[&[4], &[4], &[4]]);
+    let (plan, _) = plan_round(&uniform, &input(&three, &jobs, 0.0));
+    assert_eq!(
+        plan.placement_of(JobId(0)),
+        Some(&Placement::gang([part(0, 0, 3), part(2, 0, 3)])),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn the_node_limit_lets_a_job_onto_a_type_of_smaller_nodes_with_the_fewest_that_hold_it() {
+    // An 8-GPU a100 node (busy) and two 4-GPU t4 nodes: at the daemon's one-node limit an
+    // 8-GPU job fits on one a100 node, but may also take both t4 nodes, the fewest of them
+    // that hold it. It used to wait for the a100.
+    let c = cluster(&["a100", "t4"], &[&[8, 0], &[0, 4], &[0, 4]]);
+    let mut busy = job(1, 0.0, 8, 1e6, &[2.0, 0.0]);
+    busy.placement = Some(Placement::gang([part(0, 0, 8)]));
+    busy.rounds_run = 1;
+    let jobs = [busy, job(0, 0.0, 8, 1e4, &[2.0, 1.0])];
+    let config = HadarConfig {
+        max_nodes_per_job: Some(1),
+        uniform_gangs: true,
+        ..HadarConfig::default()
+    };
+    let (plan, _) = plan_round(&config, &input(&c, &jobs, 60.0));
+    assert_eq!(
+        plan.placement_of(JobId(0)),
+        Some(&Placement::gang([part(1, 1, 4), part(2, 1, 4)])),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn a_job_whose_rate_falls_when_spread_is_packed_even_at_a_higher_price() {
+    // Four 4-GPU nodes, one already half taken on each of three; a 4-GPU job spread 1+1+1+1
+    // over the cheap halves runs at a tenth of its packed rate, so it takes the empty node.
+    let c = cluster(&["t4"], &[&[4], &[4], &[4], &[4]]);
+    let mut others = Vec::new();
+    for n in 0..3u32 {
+        let mut o = job(10 + u64::from(n), 0.0, 2, 1e6, &[1.0]);
+        o.placement = Some(Placement::gang([part(n, 0, 2)]));
+        o.rounds_run = 1;
+        others.push(o);
+    }
+    let mut spread = job(0, 0.0, 4, 1e4, &[1.0]);
+    let curves =
+        vec![RateCurve::new([(4, 1.0)]).with_spread([(4, 1, 1.0), (4, 2, 0.5), (4, 4, 0.1)])];
+    let j = Job {
+        throughput: ThroughputProfile::new(curves),
+        ..(*spread.job).clone()
+    };
+    spread.job = Arc::new(j);
+    others.push(spread);
+    let config = HadarConfig::default();
+    let (plan, _) = plan_round(&config, &input(&c, &others, 0.0));
+    let p = plan.placement_of(JobId(0)).expect("placed");
+    assert_eq!(per_node(p), vec![4], "{p:?}");
+    assert_eq!(
+        plan.assignments
+            .iter()
+            .find(|a| a.job == JobId(0))
+            .unwrap()
+            .rate,
+        1.0
+    );
 }
