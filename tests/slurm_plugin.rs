@@ -412,7 +412,7 @@ fn bad_requests_are_rejected_with_their_message(bed: &mut Testbed) {
         (
             vec!["--gres=gpu:1"],
             Some(directive("#HADAR stepz=100")),
-            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer=",
+            "sbatch: error: hadar: unknown directive `stepz=100` in #HADAR line 2 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer=, restart=",
         ),
         (
             vec!["--gres=gpu:1"],

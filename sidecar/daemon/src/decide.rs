@@ -305,7 +305,7 @@ fn job_states(
         origins.insert(r.id, o);
         let spec = bound;
         let job = Arc::new(Job {
-            restart_s: None,
+            restart_s: spec.restart_s,
             id: JobId(r.id),
             kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
             arrival_s: r.arrival_s,

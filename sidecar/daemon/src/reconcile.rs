@@ -332,6 +332,7 @@ pub(crate) mod tests {
 
     fn decode(_: &str) -> Result<JobSpec, String> {
         Ok(JobSpec {
+            restart_s: None,
             workers: 2,
             steps: Some(100),
             job_type: None,

@@ -236,6 +236,7 @@ pub fn observe(
 /// Hadar (as for managed jobs without `gpu-types=`).
 pub fn spec_of(row: &JobRow, table: &ThroughputTable) -> JobSpec {
     JobSpec {
+        restart_s: None,
         workers: row.workers,
         steps: None,
         job_type: table.resolve_job_type(&row.name).map(str::to_owned),
@@ -567,7 +568,7 @@ impl<S: SlurmApi> Shadow<S> {
                 let spec = spec_of(r, &self.table);
                 let (throughput, _) = spec::profile(&spec, types, &[], &self.table, &priors);
                 let job = Arc::new(Job {
-                    restart_s: None,
+                    restart_s: spec.restart_s,
                     id: JobId(r.id),
                     kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
                     arrival_s: r.arrival_s,

@@ -42,6 +42,9 @@ pub struct JobSpec {
     pub model: Option<JobTraits>,
     /// How its copies are consolidated when forked (`outer=`); `None`: `[fork] outer`.
     pub outer: Option<hadar_request::Outer>,
+    /// Seconds it loses when moved or resumed (`restart=`); `None`: `[sidecar]
+    /// restart_seconds`.
+    pub restart_s: Option<f64>,
 }
 
 impl JobSpec {
@@ -95,6 +98,7 @@ impl JobSpec {
             fork: d.may_fork.unwrap_or(false),
             model,
             outer: d.outer,
+            restart_s: d.restart_s.map(f64::from),
         })
     }
 }
@@ -266,6 +270,7 @@ mod tests {
     /// A job of a table type, nothing else said.
     fn typed_job(workers: u32, job_type: &str) -> JobSpec {
         JobSpec {
+            restart_s: None,
             workers,
             steps: None,
             job_type: Some(job_type.into()),
@@ -281,6 +286,14 @@ mod tests {
         default_rate_per_gpu: 1.0,
         throughput_scale: 1.0,
     };
+
+    #[test]
+    fn a_records_restart_is_the_jobs_own_cost() {
+        let s = JobSpec::from_record("hadar:v1 gpus=2 restart=90").unwrap();
+        assert_eq!(s.restart_s, Some(90.0));
+        let s = JobSpec::from_record("hadar:v1 gpus=2").unwrap();
+        assert_eq!(s.restart_s, None);
+    }
 
     #[test]
     fn records_give_workers_steps_and_limits() {
@@ -438,6 +451,7 @@ mod tests {
     fn learned_beats_hint_beats_table_beats_default() {
         let t = table();
         let spec = JobSpec {
+            restart_s: None,
             workers: 1,
             steps: None,
             job_type: Some("a3c".into()),
@@ -460,6 +474,7 @@ mod tests {
         assert_eq!(p.rate(GpuType(2), 1), t.rate("A3C", "k80", 1));
         assert_eq!(origins[0].2, RateSource::Learned { samples: 3 });
         let blank = JobSpec {
+            restart_s: None,
             workers: 4,
             steps: None,
             job_type: None,

@@ -456,6 +456,7 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
 /// A generated job's request.
 fn spec(j: &GenJob) -> JobSpec {
     JobSpec {
+        restart_s: None,
         workers: j.workers,
         steps: Some(j.total_steps),
         job_type: None,

@@ -2,6 +2,11 @@
 //! `job_type command working_directory num_steps_arg needs_data_dir total_steps
 //! scale_factor priority_weight SLO arrival_time`.
 //!
+//! hadar's one extension: an optional eleventh field, `restart_s`, the seconds this job loses
+//! to a checkpoint and reload when it moves or resumes (whole or fractional, 0 or more),
+//! which replaces the workload's `--restart-s` for it; empty or `-` for the workload's.
+//! Gavel's own files have ten fields and read as before.
+//!
 //! Blank lines and lines starting with `#` are skipped (Gavel's files have neither, but a
 //! hand-edited trace may). Job ids are the 0-based order of the jobs in the file, as in
 //! Gavel. Every job must be able to run somewhere in the cluster: a job with no positive
@@ -13,7 +18,7 @@ use crate::throughputs::ThroughputTable;
 use hadar_core::{Cluster, Job, JobId};
 use std::path::Path;
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "job_type",
     "command",
     "working_directory",
@@ -24,6 +29,7 @@ const FIELDS: [&str; 10] = [
     "priority_weight",
     "SLO",
     "arrival_time",
+    "restart_s",
 ];
 
 /// Reads a trace file against a throughput table and cluster.
@@ -81,6 +87,7 @@ struct TraceLine<'a> {
     workers: u32,
     weight: f64,
     arrival_s: f64,
+    restart_s: Option<f64>,
 }
 
 impl<'a> TraceLine<'a> {
@@ -91,12 +98,13 @@ impl<'a> TraceLine<'a> {
         at: &dyn Fn(usize) -> Location,
     ) -> Result<Self, FormatError> {
         let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() != FIELDS.len() {
+        if !(cols.len() == FIELDS.len() - 1 || cols.len() == FIELDS.len()) {
             return Err(FormatError::invalid(
                 line_at,
                 format!(
-                    "expected 10 tab-separated fields ({}), found {}",
-                    FIELDS.join(" "),
+                    "expected 10 tab-separated fields ({}), or 11 with {}, found {}",
+                    FIELDS[..10].join(" "),
+                    FIELDS[10],
                     cols.len()
                 ),
             ));
@@ -156,12 +164,27 @@ impl<'a> TraceLine<'a> {
                 ),
             ));
         }
+        let restart_s = match cols.get(10).map(|c| c.trim()) {
+            None | Some("" | "-") => None,
+            Some(text) => Some(
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|r| r.is_finite() && *r >= 0.0)
+                    .ok_or_else(|| {
+                        FormatError::invalid(
+                            at(10),
+                            format!("expected seconds of at least 0 (or `-` for the workload's restart), found `{text}`"),
+                        )
+                    })?,
+            ),
+        };
         Ok(TraceLine {
             job_type,
             total_steps,
             workers,
             weight,
             arrival_s,
+            restart_s,
         })
     }
 
@@ -180,6 +203,7 @@ impl<'a> TraceLine<'a> {
             workers,
             weight,
             arrival_s,
+            restart_s,
         } = self;
         let Some(throughput) = table.profile(job_type, cluster) else {
             let known: Vec<&str> = table.job_types().collect();
@@ -193,7 +217,7 @@ impl<'a> TraceLine<'a> {
             ));
         };
         let job = Job {
-            restart_s: None,
+            restart_s,
             id,
             kind: job_type.to_string(),
             arrival_s,
@@ -321,7 +345,29 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "x.trace:1: expected 10 tab-separated fields (job_type command working_directory num_steps_arg needs_data_dir total_steps scale_factor priority_weight SLO arrival_time), found 3"
+            "x.trace:1: expected 10 tab-separated fields (job_type command working_directory num_steps_arg needs_data_dir total_steps scale_factor priority_weight SLO arrival_time), or 11 with restart_s, found 3"
+        );
+    }
+
+    #[test]
+    fn an_eleventh_field_is_the_jobs_own_restart_cost() {
+        let ten = ["A", "c", "w", "s", "1", "100", "1", "1", "-1", "0"];
+        let with = |r: &str| format!("{}\t{r}\n", line(ten));
+        let jobs = parse_trace(&with("120"), "x.trace", &table(), &cluster()).unwrap();
+        assert_eq!(jobs[0].restart_s, Some(120.0));
+        for none in ["", "-"] {
+            let jobs = parse_trace(&with(none), "x.trace", &table(), &cluster()).unwrap();
+            assert_eq!(jobs[0].restart_s, None, "`{none}`");
+        }
+        let jobs =
+            parse_trace(&format!("{}\n", line(ten)), "x.trace", &table(), &cluster()).unwrap();
+        assert_eq!(jobs[0].restart_s, None);
+        let e = parse_trace(&with("-3"), "x.trace", &table(), &cluster())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.trace:1: field `restart_s`: expected seconds"),
+            "{e}"
         );
     }
 

@@ -2,14 +2,14 @@
 //! or in a `--comment="hadar: ..."` submission option.
 //!
 //! Syntax (one or more whitespace-separated words per `#HADAR` line, or after `hadar:` in the
-//! comment): `on`, `off`, and `key=value` with the keys `type`, `throughput`, `steps`,
-//! `epochs`, `fork`, `gpu-types`, `model` and `outer`. The same `key=value` words make up the directive
+//! comment): `on`, `off`, and `key=value` with the keys of [`KEYS`]: `type`, `throughput`,
+//! `steps`, `epochs`, `fork`, `gpu-types`, `model`, `outer` and `restart`. The same `key=value` words make up the directive
 //! part of the stored record (see [`crate::record`]), so one parser serves both.
 
 use std::fmt;
 
 /// The keys a directive may set, in the order the record writes them.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "type",
     "throughput",
     "steps",
@@ -18,7 +18,17 @@ pub const KEYS: [&str; 8] = [
     "gpu-types",
     "model",
     "outer",
+    "restart",
 ];
+
+/// The largest `restart=` accepted, in seconds: a day.
+pub const MAX_RESTART_S: u32 = 86_400;
+
+/// The words a directive line may hold, as an error lists them: `on, off, type=, ...`.
+pub fn known_words() -> String {
+    let keys: Vec<String> = KEYS.iter().map(|k| format!("{k}=")).collect();
+    format!("on, off, {}", keys.join(", "))
+}
 
 /// Whether a job opted in to or out of Hadar explicitly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +237,9 @@ pub struct JobDirectives {
     /// How its copies are consolidated when it runs forked (`outer=`); `None`: the
     /// daemon's `[fork] outer`.
     pub outer: Option<Outer>,
+    /// Seconds the job loses to a checkpoint and reload when it is moved or resumed
+    /// (`restart=`); `None`: the daemon's `[sidecar] restart_seconds`.
+    pub restart_s: Option<u32>,
     /// The task count the user gave (`--ntasks`), kept in the job when hadar places it (an
     /// `srun` per task, per GPU, needs it). Set by the plugin from the job description, never
     /// from a `#HADAR` line.
@@ -279,9 +292,7 @@ impl fmt::Display for Origin {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DirectiveError {
     /// A word that is not a known directive.
-    #[error(
-        "unknown directive `{word}` in {origin}; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer="
-    )]
+    #[error("unknown directive `{word}` in {origin}; known: {}", known_words())]
     Unknown {
         /// Where.
         origin: Origin,
@@ -461,6 +472,18 @@ impl Directives {
                 self.job.outer =
                     Some(Outer::parse(value).ok_or_else(|| malformed(OUTER_EXPECTED))?);
             }
+            "restart" => {
+                let seconds = value.strip_suffix('s').unwrap_or(value);
+                self.job.restart_s = Some(
+                    seconds
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|s| *s <= MAX_RESTART_S)
+                        .ok_or_else(|| {
+                            malformed("whole seconds from 0 to 86400, e.g. 120 or 120s")
+                        })?,
+                );
+            }
             _ => unreachable!("KEYS and this match list the same keys"),
         }
         self.origins.push((key, origin.clone()));
@@ -557,6 +580,29 @@ mod tests {
     }
 
     #[test]
+    fn a_job_names_its_own_restart_cost_in_whole_seconds() {
+        let d = script("#!/bin/bash\n#HADAR restart=120\n").unwrap();
+        assert_eq!(d.job.restart_s, Some(120));
+        let d = script("#!/bin/bash\n#HADAR restart=25s steps=10\n").unwrap();
+        assert_eq!((d.job.restart_s, d.job.steps), (Some(25), Some(10)));
+        for bad in [
+            "restart=-1",
+            "restart=1.5",
+            "restart=86401",
+            "restart=two",
+            "restart=",
+        ] {
+            let e = script(&format!("#!/bin/bash\n#HADAR {bad}\n")).unwrap_err();
+            assert!(
+                e.to_string().contains("for `restart`") && e.to_string().contains("0 to 86400"),
+                "{bad}: {e}"
+            );
+        }
+        let e = script("#!/bin/bash\n#HADAR restart=10\n#HADAR restart=20\n").unwrap_err();
+        assert!(e.to_string().contains("`restart` given twice"), "{e}");
+    }
+
+    #[test]
     fn reads_leading_hadar_lines() {
         let d = script(
             "#!/bin/bash\n#SBATCH --gres=gpu:2\n#HADAR type=resnet50 steps=1000\n\n#HADAR fork=yes gpu-types=v100,k80 # why\necho hi\n#HADAR epochs=3\n",
@@ -595,7 +641,7 @@ mod tests {
         let e = script("#!/bin/sh\n#SBATCH -N1\n#HADAR stepz=4\n").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer="
+            "unknown directive `stepz=4` in #HADAR line 3 of the batch script; known: on, off, type=, throughput=, steps=, epochs=, fork=, gpu-types=, model=, outer=, restart="
         );
         let e = script("#!/bin/sh\n#HADAR steps=12k\n").unwrap_err();
         assert_eq!(

@@ -88,6 +88,9 @@ impl Record {
         if let Some(o) = &d.outer {
             out.push_str(&format!(" outer={o}"));
         }
+        if let Some(r) = d.restart_s {
+            out.push_str(&format!(" restart={r}"));
+        }
         if let Some(t) = d.tasks {
             out.push_str(&format!(" tasks={t}"));
         }
@@ -346,6 +349,7 @@ mod tests {
                     lr: 0.7,
                     momentum: 0.9,
                 }),
+                restart_s: Some(120),
                 tasks: Some(4),
                 gpus_per_task: Some(1),
                 cpus_per_gpu: Some(2),
@@ -359,7 +363,7 @@ mod tests {
         let text = rec.encode();
         assert_eq!(
             text,
-            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 tasks=4 gpus-per-task=1 cpus-per-gpu=2 mem-per-gpu=1024 hold=user array=yes array-throttle=2 exclusive=yes"
+            "hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 throughput=k80:2.5 steps=1000 fork=yes gpu-types=v100,k80 model=params:25600000,gflops:4.1,batch:64,input:0,layers:50,amp:yes outer=nesterov:0.7:0.9 restart=120 tasks=4 gpus-per-task=1 cpus-per-gpu=2 mem-per-gpu=1024 hold=user array=yes array-throttle=2 exclusive=yes"
         );
         assert_eq!(Record::decode(&text).unwrap(), rec);
     }
@@ -488,6 +492,7 @@ mod tests {
                         }),
                         _ => None,
                     },
+                    restart_s: steps.filter(|s| s % 2 == 1).map(|s| (s % 86_401) as u32),
                     tasks: steps.map(|s| (s % 5) as u32 + 1),
                     gpus_per_task: None,
                     cpus_per_gpu: steps.map(|s| s % 4 + 1),

@@ -338,7 +338,7 @@ fn fork_state(
     let fj = &fv.tracker;
     let throughput = fork_profile(spec, types, learned, table, priors);
     let job = Arc::new(Job {
-        restart_s: None,
+        restart_s: spec.restart_s,
         id: JobId(row.id),
         kind: spec.job_type.clone().unwrap_or_else(|| row.name.clone()),
         arrival_s: row.arrival_s,

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 fn forked_profiles_offer_every_copy_size_up_to_the_workers() {
     let table = hadar_formats::embedded::throughputs().unwrap();
     let spec = JobSpec {
+        restart_s: None,
         workers: 4,
         steps: Some(10),
         job_type: Some("resnet18-b64".into()),
