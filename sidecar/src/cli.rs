@@ -997,6 +997,13 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub keeps_types: bool,
 
+    /// The share of a forked job's summed copy steps that counts as progress when it runs as
+    /// two or more copies (above 0, at most 1): the cluster model's, and what HadarE plans
+    /// with (with --config, HadarE plans with the file's `[hadare] progress_efficiency`).
+    /// docs/hadare-quality.md measures the value consolidation is worth.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub fork_efficiency: f64,
+
     /// The cluster model's rounds on the daemon's clock: each lasts its whole length even
     /// when every job in it stops sooner, a forked job's copies run a whole round whenever
     /// the next comes, and a forked job ends when the round after its last copies counts

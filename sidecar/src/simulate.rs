@@ -354,6 +354,7 @@ impl Settings {
                 fixed_rounds: args.fixed_rounds,
                 // Sia's simulator charges a job's restart at every start, its first too.
                 first_start_restarts: args.sia_workload.is_some(),
+                fork_efficiency: args.fork_efficiency,
                 ..hadar_sim::ClusterModel::default()
             },
             ..SimConfig::default()
@@ -371,7 +372,10 @@ impl Settings {
             None => PolicyOptions {
                 seed: args.seed,
                 hadar: args.hadar.config(),
-                hadare: args.hadar.hadare_config(),
+                hadare: hadar_core::policies::hadare::HadarEConfig {
+                    progress_efficiency: args.fork_efficiency,
+                    ..args.hadar.hadare_config()
+                },
                 tiresias: args.hadar.tiresias_config(),
                 served: args.hadar.served_config(),
                 forked: BTreeSet::new(),

@@ -22,6 +22,12 @@ held-out accuracy and loss over the seeds.
     quality_study.py [--rounds R] [--budgets 120,80,40] [--seeds 0,1,2]
                      [--sweep LR:MU,...] [--reset-sweep LR:MU,...] [--models numpy,torch]
                      [--hadar PATH] [--json FILE]
+
+With --equivalent-steps, instead: how many steps one job needs to reach the held-out loss
+of forked training (plain mean and the default outer step), the seeds' mean loss of one job
+measured every 100 steps up to the copies' total and interpolated linearly; that over the
+copies' summed steps is the share of them forked training is worth (HadarE's progress
+efficiency, `[hadare] progress_efficiency`, `hadar simulate --fork-efficiency`).
 """
 
 import argparse
@@ -142,6 +148,37 @@ def one_job(model, work, seed, steps, name):
     return out
 
 
+def equivalent_steps(model, hadar, seeds, rounds, budgets):
+    """Per consolidation (mean, the default outer step): its mean held-out loss, and the
+    steps one job needs for the same mean loss, interpolated on a grid of 100 steps."""
+    total = rounds * sum(budgets)
+    forked = {}
+    for label, outer in (("mean", None), ("nesterov:1:0.5", (1.0, 0.5))):
+        losses = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory() as work:
+                losses.append(model.evaluate(hadare(model, hadar, work, seed, rounds, budgets, outer))[1])
+        forked[label] = statistics.mean(losses)
+    curve = []
+    for steps in range(100, total + 1, 100):
+        losses = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory() as work:
+                losses.append(model.evaluate(one_job(model, work, seed, steps, "one"))[1])
+        curve.append((steps, statistics.mean(losses)))
+    out = {}
+    for label, loss in forked.items():
+        need = None
+        for (s0, l0), (s1, l1) in zip(curve, curve[1:]):
+            if l0 >= loss >= l1 and l0 != l1:
+                need = s0 + (l0 - loss) / (l0 - l1) * (s1 - s0)
+                break
+        if need is None:
+            need = curve[0][0] if loss >= curve[0][1] else float(total)
+        out[label] = (loss, need, need / total)
+    return out, curve
+
+
 def find_hadar(given):
     if given:
         return given
@@ -167,10 +204,26 @@ def main():
     ap.add_argument("--models", default="numpy,torch")
     ap.add_argument("--hadar")
     ap.add_argument("--json", help="also write every run's numbers to this file")
+    ap.add_argument("--equivalent-steps", action="store_true",
+                    help="measure the steps one job needs for forked training's loss instead")
     a = ap.parse_args()
     hadar = find_hadar(a.hadar)
     budgets = [int(b) for b in a.budgets.split(",")]
     seeds = [int(s) for s in a.seeds.split(",")]
+    models = {"numpy": NumpyModel, "torch": TorchModel}
+    if a.equivalent_steps:
+        print(f"{a.rounds} rounds, copies with budgets {a.budgets} steps a round "
+              f"({a.rounds * sum(budgets)} in all), seeds {a.seeds}\n")
+        print("| model | consolidation | forked loss | one job's steps for it | share of the copies' steps |")
+        print("|---|---|---|---|---|")
+        for mname in a.models.split(","):
+            model = models[mname]()
+            out, curve = equivalent_steps(model, hadar, seeds, a.rounds, budgets)
+            print(f"{model.name}: one job's mean loss by steps {[(s, round(l, 4)) for s, l in curve]}",
+                  file=sys.stderr, flush=True)
+            for label, (loss, need, share) in out.items():
+                print(f"| {model.name} | {label} | {loss:.4f} | {need:.0f} | {share:.3f} |", flush=True)
+        return
     sweep = [tuple(float(x) for x in p.split(":")) for p in a.sweep.split(",") if p]
     variants = [("one job, fastest GPU (same wall time)", "time", None), ("HadarE, mean", "fork", None)]
     variants += [(f"HadarE, Nesterov LR {lr:g} MU {mu:g}", "fork", (lr, mu)) for lr, mu in sweep]

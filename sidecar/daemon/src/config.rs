@@ -485,6 +485,14 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         priority_strength.is_finite() && priority_strength >= 0.0,
         "give 0 or more",
     )?;
+    let efficiency = file.hadare.progress_efficiency;
+    range(
+        path,
+        "hadare.progress_efficiency",
+        efficiency,
+        efficiency > 0.0 && efficiency <= 1.0,
+        "give a share above 0 and at most 1",
+    )?;
     let tail_jobs = file.hadar.tail_jobs;
     range(
         path,

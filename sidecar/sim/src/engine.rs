@@ -606,7 +606,8 @@ fn run_assignment(
     busy_by_type: &mut [f64],
 ) -> RoundRun {
     let job = t.truth.clone();
-    let rate = a.placement.rate(&job.throughput, job.workers);
+    let summed = a.placement.rate(&job.throughput, job.workers);
+    let rate = summed * cfg.model.progress_share(&a.placement);
     let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
     let starts = t.state.placement.as_ref() != Some(&a.placement);
     let pays_restart =
@@ -662,8 +663,8 @@ fn run_assignment(
             .parts()
             .iter()
             .map(|p| {
-                if rate > 0.0 {
-                    steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / rate
+                if summed > 0.0 {
+                    steps * job.throughput.rate_or_zero(p.gpu_type, p.gpus) / summed
                 } else {
                     0.0
                 }

@@ -6,7 +6,7 @@ use hadar_core::passes::TargetFacts;
 use hadar_core::{Cluster, GpuType, JobState};
 
 /// A cluster's constraints, as the simulator models them.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ClusterModel {
     /// Seconds a job loses each time it starts on new GPUs (first start, resume or move)
     /// before its first step: Slurm's release, prolog and launch.
@@ -41,6 +41,39 @@ pub struct ClusterModel {
     /// steps. Off (as in Gavel): a round ends when its last job stops, and a job ends at its
     /// last step.
     pub fixed_rounds: bool,
+    /// The share of a forked job's summed copy steps that counts as its progress when it
+    /// ran as two or more copies (consolidating copies is worth less than one job running
+    /// all their steps: docs/hadare-quality.md). 1 (the default): all of them; one copy is
+    /// the job itself and always counts whole.
+    pub fork_efficiency: f64,
+}
+
+impl Default for ClusterModel {
+    fn default() -> Self {
+        ClusterModel {
+            start_latency_s: 0.0,
+            copy_startup_s: 0.0,
+            first_start_restarts: false,
+            keeps_types: false,
+            wake_read_s: 0.0,
+            wake_gap_s: 0.0,
+            fixed_rounds: false,
+            fork_efficiency: 1.0,
+        }
+    }
+}
+
+impl ClusterModel {
+    /// The share of `placement`'s summed rate that is progress: [`Self::fork_efficiency`]
+    /// for two or more copies, else all of it.
+    pub fn progress_share(&self, placement: &hadar_core::Placement) -> f64 {
+        match placement.kind() {
+            hadar_core::PlacementKind::Forked if placement.parts().len() > 1 => {
+                self.fork_efficiency
+            }
+            _ => 1.0,
+        }
+    }
 }
 
 impl ClusterModel {
@@ -70,6 +103,12 @@ impl ClusterModel {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be at least 0 seconds, got {v}"));
             }
+        }
+        if !(self.fork_efficiency > 0.0 && self.fork_efficiency <= 1.0) {
+            return Err(format!(
+                "fork efficiency must be above 0 and at most 1, got {}",
+                self.fork_efficiency
+            ));
         }
         if self.copy_startup_s > 0.0 && self.copy_startup_s >= round_s {
             return Err(format!(

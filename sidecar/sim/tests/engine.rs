@@ -687,3 +687,49 @@ fn on_the_daemons_clock_copies_outlast_a_woken_round_and_hold_their_gpus() {
         (vec![(0.0, 1), (2.0, 1), (12.0, 1), (16.0, 1)], 16.0, 21.0)
     );
 }
+
+#[test]
+fn a_forked_jobs_copies_count_at_the_fork_efficiency() {
+    // Job 0 (20 steps at 1 step/s per GPU) forked over two one-GPU nodes: 2 steps/s summed.
+    // At efficiency 0.5 they count 1 step/s, so it takes 20 s instead of 10 s; a job on one
+    // GPU (job 1, after it) is not forked and counts whole.
+    let w = Workload {
+        cluster: cluster(2, 1),
+        jobs: vec![job(0, 0.0, 1, 20.0, 1.0), job(1, 0.0, 1, 5.0, 1.0)],
+    };
+    let at = |efficiency: f64| {
+        let cfg = SimConfig {
+            round_s: 100.0,
+            model: hadar_sim::ClusterModel {
+                fork_efficiency: efficiency,
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        };
+        let mut copies = Vec::new();
+        let r = simulate_observed(&w, &mut ForkFirst, &cfg, &mut |rec| {
+            copies.extend(rec.runs.iter().map(|run| run.copy_steps.clone()))
+        })
+        .unwrap();
+        (r.jobs[0].finish_s, r.jobs[1].finish_s, copies)
+    };
+    let (whole, one, copies) = at(1.0);
+    assert_eq!((whole, one), (10.0, 15.0));
+    assert_eq!(copies[0], vec![10.0, 10.0]);
+    let (half, one, copies) = at(0.5);
+    assert_eq!((half, one), (20.0, 25.0));
+    // The copies' steps still sum to the job's progress.
+    assert_eq!(copies[0], vec![10.0, 10.0]);
+    let bad = SimConfig {
+        model: hadar_sim::ClusterModel {
+            fork_efficiency: 0.0,
+            ..Default::default()
+        },
+        ..SimConfig::default()
+    };
+    let e = simulate(&w, &mut ForkFirst, &bad).unwrap_err();
+    assert!(
+        e.to_string().contains("fork efficiency must be above 0"),
+        "{e}"
+    );
+}

@@ -54,6 +54,10 @@ pub struct HadarEConfig {
     /// Weight of the cluster-wide per-type price term (see
     /// [`PriceBook::with_type_pressure`]).
     pub type_pressure: f64,
+    /// The share of a job's summed copy steps that counts as progress when it runs as two
+    /// or more copies (1: all; docs/hadare-quality.md measures what consolidation is worth).
+    /// A second copy must then add more than the first loses to pay.
+    pub progress_efficiency: f64,
 }
 
 impl Default for HadarEConfig {
@@ -65,6 +69,7 @@ impl Default for HadarEConfig {
             stickiness: true,
             criticality: DEFAULT_CRITICALITY,
             type_pressure: DEFAULT_HADARE_TYPE_PRESSURE,
+            progress_efficiency: 1.0,
         }
     }
 }
@@ -114,9 +119,12 @@ struct Forkable {
     previous: Vec<Part>,
     ran_before: bool,
     copies: Vec<Part>,
+    /// The copies' summed rate.
     rate: f64,
     price: f64,
     moved: bool,
+    /// [`HadarEConfig::progress_efficiency`].
+    efficiency: f64,
 }
 
 impl Forkable {
@@ -127,8 +135,29 @@ impl Forkable {
     /// Utility gained by adding a copy of `rate` (kept in place or not).
     fn gain(&self, rate: f64, kept: bool) -> f64 {
         let moved_after = self.ran_before && (self.moved || !kept);
-        self.utility.at(self.rate + rate, moved_after)
-            - self.utility.at(self.rate, self.moved && self.ran_before)
+        let copies = self.copies.len();
+        self.utility
+            .at(self.progress(self.rate + rate, copies + 1), moved_after)
+            - self.utility.at(
+                self.progress(self.rate, copies),
+                self.moved && self.ran_before,
+            )
+    }
+
+    /// Whether one more copy of `rate` steps/s makes the job progress faster after the
+    /// consolidation's discount (always, at efficiency 1).
+    fn adds_progress(&self, rate: f64) -> bool {
+        let copies = self.copies.len();
+        self.progress(self.rate + rate, copies + 1) > self.progress(self.rate, copies)
+    }
+
+    /// Progress per second of `copies` copies summing to `summed` steps/s.
+    fn progress(&self, summed: f64, copies: usize) -> f64 {
+        if copies > 1 {
+            summed * self.efficiency
+        } else {
+            summed
+        }
     }
 }
 
@@ -251,7 +280,9 @@ fn conserve_work(book: &mut PriceBook, jobs: &mut [Forkable], max_copies: usize)
         if job.copies.len() >= max_copies {
             return None;
         }
-        best_copy(book, job, false).map(|c| (c.gain / c.part.gpus as f64, c))
+        best_copy(book, job, false)
+            .filter(|c| job.adds_progress(c.rate))
+            .map(|c| (c.gain / c.part.gpus as f64, c))
     };
     let mut heap: BinaryHeap<(TotalF64, Reverse<usize>)> = jobs
         .iter()
@@ -394,6 +425,7 @@ fn forkables(config: &HadarEConfig, input: &RoundInput<'_>) -> (Vec<Forkable>, V
             rate: 0.0,
             price: 0.0,
             moved: false,
+            efficiency: config.progress_efficiency,
         });
     }
     (jobs, waiting)
@@ -459,7 +491,10 @@ fn assign(
             continue;
         }
         let placement = Placement::forked(job.copies.iter().copied());
-        let rate = placement.rate(&js.job.throughput, js.job.workers);
+        let rate = job.progress(
+            placement.rate(&js.job.throughput, js.job.workers),
+            job.copies.len(),
+        );
         let utility = job.utility.at(rate, job.moved && job.ran_before);
         assignments.push(Assignment {
             job: js.id(),
@@ -538,6 +573,26 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_that_loses_more_to_consolidation_than_it_adds_is_not_forked() {
+        // One job, a fast v100 (4 steps/s) and a slow k80 (1): two copies sum to 5, which at
+        // efficiency 0.7 counts 3.5, less than the v100 alone; at 0.9 (4.5) the copy pays.
+        let cluster =
+            Cluster::from_type_counts(&[("v100".into(), 1), ("k80".into(), 1)], 1).unwrap();
+        let jobs = vec![job(0, 1, &[&[(1, 4.0)], &[(1, 1.0)]], 1e5)];
+        let at = |progress_efficiency| {
+            let cfg = HadarEConfig {
+                progress_efficiency,
+                ..HadarEConfig::default()
+            };
+            let plan = plan_round(&cfg, &input(&cluster, &jobs));
+            let a = plan.assignments[0].clone();
+            (a.placement.parts().len(), a.rate)
+        };
+        assert_eq!(at(0.7), (1, 4.0));
+        assert_eq!(at(0.9), (2, 4.5));
+    }
+
+    #[test]
     fn copies_are_capped() {
         let cluster = Cluster::from_type_counts(&[("v100".into(), 8)], 1).unwrap();
         let jobs = vec![job(0, 1, &[&[(1, 1.0)]], 1e5)];
@@ -601,7 +656,7 @@ mod tests {
                 if job.copies.len() >= max_copies || book.free_total() == 0 {
                     continue;
                 }
-                if let Some(c) = best_copy(book, job, false) {
+                if let Some(c) = best_copy(book, job, false).filter(|c| job.adds_progress(c.rate)) {
                     let score = c.gain / c.part.gpus as f64;
                     if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
                         best = Some((score, k, c));
