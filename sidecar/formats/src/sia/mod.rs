@@ -14,6 +14,7 @@
 //! where the user keeps them and never ships them.
 
 pub mod apps;
+mod csv_rows;
 pub mod profile;
 pub mod rigid;
 
@@ -255,95 +256,37 @@ fn spread_rates(
 /// Parses a workload's rows, each checked; `origin` names it in errors.
 fn read_workload(text: &str, origin: &str) -> Result<Vec<Row>, FormatError> {
     const COLUMNS: [&str; 5] = ["name", "time", "application", "num_replicas", "batch_size"];
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let headers = reader
-        .headers()
-        .map_err(|e| FormatError::invalid(Location::of(origin).line(1), format!("not CSV: {e}")))?
-        .clone();
-    let index: Vec<usize> = COLUMNS
-        .iter()
-        .map(|c| {
-            headers.iter().position(|h| h == *c).ok_or_else(|| {
-                FormatError::invalid(
-                    Location::of(origin).line(1),
-                    format!(
-                        "no `{c}` column: a Sia workload's header is {}",
-                        COLUMNS.join(",")
-                    ),
-                )
-            })
-        })
-        .collect::<Result<_, _>>()?;
     let mut rows: Vec<Row> = Vec::new();
-    for record in reader.records() {
-        let record = record.map_err(|e| {
-            let line = e.position().map_or(0, |p| p.line()) as usize;
-            FormatError::invalid(Location::of(origin).line(line), format!("not CSV: {e}"))
-        })?;
-        let line = record.position().map_or(0, |p| p.line()) as usize;
-        let field = |i: usize| record.get(index[i]).unwrap_or("");
-        let at = |i: usize| Location::of(origin).line(line).field(COLUMNS[i]);
-        let whole = |i: usize| {
-            field(i)
-                .parse::<u32>()
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| {
-                    FormatError::invalid(
-                        at(i),
-                        format!(
-                            "expected a whole number of at least 1, found `{}`",
-                            field(i)
-                        ),
-                    )
-                })
-        };
-        let arrival_s = field(1)
-            .parse::<f64>()
-            .ok()
-            .filter(|t| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| {
-                FormatError::invalid(
-                    at(1),
-                    format!("expected seconds of at least 0, found `{}`", field(1)),
-                )
-            })?;
-        if let Some(last) = rows.last().filter(|r| r.arrival_s > arrival_s) {
-            return Err(FormatError::invalid(
-                at(1),
+    for r in csv_rows::Csv::parse(text, origin, &COLUMNS)?.rows {
+        let arrival_s = r.number(1)?;
+        if let Some(last) = rows.last().filter(|last| last.arrival_s > arrival_s) {
+            return Err(r.invalid(
+                1,
                 format!(
                     "arrival times must not decrease: {arrival_s} comes after {}",
                     last.arrival_s
                 ),
             ));
         }
-        let app = apps::app(field(2)).ok_or_else(|| {
+        let app = apps::app(r.text(2)).ok_or_else(|| {
             let known: Vec<&str> = apps::APPS.iter().map(|a| a.name).collect();
-            FormatError::invalid(
-                at(2),
+            r.invalid(
+                2,
                 format!(
                     "unknown application `{}` (Sia's are {})",
-                    field(2),
+                    r.text(2),
                     known.join(", ")
                 ),
             )
         })?;
         rows.push(Row {
-            line,
-            name: field(0).to_string(),
+            line: r.line,
+            name: r.text(0).to_string(),
             arrival_s,
             app,
-            gpus: whole(3)?,
-            batch: whole(4)?,
+            gpus: r.whole(3)?,
+            batch: r.whole(4)?,
         });
-    }
-    if rows.is_empty() {
-        return Err(FormatError::invalid(
-            Location::of(origin),
-            "the workload has no jobs",
-        ));
     }
     Ok(rows)
 }

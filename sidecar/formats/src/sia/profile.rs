@@ -5,7 +5,8 @@
 //!
 //! Columns are found by their header names, as the files order them differently.
 
-use crate::error::{FormatError, Location, read_file};
+use super::csv_rows::Csv;
+use crate::error::{FormatError, Location};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -314,135 +315,6 @@ impl Validation {
         };
         let scale = batch / self.batch_range().0 as f64;
         Some((var + sqr) / (var / scale + sqr))
-    }
-}
-
-/// A CSV file's rows, with the columns a reader asked for picked out by header name.
-struct Csv {
-    rows: Vec<Row>,
-}
-
-/// One row: its location and the asked-for fields, in the order asked.
-struct Row {
-    origin: String,
-    line: usize,
-    columns: &'static [&'static str],
-    fields: Vec<String>,
-}
-
-impl Csv {
-    /// Reads `path`, which must have a header naming every column of `columns`.
-    fn read(path: &Path, columns: &'static [&'static str]) -> Result<Csv, FormatError> {
-        let origin = path.display().to_string();
-        let text = read_file(path)?;
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
-        let at_line = |line: u64| Location::of(&origin).line(line as usize);
-        let headers = reader
-            .headers()
-            .map_err(|e| FormatError::invalid(at_line(1), format!("not CSV: {e}")))?
-            .clone();
-        let index: Vec<usize> = columns
-            .iter()
-            .map(|c| {
-                headers.iter().position(|h| h == *c).ok_or_else(|| {
-                    FormatError::invalid(
-                        at_line(1),
-                        format!(
-                            "no `{c}` column (the header has {})",
-                            headers.iter().collect::<Vec<_>>().join(",")
-                        ),
-                    )
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        let mut rows = Vec::new();
-        for record in reader.records() {
-            let record = record.map_err(|e| {
-                let line = e.position().map_or(0, |p| p.line());
-                FormatError::invalid(at_line(line), format!("not CSV: {e}"))
-            })?;
-            let line = record.position().map_or(0, |p| p.line()) as usize;
-            rows.push(Row {
-                origin: origin.clone(),
-                line,
-                columns,
-                fields: index
-                    .iter()
-                    .map(|&i| record.get(i).unwrap_or("").to_string())
-                    .collect(),
-            });
-        }
-        if rows.is_empty() {
-            return Err(FormatError::invalid(Location::of(&origin), "has no rows"));
-        }
-        Ok(Csv { rows })
-    }
-}
-
-impl Row {
-    fn invalid(&self, i: usize, message: impl Into<String>) -> FormatError {
-        FormatError::invalid(
-            Location::of(&self.origin)
-                .line(self.line)
-                .field(self.columns[i]),
-            message,
-        )
-    }
-
-    fn text(&self, i: usize) -> &str {
-        &self.fields[i]
-    }
-
-    /// Field `i` as a finite number of at least 0.
-    fn number(&self, i: usize) -> Result<f64, FormatError> {
-        let text = &self.fields[i];
-        text.parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| {
-                self.invalid(
-                    i,
-                    format!("expected a number of at least 0, found `{text}`"),
-                )
-            })
-    }
-
-    /// Field `i` as a whole number of at least 1.
-    fn whole(&self, i: usize) -> Result<u32, FormatError> {
-        let v = self.number(i)?;
-        if v >= 1.0 && v.fract() == 0.0 && v <= u32::MAX as f64 {
-            Ok(v as u32)
-        } else {
-            Err(self.invalid(
-                i,
-                format!(
-                    "expected a whole number of at least 1, found `{}`",
-                    self.fields[i]
-                ),
-            ))
-        }
-    }
-
-    /// Fields `i..i + 3` as a local batch size, step and sync seconds (a step positive and
-    /// at least its sync).
-    fn timing(&self, i: usize) -> Result<Timing, FormatError> {
-        let t = Timing {
-            local_bsz: f64::from(self.whole(i)?),
-            step_s: self.number(i + 1)?,
-            sync_s: self.number(i + 2)?,
-        };
-        if t.step_s <= 0.0 || t.sync_s > t.step_s {
-            return Err(self.invalid(
-                i + 1,
-                format!(
-                    "a step must take longer than 0 s and at least its sync ({} s), found {} s",
-                    t.sync_s, t.step_s
-                ),
-            ));
-        }
-        Ok(t)
     }
 }
 
