@@ -295,6 +295,11 @@ pub struct HadarArgs {
     /// fewest that can hold it). [default: no limit]
     #[arg(long, value_name = "N", help_heading = "Hadar")]
     pub max_nodes: Option<u32>,
+    /// A job spanning several nodes takes the same number of GPUs of one type on each, as
+    /// one Slurm job's one per-node request gives it (the daemon's default; `served` always
+    /// plans so).
+    #[arg(long, help_heading = "Hadar")]
+    pub uniform_gangs: bool,
     /// Leave GPUs idle rather than give them to jobs the prices turned away.
     #[arg(long, help_heading = "Hadar")]
     pub no_work_conservation: bool,
@@ -531,6 +536,7 @@ impl HadarArgs {
                 OrderArg::CriticalFirst => JobOrder::CriticalFirst,
             },
             max_nodes_per_job: self.max_nodes,
+            uniform_gangs: self.uniform_gangs,
             work_conservation: !self.no_work_conservation,
             stickiness: !self.no_stickiness,
             reserve_running: !self.no_reservations,

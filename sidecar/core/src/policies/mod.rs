@@ -177,9 +177,14 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
         PolicyName::Served => {
+            // Hadar plans only the gangs the rules let through.
+            let hadar = hadar::HadarConfig {
+                uniform_gangs: opts.hadar.uniform_gangs || opts.served.rules.one_request_per_job,
+                ..opts.hadar.clone()
+            };
             let served = Box::new(crate::passes::served::ServedPolicy::new(
                 opts.served.clone(),
-                Box::new(hadar::HadarPolicy::new(opts.hadar.clone())),
+                Box::new(hadar::HadarPolicy::new(hadar)),
             ));
             if opts.forked.is_empty() {
                 Some(served)
