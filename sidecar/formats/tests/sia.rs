@@ -118,6 +118,11 @@ fn a_batch_no_placement_was_profiled_for_is_refused() {
         e.contains("placement 44 was not profiled at a local batch size of 2"),
         "{e}"
     );
+    let e = error("good.csv", "aws:1");
+    assert!(
+        e.contains("needs 8 GPUs, more than the cluster's 4 t4"),
+        "{e}"
+    );
     let e = error("batch-out-of-range.csv", "aws:2");
     assert!(
         e.contains(":2: field `batch_size`") && e.contains("16 to 64"),

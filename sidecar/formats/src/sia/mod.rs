@@ -160,10 +160,10 @@ pub fn load_sia(
         for (kind, nodes) in &cluster.nodes {
             let rate = if row.gpus > kind.gpus_per_node * nodes {
                 Err(format!(
-                    "{} {} GPUs are more than its {}",
+                    "it needs {} GPUs, more than the cluster's {} {}",
                     row.gpus,
-                    kind.gpu_type,
-                    kind.gpus_per_node * nodes
+                    kind.gpus_per_node * nodes,
+                    kind.gpu_type
                 ))
             } else {
                 measured.load_placements(row.app, kind, at)?;
