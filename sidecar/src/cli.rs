@@ -295,8 +295,8 @@ pub struct HadarArgs {
     /// fewest that can hold it). [default: no limit]
     #[arg(long, value_name = "N", help_heading = "Hadar")]
     pub max_nodes: Option<u32>,
-    /// A job spanning several nodes takes the same number of GPUs of one type on each, as
-    /// one Slurm job's one per-node request gives it (the daemon's default; `served` always
+    /// A job spanning several nodes takes the same number of GPUs on each, as one Slurm
+    /// job's one per-node request gives it (the daemon's default; `served` always
     /// plans so).
     #[arg(long, help_heading = "Hadar")]
     pub uniform_gangs: bool,

@@ -60,8 +60,8 @@ pub struct DualJob<'a> {
     pub max_nodes: u32,
     /// The most nodes of each type it may span (at most `max_nodes`).
     pub max_nodes_by_type: &'a [u32],
-    /// A placement over several nodes takes the same GPUs of one type on each (one
-    /// Slurm request per job).
+    /// A placement over several nodes takes the same number of GPUs on each (one Slurm
+    /// request per job).
     pub uniform: bool,
     /// Whether one placement may mix GPU types (otherwise all workers share one type).
     pub mixed_types: bool,
@@ -246,8 +246,8 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
 /// The placements worth pricing for `job` over the `allowed` types: the cheapest within
 /// its node limit; where spreading slows it, also the cheapest within each tighter limit
 /// (a tighter one may pay for its higher price with a faster rate). With uniform gangs,
-/// the cheapest on one node and the cheapest uniform one over each node count that
-/// divides its workers.
+/// those of them one Slurm request can give; where that leaves none, or spreading slows
+/// the job, also the cheapest uniform one over each node count that divides its workers.
 fn candidates(book: &PriceBook, job: &DualJob<'_>, allowed: &[bool]) -> Vec<(Placement, f64)> {
     let n = job.workers;
     let allowed_types: Vec<GpuType> = (0..allowed.len())
@@ -255,25 +255,11 @@ fn candidates(book: &PriceBook, job: &DualJob<'_>, allowed: &[bool]) -> Vec<(Pla
         .map(|t| GpuType(t as u16))
         .collect();
     let max_nodes = job.limit_on(&allowed_types);
-    let mut out = Vec::new();
-    if job.uniform {
-        out.extend(cheapest_slots(book, allowed, n, 1));
-        for m in (2..=max_nodes.min(n)).filter(|m| n % m == 0) {
-            let within: Vec<bool> = (0..allowed.len())
-                .map(|t| allowed[t] && job.max_nodes_by_type.get(t).is_none_or(|l| m <= *l))
-                .collect();
-            out.extend(cheapest_uniform(book, &within, n / m, m));
-        }
-        if job.spread.is_none() {
-            let best = out.into_iter().min_by(|a, b| a.1.total_cmp(&b.1));
-            return best.into_iter().collect();
-        }
-        return out;
-    }
     let limits = match job.spread {
         Some(_) => 1..=max_nodes,
         None => max_nodes..=max_nodes,
     };
+    let mut out = Vec::new();
     let mut spans_seen: Option<u32> = None;
     for limit in limits {
         let Some((placement, price)) = cheapest_within_limits(book, job, allowed, limit) else {
@@ -283,6 +269,23 @@ fn candidates(book: &PriceBook, job: &DualJob<'_>, allowed: &[bool]) -> Vec<(Pla
         if spans_seen != Some(spans) {
             spans_seen = Some(spans);
             out.push((placement, price));
+        }
+    }
+    if !job.uniform {
+        return out;
+    }
+    out.retain(|(p, _)| is_uniform(p));
+    if out.is_empty() || job.spread.is_some() {
+        out.extend(cheapest_slots(book, allowed, n, 1));
+        for m in (2..=max_nodes.min(n)).filter(|m| n % m == 0) {
+            let within: Vec<bool> = (0..allowed.len())
+                .map(|t| allowed[t] && job.max_nodes_by_type.get(t).is_none_or(|l| m <= *l))
+                .collect();
+            out.extend(cheapest_uniform(book, &within, n / m, m, job.mixed_types));
+        }
+        if job.spread.is_none() {
+            let best = out.into_iter().min_by(|a, b| a.1.total_cmp(&b.1));
+            return best.into_iter().collect();
         }
     }
     out
@@ -310,40 +313,61 @@ fn cheapest_within_limits(
     }
 }
 
-/// Whether a placement gives the same GPUs of one type on each of its nodes (or uses one
-/// node).
+/// Whether a placement gives the same number of GPUs on each of its nodes (or uses one
+/// node): what one Slurm request per job can give.
 pub fn is_uniform(placement: &Placement) -> bool {
-    let parts = placement.parts();
-    placement.nodes().len() <= 1
-        || parts
+    let nodes = placement.nodes();
+    let on = |n| -> u32 {
+        placement
+            .parts()
             .iter()
-            .all(|p| p.gpu_type == parts[0].gpu_type && p.gpus == parts[0].gpus)
+            .filter(|p| p.node == n)
+            .map(|p| p.gpus)
+            .sum()
+    };
+    nodes.windows(2).all(|w| on(w[0]) == on(w[1]))
 }
 
-/// The cheapest placement of `k` GPUs of one allowed type on each of `m` nodes, and its
-/// cost; `None` when no type has `m` nodes with `k` free. Nodes of one price class cost the
-/// same, so classes are compared, not nodes.
+/// The cheapest placement of `k` GPUs on each of `m` nodes, and its cost; `None` when no
+/// `m` nodes have `k` free. Each node gives `k` GPUs of one allowed type; with `mixed`
+/// the nodes may differ in type (one typeless Slurm request: the same count on every
+/// node), else all take the same one. Nodes of one price class cost the same, so classes
+/// are compared, not nodes.
 fn cheapest_uniform(
     book: &PriceBook,
     allowed: &[bool],
     k: u32,
     m: u32,
+    mixed: bool,
 ) -> Option<(Placement, f64)> {
+    let types: Vec<usize> = (0..allowed.len()).filter(|&t| allowed[t]).collect();
+    let sets: Vec<Vec<usize>> = if mixed {
+        vec![types]
+    } else {
+        types.into_iter().map(|t| vec![t]).collect()
+    };
     let mut best: Option<(Placement, f64)> = None;
-    for t in (0..allowed.len()).filter(|&t| allowed[t]) {
-        let mut offers: Vec<(f64, &NodeClass)> = book
+    for set in sets {
+        // Per class, its cheapest type in the set with `k` free.
+        let mut offers: Vec<(f64, usize, &NodeClass)> = book
             .classes()
             .iter()
-            .filter(|c| !c.nodes.is_empty() && c.free(t) >= k)
+            .filter(|c| !c.nodes.is_empty())
             .filter_map(|c| {
-                let (cap, used) = c.key[t];
-                Some((book.cost_at(t, cap, used, k)?, c))
+                set.iter()
+                    .filter(|&&t| c.free(t) >= k)
+                    .filter_map(|&t| {
+                        let (cap, used) = c.key[t];
+                        Some((book.cost_at(t, cap, used, k)?, t))
+                    })
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(cost, t)| (cost, t, c))
             })
             .collect();
         offers.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut parts = Vec::new();
         let mut cost = 0.0;
-        for (price, class) in offers {
+        for (price, t, class) in offers {
             for &node in class
                 .nodes
                 .iter()

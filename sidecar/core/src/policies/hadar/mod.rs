@@ -153,9 +153,9 @@ pub struct HadarConfig {
     /// paper's model. A job too large to fit on this many of the cluster's largest nodes
     /// may use the fewest nodes that can hold it, so the limit never makes a job unrunnable.
     pub max_nodes_per_job: Option<u32>,
-    /// A gang spanning several nodes takes the same number of GPUs of one type on each, as
-    /// one Slurm job's one per-node request gives it; on one node any mix. Off (the
-    /// simulator's default): any split.
+    /// A gang spanning several nodes takes the same number of GPUs on each (one type per
+    /// node; one type throughout when types may not mix), as one Slurm job's one per-node
+    /// request gives it; on one node any mix. Off (the simulator's default): any split.
     pub uniform_gangs: bool,
     /// Give GPUs the primal-dual left idle to jobs it priced out.
     pub work_conservation: bool,

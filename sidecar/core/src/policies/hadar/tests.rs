@@ -925,6 +925,32 @@ fn a_gang_over_several_nodes_takes_the_same_gpus_on_each_when_asked() {
 }
 
 #[test]
+fn a_uniform_gang_may_take_different_types_on_different_nodes_when_types_mix() {
+    // An 8-GPU job and one 4-GPU node of each of two types: 4 + 4 of different types is
+    // one typeless Slurm request; with types kept apart there is no uniform split.
+    let c = cluster(&["v100", "p100"], &[&[4, 0], &[0, 4]]);
+    let jobs = [job(0, 0.0, 8, 1e4, &[2.0, 1.0])];
+    let uniform = HadarConfig {
+        max_nodes_per_job: Some(2),
+        uniform_gangs: true,
+        ..HadarConfig::default()
+    };
+    let (plan, _) = plan_round(&uniform, &input(&c, &jobs, 0.0));
+    assert_eq!(
+        plan.placement_of(JobId(0)),
+        Some(&Placement::gang([part(0, 0, 4), part(1, 1, 4)])),
+        "{plan:?}"
+    );
+    assert_eq!(plan.assignments[0].rate, 1.0, "at the slower type's pace");
+    let apart = HadarConfig {
+        mixed_types: false,
+        ..uniform
+    };
+    let (plan, _) = plan_round(&apart, &input(&c, &jobs, 0.0));
+    assert!(plan.placement_of(JobId(0)).is_none(), "{plan:?}");
+}
+
+#[test]
 fn the_node_limit_lets_a_job_onto_a_type_of_smaller_nodes_with_the_fewest_that_hold_it() {
     // An 8-GPU a100 node (busy) and two 4-GPU t4 nodes: at the daemon's one-node limit an
     // 8-GPU job fits on one a100 node, but may also take both t4 nodes, the fewest of them
