@@ -72,6 +72,16 @@ fn reason(plan: &RoundPlan, id: u64) -> Option<&WaitReason> {
         .map(|w| &w.reason)
 }
 
+/// Asserts that job `id` runs as one gang on exactly `parts`.
+#[track_caller]
+fn assert_gang<const N: usize>(plan: &RoundPlan, id: u64, parts: [Part; N]) {
+    assert_eq!(
+        plan.placement_of(JobId(id)),
+        Some(&Placement::gang(parts)),
+        "{plan:?}"
+    );
+}
+
 /// Asserts that job `id` runs as one gang on `on` alone.
 #[track_caller]
 fn assert_runs_on(plan: &RoundPlan, id: u64, on: Part) {
@@ -917,11 +927,7 @@ fn a_gang_over_several_nodes_takes_the_same_gpus_on_each_when_asked() {
     assert!(plan.placement_of(JobId(0)).is_none(), "{plan:?}");
     let three = cluster(&["t4"], &[&[4], &[4], &[4]]);
     let (plan, _) = plan_round(&uniform, &input(&three, &jobs, 0.0));
-    assert_eq!(
-        plan.placement_of(JobId(0)),
-        Some(&Placement::gang([part(0, 0, 3), part(2, 0, 3)])),
-        "{plan:?}"
-    );
+    assert_gang(&plan, 0, [part(0, 0, 3), part(2, 0, 3)]);
 }
 
 #[test]
@@ -936,11 +942,7 @@ fn a_uniform_gang_may_take_different_types_on_different_nodes_when_types_mix() {
         ..HadarConfig::default()
     };
     let (plan, _) = plan_round(&uniform, &input(&c, &jobs, 0.0));
-    assert_eq!(
-        plan.placement_of(JobId(0)),
-        Some(&Placement::gang([part(0, 0, 4), part(1, 1, 4)])),
-        "{plan:?}"
-    );
+    assert_gang(&plan, 0, [part(0, 0, 4), part(1, 1, 4)]);
     assert_eq!(plan.assignments[0].rate, 1.0, "at the slower type's pace");
     let apart = HadarConfig {
         mixed_types: false,
@@ -966,11 +968,7 @@ fn the_node_limit_lets_a_job_onto_a_type_of_smaller_nodes_with_the_fewest_that_h
         ..HadarConfig::default()
     };
     let (plan, _) = plan_round(&config, &input(&c, &jobs, 60.0));
-    assert_eq!(
-        plan.placement_of(JobId(0)),
-        Some(&Placement::gang([part(1, 1, 4), part(2, 1, 4)])),
-        "{plan:?}"
-    );
+    assert_gang(&plan, 0, [part(1, 1, 4), part(2, 1, 4)]);
 }
 
 #[test]
