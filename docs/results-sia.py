@@ -145,7 +145,9 @@ def main():
     args = [a for a in sys.argv[1:] if a != "--write"]
     sia = Path(args[0]) if args else ROOT.parent / "shared/data/sia"
     if not (sia / "workloads").is_dir() or not (sia / "profiles").is_dir():
-        sys.exit(f"{sys.argv[0]}: {sia} has no workloads/ and profiles/ (Sia's data); name its folder")
+        sys.exit(f"{sys.argv[0]}: {sia} has no workloads/ and profiles/ (Sia's data, not in the "
+                 "repository: it carries no licence); nothing regenerated, docs/results-sia.md "
+                 "is as measured. Name the folder of Sia's data to run it.")
     if not os.access(HADAR, os.X_OK):
         sys.exit(f"{sys.argv[0]}: no {HADAR} (cargo build --release -p hadar, or set HADAR)")
     measured = page(measure(sia))

@@ -377,6 +377,32 @@ fn a_bad_sia_workload_is_named_and_nothing_is_written() {
 }
 
 #[test]
+fn a_missing_profiles_folder_and_a_bad_fork_efficiency_name_their_flags() {
+    let o = hadar(&[
+        "simulate",
+        "--sia-workload",
+        &sia_fixture("workloads/good.csv"),
+        "--sia-profiles",
+        "/nonexistent-sia-profiles",
+    ]);
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert_one_line_error(
+        &stderr,
+        o.status.code().unwrap(),
+        "--sia-profiles: /nonexistent-sia-profiles is not a folder",
+    );
+    for bad in ["0", "1.5", "nan", "-1"] {
+        let o = hadar(&["simulate", &format!("--fork-efficiency={bad}")]);
+        let stderr = String::from_utf8(o.stderr).unwrap();
+        assert_one_line_error(
+            &stderr,
+            o.status.code().unwrap(),
+            "--fork-efficiency: must be above 0 and at most 1",
+        );
+    }
+}
+
+#[test]
 fn a_sia_workload_plays_with_a_note_for_the_types_a_job_cannot_use() {
     let o = hadar(&[
         "simulate",

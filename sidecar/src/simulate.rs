@@ -89,6 +89,12 @@ pub fn load_sia_inputs(
     profiles: &std::path::Path,
     cluster: &str,
 ) -> Result<Inputs, Failure> {
+    if !profiles.is_dir() {
+        return Err(Failure::input(anyhow::anyhow!(
+            "--sia-profiles: {} is not a folder (Sia's profiles: one subfolder per application)",
+            profiles.display()
+        )));
+    }
     let spec = hadar_formats::SiaCluster::parse(cluster).map_err(Failure::input)?;
     let sia = hadar_formats::load_sia(workload, profiles, &spec).map_err(Failure::input)?;
     for note in &sia.notes {
@@ -326,6 +332,12 @@ struct Settings {
 
 impl Settings {
     fn from_args(args: &SimulateArgs) -> Result<Settings, Failure> {
+        if !(args.fork_efficiency > 0.0 && args.fork_efficiency <= 1.0) {
+            return Err(Failure::input(anyhow::anyhow!(
+                "--fork-efficiency: must be above 0 and at most 1, got {}",
+                args.fork_efficiency
+            )));
+        }
         let file = match args.config.as_ref().or(args.gpu_types.as_ref()) {
             Some(path) => Some(hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?),
             None => None,

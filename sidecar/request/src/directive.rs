@@ -394,6 +394,16 @@ impl Directives {
                 second: origin.clone(),
             });
         }
+        self.set(key, value, origin)
+    }
+
+    /// Sets `key` (one of [`KEYS`], not set before) to `value`, checked.
+    fn set(
+        &mut self,
+        key: &'static str,
+        value: &str,
+        origin: &Origin,
+    ) -> Result<(), DirectiveError> {
         let malformed = |expected| DirectiveError::Malformed {
             origin: origin.clone(),
             key,
@@ -409,28 +419,7 @@ impl Directives {
                 }
                 self.job.job_type = Some(value.to_string());
             }
-            "throughput" => {
-                let mut hints = Vec::new();
-                for item in value.split(',') {
-                    let (t, r) = item.split_once(':').ok_or_else(|| {
-                        malformed("TYPE:RATE[,TYPE:RATE...], e.g. v100:12.5,k80:3")
-                    })?;
-                    let rate: f64 = r
-                        .parse()
-                        .map_err(|_| malformed("TYPE:RATE with RATE a positive number"))?;
-                    if !(crate::gpu::is_type_name(t) && rate.is_finite() && rate > 0.0) {
-                        return Err(malformed("TYPE:RATE with RATE a positive number"));
-                    }
-                    if hints.iter().any(|h: &ThroughputHint| h.gpu_type == t) {
-                        return Err(malformed("each GPU type once"));
-                    }
-                    hints.push(ThroughputHint {
-                        gpu_type: t.to_string(),
-                        rate,
-                    });
-                }
-                self.job.throughput = hints;
-            }
+            "throughput" => self.job.throughput = parse_throughput(value).map_err(malformed)?,
             "steps" | "epochs" => {
                 let n = parse_work(value)
                     .ok_or_else(|| malformed("a whole number between 1 and 2^53"))?;
@@ -450,20 +439,7 @@ impl Directives {
                     _ => return Err(malformed("yes or no")),
                 });
             }
-            "gpu-types" => {
-                let mut types: Vec<String> = Vec::new();
-                for t in value.split(',') {
-                    if !crate::gpu::is_type_name(t) {
-                        return Err(malformed(
-                            "a comma-separated list of GPU types, e.g. v100,p100",
-                        ));
-                    }
-                    if !types.iter().any(|u| u == t) {
-                        types.push(t.to_string());
-                    }
-                }
-                self.job.gpu_types = Some(types);
-            }
+            "gpu-types" => self.job.gpu_types = Some(parse_gpu_types(value).map_err(malformed)?),
             "model" => {
                 self.job.model =
                     Some(ModelTraits::parse(value).ok_or_else(|| malformed(MODEL_EXPECTED))?);
@@ -473,16 +449,10 @@ impl Directives {
                     Some(Outer::parse(value).ok_or_else(|| malformed(OUTER_EXPECTED))?);
             }
             "restart" => {
-                let seconds = value.strip_suffix('s').unwrap_or(value);
-                self.job.restart_s = Some(
-                    seconds
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|s| *s <= MAX_RESTART_S)
-                        .ok_or_else(|| {
-                            malformed("whole seconds from 0 to 86400, e.g. 120 or 120s")
-                        })?,
-                );
+                self.job.restart_s =
+                    Some(parse_restart(value).ok_or_else(|| {
+                        malformed("whole seconds from 0 to 86400, e.g. 120 or 120s")
+                    })?);
             }
             _ => unreachable!("KEYS and this match list the same keys"),
         }
@@ -567,6 +537,50 @@ pub fn read_comment(comment: &str, into: &mut Directives) -> Result<(), Directiv
         return into.opt_in(&Origin::Comment);
     }
     into.add_words(&words.replace(';', " "), Origin::Comment)
+}
+
+/// `TYPE:RATE[,TYPE:RATE...]` (`throughput=`), or what a valid value looks like.
+fn parse_throughput(value: &str) -> Result<Vec<ThroughputHint>, &'static str> {
+    let mut hints: Vec<ThroughputHint> = Vec::new();
+    for item in value.split(',') {
+        let (t, r) = item
+            .split_once(':')
+            .ok_or("TYPE:RATE[,TYPE:RATE...], e.g. v100:12.5,k80:3")?;
+        let rate: f64 = r
+            .parse()
+            .map_err(|_| "TYPE:RATE with RATE a positive number")?;
+        if !(crate::gpu::is_type_name(t) && rate.is_finite() && rate > 0.0) {
+            return Err("TYPE:RATE with RATE a positive number");
+        }
+        if hints.iter().any(|h| h.gpu_type == t) {
+            return Err("each GPU type once");
+        }
+        hints.push(ThroughputHint {
+            gpu_type: t.to_string(),
+            rate,
+        });
+    }
+    Ok(hints)
+}
+
+/// `TYPE[,TYPE...]` (`gpu-types=`), each once, or what a valid value looks like.
+fn parse_gpu_types(value: &str) -> Result<Vec<String>, &'static str> {
+    let mut types: Vec<String> = Vec::new();
+    for t in value.split(',') {
+        if !crate::gpu::is_type_name(t) {
+            return Err("a comma-separated list of GPU types, e.g. v100,p100");
+        }
+        if !types.iter().any(|u| u == t) {
+            types.push(t.to_string());
+        }
+    }
+    Ok(types)
+}
+
+/// `restart=` seconds: a whole number up to [`MAX_RESTART_S`], optionally ending in `s`.
+fn parse_restart(value: &str) -> Option<u32> {
+    let seconds = value.strip_suffix('s').unwrap_or(value);
+    seconds.parse::<u32>().ok().filter(|s| *s <= MAX_RESTART_S)
 }
 
 #[cfg(test)]

@@ -607,7 +607,7 @@ fn run_assignment(
 ) -> RoundRun {
     let job = t.truth.clone();
     let summed = a.placement.rate(&job.throughput, job.workers);
-    let rate = summed * cfg.model.progress_share(&a.placement);
+    let rate = cfg.model.progress(&a.placement, summed);
     let restarted = t.state.rounds_run > 0 && t.state.placement.as_ref() != Some(&a.placement);
     let starts = t.state.placement.as_ref() != Some(&a.placement);
     let pays_restart =

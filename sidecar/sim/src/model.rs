@@ -64,14 +64,17 @@ impl Default for ClusterModel {
 }
 
 impl ClusterModel {
-    /// The share of `placement`'s summed rate that is progress: [`Self::fork_efficiency`]
-    /// for two or more copies, else all of it.
-    pub fn progress_share(&self, placement: &hadar_core::Placement) -> f64 {
+    /// The progress of `placement` running at `summed` steps/s
+    /// ([`hadar_core::policies::hadare::forked_progress`] for a forked one; a gang's is its
+    /// rate).
+    pub fn progress(&self, placement: &hadar_core::Placement, summed: f64) -> f64 {
         match placement.kind() {
-            hadar_core::PlacementKind::Forked if placement.parts().len() > 1 => {
-                self.fork_efficiency
-            }
-            _ => 1.0,
+            hadar_core::PlacementKind::Forked => hadar_core::policies::hadare::forked_progress(
+                summed,
+                placement.parts().len(),
+                self.fork_efficiency,
+            ),
+            hadar_core::PlacementKind::Gang => summed,
         }
     }
 }

@@ -36,6 +36,17 @@ use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+/// The progress of a job running `copies` copies whose steps sum to `summed`: the share
+/// `efficiency` of them when two or more are consolidated, all of them for one copy (the job
+/// itself). The one rule HadarE plans with and the simulator charges.
+pub fn forked_progress(summed: f64, copies: usize, efficiency: f64) -> f64 {
+    if copies > 1 {
+        summed * efficiency
+    } else {
+        summed
+    }
+}
+
 /// HadarE's settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -153,11 +164,7 @@ impl Forkable {
 
     /// Progress per second of `copies` copies summing to `summed` steps/s.
     fn progress(&self, summed: f64, copies: usize) -> f64 {
-        if copies > 1 {
-            summed * self.efficiency
-        } else {
-            summed
-        }
+        forked_progress(summed, copies, self.efficiency)
     }
 }
 

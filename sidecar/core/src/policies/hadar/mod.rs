@@ -370,13 +370,6 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
         .types()
         .map(|t| cluster.total_of_type(t) > 0)
         .collect();
-    let largest_node = cluster
-        .nodes()
-        .iter()
-        .map(|n| n.gpus.iter().sum::<u32>())
-        .max()
-        .unwrap_or(1)
-        .max(1);
     let largest_by_type: Vec<u32> = cluster.types().map(|t| cluster.max_per_node(t)).collect();
     let mut ready = Vec::with_capacity(input.jobs.len());
     let mut waiting = Vec::new();
@@ -418,10 +411,7 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
         );
         let max_nodes_by_type: Vec<u32> = largest_by_type
             .iter()
-            .map(|&largest| {
-                let limit = config.max_nodes_per_job;
-                node_limit(limit, workers, largest).max(node_limit(limit, workers, largest_node))
-            })
+            .map(|&largest| node_limit(config.max_nodes_per_job, workers, largest))
             .collect();
         let max_nodes = max_nodes_by_type.iter().copied().max().unwrap_or(1);
         ready.push(Prepared {
@@ -854,6 +844,8 @@ fn primal_dual_pass(
     } else {
         Vec::new()
     };
+    // Once a round, not per urgent job: it walks every job.
+    let max_restart_s = input.max_restart_s();
     for (k, p) in ready.iter().enumerate() {
         let js = &input.jobs[p.index];
         if reserved[k]
@@ -863,7 +855,15 @@ fn primal_dual_pass(
             reserved[k] = false;
         }
         if p.urgency.is_urgent()
-            && let Some(o) = urgent_offer(book, ready, &mut reserved, &yielders, p, input)
+            && let Some(o) = urgent_offer(
+                book,
+                ready,
+                &mut reserved,
+                &yielders,
+                p,
+                max_restart_s,
+                input.round_s,
+            )
         {
             stats.admitted += 1;
             owners.push(k);
@@ -1036,12 +1036,13 @@ fn urgent_offer(
     reserved: &mut [bool],
     yielders: &[usize],
     p: &Prepared<'_>,
-    input: &RoundInput<'_>,
+    max_restart_s: f64,
+    round_s: f64,
 ) -> Option<dual::Offer> {
     let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
         return None;
     };
-    let may_preempt = input.max_restart_s() < input.round_s - slack_s;
+    let may_preempt = max_restart_s < round_s - slack_s;
     let mut levels = rate_levels(&p.rates, min_rate);
     if !may_preempt && levels.len() > 2 {
         // Without room to make, only the deadline types and then anywhere (the last level).
