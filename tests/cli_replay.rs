@@ -70,7 +70,7 @@ fn state(path: &Path) {
     let table = hadar_formats::embedded::throughputs().unwrap();
     for round in 1..=3 {
         let snap = snapshot(round);
-        let mut d = decide(&snap, &config, &table).unwrap();
+        let mut d = decide(&snap, &config, &table, config.round_policy().as_mut()).unwrap();
         if round == 3 {
             let j2 = d.decisions.iter_mut().find(|d| d.job == 2).unwrap();
             j2.text = "altered".into();
@@ -219,7 +219,7 @@ fn forked_rounds_are_replayed_and_older_formats_named() {
     let table = hadar_formats::embedded::throughputs().unwrap();
     for round in 1..=3 {
         let snap = forked_snapshot(round);
-        let mut d = decide(&snap, &config, &table).unwrap();
+        let mut d = decide(&snap, &config, &table, config.round_policy().as_mut()).unwrap();
         assert_eq!(d.forks.len(), 1, "job 3 gets a round: {:?}", d.decisions);
         assert_eq!((d.forks[0].job, d.forks[0].round), (3, 0));
         let j3 = d.decisions.iter().find(|d| d.job == 3).unwrap();

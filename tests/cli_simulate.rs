@@ -465,6 +465,51 @@ fn config_runs_the_served_policy_on_gavel_traces_and_the_few_jobs_scenario() {
     assert!(err.contains("/nonexistent/hadar.toml"), "{err}");
 }
 
+/// `[sidecar] policy = "gavel"` or `"tiresias"` in the file: `--config` runs that policy
+/// inside the served passes, as `hadar serve` would, so the same trace ends differently than
+/// under Hadar; a policy `hadar serve` cannot run is refused with the file and key named.
+#[test]
+fn config_serves_the_policy_the_file_names() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    let gavel_trace = format!("{root}/data/gavel/traces/static_multigpu_40jobs_seed10.trace");
+    let mut avg_jct = Vec::new();
+    for policy in ["hadar", "gavel", "tiresias"] {
+        let config = dir.path().join(format!("{policy}.toml"));
+        std::fs::write(
+            &config,
+            format!("[sidecar]\nround_seconds = 360\npolicy = \"{policy}\"\n"),
+        )
+        .unwrap();
+        let v = simulate_json(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--trace",
+            &gavel_trace,
+            "--cluster",
+            "v100:8,p100:8,k80:8",
+            "--gpus-per-node",
+            "4",
+        ]);
+        let r = &v["results"][0];
+        assert_eq!(r["policy"], "served", "{v}");
+        assert_eq!(r["jobs_completed"], r["jobs"], "{policy}: {r}");
+        avg_jct.push(r["avg_jct_s"].as_f64().unwrap());
+    }
+    assert!(
+        avg_jct[0] != avg_jct[1] && avg_jct[0] != avg_jct[2] && avg_jct[1] != avg_jct[2],
+        "three policies, three outcomes: {avg_jct:?}"
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[sidecar]\npolicy = \"lower-bound\"\n").unwrap();
+    let (_, err, code) = hadar(&["simulate", "--config", bad.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("bad.toml") && err.contains("cannot be served") && err.contains("tiresias"),
+        "{err}"
+    );
+}
+
 /// The cluster model's costs lengthen a run and bad figures are refused with the flag named.
 #[test]
 fn the_cluster_model_costs_time_and_refuses_bad_figures() {

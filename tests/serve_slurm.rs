@@ -39,6 +39,10 @@ const SCENARIOS: &[Scenario] = &[
         "status_and_explain_read_the_daemons_state",
         status_and_explain_read_the_daemons_state,
     ),
+    (
+        "gavel_and_tiresias_served_run_every_job_once",
+        gavel_and_tiresias_served_run_every_job_once,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -495,5 +499,72 @@ fn status_and_explain_read_the_daemons_state(bed: &mut Testbed) {
     assert_eq!(json["jobs"].as_array().unwrap().len(), 2, "{json}");
     for f in fillers {
         let _ = bed.client("scancel", &[&f.to_string()]);
+    }
+}
+
+/// `[sidecar] policy = "gavel"` and `"tiresias"`: the simulator's baselines served through
+/// the same passes and enforcement as Hadar. Six jobs asking for 22 GPUs of the cluster's 16
+/// make both share the cluster over rounds (Gavel by its time shares, Tiresias by attained
+/// service), so jobs are preempted and resumed; every job completes its steps exactly once,
+/// and the rounds say which policy decided them.
+fn gavel_and_tiresias_served_run_every_job_once(bed: &mut Testbed) {
+    for policy in ["gavel", "tiresias"] {
+        let serve = Serve::start_configured(
+            bed,
+            &format!("policy-{policy}"),
+            &format!("policy = \"{policy}\"\n"),
+            &[],
+        );
+        let jobs: Vec<(u32, u64)> = [
+            ("resnet18-b64", 4, 20_000u64),
+            ("a3c", 2, 3000),
+            ("transformer-b64", 4, 6000),
+            ("lm-b20", 4, 15_000),
+            ("cyclegan", 4, 800),
+            ("resnet50-b64", 4, 3000),
+        ]
+        .iter()
+        .map(|(t, n, steps)| {
+            let args = [&format!("--gpus={n}"), &output_args(bed)[..]];
+            (submit(bed, &args, &script(t, *steps, "")), *steps)
+        })
+        .collect();
+        for (id, steps) in &jobs {
+            let info = wait_state(bed, *id, &["COMPLETED", "FAILED", "CANCELLED"], 300);
+            assert_eq!(
+                info.field("JobState").as_deref(),
+                Some("COMPLETED"),
+                "{policy}: {}\nlog: {}",
+                info.0,
+                daemon_log(bed)
+            );
+            let out = output(bed, *id);
+            assert_eq!(
+                out.matches(&format!("completed {steps} steps")).count(),
+                1,
+                "{policy}: {out}"
+            );
+        }
+        let status = serve.hadar(&["status"]);
+        assert!(
+            status.contains(&format!("policy {policy} decided in")),
+            "{status}"
+        );
+        let restarts: u32 = jobs
+            .iter()
+            .filter_map(|(id, _)| {
+                detail(bed, *id)
+                    .split("Restarts=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .sum();
+        eprintln!(
+            "{policy}: {} jobs completed once each, {restarts} restarts",
+            jobs.len()
+        );
     }
 }

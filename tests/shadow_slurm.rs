@@ -223,7 +223,7 @@ fn assert_recorded_and_acted_on_nothing(bed: &Testbed, state: &Path, ids: &[u32]
             .decision(u64::from(*id))
             .unwrap()
             .unwrap_or_else(|| panic!("no decision recorded for job {id}"));
-        assert!(d.text.starts_with("(shadow) Hadar would"), "{d:?}");
+        assert!(d.text.starts_with("(shadow) hadar would"), "{d:?}");
     }
     let log = std::fs::read_to_string(bed.path("log/hadar-serve.log")).unwrap();
     assert!(log.contains("SHADOW mode"), "{}", daemon_log(bed));

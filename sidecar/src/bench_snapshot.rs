@@ -90,7 +90,8 @@ pub fn run(a: BenchSnapshotArgs) -> Result<(), Failure> {
     let config = DaemonConfig::parse("<defaults>", "").map_err(Failure::runtime)?;
     let table = hadar_formats::embedded::throughputs().map_err(Failure::runtime)?;
     let decision =
-        hadar_daemon::decide::decide(&snap, &config, &table).map_err(Failure::runtime)?;
+        hadar_daemon::decide::decide(&snap, &config, &table, config.round_policy().as_mut())
+            .map_err(Failure::runtime)?;
     let dir = tempfile::tempdir().map_err(Failure::runtime)?;
     let mut store = Store::open(&dir.path().join("state.db")).map_err(Failure::runtime)?;
     let mut costs = Vec::new();

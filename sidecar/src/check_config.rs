@@ -50,7 +50,7 @@ pub fn run(a: CheckConfigArgs) -> Result<(), Failure> {
 
 /// The Slurm client the daemon would use (its `slurm_conf` and `slurm_bin_dir`), or the
 /// defaults when the file does not parse.
-fn slurm_for(config: Option<DaemonConfig>) -> Slurm {
+pub(crate) fn slurm_for(config: Option<DaemonConfig>) -> Slurm {
     let (conf, bin_dir, timeout) = match config {
         Some(c) => (
             c.slurm_conf,

@@ -97,6 +97,9 @@ pub enum Command {
     /// Slurm commands, and under policy = "hadare" the fork runner and spool). Exits 1 when
     /// there is a problem (warnings alone do not fail).
     CheckConfig(CheckConfigArgs),
+    /// Work with the site's own rules as hadar reads them from Slurm.
+    #[command(subcommand)]
+    Site(SiteCommand),
     /// An example training job for `hadar serve` (run it inside a Slurm job).
     ///
     /// It trains at the rate Gavel measured for --job-type on the GPU types of its own
@@ -122,6 +125,28 @@ pub enum Command {
     /// report for the copy job's Comment.
     #[command(hide = true)]
     ForkConsolidate(ForkConsolidateArgs),
+}
+
+/// `hadar site` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SiteCommand {
+    /// Write the site's rules, read from the live Slurm as the daemon reads them every round
+    /// (priority settings, fair-share, QOS, associations and their limits, partitions,
+    /// reservations, licenses; not its jobs), to a site file for `hadar simulate --site`
+    /// and `hadar dry-run --site`.
+    Capture(SiteCaptureArgs),
+}
+
+/// `hadar site capture` arguments.
+#[derive(Args, Debug)]
+pub struct SiteCaptureArgs {
+    /// The configuration file, for the Slurm commands it names (`[slurm] slurm_conf`,
+    /// `[sidecar] slurm_bin_dir`). [default: /etc/hadar/hadar.toml when it exists]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The site file to write (`-`: standard output).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 /// `hadar fork-consolidate` arguments.
@@ -1065,6 +1090,14 @@ pub struct SimulateArgs {
     /// `[hadar] priority_strength`; 0 ignores the accounts' priority).
     #[arg(long, value_name = "S", default_value_t = 1.0)]
     pub priority_strength: f64,
+
+    /// A site file (`hadar site capture`, with `[[job]]` tables naming the trace's jobs'
+    /// users, accounts, QOS, partitions and time limits): every policy plans within the
+    /// site's rules as `hadar serve` does (multifactor priority as weights, QOS, association
+    /// and partition limits, time limits, reservations; docs/site-policy.md). The weights
+    /// weigh by --config's `[hadar] priority_strength`, else --priority-strength.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["accounts", "sia_workload"])]
+    pub site: Option<PathBuf>,
 
     #[command(flatten)]
     pub hadar: HadarArgs,

@@ -7,7 +7,6 @@ use crate::table::Table;
 use hadar_core::policies::hadar::{HadarConfig, HadarPolicy, RoundStats};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::{Cluster, JobId, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
-use hadar_daemon::config::PolicyChoice;
 use hadar_formats::jobs::{EXAMPLE_CLUSTER_SPEC, EXAMPLE_GPUS_PER_NODE, EXAMPLE_JOBS_TOML};
 use hadar_formats::{
     JobsFile, JobsSyntax, ThroughputTable, embedded, load_cluster, load_jobs, parse_cluster_spec,
@@ -90,17 +89,19 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         let plan = p.plan(&input);
         (plan, Some(p.last_round().clone()))
     } else {
+        let base = match &file {
+            Some(c) => c.policy_options(0),
+            None => PolicyOptions {
+                hadar: hadar_config.clone(),
+                hadare: a.hadar.hadare_config(),
+                served: a.hadar.served_config(),
+                ..PolicyOptions::default()
+            },
+        };
         let opts = PolicyOptions {
-            seed: 0,
-            hadar: hadar_config.clone(),
-            hadare: file
-                .as_ref()
-                .map_or_else(|| a.hadar.hadare_config(), |c| c.hadare.clone()),
             tiresias: a.hadar.tiresias_config(),
-            served: file
-                .as_ref()
-                .map_or_else(|| a.hadar.served_config(), |c| c.served()),
             forked: forked.clone().unwrap_or_default(),
+            ..base
         };
         let mut p = policies::build(name, &opts).ok_or_else(|| {
             Failure::input(anyhow::anyhow!(
@@ -191,7 +192,7 @@ fn fork_jobs(
     let known = queue.jobs.iter().map(JobState::id).collect();
     let ids =
         crate::simulate::parse_job_list(list, known, "the queue (its last job id is {last})")?;
-    if file.sidecar.policy != PolicyChoice::Hadare {
+    if !file.sidecar.policy.forks() {
         return Ok(None);
     }
     if name != PolicyName::Served {

@@ -19,6 +19,7 @@ mod replay;
 mod report;
 mod serve;
 mod simulate;
+mod site;
 mod status;
 mod table;
 
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         cli::Command::Explain(a) => serve::explain(a),
         cli::Command::Replay(a) => replay::run(a),
         cli::Command::CheckConfig(a) => check_config::run(a),
+        cli::Command::Site(cli::SiteCommand::Capture(a)) => site::capture(a),
         cli::Command::Emulate(a) => emulate::run(a),
         cli::Command::Report(a) => serve::report(a),
         cli::Command::Completions(a) => generate::completions(a),

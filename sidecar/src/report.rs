@@ -252,8 +252,9 @@ pub fn shadow_comparison(
     Ok((slurm, hadar, comparison))
 }
 
-/// The shadowed jobs (`jobs`, as observed) played by the simulator under Hadar on `cluster`,
-/// with the round and restart seconds the shadow recorded.
+/// The shadowed jobs (`jobs`, as observed) played by the simulator on `cluster` under the
+/// policy the shadow decided with ([`shadow_policy`]), with the round and restart seconds the
+/// shadow recorded.
 fn predicted_run(
     store: &Store,
     cluster: &Cluster,
@@ -274,11 +275,7 @@ fn predicted_run(
         restart_s: meta(hadar_daemon::shadow::RESTART_SECONDS_KEY, 0.0).min(round_s / 2.0),
         ..Default::default()
     };
-    let mut policy = hadar_core::policies::build(
-        hadar_core::policies::PolicyName::Hadar,
-        &hadar_core::policies::PolicyOptions::default(),
-    )
-    .context("the Hadar policy is not in this build")?;
+    let mut policy = shadow_policy(store)?;
     let workload = hadar_sim::Workload {
         cluster: cluster.clone(),
         jobs,
@@ -291,6 +288,25 @@ fn predicted_run(
     let mut hadar = run_of(cluster, &report, sim_segments);
     hadar.name = "hadar-predicted".into();
     Ok(hadar)
+}
+
+/// The policy a shadow run decided with, as the simulator runs it: `served` at the shadow's
+/// configuration (its `[sidecar] policy`, `[hadar]` and passes), kept in the store
+/// ([`hadar_daemon::shadow::CONFIG_KEY`]); Hadar with its defaults for a store a hadar before
+/// that kept none.
+fn shadow_policy(store: &Store) -> anyhow::Result<Box<dyn hadar_core::Policy>> {
+    use anyhow::Context;
+    use hadar_core::policies::{PolicyName, PolicyOptions, build};
+    let kept = store.meta(hadar_daemon::shadow::CONFIG_KEY)?;
+    let (name, opts) = match kept {
+        Some(text) => {
+            let config: hadar_daemon::DaemonConfig = serde_json::from_str(&text)
+                .context("the shadow's kept configuration (meta shadow_config)")?;
+            (PolicyName::Served, config.policy_options(0))
+        }
+        None => (PolicyName::Hadar, PolicyOptions::default()),
+    };
+    build(name, &opts).with_context(|| format!("the policy `{name}` is not a round policy"))
 }
 
 /// The cluster of the last round's nodes (every node with GPUs, usable or not).

@@ -88,7 +88,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     if config.sidecar.shadow {
         return serve_shadow(slurm, store, config, &wake_rx);
     }
-    let forker = (config.sidecar.policy == hadar_daemon::config::PolicyChoice::Hadare).then(|| {
+    let forker = (config.sidecar.policy.forks()).then(|| {
         let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));
         hadar_daemon::fork::Forker::new(Box::new(slurm.clone()), &config, me)
     });

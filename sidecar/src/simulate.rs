@@ -28,6 +28,8 @@ pub struct Inputs {
     pub accounts: Option<(Vec<String>, Vec<Option<usize>>)>,
     /// With --fork-jobs: the jobs that opted into forking.
     pub fork: Option<ForkJobs>,
+    /// With --site: the site file and how many jobs its `[[job]]` tables name.
+    pub site: Option<(String, usize)>,
 }
 
 /// The jobs `--fork-jobs` names, and what the configuration does with them.
@@ -78,6 +80,7 @@ pub fn load_inputs(
         trace_origin,
         throughput_source: "true",
         accounts: None,
+        site: None,
         fork: None,
     })
 }
@@ -113,6 +116,7 @@ pub fn load_sia_inputs(
         throughput_source: "true",
         unmeasured_types: (Vec::new(), Vec::new()),
         accounts: None,
+        site: None,
         fork: None,
     })
 }
@@ -190,9 +194,15 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     if let Some(path) = &args.accounts {
         apply_accounts(&mut inputs, path, args.priority_strength)?;
     }
+    if let Some(path) = &args.site {
+        let strength = settings.file_strength.unwrap_or(args.priority_strength);
+        let site = crate::site::load(path, inputs.jobs.len(), strength)?;
+        inputs.site = Some((path.display().to_string(), site.named_jobs()));
+        settings.site = Some(site);
+    }
     if let Some(list) = &args.fork_jobs {
         let ids = parse_fork_jobs(list, &inputs.jobs)?;
-        let forked = settings.fork_policy == Some(PolicyChoice::Hadare);
+        let forked = settings.fork_policy.is_some_and(PolicyChoice::forks);
         inputs.fork = Some(ForkJobs {
             jobs: ids.len(),
             forked,
@@ -328,6 +338,10 @@ struct Settings {
     opts: PolicyOptions,
     /// With --config: the file's `[sidecar] policy` (what `fork=yes` jobs get).
     fork_policy: Option<PolicyChoice>,
+    /// With --site: the site's rules every policy plans within.
+    site: Option<hadar_daemon::site::simulated::SimulatedSite>,
+    /// With --config: the file's `[hadar] priority_strength`.
+    file_strength: Option<f64>,
 }
 
 impl Settings {
@@ -374,12 +388,8 @@ impl Settings {
         check_timing(&cfg, serve.and(args.config.as_deref()))?;
         let opts = match serve {
             Some(c) => PolicyOptions {
-                seed: args.seed,
-                hadar: c.hadar.clone(),
-                hadare: c.hadare.clone(),
                 tiresias: args.hadar.tiresias_config(),
-                served: c.served(),
-                forked: BTreeSet::new(),
+                ..c.policy_options(args.seed)
             },
             None => PolicyOptions {
                 seed: args.seed,
@@ -390,6 +400,7 @@ impl Settings {
                 },
                 tiresias: args.hadar.tiresias_config(),
                 served: args.hadar.served_config(),
+                served_policy: PolicyName::Hadar,
                 forked: BTreeSet::new(),
             },
         };
@@ -398,6 +409,8 @@ impl Settings {
             cfg,
             opts,
             fork_policy: serve.map(|c| c.sidecar.policy),
+            site: None,
+            file_strength: serve.map(|c| c.hadar.priority_strength),
         })
     }
 }
@@ -455,7 +468,11 @@ fn play(
         runs.outcomes.push(Outcome::Bound { name, ttd_s });
         return Ok(());
     }
-    let mut policy = policies::build(name, &settings.opts).ok_or_else(|| {
+    let built = match &settings.site {
+        Some(site) => hadar_daemon::site::simulated::within(name, &settings.opts, site.clone()),
+        None => policies::build(name, &settings.opts),
+    };
+    let mut policy = built.ok_or_else(|| {
         Failure::input(anyhow::anyhow!(
             "--policy: `{name}` is not available in this build"
         ))
@@ -639,6 +656,14 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
             &format!("fork:    {} jobs opted into forking; {what}\n", f.jobs),
         );
     }
+    if let Some((file, named)) = &inputs.site {
+        out.insert_str(
+            out.len() - 1,
+            &format!(
+                "site:    {file}: every policy plans within its rules; {named} jobs named in it\n"
+            ),
+        );
+    }
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
         "policy",
@@ -770,6 +795,8 @@ fn render_json(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Value 
             "unusable_gpu_types": inputs.unmeasured_types.1,
             "fork_jobs": inputs.fork.as_ref().map(|f| f.jobs),
             "forked_by_hadare": inputs.fork.as_ref().map(|f| f.forked),
+            "site": inputs.site.as_ref().map(|(f, _)| f),
+            "site_jobs": inputs.site.as_ref().map(|(_, n)| n),
         },
         "results": results,
     })

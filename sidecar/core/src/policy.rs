@@ -64,4 +64,10 @@ pub trait Policy: Send {
         let _ = facts;
         self.plan(input)
     }
+
+    /// The pricing statistics of the last round planned, for a policy that prices GPUs
+    /// (Hadar: its price bounds, what it admitted and kept); `None` for the others.
+    fn last_round_stats(&self) -> Option<crate::policies::hadar::RoundStats> {
+        None
+    }
 }

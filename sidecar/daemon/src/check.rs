@@ -6,7 +6,7 @@
 //! text, the nodes Slurm reports (read by the caller through `hadar_slurm`), and a [`Probe`]
 //! answering what the checks need to know about paths on this machine.
 
-use crate::config::{DaemonConfig, PolicyChoice};
+use crate::config::DaemonConfig;
 use hadar_core::estimate::{GpuCatalog, SiteGpu, SiteGpuKind};
 use hadar_slurm::NodeInfo;
 use std::collections::{BTreeMap, BTreeSet};
@@ -323,7 +323,7 @@ fn check_paths(config: &DaemonConfig, lines: &Lines, probe: &dyn Probe, out: &mu
             }
         }
     }
-    if s.policy == PolicyChoice::Hadare {
+    if s.policy.forks() {
         check_fork(config, lines, probe, out);
     }
 }

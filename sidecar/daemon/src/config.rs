@@ -8,6 +8,7 @@
 use hadar_core::estimate::{GpuCatalog, SiteGpu};
 use hadar_core::policies::hadar::HadarConfig;
 use hadar_core::policies::hadare::HadarEConfig;
+use hadar_core::policies::{PolicyName, PolicyOptions};
 use hadar_request::Outer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -61,9 +62,32 @@ impl DaemonConfig {
     /// more nodes, so no node limit on top).
     pub fn served(&self) -> hadar_core::passes::served::ServedConfig {
         hadar_core::passes::served::ServedConfig {
-            look_ahead: self.sidecar.earliest_finish_types,
+            look_ahead: self.sidecar.earliest_finish_types && self.sidecar.policy.is_hadar(),
             rules: hadar_core::passes::enforce::EnforceRules::default(),
         }
+    }
+
+    /// The policies' options as `hadar serve` runs them under these settings (`[hadar]`,
+    /// `[hadare]`, the passes, `[sidecar] policy`; Tiresias with its defaults), for the
+    /// daemon, `hadar simulate --config` and `hadar dry-run --config` alike. No job forks
+    /// ([`PolicyOptions::forked`] is the caller's).
+    pub fn policy_options(&self, seed: u64) -> PolicyOptions {
+        PolicyOptions {
+            seed,
+            hadar: self.hadar.clone(),
+            hadare: self.hadare.clone(),
+            tiresias: Default::default(),
+            served: self.served(),
+            served_policy: self.sidecar.policy.name(),
+            forked: Default::default(),
+        }
+    }
+
+    /// The round policy the daemon plans its plain jobs with (`[sidecar] policy`, Hadar for
+    /// `hadare`), built as the served passes run it.
+    pub fn round_policy(&self) -> Box<dyn hadar_core::Policy> {
+        hadar_core::policies::build_served_inner(&self.policy_options(0))
+            .expect("a parsed [sidecar] policy is servable")
     }
 
     /// The GPU catalog this configuration describes: the built-in table and `[gpu_types]`
@@ -73,16 +97,72 @@ impl DaemonConfig {
     }
 }
 
-/// Which policy schedules the jobs that opted into forking (`#HADAR fork=yes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PolicyChoice {
-    /// Every job, `fork=yes` or not, is one gang-scheduled Slurm job placed by Hadar.
-    #[default]
-    Hadar,
-    /// Jobs without `fork=yes` are placed by Hadar as before; `fork=yes` jobs are forked by
-    /// HadarE into copies over the GPUs Hadar's plan leaves free.
-    Hadare,
+/// `[sidecar] policy`: the round policy `hadar serve` runs inside its passes, any the
+/// simulator has but the bounds and `served` itself ([`PolicyName::is_servable`]). Written as
+/// the policy's `--policy` name; `hadare` is Hadar for plain jobs and HadarE for the jobs that
+/// opted into forking (`#HADAR fork=yes`), which under any other policy are plain jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyChoice(PolicyName);
+
+impl PolicyChoice {
+    /// Hadar for every job (the default).
+    pub const HADAR: PolicyChoice = PolicyChoice(PolicyName::Hadar);
+    /// Hadar for plain jobs, HadarE for `fork=yes` jobs.
+    pub const HADARE: PolicyChoice = PolicyChoice(PolicyName::HadarE);
+
+    /// The choice for `name`, when it can be served.
+    pub fn new(name: PolicyName) -> Result<PolicyChoice, String> {
+        if name.is_servable() {
+            Ok(PolicyChoice(name))
+        } else {
+            Err(format!(
+                "`{name}` cannot be served; policies `hadar serve` runs: {}",
+                PolicyName::servable_names()
+            ))
+        }
+    }
+
+    /// The policy's name.
+    pub fn name(self) -> PolicyName {
+        self.0
+    }
+
+    /// Whether `fork=yes` jobs are forked (HadarE).
+    pub fn forks(self) -> bool {
+        self.0 == PolicyName::HadarE
+    }
+
+    /// Whether the plain jobs are planned by Hadar (`hadar` and `hadare`): the passes made
+    /// for Hadar (the commitment look-ahead) apply only then.
+    pub fn is_hadar(self) -> bool {
+        self.0.plain() == PolicyName::Hadar
+    }
+}
+
+impl std::fmt::Display for PolicyChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+impl Serialize for PolicyChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicyChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let name: PolicyName = text.parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "unknown policy `{}`; policies `hadar serve` runs: {}",
+                text.trim(),
+                PolicyName::servable_names()
+            ))
+        })?;
+        PolicyChoice::new(name).map_err(serde::de::Error::custom)
+    }
 }
 
 /// `[fork]`: how forked (HadarE) jobs run on Slurm.
@@ -161,7 +241,7 @@ pub struct SidecarConfig {
     /// Start a waiting job only on the GPU type where its remaining work ends first, by a
     /// look-ahead over the queue ([`hadar_core::passes::lookahead`]); moving it later costs a restart.
     pub earliest_finish_types: bool,
-    /// The policy for `fork=yes` jobs: `hadar` (no forking) or `hadare`.
+    /// The round policy (`hadar`, `hadare`, `gavel`, `tiresias`, ...; see [`PolicyChoice`]).
     pub policy: PolicyChoice,
     /// `HOST:PORT` on which to serve Prometheus metrics at `/metrics`; unset: not served.
     pub metrics_listen: Option<String>,
@@ -208,7 +288,7 @@ impl Default for SidecarConfig {
             throughput_scale: 1.0,
             rate_learning_weight: 0.3,
             earliest_finish_types: true,
-            policy: PolicyChoice::Hadar,
+            policy: PolicyChoice::HADAR,
             metrics_listen: None,
             metrics_textfile: None,
             keep_days: 30.0,
@@ -475,7 +555,7 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         f.deadline_margin_seconds,
         f.deadline_margin_seconds.is_finite()
             && f.deadline_margin_seconds >= 0.0
-            && (s.policy != PolicyChoice::Hadare || f.deadline_margin_seconds < s.round_seconds),
+            && (!s.policy.forks() || f.deadline_margin_seconds < s.round_seconds),
         "give 0 or more, below sidecar.round_seconds",
     )?;
     range(
@@ -627,7 +707,7 @@ mod tests {
             "[sidecar]\npolicy = \"hadare\"\nround_seconds = 10\n[fork]\nspool = \"/s\"\ndeadline_margin_seconds = 3\n[hadare]\nmax_copies = 2\n",
         )
         .unwrap();
-        assert_eq!(c.sidecar.policy, PolicyChoice::Hadare);
+        assert_eq!(c.sidecar.policy, PolicyChoice::HADARE);
         assert_eq!(c.fork.spool, PathBuf::from("/s"));
         assert_eq!(c.fork.deadline_margin_seconds, 3.0);
         assert_eq!(
@@ -644,10 +724,20 @@ mod tests {
             "{e}"
         );
         assert_eq!(c.hadare.max_copies, 2);
-        let e = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"gavel\"\n")
+        let c = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"gavel\"\n").unwrap();
+        assert_eq!(c.sidecar.policy.name(), PolicyName::Gavel);
+        assert!(!c.sidecar.policy.forks() && !c.sidecar.policy.is_hadar());
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"gavell\"\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("gavel"), "{e}");
+        assert!(e.contains("gavell") && e.contains("tiresias"), "{e}");
+        let e = DaemonConfig::parse("h.toml", "[sidecar]\npolicy = \"lower-bound\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot be served") && e.contains("hadare"),
+            "{e}"
+        );
         let e = DaemonConfig::parse(
             "h.toml",
             "[sidecar]\npolicy = \"hadare\"\nround_seconds = 10\n[fork]\ndeadline_margin_seconds = 10\n",

@@ -198,6 +198,8 @@ pub struct Daemon<S: SlurmApi> {
     pub(crate) store: Store,
     pub(crate) config: DaemonConfig,
     pub(crate) table: ThroughputTable,
+    /// The round policy (`[sidecar] policy`), kept across rounds for the books it keeps.
+    pub(crate) policy: Box<dyn hadar_core::Policy>,
     pub(crate) decode: Decoder,
     pub(crate) epoch: f64,
     pub(crate) round: u64,
@@ -243,6 +245,7 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(Daemon {
             slurm,
             store,
+            policy: config.round_policy(),
             config,
             table,
             decode,
@@ -507,7 +510,7 @@ impl<S: SlurmApi> Daemon<S> {
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
         let (snap, reading) = self.read(now_unix)?;
         let t0 = Instant::now();
-        let decision = decide::decide(&snap, &self.config, &self.table)?;
+        let decision = decide::decide(&snap, &self.config, &self.table, self.policy.as_mut())?;
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
         faults::reached("round-planned");
         let enforced = self.carry_out(&snap, &decision, reading.fork_actions)?;
@@ -526,7 +529,7 @@ impl<S: SlurmApi> Daemon<S> {
         summary.policy = if self.fork.is_some() {
             "hadar+hadare".into()
         } else {
-            "hadar".into()
+            self.config.sidecar.policy.name().plain().to_string()
         };
         summary.actions = record::action_texts(&enforced.done);
         self.store.write(|w| {

@@ -9,7 +9,7 @@ use crate::config::DaemonConfig;
 use crate::daemon::DaemonError;
 use crate::eligible::{self, Blocked};
 use crate::fork::{ForkStart, PlainSide};
-use crate::site::{Site, SiteWaits};
+use crate::site::Site;
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};
 use crate::view::{self, ClusterView};
@@ -17,8 +17,9 @@ use crate::{exclusive, explain, facts, unmovable};
 use hadar_core::passes::enforce::Verdict;
 use hadar_core::passes::lookahead::Choice;
 use hadar_core::passes::served::{ServedDecision, decide_with};
-use hadar_core::policies::hadar::{HadarConfig, RoundStats};
-use hadar_core::{Cluster, Job, JobId, JobState, RoundInput, RoundPlan, WaitReason};
+use hadar_core::policies::hadar::RoundStats;
+use hadar_core::site::SiteWaits;
+use hadar_core::{Cluster, Job, JobId, JobState, Policy, RoundInput, RoundPlan};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::{JobStatus, NodeState};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase};
@@ -61,11 +62,14 @@ struct Translated {
     commitments: BTreeMap<u64, Choice>,
 }
 
-/// Decides the round from `snap`.
+/// Decides the round from `snap`, planning the plain jobs with `policy` (the round policy
+/// of `[sidecar] policy`, [`DaemonConfig::round_policy`]; one that keeps books across rounds,
+/// such as Gavel's or Tiresias', is given the same one every round).
 pub fn decide(
     snap: &RoundSnapshot,
     config: &DaemonConfig,
     table: &ThroughputTable,
+    policy: &mut dyn Policy,
 ) -> Result<RoundDecision, DaemonError> {
     let rows = &snap.rows;
     let unmovable = unmovable::unmovable(rows, &snap.slurm_jobs);
@@ -111,9 +115,10 @@ pub fn decide(
             cluster,
             &states,
             &typed,
-            &site_blocked.waits,
-            &mut stats,
+            &site_blocked,
+            policy,
         )?;
+        stats = policy.last_round_stats();
         kept_origins(
             snap,
             table,
@@ -343,8 +348,8 @@ fn job_states(
     (states, site_blocked)
 }
 
-/// The served policy (look-ahead, site-aware Hadar, Slurm's rules) over `states`, its plan
-/// validated; the planner's statistics go to `stats`.
+/// The served policy (look-ahead, `policy` within the site's rules, Slurm's rules) over
+/// `states`, its plan validated.
 #[allow(clippy::too_many_arguments)]
 fn served(
     snap: &RoundSnapshot,
@@ -353,13 +358,12 @@ fn served(
     cluster: &Cluster,
     states: &[JobState],
     typed: &HashSet<u64>,
-    site_blocked: &[(JobId, WaitReason)],
-    stats: &mut Option<RoundStats>,
+    site_blocked: &SiteWaits,
+    policy: &mut dyn Policy,
 ) -> Result<ServedDecision, DaemonError> {
     let mut target = facts::target(&snap.rows, typed, &snap.nodes);
     let chosen = snap.chosen_nodes();
     crate::site::reservations::leave_out_of_lookahead(site, chosen, &mut target);
-    let hadar_config: HadarConfig = config.hadar.clone();
     let input = RoundInput {
         now_s: snap.now_s,
         round_s: config.sidecar.round_seconds,
@@ -368,16 +372,7 @@ fn served(
         jobs: states,
     };
     let d = decide_with(&config.served(), &input, &target, |i| {
-        let (plan, s) = crate::site::plan(
-            site,
-            chosen,
-            &hadar_config,
-            i,
-            &snap.slurm_jobs,
-            site_blocked,
-        );
-        *stats = Some(s);
-        plan
+        crate::site::plan(site, chosen, policy, i, &snap.slurm_jobs, site_blocked)
     });
     d.plan
         .validate(cluster, &d.jobs)

@@ -13,7 +13,7 @@
 //! the daemon comes back it takes marked jobs Slurm has not started back (held again, GPU
 //! request stripped, mark removed) and adopts the running ones ([`take_back`]).
 
-use crate::config::{DaemonConfig, PolicyChoice};
+use crate::config::DaemonConfig;
 use hadar_request::{FailOpenMark, Record, Scope};
 use hadar_slurm::{JobStatus, Slurm, SlurmError, SlurmJob};
 use serde::{Deserialize, Serialize};
@@ -403,7 +403,7 @@ pub fn run(
         Health::Stale { reason } => report.health = reason.clone(),
     }
     report.failed_open = true;
-    let forks_wait = config.sidecar.policy == PolicyChoice::Hadare;
+    let forks_wait = config.sidecar.policy.forks();
     let (jobs, _) = slurm.jobs()?;
     for job in &jobs {
         let choice = choose(job, forks_wait);

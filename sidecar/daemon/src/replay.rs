@@ -434,7 +434,9 @@ fn not_kept_why(store: &Store, round: u64) -> Result<String, StoreError> {
 }
 
 /// Decides round `round` again from its kept snapshot, with its kept configuration or
-/// `config`, and compares the outcome with the recorded one.
+/// `config`, and compares the outcome with the recorded one. The round policy is built
+/// afresh: Hadar keeps nothing between rounds, but a policy that does (Gavel's, Tiresias')
+/// replays without the books the daemon had, so its rounds may differ.
 pub fn replay(
     store: &Store,
     round: u64,
@@ -449,8 +451,13 @@ pub fn replay(
     }
     let config = config.unwrap_or(&inputs.config);
     let snapshot = RoundSnapshot::from(kept.snapshot);
-    let d = decide(&snapshot, config, &inputs.table)
-        .map_err(|source| ReplayError::Decide { round, source })?;
+    let d = decide(
+        &snapshot,
+        config,
+        &inputs.table,
+        config.round_policy().as_mut(),
+    )
+    .map_err(|source| ReplayError::Decide { round, source })?;
     let again = Outcome::of(&d);
     Ok(match first_difference(&kept.outcome, &again) {
         None => Replayed::Identical,

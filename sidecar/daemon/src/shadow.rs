@@ -19,18 +19,16 @@
 
 use crate::config::DaemonConfig;
 use crate::daemon::{DaemonError, SlurmApi};
+use crate::decide::RoundDecision;
 use crate::sd_notify::Notifier;
-use crate::spec::{self, JobSpec, Priors};
+use crate::snapshot::RoundSnapshot;
+use crate::spec::JobSpec;
 use crate::{explain, view};
-use hadar_core::policies::hadar::plan_round;
-use hadar_core::site::reservations::{Chosen, Offer, plan_in_pools};
-use hadar_core::{Cluster, Job, JobId, JobState, RoundInput};
 use hadar_formats::ThroughputTable;
 use hadar_request::gpu::{Scope, TresFields};
 use hadar_slurm::{JobStatus, NodeInfo, SlurmJob};
 use hadar_store::{Decision, Horizon, JobRow, NodeGpus, Phase, RoundRow, Store};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -45,6 +43,9 @@ pub const ACTING: &str = "acting";
 pub const ROUND_SECONDS_KEY: &str = "shadow_round_seconds";
 /// The meta key keeping the shadow daemon's restart cost.
 pub const RESTART_SECONDS_KEY: &str = "shadow_restart_seconds";
+/// The meta key keeping the shadow daemon's whole configuration, as JSON: the report
+/// predicts with the policy and settings the shadow decided with.
+pub const CONFIG_KEY: &str = "shadow_config";
 /// The final state of a shadowed job that left Slurm's list before its end was seen.
 pub const GONE: &str = "GONE";
 
@@ -307,6 +308,14 @@ pub struct ShadowRound {
     pub total_ms: f64,
 }
 
+/// What a shadow round records: its summary, each active job's decision in the shadow's
+/// words, and what hadar would do with each.
+struct ShadowPlan {
+    summary: RoundRow,
+    decisions: Vec<Decision>,
+    would: Vec<(u64, Would)>,
+}
+
 /// The daemon in shadow mode.
 pub struct Shadow<S: SlurmApi> {
     slurm: S,
@@ -316,6 +325,8 @@ pub struct Shadow<S: SlurmApi> {
     epoch: f64,
     round: u64,
     notifier: Notifier,
+    /// The round policy, kept across rounds as the acting daemon keeps it.
+    policy: Box<dyn hadar_core::Policy>,
 }
 
 impl<S: SlurmApi> Shadow<S> {
@@ -333,6 +344,11 @@ impl<S: SlurmApi> Shadow<S> {
             RESTART_SECONDS_KEY,
             &config.sidecar.restart_seconds.to_string(),
         )?;
+        match serde_json::to_string(&config) {
+            Ok(kept) => store.set_meta(CONFIG_KEY, &kept)?,
+            Err(e) => tracing::warn!("the report will predict with Hadar's defaults: {e}"),
+        }
+        let policy = config.round_policy();
         Ok(Shadow {
             slurm,
             store,
@@ -341,6 +357,7 @@ impl<S: SlurmApi> Shadow<S> {
             epoch,
             round,
             notifier: Notifier::new(None, None, None),
+            policy,
         })
     }
 
@@ -422,7 +439,23 @@ impl<S: SlurmApi> Shadow<S> {
             site_requeues,
         };
         observe(&mut rows, &slurm_jobs, shadowed, now_s, self.epoch);
-        let (summary, decisions, would) = self.plan(round, now_s, &nodes, &slurm_jobs, &rows);
+        let site = crate::site::read(&self.slurm, now_unix);
+        let snap = observed_snapshot(
+            round,
+            (now_unix, now_s),
+            nodes,
+            slurm_jobs,
+            rows,
+            before,
+            site,
+            &self.table,
+        );
+        let ShadowPlan {
+            summary,
+            decisions,
+            would,
+        } = self.plan(&snap)?;
+        let (rows, before) = (&snap.rows, &snap.before);
         self.store.write(|w| {
             for r in rows.values() {
                 if before.get(&r.id) != Some(r) {
@@ -456,168 +489,107 @@ impl<S: SlurmApi> Shadow<S> {
         }
     }
 
-    /// Hadar's plan for the active shadowed jobs on the managed partitions' usable GPUs (those
-    /// held by jobs outside the shadow taken out), as a round summary and decisions.
-    fn plan(
-        &self,
-        round: u64,
-        now_s: f64,
-        nodes: &[NodeInfo],
-        slurm_jobs: &[SlurmJob],
-        rows: &BTreeMap<u64, JobRow>,
-    ) -> (RoundRow, Vec<Decision>, Vec<(u64, Would)>) {
-        let running_now =
-            |j: &&SlurmJob| matches!(j.status, JobStatus::Running | JobStatus::Suspended);
-        let foreign: Vec<(String, String, u32)> = slurm_jobs
-            .iter()
-            .filter(running_now)
-            .filter(|j| rows.get(&j.id).is_none_or(|r| r.phase == Phase::Finished))
-            .flat_map(|j| j.gpu_parts())
-            .collect();
-        let held: Vec<(String, String, u32)> = slurm_jobs
-            .iter()
-            .filter(running_now)
-            .flat_map(|j| j.gpu_parts())
-            .collect();
-        let cv = view::build(nodes, &self.config.partitions, &foreign);
-        let active: Vec<&JobRow> = rows
-            .values()
-            .filter(|r| r.phase != Phase::Finished)
-            .collect();
+    /// The acting daemon's decision ([`crate::decide::decide`], with this config and round
+    /// policy) on the round as observed, as a round summary and decisions in the shadow's
+    /// words.
+    fn plan(&mut self, snap: &RoundSnapshot) -> Result<ShadowPlan, DaemonError> {
         let t0 = Instant::now();
-        let planned: BTreeMap<u64, NodeGpus> = match &cv.cluster {
-            Some(cluster) => {
-                let chosen = crate::site::node_choice::chosen(slurm_jobs, nodes);
-                self.planned(cluster, &cv.types, now_s, &active, &chosen)
-            }
-            None => BTreeMap::new(),
-        };
-        let mut summary = RoundRow {
-            round,
-            started_s: now_s,
-            decision_ms: t0.elapsed().as_secs_f64() * 1000.0,
-            policy: "hadar (shadow)".into(),
-            slurm_release: self.slurm.slurm_release(),
-            unusable_nodes: cv.unusable.clone(),
-            ..Default::default()
-        };
-        if let Some(cluster) = &cv.cluster {
-            for t in cluster.types() {
-                summary
-                    .capacity
-                    .insert(cluster.type_name(t).to_string(), cluster.total_of_type(t));
-            }
-        }
-        for p in planned.values() {
-            for (t, c) in view::per_type(p) {
-                *summary.planned_use.entry(t).or_default() += c;
-            }
-        }
-        for (_, t, c) in &held {
-            *summary.busy.entry(t.clone()).or_default() += c;
-        }
-        summary.nodes = view::node_rows(nodes, &self.config.partitions, planned.values(), &held);
-        let mut decisions = Vec::new();
-        let mut woulds = Vec::new();
-        for r in &active {
-            let running = r.phase == Phase::Running;
-            let plan = planned.get(&r.id);
-            let w = would(r.placement.as_ref(), running, plan);
-            let mut d = Decision::new(r.id, round);
-            d.runs = plan.is_some();
-            d.placement = plan.cloned();
-            let words = |p: &NodeGpus| explain::placement_words(p);
-            let slurm = match (running, &r.placement) {
-                (true, Some(p)) => format!("Slurm runs it on {}", words(p)),
-                _ => "Slurm keeps it pending".to_string(),
-            };
-            d.text = match (w, plan) {
-                (Would::Start, Some(p)) => {
-                    format!("(shadow) Hadar would start it on {}; {slurm}", words(p))
-                }
-                (Would::Move, Some(p)) => {
-                    format!("(shadow) Hadar would move it to {}; {slurm}", words(p))
-                }
-                (Would::Keep, _) => format!("(shadow) Hadar would leave it where it runs; {slurm}"),
-                (Would::Preempt, _) => format!("(shadow) Hadar would preempt it; {slurm}"),
-                _ => format!("(shadow) Hadar would keep it waiting; {slurm}"),
-            };
-            decisions.push(d);
-            woulds.push((r.id, w));
-        }
-        (summary, decisions, woulds)
+        let d = crate::decide::decide(snap, &self.config, &self.table, self.policy.as_mut())?;
+        let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let mut summary = crate::record::summary(snap, &d, &self.config.partitions);
+        summary.decision_ms = decision_ms;
+        summary.policy = format!("{} (shadow)", self.config.sidecar.policy.name().plain());
+        summary.slurm_release = self.slurm.slurm_release();
+        let (decisions, would) = shadow_decisions(snap, &d);
+        Ok(ShadowPlan {
+            summary,
+            decisions,
+            would,
+        })
     }
+}
 
-    /// The placements Hadar's round planner gives the active jobs.
-    fn planned(
-        &self,
-        cluster: &Cluster,
-        types: &[String],
-        now_s: f64,
-        active: &[&JobRow],
-        chosen: &HashMap<u64, Chosen>,
-    ) -> BTreeMap<u64, NodeGpus> {
-        let priors = Priors {
-            default_rate_per_gpu: self.config.sidecar.default_rate_per_gpu,
-            throughput_scale: self.config.sidecar.throughput_scale,
-        };
-        let steps = self.config.sidecar.default_steps as f64;
-        let mut states: Vec<JobState> = active
-            .iter()
-            .map(|r| {
-                let spec = spec_of(r, &self.table);
-                let (throughput, _) = spec::profile(&spec, types, &[], &self.table, &priors);
-                let job = Arc::new(Job {
-                    restart_s: spec.restart_s,
-                    id: JobId(r.id),
-                    kind: spec.job_type.clone().unwrap_or_else(|| r.name.clone()),
-                    arrival_s: r.arrival_s,
-                    workers: r.workers,
-                    total_steps: steps,
-                    weight: 1.0,
-                    throughput,
-                });
-                let mut js = JobState::arrived(job, types.len());
-                js.placement = r
-                    .placement
-                    .as_ref()
-                    .filter(|_| r.phase == Phase::Running)
-                    .and_then(|p| view::to_placement(cluster, p));
-                js.run_s = r.run_s;
-                js.first_start_s = r.first_start_s;
-                js
-            })
-            .collect();
-        states.sort_by(|a, b| a.job.arrival_order(&b.job));
-        let input = RoundInput {
-            now_s,
-            round_s: self.config.sidecar.round_seconds,
-            restart_s: self.config.sidecar.restart_seconds,
-            cluster,
-            jobs: &states,
-        };
-        let offers: HashMap<JobId, Offer> = states
-            .iter()
-            .filter_map(|j| Some((j.id(), Offer::all().and_chosen(chosen.get(&j.id().0)?))))
-            .collect();
-        let running: BTreeSet<JobId> = states
-            .iter()
-            .filter(|j| j.placement.is_some())
-            .map(|j| j.id())
-            .collect();
-        let plan = plan_in_pools(cluster, &states, &offers, &running, |cluster, jobs| {
-            let input = RoundInput {
-                cluster,
-                jobs,
-                ..input
-            };
-            plan_round(&self.config.hadar, &input).0
-        });
-        plan.assignments
-            .iter()
-            .map(|a| (a.job.0, view::to_node_gpus(cluster, &a.placement)))
-            .collect()
+/// What the acting daemon's [`crate::decide::decide`] reads, from what the shadow daemon
+/// observed: the shadowed jobs' rows as the managed jobs, each one's spec from its Slurm
+/// request ([`spec_of`]), no learned rates and no forked jobs (shadowed jobs report nothing
+/// and fork nothing). Pure.
+#[allow(clippy::too_many_arguments)]
+pub fn observed_snapshot(
+    round: u64,
+    (now_unix, now_s): (f64, f64),
+    nodes: Vec<NodeInfo>,
+    slurm_jobs: Vec<SlurmJob>,
+    rows: BTreeMap<u64, JobRow>,
+    before: BTreeMap<u64, JobRow>,
+    site: crate::site::Site,
+    table: &ThroughputTable,
+) -> RoundSnapshot {
+    let specs = rows
+        .values()
+        .filter(|r| r.phase != Phase::Finished)
+        .map(|r| (r.id, spec_of(r, table)))
+        .collect();
+    RoundSnapshot {
+        round,
+        now_unix,
+        now_s,
+        nodes,
+        slurm_jobs,
+        rows,
+        before,
+        specs,
+        owned: BTreeSet::new(),
+        forks: BTreeMap::new(),
+        learned: BTreeMap::new(),
+        site,
+        // Shadowed jobs are never updated, so whether an update would retype them is moot.
+        retypes: true,
+        slurm_release: None,
+        chosen: Default::default(),
     }
+}
+
+/// Each active shadowed job's decision in the shadow's words: what hadar would do with it
+/// (the acting decision's placement, or why it would wait), beside what Slurm did.
+fn shadow_decisions(snap: &RoundSnapshot, d: &RoundDecision) -> (Vec<Decision>, Vec<(u64, Would)>) {
+    let mut decisions = Vec::new();
+    let mut woulds = Vec::new();
+    for r in snap.rows.values().filter(|r| r.phase != Phase::Finished) {
+        let running = r.phase == Phase::Running;
+        let plan = d.planned.get(&r.id);
+        let w = would(r.placement.as_ref(), running, plan);
+        let mut out = Decision::new(r.id, snap.round);
+        out.runs = plan.is_some();
+        out.placement = plan.cloned();
+        let words = |p: &NodeGpus| explain::placement_words(p);
+        let slurm = match (running, &r.placement) {
+            (true, Some(p)) => format!("Slurm runs it on {}", words(p)),
+            _ => "Slurm keeps it pending".to_string(),
+        };
+        let why = d
+            .decisions
+            .iter()
+            .find(|x| x.job == r.id)
+            .map(|x| x.text.as_str())
+            .filter(|t| !t.is_empty());
+        out.text = match (w, plan) {
+            (Would::Start, Some(p)) => {
+                format!("(shadow) hadar would start it on {}; {slurm}", words(p))
+            }
+            (Would::Move, Some(p)) => {
+                format!("(shadow) hadar would move it to {}; {slurm}", words(p))
+            }
+            (Would::Keep, _) => format!("(shadow) hadar would leave it where it runs; {slurm}"),
+            (Would::Preempt, _) => format!("(shadow) hadar would preempt it; {slurm}"),
+            _ => match why {
+                Some(why) => format!("(shadow) hadar would keep it waiting ({why}); {slurm}"),
+                None => format!("(shadow) hadar would keep it waiting; {slurm}"),
+            },
+        };
+        decisions.push(out);
+        woulds.push((r.id, w));
+    }
+    (decisions, woulds)
 }
 
 #[cfg(test)]

@@ -2,14 +2,17 @@
 //! into the core's priority weights, limits, time limits and reservations
 //! ([`hadar_core::site`]).
 
+pub mod file;
 pub mod node_choice;
 pub mod reservations;
+pub mod simulated;
 
 use crate::daemon::SlurmApi;
-use hadar_core::policies::hadar::{HadarConfig, RoundStats, plan_round};
 use hadar_core::site::reservations::Chosen;
-use hadar_core::site::{Factors, Limit, PriorityInputs, PriorityWeights, SiteJob};
-use hadar_core::{Cluster, JobId, JobState, RoundInput, RoundPlan, WaitReason};
+use hadar_core::site::{
+    Factors, Limit, PriorityInputs, PriorityWeights, SiteJob, SiteRound, SiteWaits,
+};
+use hadar_core::{Cluster, JobId, JobState, Policy, RoundInput, RoundPlan};
 use hadar_slurm::site::SiteFigures;
 use hadar_slurm::{JobStatus, SlurmJob};
 use hadar_store::Decision;
@@ -88,30 +91,37 @@ fn resources(j: &SlurmJob, gpus: u32) -> (u32, u64) {
     (cpus, mem)
 }
 
-/// The site jobs of `states`, with their CPUs and memory from Slurm's records, and their
-/// time limits.
-fn site_jobs(
+/// The site's rules for the planned jobs `states` as the core's stages take them: each job
+/// as the limits see it (CPUs and memory from Slurm's records) with its time limit, the jobs
+/// holding GPUs outside the plan, the planned jobs running in Slurm, the limits, and each
+/// job's nodes by its reservation, narrowed to those its user chose (`chosen`).
+pub fn round(
     site: &Site,
+    chosen: &HashMap<u64, Chosen>,
     states: &[JobState],
     slurm_jobs: &[SlurmJob],
-) -> (HashMap<JobId, SiteJob>, HashMap<JobId, f64>) {
-    let (mut jobs, limits) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
+) -> SiteRound {
+    let (mut jobs, time_limits_s) = site.for_jobs(states.iter().map(|j| (j.id().0, j.job.workers)));
     for j in slurm_jobs {
         if let Some(sj) = jobs.get_mut(&JobId(j.id)) {
             (sj.cpus, sj.mem_mb) = resources(j, sj.gpus);
         }
     }
-    (jobs, limits)
+    let (offers, _) = site.offers(states.iter().map(|j| j.id().0), chosen);
+    SiteRound {
+        jobs,
+        time_limits_s,
+        held: held(site, states, slurm_jobs),
+        running: running(states, slurm_jobs),
+        limits: site.limits().to_vec(),
+        offers,
+    }
 }
 
 /// The waiting jobs of `states` that wait for their reservation (not active, not known, not
-/// theirs: [`Site::offers`]), then those (in arrival order) that a limit keeps from starting
-/// even if only the jobs before them started
-/// ([`hadar_core::site::limits::over_limits`]), with why: they are taken out of `states`,
-/// and the daemon leaves them out of the look-ahead and the plan; they wait for it. A
-/// waiting job a full limit on one GPU type keeps from that type
-/// ([`hadar_core::site::limits::full_types`]) loses the type in `states` (so the look-ahead
-/// does not commit it there) and is listed too: if it waits, it waits for that limit.
+/// theirs: [`Site::offers`]), then those the limits hold back ([`SiteRound::limit_waits`]),
+/// with why: they are taken out of `states`, and the daemon leaves them out of the
+/// look-ahead and the plan; they wait for it.
 pub fn blocked(
     site: &Site,
     chosen: &HashMap<u64, Chosen>,
@@ -120,128 +130,26 @@ pub fn blocked(
     cluster: &Cluster,
 ) -> SiteWaits {
     let waiting = states.iter().filter(|j| j.placement.is_none());
-    let (_, mut out) = site.offers(waiting.map(|j| j.id().0), chosen);
-    states.retain(|s| !out.iter().any(|(j, _)| *j == s.id()));
-    let mut typed_off = Vec::new();
-    if site.limits().is_empty() {
-        return SiteWaits {
-            waits: out,
-            typed_off,
-        };
-    }
-    let (site_jobs, _) = site_jobs(site, states, slurm_jobs);
-    let held = held(site, states, slurm_jobs);
-    let running = running(states, slurm_jobs);
-    // Waiting jobs have no GPU types yet, so limits on one type are left to `full_types`
-    // and the plan's check: no type names needed here.
-    let over = hadar_core::site::limits::over_limits(
-        states,
-        &site_jobs,
-        &held,
-        site.limits(),
-        &running,
-        &[],
-    );
-    states.retain(|s| !over.iter().any(|(j, _)| *j == s.id()));
-    out.extend(
-        over.into_iter()
-            .map(|(j, limit)| (j, WaitReason::SiteLimit { limit })),
-    );
-    let full = hadar_core::site::limits::full_types(
-        states,
-        &site_jobs,
-        &held,
-        site.limits(),
-        &running,
-        cluster.type_names(),
-    );
-    for (job, types, label) in full {
-        if let Some(s) = states.iter_mut().find(|s| s.id() == job) {
-            *s = hadar_core::site::time_limit::without_types(s, &types);
-        }
-        let names: Vec<&str> = types.iter().map(|t| cluster.type_name(*t)).collect();
-        typed_off.push((job, format!("{label} keeps it off {}", names.join(", "))));
-        out.push((job, WaitReason::SiteLimit { limit: label }));
-    }
-    SiteWaits {
-        waits: out,
-        typed_off,
-    }
+    let (_, reserved) = site.offers(waiting.map(|j| j.id().0), chosen);
+    states.retain(|s| !reserved.iter().any(|(j, _)| *j == s.id()));
+    let mut out = round(site, chosen, states, slurm_jobs).limit_waits(states, cluster);
+    out.waits.splice(0..0, reserved);
+    out
 }
 
-/// The waiting jobs the site's rules hold back this round ([`blocked`]).
-#[derive(Clone, Debug, Default)]
-pub struct SiteWaits {
-    /// Each job left out of the plan, or kept off a type, with why.
-    pub waits: Vec<(JobId, WaitReason)>,
-    /// The waiting jobs a full limit on one GPU type keeps off that type, in words.
-    pub typed_off: Vec<(JobId, String)>,
-}
-
-/// Plans the round with Hadar within the site's limits and time limits
-/// ([`hadar_core::site::plan_within_site`]), each job on the nodes the reservations offer
-/// it, narrowed to those its user chose (`chosen`;
-/// [`hadar_core::site::reservations::plan_in_pools`]). The jobs holding GPUs outside the
-/// plan (not managed, or forked) count against the limits.
+/// Plans the round with `policy` within the site's rules ([`SiteRound::plan`]); the jobs
+/// [`blocked`] held back wait for what held them ([`SiteWaits::mark`]).
 pub fn plan(
     site: &Site,
     chosen: &HashMap<u64, Chosen>,
-    config: &HadarConfig,
+    policy: &mut dyn Policy,
     input: &RoundInput<'_>,
     slurm_jobs: &[SlurmJob],
-    blocked: &[(JobId, WaitReason)],
-) -> (RoundPlan, RoundStats) {
-    let held = held(site, input.jobs, slurm_jobs);
-    let running = running(input.jobs, slurm_jobs);
-    let (site_jobs, time_limits) = site_jobs(site, input.jobs, slurm_jobs);
-    let mut stats = RoundStats::default();
-    let (offers, _) = site.offers(input.jobs.iter().map(|j| j.id().0), chosen);
-    let mut plan = hadar_core::site::reservations::plan_in_pools(
-        input.cluster,
-        input.jobs,
-        &offers,
-        &running,
-        |cluster, jobs| {
-            hadar_core::site::plan_within_site(
-                jobs,
-                cluster,
-                input.restart_s,
-                &time_limits,
-                &site_jobs,
-                &held,
-                site.limits(),
-                &running,
-                |jobs| {
-                    let (p, s) = plan_round(
-                        config,
-                        &RoundInput {
-                            jobs,
-                            cluster,
-                            ..*input
-                        },
-                    );
-                    stats = s;
-                    p
-                },
-            )
-        },
-    );
-    for (job, reason) in blocked {
-        // A job still planned lost only some types: it waits for the limit only if it waits.
-        if input.jobs.iter().any(|s| s.id() == *job) {
-            if let Some(w) = plan.waiting.iter_mut().find(|w| w.job == *job)
-                && !matches!(w.reason, WaitReason::SiteLimit { .. })
-            {
-                w.reason = reason.clone();
-            }
-            continue;
-        }
-        plan.waiting.push(hadar_core::Waiting {
-            job: *job,
-            reason: reason.clone(),
-        });
-    }
-    (plan, stats)
+    blocked: &SiteWaits,
+) -> RoundPlan {
+    let mut plan = round(site, chosen, input.jobs, slurm_jobs).plan(input, |i| policy.plan(i));
+    blocked.mark(&mut plan, input.jobs);
+    plan
 }
 
 /// The site's rules for one round. Kept (in a round's snapshot) as what they are derived

@@ -8,7 +8,9 @@
 //! placement) turned into the round's input by the simulator's own function
 //! ([`ClusterModel::round_view`], which `simulate` calls every round) and planned by the
 //! policy `hadar simulate --config` builds (`served` with the file's `[hadar]` and
-//! `[sidecar]`). Placements are compared in Slurm's names: job to (node, type, GPUs).
+//! `[sidecar]`). The round policy inside the passes is the file's `[sidecar] policy`: Hadar
+//! mostly, or Gavel's, Tiresias', YARN-CS' or Slurm's own, each given fresh on both sides
+//! (the books Gavel and Tiresias keep across rounds start empty). Placements are compared in Slurm's names: job to (node, type, GPUs).
 //!
 //! What the generator leaves out, because the simulator has no such thing to model (each is
 //! Slurm's, handled by the daemon before or after the passes both run):
@@ -18,10 +20,16 @@
 //!   the simulator's cluster is the capacity left, which is what the generator's nodes are;
 //! * held, dependent or `--begin` jobs: not planned in the daemon, never in a simulated
 //!   round's input;
-//! * a user's `gpu-types=` and the site's limits, time limits and reservations: the
-//!   simulator's workload and cluster model have none (the site's priority is in: it is the
-//!   job's weight, which a simulated job carries);
+//! * a user's `gpu-types=`, `--exclude` and `--constraint`: a simulated job has none;
 //! * preempting jobs: the simulator's preemption takes no round.
+//!
+//! The site's rules are in, as `hadar simulate --site` runs them
+//! ([`hadar_daemon::site::simulated`]): the same figures (multifactor priority, a QOS's
+//! `GrpTRES` GPUs and `MaxJobsPerUser`, an account's time limit, a reservation of one node
+//! for one user whose jobs ask for it, the partition `DOWN`) are the daemon's `Site` and the
+//! simulator's site; the simulator weighs, gates and plans within them itself. Jobs Slurm
+//! released but has not started are left out under limits (the simulator has no such
+//! state; the limits count the jobs Slurm runs).
 //!
 //! Rates are learned for every type, so a job's profile is its learned rates on both sides.
 //!
@@ -34,7 +42,7 @@
 //! priority). A forked job's steps are many, so that every copy HadarE plans gets a budget
 //! (the daemon runs no copy without steps).
 
-use hadar_core::policies::{PolicyName, PolicyOptions, build};
+use hadar_core::policies::{PolicyName, PolicyOptions};
 use hadar_core::{
     Cluster, GpuType, Job, JobId, JobState, Node, Part, Placement, RateCurve, RoundInput,
     ThroughputProfile,
@@ -43,11 +51,15 @@ use hadar_daemon::DaemonConfig;
 use hadar_daemon::decide::{RoundDecision, decide, priors};
 use hadar_daemon::fork::{ForkView, fork_profile};
 use hadar_daemon::site::Site;
+use hadar_daemon::site::simulated::{SimulatedSite, within};
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
 use hadar_sim::ClusterModel;
-use hadar_slurm::site::{JobAccount, PartitionFigures, QosFigures, SiteConfig, SiteFigures};
-use hadar_slurm::{NodeInfo, NodeState, SlurmJob};
+use hadar_slurm::reservation::{Reservation as SlurmReservation, ReservationFlags};
+use hadar_slurm::site::{
+    JobAccount, PartitionFigures, PartitionState, QosFigures, SiteConfig, SiteFigures, TresLimits,
+};
+use hadar_slurm::{JobStatus, NodeAlloc, NodeInfo, NodeState, SlurmJob};
 use hadar_store::{ForkJob, JobRow, LearnedRate, NodeGpus, Phase};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +107,21 @@ struct Priority {
     qos: [f64; 2],
 }
 
+/// The site's limits, time limits, reservation and partition state, when generated.
+#[derive(Clone, Debug)]
+struct GenLimits {
+    /// QOS q0's `GrpTRES=gres/gpu=N`.
+    qos_gpus: Option<u32>,
+    /// QOS q1's `MaxJobsPerUser`.
+    user_jobs: Option<u32>,
+    /// The time limit of account a0's jobs, seconds.
+    time_limit_s: Option<f64>,
+    /// A reservation of node n1 for user u1, whose jobs ask for it.
+    reserve_first_node: bool,
+    /// Partition gpu is DOWN: Slurm starts none of its waiting jobs.
+    partition_down: bool,
+}
+
 #[derive(Clone, Debug)]
 struct World {
     /// Per node: (type in `POOL`, GPUs), types distinct.
@@ -107,6 +134,9 @@ struct World {
     round_s: f64,
     restart_s: f64,
     priority: Option<Priority>,
+    /// `[sidecar] policy`: the round policy inside the passes.
+    policy: &'static str,
+    limits: Option<GenLimits>,
 }
 
 fn node() -> impl Strategy<Value = Vec<(usize, u32)>> {
@@ -178,6 +208,25 @@ fn priority() -> impl Strategy<Value = Priority> {
         })
 }
 
+fn limits() -> impl Strategy<Value = GenLimits> {
+    (
+        prop::option::of(1..=6u32),
+        prop::option::of(1..=2u32),
+        prop::option::of(300.0..20_000.0f64),
+        any::<bool>(),
+        prop::sample::select(vec![false, false, false, false, false, false, false, true]),
+    )
+        .prop_map(
+            |(qos_gpus, user_jobs, time_limit_s, reserve_first_node, partition_down)| GenLimits {
+                qos_gpus,
+                user_jobs,
+                time_limit_s,
+                reserve_first_node,
+                partition_down,
+            },
+        )
+}
+
 fn world() -> impl Strategy<Value = World> {
     (
         prop::collection::vec(node(), 1..=4),
@@ -185,17 +234,49 @@ fn world() -> impl Strategy<Value = World> {
         (any::<bool>(), any::<bool>(), 1..=2u32),
         (prop::sample::select(vec![30.0, 60.0, 360.0]), 0..3u32),
         prop::option::of(priority()),
+        (
+            prop::sample::select(vec![
+                "hadar", "hadar", "hadar", "gavel", "tiresias", "yarn-cs", "slurm",
+            ]),
+            prop::option::of(limits()),
+        ),
     )
         .prop_map(
-            |(nodes, jobs, (keeps_types, look_ahead, max_nodes), (round_s, r), priority)| World {
+            |(
                 nodes,
-                jobs,
-                keeps_types,
-                look_ahead,
-                max_nodes,
-                round_s,
-                restart_s: f64::from(r) * 10.0,
+                mut jobs,
+                (keeps_types, look_ahead, max_nodes),
+                (round_s, r),
                 priority,
+                (policy, limits),
+            )| {
+                // Only HadarE forks; under any other policy a `fork=yes` job is a plain one.
+                if policy != "hadar" {
+                    for j in &mut jobs {
+                        j.forked = false;
+                    }
+                }
+                // The simulator has no job Slurm released but has not started: under the
+                // site's limits (which count the jobs Slurm runs) such a job runs.
+                if limits.is_some() {
+                    for j in &mut jobs {
+                        if j.stands == Stands::Starting {
+                            j.stands = Stands::Running;
+                        }
+                    }
+                }
+                World {
+                    nodes,
+                    jobs,
+                    keeps_types,
+                    look_ahead,
+                    max_nodes,
+                    round_s,
+                    restart_s: f64::from(r) * 10.0,
+                    priority,
+                    policy,
+                    limits,
+                }
             },
         )
 }
@@ -278,65 +359,103 @@ fn place(w: &World) -> Where {
 fn config(w: &World) -> DaemonConfig {
     let text = format!(
         "[sidecar]\nround_seconds = {}\nrestart_seconds = {}\nearliest_finish_types = {}\n\
-         [hadar]\nmax_nodes_per_job = {}\n",
-        w.round_s, w.restart_s, w.look_ahead, w.max_nodes
+         policy = \"{}\"\n[hadar]\nmax_nodes_per_job = {}\n",
+        w.round_s, w.restart_s, w.look_ahead, w.policy, w.max_nodes
     );
     DaemonConfig::parse("prop.toml", &text).expect("generated config parses")
 }
 
-fn site(w: &World) -> Site {
-    let Some(p) = &w.priority else {
-        return Site::default();
+/// The site's figures as Slurm would report them for the world (`at`: where jobs run, for
+/// each running job's time left).
+fn figures(w: &World, at: &Where) -> SiteFigures {
+    let p = w.priority.as_ref();
+    let l = w.limits.as_ref();
+    let weights = p.map_or([0.0; 5], |p| p.weights);
+    let [fairshare, qos_weight, age, partition, job_size] = weights;
+    let reserved = l.is_some_and(|l| l.reserve_first_node);
+    let jobs = w
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let time_limit_s = l.and_then(|l| l.time_limit_s).filter(|_| j.account == 0);
+            let running = at.now[i].is_some();
+            let account = JobAccount {
+                user: format!("u{}", j.account),
+                account: format!("a{}", j.account),
+                qos: format!("q{}", j.qos),
+                partition: "gpu".into(),
+                time_limit_s,
+                reservation: (reserved && j.account == 1).then(|| "r".to_string()),
+                time_left_s: time_limit_s.map(|t| if running { (t - j.run_s).max(0.0) } else { t }),
+            };
+            (job_id(i), account)
+        })
+        .collect();
+    let qos = (0..2)
+        .map(|q| QosFigures {
+            name: format!("q{q}"),
+            priority: p.map_or(0.0, |p| p.qos[q]),
+            grp_tres: TresLimits {
+                gpus: l.and_then(|l| l.qos_gpus).filter(|_| q == 0),
+                ..TresLimits::default()
+            },
+            max_jobs_per_user: l.and_then(|l| l.user_jobs).filter(|_| q == 1),
+            ..QosFigures::default()
+        })
+        .collect();
+    let reservations = if reserved {
+        vec![SlurmReservation {
+            name: "r".into(),
+            nodes: vec![node_name(0)],
+            start_unix: EPOCH as i64,
+            end_unix: None,
+            users: vec!["u1".into()],
+            accounts: vec![],
+            flags: ReservationFlags::default(),
+        }]
+    } else {
+        Vec::new()
     };
-    let [fairshare, qos, age, partition, job_size] = p.weights;
-    let figures = SiteFigures {
+    let down = l.is_some_and(|l| l.partition_down);
+    SiteFigures {
         config: SiteConfig {
-            multifactor: true,
+            multifactor: p.is_some(),
             weight_fairshare: fairshare,
-            weight_qos: qos,
+            weight_qos: qos_weight,
             weight_age: age,
             weight_partition: partition,
             weight_job_size: job_size,
             max_age_s: 7.0 * 86_400.0,
-            favor_small: p.favor_small,
-            enforce_limits: false,
+            favor_small: p.is_some_and(|p| p.favor_small),
+            enforce_limits: l.is_some(),
             job_requeue: true,
         },
-        jobs: w
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(i, j)| {
-                let account = JobAccount {
-                    user: format!("u{}", j.account),
-                    account: format!("a{}", j.account),
-                    qos: format!("q{}", j.qos),
-                    partition: "gpu".into(),
-                    time_limit_s: None,
-                    reservation: None,
-                    time_left_s: None,
-                };
-                (job_id(i), account)
-            })
-            .collect(),
+        jobs,
         fairshare: (0..2)
-            .map(|a| ((format!("a{a}"), format!("u{a}")), p.fairshare[a]))
-            .collect(),
-        qos: (0..2)
-            .map(|q| QosFigures {
-                name: format!("q{q}"),
-                priority: p.qos[q],
-                ..QosFigures::default()
+            .map(|a| {
+                let share = p.map_or(0.0, |p| p.fairshare[a]);
+                ((format!("a{a}"), format!("u{a}")), share)
             })
             .collect(),
+        qos,
         partitions: vec![PartitionFigures {
             name: "gpu".into(),
             priority_job_factor: 1.0,
+            state: if down {
+                PartitionState::Down
+            } else {
+                PartitionState::Up
+            },
             ..PartitionFigures::default()
         }],
+        reservations,
         ..SiteFigures::default()
-    };
-    Site::new(figures).at(EPOCH + NOW_S)
+    }
+}
+
+fn site(w: &World, at: &Where) -> Site {
+    Site::new(figures(w, at)).at(EPOCH + NOW_S)
 }
 
 fn remaining(j: &GenJob) -> f64 {
@@ -419,6 +538,8 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
             owned.insert(id);
             forks.insert(id, view);
             slurm_jobs.push(SlurmJob::held_with_record(id, ""));
+        } else {
+            slurm_jobs.push(slurm_job(id, at.stands[i], r.placement.as_ref()));
         }
         rows.insert(id, r);
         specs.insert(id, spec(j));
@@ -446,11 +567,40 @@ fn snapshot(w: &World, at: &Where) -> RoundSnapshot {
         owned,
         forks,
         learned,
-        site: site(w),
+        site: site(w, at),
         retypes: !w.keeps_types,
         slurm_release: None,
         chosen: Default::default(),
     }
+}
+
+/// A managed job as Slurm shows it: held by hadar while it waits, released while it starts,
+/// running on its GPUs.
+fn slurm_job(id: u64, stands: Stands, placement: Option<&NodeGpus>) -> SlurmJob {
+    let mut j = SlurmJob::held_with_record(id, "");
+    match stands {
+        Stands::New | Stands::Preempted => {}
+        Stands::Starting => {
+            j.priority = Some(1);
+            j.reason = Some("None".into());
+        }
+        Stands::Running => {
+            j.status = JobStatus::Running;
+            j.priority = Some(1);
+            j.reason = Some("None".into());
+            j.start_time = Some(EPOCH as i64);
+            j.alloc = placement
+                .into_iter()
+                .flatten()
+                .map(|(node, gpus)| NodeAlloc {
+                    node: node.clone(),
+                    gpus: gpus.clone(),
+                })
+                .collect();
+            j.nodes = j.alloc.iter().map(|a| a.node.clone()).collect();
+        }
+    }
+    j
 }
 
 /// A generated job's request.
@@ -492,8 +642,7 @@ type Tracked = (JobState, Option<Vec<GpuType>>);
 
 /// The same state as the simulator holds it: its cluster, and each job's state with the
 /// types of its first placement, in arrival order.
-fn sim_state(w: &World, at: &Where, site: &Site, config: &DaemonConfig) -> (Cluster, Vec<Tracked>) {
-    let strength = config.hadar.priority_strength;
+fn sim_state(w: &World, at: &Where, config: &DaemonConfig) -> (Cluster, Vec<Tracked>) {
     let types = type_order(w);
     let nodes = w
         .nodes
@@ -520,11 +669,8 @@ fn sim_state(w: &World, at: &Where, site: &Site, config: &DaemonConfig) -> (Clus
             arrival_s: j.arrival_s,
             workers: j.workers,
             total_steps: j.total_steps as f64,
-            weight: if j.forked {
-                1.0
-            } else {
-                site.weight(id, j.workers, NOW_S - j.arrival_s, &cluster, strength)
-            },
+            // The site's gate weighs the plain jobs, as the daemon's round does.
+            weight: 1.0,
             throughput: if j.forked {
                 forked_profile(w, i, config)
             } else {
@@ -608,8 +754,9 @@ fn both(w: &World) -> (Placed, Placed) {
     let config = config(w);
     let table = hadar_formats::embedded::throughputs().expect("embedded table");
     let snap = snapshot(w, &at);
-    let d = decide(&snap, &config, &table).expect("the daemon decides");
-    let (cluster, tracked) = sim_state(w, &at, &snap.site, &config);
+    let d =
+        decide(&snap, &config, &table, config.round_policy().as_mut()).expect("the daemon decides");
+    let (cluster, tracked) = sim_state(w, &at, &config);
     let model = ClusterModel {
         keeps_types: w.keeps_types,
         ..ClusterModel::default()
@@ -624,16 +771,16 @@ fn both(w: &World) -> (Placed, Placed) {
         jobs: &states,
     };
     let opts = PolicyOptions {
-        hadar: config.hadar.clone(),
-        hadare: config.hadare.clone(),
-        served: config.served(),
         forked: (0..w.jobs.len())
             .filter(|i| w.jobs[*i].forked)
             .map(|i| JobId(job_id(i)))
             .collect(),
-        ..PolicyOptions::default()
+        ..config.policy_options(0)
     };
-    let mut policy = build(PolicyName::Served, &opts).expect("served is a round policy");
+    let figures = figures(w, &at);
+    let jobs = figures.jobs.clone();
+    let site = SimulatedSite::new(figures, jobs, EPOCH, config.hadar.priority_strength);
+    let mut policy = within(PolicyName::Served, &opts, site).expect("served is a round policy");
     let plan = policy.plan_on(&input, &facts);
     plan.validate(&cluster, &states)
         .expect("the simulator's plan is valid");
@@ -682,6 +829,8 @@ fn the_property_sees_started_and_waiting_jobs_alike() {
         round_s: 360.0,
         restart_s: 10.0,
         priority: None,
+        policy: "hadar",
+        limits: None,
     };
     let (daemon, sim) = both(&w);
     assert_eq!(daemon, sim);
@@ -724,6 +873,8 @@ fn forked_copies_see_where_plain_jobs_run_not_the_look_aheads_pins() {
         round_s: 360.0,
         restart_s: 0.0,
         priority: None,
+        policy: "hadar",
+        limits: None,
     };
     let (daemon, sim) = both(&w);
     assert_eq!(daemon, sim);

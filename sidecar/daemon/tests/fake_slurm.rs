@@ -1160,3 +1160,103 @@ fn a_released_job_slurm_has_not_started_says_slurms_reason() {
         dec.text
     );
 }
+
+/// A GPU job as Slurm holds it without the plugin (shadow mode): pending, not held, its
+/// request by count in `TresPerJob`, its name a job type.
+fn unmanaged_pending(id: u64, name: &str, gpus: u32) -> SlurmJob {
+    let mut j = SlurmJob::held_with_record(id, "");
+    j.admin_comment = None;
+    j.name = name.into();
+    j.reason = Some("Resources".into());
+    j.priority = Some(100);
+    j.tres_per_job = Some(format!("gres/gpu:{gpus}"));
+    j
+}
+
+/// `hadar serve --shadow` records the acting daemon's decision: on the same Slurm state, the
+/// placements a shadow round records are those [`decide`] makes on the snapshot the shadow
+/// observed, with the file's policy and passes (the look-ahead, Slurm's rules, the site's
+/// rules), whichever policy the file names; the round says which.
+#[test]
+fn the_shadow_daemon_decides_as_the_acting_daemon_on_the_same_snapshot() {
+    use hadar_daemon::decide::decide;
+    use hadar_daemon::shadow::{Shadow, Shadowed, observe, observed_snapshot};
+    for policy in ["hadar", "gavel", "tiresias"] {
+        let slurm = FakeSlurm::testbed();
+        let jobs = [
+            (1, "resnet50-b64", 4),
+            (2, "transformer-b64", 2),
+            (3, "a3c", 1),
+            (4, "lm-b20", 4),
+            (5, "cyclegan", 2),
+            (6, "resnet18-b64", 8),
+        ];
+        for (id, name, gpus) in jobs {
+            slurm
+                .0
+                .borrow_mut()
+                .jobs
+                .insert(id, unmanaged_pending(id, name, gpus));
+        }
+        // One job Slurm already runs on n1's four V100s.
+        let mut running = unmanaged_pending(7, "resnet50-b64", 4);
+        running.status = JobStatus::Running;
+        running.start_time = Some(1_000_000);
+        running.alloc = vec![NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![("v100".into(), 4)],
+        }];
+        slurm.0.borrow_mut().jobs.insert(7, running);
+        let config = DaemonConfig::parse(
+            "shadow.toml",
+            &format!("[sidecar]\nround_seconds = 60\nshadow = true\npolicy = \"{policy}\"\n"),
+        )
+        .unwrap();
+        let now = 1_000_001.0;
+        let mut shadow = Shadow::new(
+            slurm.clone(),
+            Store::in_memory().unwrap(),
+            config.clone(),
+            now,
+        )
+        .unwrap();
+        shadow.round(now).unwrap();
+        let recorded: BTreeMap<u64, _> = shadow
+            .store()
+            .decisions_of_round(1)
+            .unwrap()
+            .into_iter()
+            .filter_map(|d| Some((d.job, d.placement?)))
+            .collect();
+        // The acting side, from the same Slurm state observed afresh.
+        let (slurm_jobs, _) = slurm.jobs().unwrap();
+        let mut rows = BTreeMap::new();
+        let shadowed = Shadowed {
+            partitions: &config.partitions,
+            site_requeues: false,
+        };
+        observe(&mut rows, &slurm_jobs, shadowed, 0.0, now);
+        let table = hadar_formats::embedded::throughputs().unwrap();
+        let snap = observed_snapshot(
+            1,
+            (now, 0.0),
+            slurm.nodes().unwrap(),
+            slurm_jobs,
+            rows,
+            BTreeMap::new(),
+            hadar_daemon::site::read(&slurm, now),
+            &table,
+        );
+        let acting = decide(&snap, &config, &table, config.round_policy().as_mut()).unwrap();
+        assert!(!acting.planned.is_empty(), "{policy}: something is planned");
+        assert_eq!(recorded, acting.planned, "{policy}");
+        let round = shadow.store().last_round().unwrap().unwrap();
+        assert_eq!(round.policy, format!("{policy} (shadow)"));
+        assert!(round.actions.is_empty(), "a shadow acts on nothing");
+        assert!(
+            slurm.log().is_empty(),
+            "a shadow changes nothing: {:?}",
+            slurm.log()
+        );
+    }
+}

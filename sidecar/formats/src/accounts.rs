@@ -98,6 +98,11 @@ pub fn load_accounts(path: &std::path::Path) -> Result<AccountsFile, FormatError
     parse_accounts(&read_file(path)?, &path.display().to_string())
 }
 
+/// Parses trace job indices and ranges such as `"0-19,40"`; `at` names the field in errors.
+pub fn job_ranges(spec: &str, at: &Location) -> Result<JobSet, FormatError> {
+    ranges(spec, at).map(JobSet::Ranges)
+}
+
 fn ranges(spec: &str, at: &Location) -> Result<Vec<(usize, usize)>, FormatError> {
     let bad = |what: &str| {
         FormatError::invalid(

@@ -100,7 +100,7 @@ pub(crate) fn read_file(path: &std::path::Path) -> Result<String, FormatError> {
 }
 
 /// The 1-based line of byte offset `pos` in `text`.
-pub(crate) fn line_of(text: &str, pos: usize) -> usize {
+pub fn line_of(text: &str, pos: usize) -> usize {
     text.as_bytes()[..pos.min(text.len())]
         .iter()
         .filter(|&&b| b == b'\n')

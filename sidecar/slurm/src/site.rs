@@ -9,8 +9,10 @@ use crate::{Slurm, SlurmError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// The priority and enforcement settings of `scontrol show config`.
+/// The priority and enforcement settings of `scontrol show config` (a key a site file leaves
+/// out is Slurm's default).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SiteConfig {
     /// `PriorityType=priority/multifactor`.
     pub multifactor: bool,
@@ -82,6 +84,7 @@ pub struct JobAccount {
 /// The limits of one `*TRES*` list (`cpu=8,mem=16G,gres/gpu=4,gres/gpu:v100=2`) that hadar
 /// honours.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TresLimits {
     /// `gres/gpu`: GPUs of any type.
     pub gpus: Option<u32>,
@@ -102,6 +105,7 @@ impl TresLimits {
 
 /// A QOS's priority and GPU and job limits (`sacctmgr show qos`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QosFigures {
     /// Name.
     pub name: String,
@@ -125,6 +129,7 @@ pub struct QosFigures {
 
 /// An association's limits (`sacctmgr show assoc`): an account's when `user` is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AssocFigures {
     /// Account.
     pub account: String,
@@ -152,6 +157,7 @@ pub struct AssocFigures {
 
 /// A partition's priority factor and time limit (`scontrol show partition`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PartitionFigures {
     /// Name.
     pub name: String,
@@ -207,12 +213,15 @@ impl PartitionState {
     }
 }
 
-/// Everything of the site's rules that hadar reads in a round.
+/// Everything of the site's rules that hadar reads in a round (a part a site file leaves out
+/// is empty).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SiteFigures {
     /// Priority and enforcement settings.
     pub config: SiteConfig,
     /// Per job id.
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
     pub jobs: HashMap<u64, JobAccount>,
     /// `sshare`'s FairShare per (account, user); empty without multifactor.
     #[serde(with = "pairs")]

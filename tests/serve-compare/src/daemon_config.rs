@@ -20,22 +20,14 @@ pub struct DaemonSettings<'a> {
     pub throughput_scale: f64,
     /// `false`: `[sidecar] earliest_finish_types = false` (no commitment look-ahead).
     pub look_ahead: bool,
-    /// `[sidecar] policy` and, for HadarE, the fork runner's spool and program.
-    pub policy: Option<PolicySettings<'a>>,
-}
-
-/// `choice` as the config spells it (its serde name, not a copy of the config's spellings).
-pub fn policy_name(choice: PolicyChoice) -> String {
-    serde_json::to_value(choice)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-/// The policy `fork=yes` jobs get, and where their copies run from.
-pub struct PolicySettings<'a> {
     /// `[sidecar] policy`.
-    pub choice: PolicyChoice,
+    pub policy: PolicyChoice,
+    /// For HadarE, where the forked jobs' copies run from (`[fork]`).
+    pub fork: Option<ForkPaths<'a>>,
+}
+
+/// Where forked jobs' copies run from.
+pub struct ForkPaths<'a> {
     /// `[fork] spool`.
     pub spool: &'a Path,
     /// `[fork] runner`.
@@ -59,11 +51,13 @@ impl DaemonSettings<'_> {
         if !self.look_ahead {
             text.push_str("earliest_finish_types = false\n");
         }
-        if let Some(p) = &self.policy {
+        if self.policy != PolicyChoice::HADAR {
+            let _ = writeln!(text, "policy = \"{}\"", self.policy);
+        }
+        if let Some(p) = &self.fork {
             let _ = write!(
                 text,
-                "policy = \"{}\"\n\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
-                policy_name(p.choice),
+                "\n[fork]\nspool = \"{}\"\nrunner = \"{}\"\ndeadline_margin_seconds = 2\n",
                 p.spool.display(),
                 p.runner.display(),
             );
@@ -85,7 +79,8 @@ mod tests {
             round_s: 3.0,
             throughput_scale: 10.0,
             look_ahead,
-            policy: None,
+            policy: PolicyChoice::HADAR,
+            fork: None,
         }
     }
 
@@ -102,14 +97,19 @@ mod tests {
         assert!(!off.sidecar.earliest_finish_types);
 
         let mut forked = settings(false);
-        forked.policy = Some(PolicySettings {
-            choice: PolicyChoice::Hadare,
+        forked.policy = PolicyChoice::HADARE;
+        forked.fork = Some(ForkPaths {
             spool: Path::new("/t/spool"),
             runner: Path::new("/r/hadar-fork-run"),
         });
         let c = DaemonConfig::parse("c.toml", &forked.render()).unwrap();
         assert!(!c.sidecar.earliest_finish_types);
         assert_eq!(c.fork.spool, Path::new("/t/spool"));
-        assert_eq!(c.sidecar.policy, PolicyChoice::Hadare);
+        assert_eq!(c.sidecar.policy, PolicyChoice::HADARE);
+
+        let mut gavel = settings(true);
+        gavel.policy = PolicyChoice::new(hadar_core::policies::PolicyName::Gavel).unwrap();
+        let c = DaemonConfig::parse("c.toml", &gavel.render()).unwrap();
+        assert_eq!(c.sidecar.policy, gavel.policy);
     }
 }

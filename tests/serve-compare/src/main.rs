@@ -10,8 +10,10 @@
 //! requeue, so the harness keeps its own; [`predict::JobTimes::first_submit`]).
 //!
 //! Usage (`--help` for all options): `hadar-serve-compare --hadar PATH [--jobs N]
-//! [--time-scale X] [--seed N] [--format table|json] [--no-lookahead]`; run it as root on a machine with Slurm installed
-//! (`tests/install-deps`), from the repository root.
+//! [--time-scale X] [--seed N] [--format table|json] [--no-lookahead] [--served LIST]`; run
+//! it as root on a machine with Slurm installed (`tests/install-deps`), from the repository
+//! root. `--served gavel,tiresias,hadar` runs (b) once per policy, `hadar serve` running
+//! Gavel's or Tiresias' policy through the same passes and enforcement as Hadar's.
 //!
 //! With `--policies hadar,hadare --trace FILE` it instead runs the jobs of a Gavel trace
 //! (e.g. `tests/data/few-jobs.trace`) twice by `hadar serve`: with `policy = "hadar"` (each
@@ -29,6 +31,7 @@ mod daemon_config;
 mod model;
 mod predict;
 
+use hadar_daemon::config::PolicyChoice;
 use hadar_formats::short_name;
 use hadar_slurm_testbed::{Options, Testbed};
 use std::path::PathBuf;
@@ -67,6 +70,8 @@ struct Args {
     json: bool,
     /// `--no-lookahead`: the daemon runs with `[sidecar] earliest_finish_types = false`.
     no_lookahead: bool,
+    /// `--served`: the policies `hadar serve` runs the workload with, after Slurm alone.
+    served: Vec<PolicyChoice>,
     /// `--predict`: the prediction table (with `--seeds`, `--record`, `--from`, `--model`).
     predict: predict::PredictArgs,
 }
@@ -76,7 +81,7 @@ struct Args {
 #[command(
     name = "hadar-serve-compare",
     about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone and by `hadar serve`, and prints makespan and average JCT",
-    long_about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone (each job asking for its fastest GPU type) and by `hadar serve` (each job asking for a GPU count), and prints makespan and average JCT of both. Run it as root on a machine with Slurm installed (tests/install-deps), from the repository root, with HADAR_TESTBED_PORT set.\n\nWith --policies hadar,hadare --trace FILE it runs a Gavel trace by `hadar serve` with Hadar and with HadarE. With --predict it runs each seed three ways and compares with the simulator's prediction (docs/prediction.md); --predict --from FILE recomputes that table from a record, without the cluster."
+    long_about = "Runs one heterogeneous workload on the Slurm test cluster by Slurm alone (each job asking for its fastest GPU type) and by `hadar serve` (each job asking for a GPU count), and prints makespan and average JCT of both (with --served gavel,tiresias,hadar: of Slurm alone and of each policy served). Run it as root on a machine with Slurm installed (tests/install-deps), from the repository root, with HADAR_TESTBED_PORT set.\n\nWith --policies hadar,hadare --trace FILE it runs a Gavel trace by `hadar serve` with Hadar and with HadarE. With --predict it runs each seed three ways and compares with the simulator's prediction (docs/prediction.md); --predict --from FILE recomputes that table from a record, without the cluster."
 )]
 struct Cli {
     /// The `hadar` binary the jobs and the daemon run.
@@ -98,6 +103,10 @@ struct Cli {
     /// look-ahead), in every mode.
     #[arg(long)]
     no_lookahead: bool,
+    /// The policies `hadar serve` runs the workload with (`[sidecar] policy`), each after
+    /// Slurm alone, e.g. `gavel,tiresias,hadar`.
+    #[arg(long, value_name = "LIST", default_value = "hadar")]
+    served: String,
     /// A Gavel trace to run with --policies.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -181,6 +190,16 @@ fn round_seconds(s: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("{s}: give at least 4 seconds"))
 }
 
+/// `--served`'s policies, each one `hadar serve` can run.
+fn served_policies(list: &str) -> Result<Vec<PolicyChoice>, String> {
+    let names = hadar_core::policies::PolicyName::parse_list(list)
+        .map_err(|e| format!("--served {list}: {e}"))?;
+    names
+        .into_iter()
+        .map(|n| PolicyChoice::new(n).map_err(|e| format!("--served {list}: {e}")))
+        .collect()
+}
+
 /// The command line as the runs use it, checked.
 fn args_of(cli: Cli) -> Result<Args, String> {
     let mut predict = predict::PredictArgs {
@@ -226,6 +245,7 @@ fn args_of(cli: Cli) -> Result<Args, String> {
         seed: cli.seed,
         json: cli.format == Format::Json,
         no_lookahead: cli.no_lookahead,
+        served: served_policies(&cli.served)?,
         predict,
     };
     if a.predict.from.is_some() {
@@ -373,7 +393,7 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
     })
 }
 
-fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
+fn start_daemon(bed: &Testbed, a: &Args, policy: PolicyChoice) -> Result<Child, String> {
     let config = bed.path("etc/serve-compare.toml");
     let state = bed.path("state-compare.db");
     let _ = std::fs::remove_file(&state);
@@ -384,7 +404,8 @@ fn start_daemon(bed: &Testbed, a: &Args) -> Result<Child, String> {
         round_s: 3.0,
         throughput_scale: a.time_scale,
         look_ahead: !a.no_lookahead,
-        policy: None,
+        policy,
+        fork: None,
     }
     .render();
     std::fs::write(&config, text).map_err(|e| e.to_string())?;
@@ -496,55 +517,79 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut daemon = match start_daemon(&bed, &a) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("hadar-serve-compare: {e}");
-            return ExitCode::FAILURE;
+    let mut served = Vec::new();
+    for &policy in &a.served {
+        match run_served(&bed, &a, &work, policy) {
+            Ok(r) => served.push((policy, r)),
+            Err(e) => {
+                eprintln!("hadar-serve-compare: hadar serve with policy {policy}: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
-    let hadar = run(&bed, &a, &work, true);
+    }
+    print_comparison(&a, &work, &slurm, &served);
+    ExitCode::SUCCESS
+}
+
+/// Runs the workload by `hadar serve` with `policy` (`[sidecar] policy`).
+fn run_served(
+    bed: &Testbed,
+    a: &Args,
+    work: &[WorkJob],
+    policy: PolicyChoice,
+) -> Result<RunResult, String> {
+    let mut daemon = start_daemon(bed, a, policy)?;
+    let result = run(bed, a, work, true);
     let _ = daemon.kill();
     let _ = daemon.wait();
-    let hadar = match hadar {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("hadar-serve-compare: hadar run: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    result
+}
+
+/// Slurm alone's and each served policy's makespan and average JCT, as a table or JSON.
+fn print_comparison(
+    a: &Args,
+    work: &[WorkJob],
+    slurm: &RunResult,
+    served: &[(PolicyChoice, RunResult)],
+) {
     if a.json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "jobs": work.len(), "time_scale": a.time_scale, "seed": a.seed,
             "slurm": {"makespan_s": slurm.makespan_s, "avg_jct_s": slurm.avg_jct_s},
-            "hadar": {"makespan_s": hadar.makespan_s, "avg_jct_s": hadar.avg_jct_s},
         });
+        for (policy, r) in served {
+            v[policy.to_string()] =
+                serde_json::json!({"makespan_s": r.makespan_s, "avg_jct_s": r.avg_jct_s});
+        }
         println!("{v}");
-    } else {
-        let multi = work.iter().filter(|j| j.workers > 1).count();
+        return;
+    }
+    let multi = work.iter().filter(|j| j.workers > 1).count();
+    println!(
+        "{} jobs of Gavel's types ({multi} multi-GPU), time scale {}, seed {}",
+        slurm.jobs, a.time_scale, a.seed
+    );
+    println!(
+        "{:<26} {:>12} {:>14} {:>24}",
+        "scheduler", "makespan (s)", "avg JCT (s)", "x Slurm (makespan, JCT)"
+    );
+    println!(
+        "{:<26} {:>12.0} {:>14.1} {:>24}",
+        "Slurm (fastest type)", slurm.makespan_s, slurm.avg_jct_s, ""
+    );
+    for (policy, r) in served {
         println!(
-            "{} jobs of Gavel's types ({multi} multi-GPU), time scale {}, seed {}",
-            slurm.jobs, a.time_scale, a.seed
-        );
-        println!(
-            "{:<22} {:>12} {:>14}",
-            "scheduler", "makespan (s)", "avg JCT (s)"
-        );
-        println!(
-            "{:<22} {:>12.0} {:>14.1}",
-            "Slurm (fastest type)", slurm.makespan_s, slurm.avg_jct_s
-        );
-        println!(
-            "{:<22} {:>12.0} {:>14.1}",
-            "hadar serve", hadar.makespan_s, hadar.avg_jct_s
-        );
-        println!(
-            "hadar / Slurm: makespan {:.2}x, avg JCT {:.2}x",
-            hadar.makespan_s / slurm.makespan_s,
-            hadar.avg_jct_s / slurm.avg_jct_s
+            "{:<26} {:>12.0} {:>14.1} {:>24}",
+            format!("hadar serve, {policy}"),
+            r.makespan_s,
+            r.avg_jct_s,
+            format!(
+                "{:.2}x, {:.2}x",
+                r.makespan_s / slurm.makespan_s,
+                r.avg_jct_s / slurm.avg_jct_s
+            ),
         );
     }
-    ExitCode::SUCCESS
 }
 
 // ----- Hadar vs HadarE on a trace -----
@@ -624,11 +669,11 @@ fn run_policy(
 ) -> Result<PolicyResult, String> {
     use std::os::unix::fs::PermissionsExt;
     let choice = if forked {
-        hadar_daemon::config::PolicyChoice::Hadare
+        PolicyChoice::HADARE
     } else {
-        hadar_daemon::config::PolicyChoice::Hadar
+        PolicyChoice::HADAR
     };
-    let policy = daemon_config::policy_name(choice);
+    let policy = choice.to_string();
     // One directory per policy and seed: a run's state database and log stay for `hadar
     // replay` and `hadar explain` after the next seed's run.
     let dir = bed.path(&format!("cmp-{policy}-seed{seed}"));
@@ -649,8 +694,8 @@ fn run_policy(
         round_s,
         throughput_scale: scale,
         look_ahead: !a.no_lookahead,
-        policy: Some(daemon_config::PolicySettings {
-            choice,
+        policy: choice,
+        fork: forked.then_some(daemon_config::ForkPaths {
             spool: &spool,
             runner: &runner,
         }),

@@ -47,6 +47,17 @@ pub fn plan_mixed(
     hadare: &HadarEConfig,
     plan_plain: impl FnOnce(&RoundInput<'_>) -> RoundPlan,
 ) -> MixedPlan {
+    plan_mixed_with(input, forked, plan_plain, |i| plan_round(hadare, i))
+}
+
+/// [`plan_mixed`] with the forked jobs planned by `plan_forked` over the GPUs left (its
+/// input's cluster).
+pub fn plan_mixed_with(
+    input: &RoundInput<'_>,
+    forked: &BTreeSet<JobId>,
+    plan_plain: impl FnOnce(&RoundInput<'_>) -> RoundPlan,
+    plan_forked: impl FnOnce(&RoundInput<'_>) -> RoundPlan,
+) -> MixedPlan {
     let (fork_jobs, plain_jobs): (Vec<JobState>, Vec<JobState>) = input
         .jobs
         .iter()
@@ -59,14 +70,11 @@ pub fn plan_mixed(
     let left = left_over(input.cluster, &plain_jobs, &plain);
     let forked = match &left {
         _ if fork_jobs.is_empty() => RoundPlan::default(),
-        Some(cluster) => plan_round(
-            hadare,
-            &RoundInput {
-                cluster,
-                jobs: &fork_jobs,
-                ..*input
-            },
-        ),
+        Some(cluster) => plan_forked(&RoundInput {
+            cluster,
+            jobs: &fork_jobs,
+            ..*input
+        }),
         None => RoundPlan {
             assignments: Vec::new(),
             waiting: fork_jobs
@@ -84,6 +92,18 @@ pub fn plan_mixed(
         left,
     }
 }
+
+/// Where each forked job may run this round, for a mixed round within a site's reservations:
+/// the nodes each is offered, and the jobs that wait for their reservation (not forked this
+/// round), as the daemon's fork pass finds them.
+pub type ForkedOffers = Box<
+    dyn FnMut(
+            &RoundInput<'_>,
+        ) -> (
+            std::collections::HashMap<JobId, crate::site::reservations::Offer>,
+            Vec<(JobId, WaitReason)>,
+        ) + Send,
+>;
 
 impl MixedPlan {
     /// Both plans as one: the plain jobs' assignments, then the forked jobs' copies; the
@@ -103,6 +123,7 @@ pub struct MixedPolicy {
     plain: Box<dyn Policy>,
     hadare: HadarEConfig,
     forked: BTreeSet<JobId>,
+    offers: Option<ForkedOffers>,
     last: Option<MixedPlan>,
 }
 
@@ -113,8 +134,18 @@ impl MixedPolicy {
             plain,
             hadare,
             forked,
+            offers: None,
             last: None,
         }
+    }
+
+    /// The same, the forked jobs offered only the nodes `offers` gives them (a site's
+    /// reservations): HadarE plans them in the pools the offers make
+    /// ([`crate::site::reservations::plan_in_pools`]), and a job that waits for its
+    /// reservation waits.
+    pub fn with_forked_offers(mut self, offers: ForkedOffers) -> Self {
+        self.offers = Some(offers);
+        self
     }
 
     /// The jobs planned by HadarE.
@@ -134,21 +165,74 @@ impl Policy for MixedPolicy {
     }
 
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
-        let plain = &mut self.plain;
-        let m = plan_mixed(input, &self.forked, &self.hadare, |i| plain.plan(i));
-        self.last = Some(m.clone());
-        m.combined()
+        self.plan_with(input, |p, i| p.plan(i))
     }
 
     /// The plain jobs are planned knowing the target's facts (the simulator's cluster
     /// model's, as the daemon's served pass knows Slurm's); HadarE reads none.
     fn plan_on(&mut self, input: &RoundInput<'_>, facts: &TargetFacts) -> RoundPlan {
-        let plain = &mut self.plain;
-        let m = plan_mixed(input, &self.forked, &self.hadare, |i| {
-            plain.plan_on(i, facts)
-        });
+        self.plan_with(input, |p, i| p.plan_on(i, facts))
+    }
+}
+
+impl MixedPolicy {
+    fn plan_with(
+        &mut self,
+        input: &RoundInput<'_>,
+        plan_plain: impl FnOnce(&mut dyn Policy, &RoundInput<'_>) -> RoundPlan,
+    ) -> RoundPlan {
+        let (offers, waits) = match self.offers.as_mut() {
+            Some(offers_of) => offers_of(input),
+            None => Default::default(),
+        };
+        // A forked job that waits for its reservation is not planned this round.
+        let jobs: Vec<JobState> = input
+            .jobs
+            .iter()
+            .filter(|j| !waits.iter().any(|(w, _)| *w == j.id()))
+            .cloned()
+            .collect();
+        let narrowed = RoundInput {
+            jobs: &jobs,
+            ..*input
+        };
+        let hadare = &self.hadare;
+        let restricted = offers
+            .values()
+            .any(|o| o.nodes != crate::site::reservations::Nodes::All);
+        let plain = self.plain.as_mut();
+        let m = plan_mixed_with(
+            &narrowed,
+            &self.forked,
+            |i| plan_plain(plain, i),
+            |i| match restricted {
+                true => crate::site::reservations::plan_in_pools(
+                    i.cluster,
+                    i.jobs,
+                    &offers,
+                    &BTreeSet::new(),
+                    |c, js| {
+                        plan_round(
+                            hadare,
+                            &RoundInput {
+                                cluster: c,
+                                jobs: js,
+                                ..*i
+                            },
+                        )
+                    },
+                ),
+                false => plan_round(hadare, i),
+            },
+        );
         self.last = Some(m.clone());
-        m.combined()
+        let mut plan = m.combined();
+        plan.waiting.extend(
+            waits
+                .into_iter()
+                .map(|(job, reason)| Waiting { job, reason }),
+        );
+        plan
     }
 }
 

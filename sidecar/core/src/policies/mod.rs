@@ -20,7 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Every name `--policy` accepts ([`PolicyName::NAMED`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PolicyName {
     /// FIFO, non-preemptive, heterogeneity-agnostic, consolidated all-or-nothing.
     YarnCs,
@@ -33,6 +33,7 @@ pub enum PolicyName {
     /// Slurm as used today: each job asks for its fastest type; FIFO with backfill.
     Slurm,
     /// Hadar: task-level heterogeneity-aware online primal-dual scheduling.
+    #[default]
     Hadar,
     /// HadarE: Hadar with job forking into copies on separate nodes.
     HadarE,
@@ -92,6 +93,32 @@ impl PolicyName {
     /// True for the fluid bounds, which are computed, not simulated.
     pub fn is_bound(self) -> bool {
         matches!(self, PolicyName::LowerBound | PolicyName::LowerBoundFork)
+    }
+
+    /// True for the policies the served passes can run inside (`[sidecar] policy` of
+    /// `hadar serve`): every round policy but `served` itself. `hadare` there means Hadar for
+    /// plain jobs and HadarE for the jobs that opted into forking.
+    pub fn is_servable(self) -> bool {
+        !self.is_bound() && self != PolicyName::Served
+    }
+
+    /// The policy that plans the plain (not forked) jobs when this one is served: Hadar for
+    /// `hadare`, itself otherwise.
+    pub fn plain(self) -> PolicyName {
+        match self {
+            PolicyName::HadarE => PolicyName::Hadar,
+            other => other,
+        }
+    }
+
+    /// The servable policies' names ([`PolicyName::is_servable`]), comma-separated.
+    pub fn servable_names() -> String {
+        PolicyName::NAMED
+            .iter()
+            .filter(|p| p.is_servable())
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Parses a comma-separated list such as `gavel,hadar`, keeping order and dropping
@@ -154,8 +181,11 @@ pub struct PolicyOptions {
     /// [`tiresias::TiresiasConfig::validate`] by whoever reads them from a user).
     pub tiresias: tiresias::TiresiasConfig,
     /// The served policy's passes (`served`: look-ahead and enforceability rules around
-    /// Hadar).
+    /// the policy `served_policy` names).
     pub served: crate::passes::served::ServedConfig,
+    /// The policy the served passes run inside ([`PolicyName::is_servable`]; `hadare` plans
+    /// the plain jobs by Hadar). Default: Hadar.
+    pub served_policy: PolicyName,
     /// The jobs that opted into forking (`#HADAR fork=yes`) when they are forked (`hadar
     /// serve` under `[sidecar] policy = "hadare"`): `served` then plans them by HadarE
     /// (`hadare`) over the GPUs its plain jobs leave ([`crate::passes::mixed`]). Empty: no
@@ -177,14 +207,9 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
         PolicyName::Served => {
-            // Hadar plans only the gangs the rules let through.
-            let hadar = hadar::HadarConfig {
-                uniform_gangs: opts.hadar.uniform_gangs || opts.served.rules.one_request_per_job,
-                ..opts.hadar.clone()
-            };
             let served = Box::new(crate::passes::served::ServedPolicy::new(
                 opts.served.clone(),
-                Box::new(hadar::HadarPolicy::new(hadar)),
+                build_served_inner(opts)?,
             ));
             if opts.forked.is_empty() {
                 Some(served)
@@ -197,6 +222,20 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
             }
         }
         PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
+    }
+}
+
+/// The round policy the served passes run inside ([`PolicyOptions::served_policy`], its
+/// plain side for `hadare`); `None` for a name that cannot be served. Hadar is built to plan
+/// only the gangs the target's rules let through.
+pub fn build_served_inner(opts: &PolicyOptions) -> Option<Box<dyn Policy>> {
+    match opts.served_policy.plain() {
+        PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(hadar::HadarConfig {
+            uniform_gangs: opts.hadar.uniform_gangs || opts.served.rules.one_request_per_job,
+            ..opts.hadar.clone()
+        }))),
+        name if name.is_servable() => build(name, opts),
+        _ => None,
     }
 }
 

@@ -8,10 +8,12 @@
 pub mod limits;
 pub mod priority;
 pub mod reservations;
+pub mod round;
 pub mod time_limit;
 
 pub use limits::{Bound, Limit, Scope, SiteJob};
 pub use priority::{Factors, PriorityInputs, PriorityWeights};
+pub use round::{SiteRound, SiteWaits};
 
 use crate::cluster::Cluster;
 use crate::job::{JobId, JobState};

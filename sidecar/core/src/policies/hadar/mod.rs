@@ -315,6 +315,10 @@ impl Policy for HadarPolicy {
         self.last = stats;
         plan
     }
+
+    fn last_round_stats(&self) -> Option<RoundStats> {
+        Some(self.last.clone())
+    }
 }
 
 /// A job prepared for the round: its rates on the cluster's types and its utility.
