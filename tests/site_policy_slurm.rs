@@ -63,6 +63,10 @@ const SCENARIOS: &[Scenario] = &[
         "a_reserved_node_goes_only_to_its_reservations_jobs",
         a_reserved_node_goes_only_to_its_reservations_jobs,
     ),
+    (
+        "site_capture_writes_the_rules_the_daemon_reads",
+        site_capture_writes_the_rules_the_daemon_reads,
+    ),
 ];
 
 /// An ordinary user (`cloudsdk` of the test machine; slurmctld refused `nobody`'s
@@ -1153,4 +1157,76 @@ fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
         allocation(bed, second)
     );
     assert_eq!(nodes_of(bed, second), vec!["n2"]);
+}
+
+/// `hadar site capture` on the live cluster: a QOS with `GrpTRES=gres/gpu=4`, a reservation
+/// of n2 and the partition set `DOWN` come out in the site file as the daemon reads them
+/// every round (the adapter's figures), without Slurm's jobs, and the file reads back.
+fn site_capture_writes_the_rules_the_daemon_reads(bed: &mut Testbed) {
+    use hadar_daemon::site::file::SiteFile;
+    use hadar_slurm::site::PartitionState;
+    sacctmgr(bed, &["add", "qos", "cap4", "GrpTRES=gres/gpu=4"]);
+    account(bed, "cap_acct", &["root"], &["cap4"]);
+    bed.client(
+        "scontrol",
+        &[
+            "create",
+            "reservation",
+            &format!("reservationname={RESV}"),
+            "starttime=now",
+            "duration=30",
+            "nodes=n2",
+            "users=root",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("scontrol create reservation: {e}"));
+    bed.client("scontrol", &["update", "partitionname=gpu", "state=down"])
+        .unwrap_or_else(|e| panic!("scontrol update partition: {e}"));
+    let out = bed.path("site-captured.toml");
+    let before = hadar_daemon::daemon::now_unix();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_hadar"))
+        .args(["site", "capture", "--out"])
+        .arg(&out)
+        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
+        .output()
+        .expect("run hadar site capture");
+    let _ = bed.client("scontrol", &["update", "partitionname=gpu", "state=up"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    println!("{text}");
+    let file = SiteFile::load(&out).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let at = file.captured_unix.expect("the capture's time") as f64;
+    assert!(
+        (at - before).abs() < 30.0,
+        "captured at {at}, run at {before}"
+    );
+    let f = &file.slurm;
+    assert!(f.jobs.is_empty(), "no Slurm jobs in a site file");
+    let qos = f.qos.iter().find(|q| q.name == "cap4").expect("QOS cap4");
+    assert_eq!(qos.grp_tres.gpus, Some(4), "{qos:?}");
+    assert!(f.config.enforce_limits, "{:?}", f.config);
+    let resv = f
+        .reservations
+        .iter()
+        .find(|r| r.name == RESV)
+        .expect("the reservation");
+    assert_eq!(resv.nodes, vec!["n2".to_string()]);
+    assert!(resv.users.contains(&"root".to_string()), "{resv:?}");
+    let gpu = f
+        .partitions
+        .iter()
+        .find(|p| p.name == "gpu")
+        .expect("partition gpu");
+    assert_eq!(gpu.state, PartitionState::Down);
+    // A simulated job named as root in cap_acct under cap4 gets the captured rules.
+    let with_jobs = format!(
+        "{text}\n[[job]]\njobs = \"0-1\"\nuser = \"root\"\naccount = \"cap_acct\"\nqos = \"cap4\"\npartition = \"gpu\"\n"
+    );
+    let named = SiteFile::parse(&with_jobs, "captured").unwrap();
+    let ids = named.identities(2, "captured").unwrap();
+    assert_eq!(ids[&1].qos, "cap4");
 }

@@ -656,6 +656,12 @@ pub struct DryRunArgs {
     /// mixed round `hadar serve` runs); under `policy = "hadar"` they run as plain jobs.
     #[arg(long, value_name = "LIST", requires = "config")]
     pub fork_jobs: Option<String>,
+
+    /// A site file (`hadar site capture`, with `[[job]]` tables naming the queue's jobs by
+    /// position): the round is planned within the site's rules as `hadar serve` plans it
+    /// (docs/site-policy.md).
+    #[arg(long, value_name = "FILE")]
+    pub site: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,

@@ -4,9 +4,9 @@
 use crate::Failure;
 use crate::cli::{DryRunArgs, Format};
 use crate::table::Table;
-use hadar_core::policies::hadar::{HadarConfig, HadarPolicy, RoundStats};
+use hadar_core::policies::hadar::{HadarConfig, RoundStats};
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
-use hadar_core::{Cluster, JobId, JobState, Placement, Policy, RoundInput, RoundPlan, WaitReason};
+use hadar_core::{Cluster, JobId, JobState, Placement, RoundInput, RoundPlan, WaitReason};
 use hadar_formats::jobs::{EXAMPLE_CLUSTER_SPEC, EXAMPLE_GPUS_PER_NODE, EXAMPLE_JOBS_TOML};
 use hadar_formats::{
     JobsFile, JobsSyntax, ThroughputTable, embedded, load_cluster, load_jobs, parse_cluster_spec,
@@ -84,32 +84,40 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         None => a.hadar.config(),
     };
     let forked = fork_jobs(&a, file.as_ref(), name, &queue)?;
-    let (plan, stats) = if name == PolicyName::Hadar {
-        let mut p = HadarPolicy::new(hadar_config.clone());
-        let plan = p.plan(&input);
-        (plan, Some(p.last_round().clone()))
-    } else {
-        let base = match &file {
-            Some(c) => c.policy_options(0),
-            None => PolicyOptions {
-                hadar: hadar_config.clone(),
-                hadare: a.hadar.hadare_config(),
-                served: a.hadar.served_config(),
-                ..PolicyOptions::default()
-            },
-        };
-        let opts = PolicyOptions {
-            tiresias: a.hadar.tiresias_config(),
-            forked: forked.clone().unwrap_or_default(),
-            ..base
-        };
-        let mut p = policies::build(name, &opts).ok_or_else(|| {
-            Failure::input(anyhow::anyhow!(
-                "--policy: `{name}` is not available in this build"
-            ))
-        })?;
-        (p.plan(&input), None)
+    let base = match &file {
+        Some(c) => c.policy_options(0),
+        None => PolicyOptions {
+            hadar: hadar_config.clone(),
+            hadare: a.hadar.hadare_config(),
+            served: a.hadar.served_config(),
+            ..PolicyOptions::default()
+        },
     };
+    let opts = PolicyOptions {
+        tiresias: a.hadar.tiresias_config(),
+        forked: forked.clone().unwrap_or_default(),
+        ..base
+    };
+    let built = match &a.site {
+        Some(path) => {
+            let ids: Vec<u64> = queue.jobs.iter().map(|j| j.id().0).collect();
+            let strength = file.as_ref().map_or(hadar_config.priority_strength, |c| {
+                c.hadar.priority_strength
+            });
+            let site = crate::site::load(path, &ids, strength)?;
+            hadar_daemon::site::simulated::within(name, &opts, site)
+        }
+        None => policies::build(name, &opts),
+    };
+    let mut p = built.ok_or_else(|| {
+        Failure::input(anyhow::anyhow!(
+            "--policy: `{name}` is not available in this build"
+        ))
+    })?;
+    let plan = p.plan(&input);
+    let stats = (name == PolicyName::Hadar)
+        .then(|| p.last_round_stats())
+        .flatten();
     plan.validate(&cluster, &queue.jobs).map_err(|e| {
         Failure::runtime(anyhow::anyhow!("policy `{name}` made an invalid plan: {e}"))
     })?;
@@ -124,6 +132,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         plan: &plan,
         hadar: stats.map(|s| (hadar_config, s)),
         forked,
+        site: a.site.as_ref().map(|p| p.display().to_string()),
     };
     let text = match a.format {
         Format::Table => report.table(),
@@ -225,6 +234,8 @@ struct Report<'a> {
     hadar: Option<(HadarConfig, RoundStats)>,
     /// With --fork-jobs under `policy = "hadare"`: the jobs HadarE plans as copies.
     forked: Option<BTreeSet<JobId>>,
+    /// With --site: the site file.
+    site: Option<String>,
 }
 
 /// One row: a job and what the plan does with it.
@@ -298,6 +309,11 @@ impl<'a> Report<'a> {
             self.queue.round_s,
             self.queue.restart_s
         ));
+        if let Some(site) = &self.site {
+            out.push_str(&format!(
+                "site:    {site}: planned within its rules, as hadar serve plans\n"
+            ));
+        }
         match &self.hadar {
             Some((cfg, stats)) => {
                 out.push_str(&format!("policy:  hadar ({})\n", describe_config(cfg)));
@@ -441,6 +457,7 @@ impl<'a> Report<'a> {
             "round_s": self.queue.round_s,
             "restart_s": self.queue.restart_s,
             "policy": self.name.as_str(),
+            "site": self.site,
             "hadar": hadar,
             "jobs": jobs,
         });
@@ -523,7 +540,8 @@ fn describe_wait(w: &WaitReason) -> String {
         | WaitReason::TimeLimit { .. }
         | WaitReason::SlurmRule { .. }
         | WaitReason::Reservation { .. }
-        | WaitReason::NodeChoice { .. }) => r.to_string(),
+        | WaitReason::NodeChoice { .. }
+        | WaitReason::SlurmHolds { .. }) => r.to_string(),
     }
 }
 

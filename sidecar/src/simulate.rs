@@ -196,7 +196,8 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
     }
     if let Some(path) = &args.site {
         let strength = settings.file_strength.unwrap_or(args.priority_strength);
-        let site = crate::site::load(path, inputs.jobs.len(), strength)?;
+        let ids: Vec<u64> = inputs.jobs.iter().map(|j| j.id.0).collect();
+        let site = crate::site::load(path, &ids, strength)?;
         inputs.site = Some((path.display().to_string(), site.named_jobs()));
         settings.site = Some(site);
     }

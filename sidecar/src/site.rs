@@ -37,11 +37,18 @@ pub fn capture(a: SiteCaptureArgs) -> Result<(), Failure> {
         .map_err(Failure::runtime)
 }
 
-/// The site of `path` for `count` simulated jobs, priority weighing by `strength`.
-pub fn load(path: &Path, count: usize, strength: f64) -> Result<SimulatedSite, Failure> {
+/// The site of `path` for the simulated jobs `ids` (the `[[job]]` tables' indices are
+/// positions in it), priority weighing by `strength`.
+pub fn load(path: &Path, ids: &[u64], strength: f64) -> Result<SimulatedSite, Failure> {
     let origin = path.display().to_string();
     let file = SiteFile::load(path).map_err(Failure::input)?;
-    let jobs = file.identities(count, &origin).map_err(Failure::input)?;
+    let by_index = file
+        .identities(ids.len(), &origin)
+        .map_err(Failure::input)?;
+    let jobs = by_index
+        .into_iter()
+        .map(|(i, account)| (ids[i as usize], account))
+        .collect();
     let epoch = file.captured_unix.unwrap_or(0) as f64;
     Ok(SimulatedSite::new(file.slurm, jobs, epoch, strength))
 }

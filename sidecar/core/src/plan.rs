@@ -80,6 +80,12 @@ pub enum WaitReason {
         /// The nodes it allows, in words.
         nodes: String,
     },
+    /// Slurm itself would not start it yet, whatever the GPUs: its partition starts no jobs
+    /// (`DOWN`, `INACTIVE`), its user held it, a dependency or a begin time.
+    SlurmHolds {
+        /// What it waits for, in words: `its partition to start jobs again: gpu (DOWN)`.
+        what: String,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -126,6 +132,9 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "its {choice} allows {nodes}, where not enough GPUs it can use are free"
             ),
+            WaitReason::SlurmHolds { what } => {
+                write!(f, "Slurm would not start it yet: waiting for {what}")
+            }
         }
     }
 }

@@ -212,7 +212,8 @@ pub fn site_words(reason: &hadar_core::WaitReason) -> Option<String> {
         }
         WaitReason::Reservation { .. }
         | WaitReason::TimeLimit { .. }
-        | WaitReason::NodeChoice { .. } => Some(format!("hadar: {reason}")),
+        | WaitReason::NodeChoice { .. }
+        | WaitReason::SlurmHolds { .. } => Some(format!("hadar: {reason}")),
         _ => None,
     }
 }

@@ -89,6 +89,7 @@ pub struct TresLimits {
     /// `gres/gpu`: GPUs of any type.
     pub gpus: Option<u32>,
     /// `gres/gpu:TYPE`: GPUs of one type, per type name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub typed_gpus: Vec<(String, u32)>,
     /// `cpu`.
     pub cpus: Option<u64>,
@@ -112,12 +113,16 @@ pub struct QosFigures {
     /// `Priority`.
     pub priority: f64,
     /// `MaxTRESPerUser`.
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub max_tres_per_user: TresLimits,
     /// `MaxTRESPerAccount`.
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub max_tres_per_account: TresLimits,
     /// `GrpTRES`.
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub grp_tres: TresLimits,
     /// `MaxTRES` (per job).
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub max_tres_per_job: TresLimits,
     /// `GrpTRESRunMins` on `gres/gpu`.
     pub grp_gpu_run_mins: Option<u64>,
@@ -136,8 +141,10 @@ pub struct AssocFigures {
     /// User, for a user's association.
     pub user: Option<String>,
     /// `GrpTRES`.
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub grp_tres: TresLimits,
     /// `MaxTRES` (per job).
+    #[serde(skip_serializing_if = "TresLimits::is_empty")]
     pub max_tres_per_job: TresLimits,
     /// `GrpTRESMins` on `gres/gpu`.
     pub grp_gpu_mins: Option<u64>,

@@ -214,8 +214,11 @@ impl SiteGate {
                 let partition = &self.site.figures.jobs.get(&j.id().0)?.partition;
                 let state = site.partition_state(partition)?;
                 (!state.starts_jobs()).then(|| {
-                    let why = format!("its partition {partition} is {}", state.as_str());
-                    (j.id(), WaitReason::SlurmRule { why })
+                    let what = format!(
+                        "its partition to start jobs again: {partition} ({})",
+                        state.as_str()
+                    );
+                    (j.id(), WaitReason::SlurmHolds { what })
                 })
             })
             .collect()
