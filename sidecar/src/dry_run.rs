@@ -84,36 +84,14 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
         None => a.hadar.config(),
     };
     let forked = fork_jobs(&a, file.as_ref(), name, &queue)?;
-    let base = match &file {
-        Some(c) => c.policy_options(0),
-        None => PolicyOptions {
-            hadar: hadar_config.clone(),
-            hadare: a.hadar.hadare_config(),
-            served: a.hadar.served_config(),
-            ..PolicyOptions::default()
-        },
-    };
-    let opts = PolicyOptions {
-        tiresias: a.hadar.tiresias_config(),
-        forked: forked.clone().unwrap_or_default(),
-        ..base
-    };
-    let built = match &a.site {
-        Some(path) => {
-            let ids: Vec<u64> = queue.jobs.iter().map(|j| j.id().0).collect();
-            let strength = file.as_ref().map_or(hadar_config.priority_strength, |c| {
-                c.hadar.priority_strength
-            });
-            let site = crate::site::load(path, &ids, strength)?;
-            hadar_daemon::site::simulated::within(name, &opts, site)
-        }
-        None => policies::build(name, &opts),
-    };
-    let mut p = built.ok_or_else(|| {
-        Failure::input(anyhow::anyhow!(
-            "--policy: `{name}` is not available in this build"
-        ))
-    })?;
+    let mut p = build_policy(
+        &a,
+        file.as_ref(),
+        name,
+        &hadar_config,
+        &queue,
+        forked.clone(),
+    )?;
     let plan = p.plan(&input);
     let stats = (name == PolicyName::Hadar)
         .then(|| p.last_round_stats())
@@ -183,6 +161,48 @@ fn read_queue(
             .map_err(Failure::input)?,
             "embedded example queue".to_string(),
         ),
+    })
+}
+
+/// Policy `name` as the command line and `--config` ask for it, within `--site`'s rules
+/// when given.
+fn build_policy(
+    a: &DryRunArgs,
+    file: Option<&hadar_daemon::DaemonConfig>,
+    name: PolicyName,
+    hadar_config: &HadarConfig,
+    queue: &JobsFile,
+    forked: Option<BTreeSet<JobId>>,
+) -> Result<Box<dyn hadar_core::Policy>, Failure> {
+    let base = match file {
+        Some(c) => c.policy_options(0),
+        None => PolicyOptions {
+            hadar: hadar_config.clone(),
+            hadare: a.hadar.hadare_config(),
+            served: a.hadar.served_config(),
+            ..PolicyOptions::default()
+        },
+    };
+    let opts = PolicyOptions {
+        tiresias: a.hadar.tiresias_config(),
+        forked: forked.unwrap_or_default(),
+        ..base
+    };
+    let built = match &a.site {
+        Some(path) => {
+            let ids: Vec<u64> = queue.jobs.iter().map(|j| j.id().0).collect();
+            let strength = file.map_or(hadar_config.priority_strength, |c| {
+                c.hadar.priority_strength
+            });
+            let site = crate::site::load(path, &ids, strength)?;
+            hadar_daemon::site::simulated::within(name, &opts, site)
+        }
+        None => policies::build(name, &opts),
+    };
+    built.ok_or_else(|| {
+        Failure::input(anyhow::anyhow!(
+            "--policy: `{name}` is not available in this build"
+        ))
     })
 }
 

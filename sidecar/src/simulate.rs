@@ -633,7 +633,9 @@ fn hours(s: f64) -> String {
     format!("{:.2}", s / 3600.0)
 }
 
-fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> String {
+/// The lines above the table: the cluster, the trace, the rounds, and what else shapes the
+/// run (estimated types, forked jobs, the site).
+fn workload_header(inputs: &Inputs, cfg: &SimConfig) -> String {
     let mut out = format!(
         "cluster: {} ({})\ntrace:   {} jobs ({})\nrounds:  {} s, restart cost {} s, seed {}, policies plan with {} throughputs\n\n",
         inputs.cluster,
@@ -665,6 +667,11 @@ fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> Strin
             ),
         );
     }
+    out
+}
+
+fn render_table(inputs: &Inputs, cfg: &SimConfig, outcomes: &[Outcome]) -> String {
+    let mut out = workload_header(inputs, cfg);
     let lb = lower_bound_ttd(outcomes);
     let mut t = Table::new(&[
         "policy",

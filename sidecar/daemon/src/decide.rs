@@ -9,7 +9,6 @@ use crate::config::DaemonConfig;
 use crate::daemon::DaemonError;
 use crate::eligible::{self, Blocked};
 use crate::fork::{ForkStart, PlainSide};
-use crate::site::Site;
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};
 use crate::view::{self, ClusterView};
@@ -65,19 +64,25 @@ struct Translated {
 /// Decides the round from `snap`, planning the plain jobs with `policy` (the round policy
 /// of `[sidecar] policy`, [`DaemonConfig::round_policy`]; one that keeps books across rounds,
 /// such as Gavel's or Tiresias', is given the same one every round).
+///
+/// The round's stages, in order: gate (what Slurm would not start, what can no longer
+/// move), view (the GPUs the policy may use), narrow (each planned job's rates, its weight
+/// from the site's priority, and the jobs the site's reservations and limits hold back),
+/// plan (the served passes around `policy`, within the site's rules), judge (exclusive
+/// nodes), act (the actions), explain (each job's decision in words), fork (the forked
+/// jobs' rounds over what is left).
 pub fn decide(
     snap: &RoundSnapshot,
     config: &DaemonConfig,
     table: &ThroughputTable,
     policy: &mut dyn Policy,
 ) -> Result<RoundDecision, DaemonError> {
-    let rows = &snap.rows;
-    let unmovable = unmovable::unmovable(rows, &snap.slurm_jobs);
-    let (cv, exclusive_ids, busy) = cluster_view(snap, config, &unmovable);
+    let unmovable = unmovable::unmovable(&snap.rows, &snap.slurm_jobs);
     let blocked = blocked(snap);
+    let (cv, exclusive_ids, busy) = cluster_view(snap, config, &unmovable);
     let priors = priors(config);
     let mut origins: BTreeMap<u64, RateOrigins> = BTreeMap::new();
-    let (mut states, site_blocked) = match &cv.cluster {
+    let (states, site_waits) = match &cv.cluster {
         Some(cluster) => job_states(
             snap,
             config,
@@ -91,85 +96,44 @@ pub fn decide(
         ),
         None => (Vec::new(), SiteWaits::default()),
     };
-    // Jobs whose Slurm request names GPU types: those a user restricted to some types
-    // (only a typed request keeps them there) and those Slurm already holds to types.
-    // Every other job gets typeless requests (see `GpuSpec::update_fields`).
-    let typed: HashSet<u64> = rows
-        .values()
-        .filter(|r| {
-            r.bound_types.is_some() || snap.specs.get(&r.id).is_some_and(|s| s.gpu_types.is_some())
-        })
-        .map(|r| r.id)
-        .collect();
-    let mut stats = None;
-    let mut plan = None;
-    let mut t = Translated::default();
+    let typed = typed_requests(snap);
     // The forked plan needs where the plain jobs run now; the look-ahead's states carry
     // the placements it pins instead.
     let current = states.clone();
-    if let Some(cluster) = &cv.cluster {
-        let d = served(
-            snap,
-            &snap.site,
-            config,
-            cluster,
-            &states,
-            &typed,
-            &site_blocked,
-            policy,
-        )?;
-        stats = policy.last_round_stats();
-        kept_origins(
-            snap,
-            table,
-            &priors,
-            &d.commitments.restricted,
-            &cv.types,
-            &mut origins,
-        );
-        t = translate(rows, cluster, &d);
-        states = d.jobs;
-        plan = Some(d.plan);
-    }
-    let is_new = |id: u64| {
-        rows.get(&id).is_none_or(|r| {
-            !matches!(r.phase, Phase::Running | Phase::Starting)
-                || !r
-                    .placement
-                    .as_ref()
-                    .zip(t.planned.get(&id))
-                    .is_some_and(|(p, q)| view::same_gpus(p, q))
-        })
+    let mut planned = match &cv.cluster {
+        Some(cluster) => {
+            let d = served(snap, config, cluster, &states, &typed, &site_waits, policy)?;
+            let restricted = &d.commitments.restricted;
+            kept_origins(snap, table, &priors, restricted, &cv.types, &mut origins);
+            Planned {
+                t: translate(&snap.rows, cluster, &d),
+                states: d.jobs,
+                plan: Some(d.plan),
+                stats: policy.last_round_stats(),
+            }
+        }
+        None => Planned::default(),
     };
-    for (id, why) in exclusive::conflicts(&t.planned, &exclusive_ids, &is_new, &busy) {
-        let gpus = t.planned.remove(&id).unwrap_or_default();
-        t.unenforceable
-            .push((id, format!("{}: {why}", explain::placement_words(&gpus))));
-    }
-    let actions = enforcement(snap, &t.planned, &unmovable);
-    let mut decisions = decisions(snap, &plan, &t.planned, &origins, &cv.unusable, &blocked);
-    released_not_started(snap, &mut decisions);
-    unmovable::explain(rows, &unmovable, &mut decisions);
-    explain_overrides(snap, &t, &origins, &mut decisions);
-    if let Some(cluster) = &cv.cluster {
-        // The site's priority factors, and the limits on one type that keep a job off it.
-        let strength = config.hadar.priority_strength;
-        snap.site.explain(
-            &mut decisions,
-            &states,
-            &site_blocked.typed_off,
-            snap.now_s,
-            cluster,
-            strength,
-        );
-    }
+    judge_exclusive(snap, &mut planned.t, &exclusive_ids, &busy);
+    let actions = enforcement(snap, &planned.t.planned, &unmovable);
+    let mut decisions = explain_round(
+        snap,
+        config,
+        &cv,
+        &planned,
+        &origins,
+        &blocked,
+        &unmovable,
+        &site_waits,
+    );
     let plain = PlainSide {
         cv: &cv,
         states: &current,
-        planned: &t.planned,
+        planned: &planned.t.planned,
     };
     let forks = forked(snap, config, table, &plain, &mut decisions);
-    let deferred = t
+    let deferred = planned
+        .t
         .commitments
         .values()
         .filter(|c| !c.starts_now(snap.now_s))
@@ -178,15 +142,107 @@ pub fn decide(
         cv,
         blocked,
         typed,
-        states,
-        plan,
-        stats,
-        planned: t.planned,
+        states: planned.states,
+        plan: planned.plan,
+        stats: planned.stats,
+        planned: planned.t.planned,
         deferred,
         actions,
         forks,
         decisions,
     })
+}
+
+/// What the plan stage gives the later ones.
+#[derive(Default)]
+struct Planned {
+    /// The plan in Slurm's names, with the look-ahead's commitments.
+    t: Translated,
+    /// The planned jobs' states after the look-ahead.
+    states: Vec<JobState>,
+    /// The core's plan.
+    plan: Option<RoundPlan>,
+    /// The planner's statistics.
+    stats: Option<RoundStats>,
+}
+
+/// Jobs whose Slurm request names GPU types: those a user restricted to some types (only a
+/// typed request keeps them there) and those Slurm already holds to types. Every other job
+/// gets typeless requests (see `GpuSpec::update_fields`).
+fn typed_requests(snap: &RoundSnapshot) -> HashSet<u64> {
+    snap.rows
+        .values()
+        .filter(|r| {
+            r.bound_types.is_some() || snap.specs.get(&r.id).is_some_and(|s| s.gpu_types.is_some())
+        })
+        .map(|r| r.id)
+        .collect()
+}
+
+/// The judge stage: a placement that would share a node with an exclusive job (or put an
+/// exclusive job beside others) is not enforced; the job waits, and says why.
+fn judge_exclusive(
+    snap: &RoundSnapshot,
+    t: &mut Translated,
+    exclusive_ids: &BTreeSet<u64>,
+    busy: &BTreeSet<String>,
+) {
+    let rows = &snap.rows;
+    let planned = &t.planned;
+    let is_new = |id: u64| {
+        rows.get(&id).is_none_or(|r| {
+            !matches!(r.phase, Phase::Running | Phase::Starting)
+                || !r
+                    .placement
+                    .as_ref()
+                    .zip(planned.get(&id))
+                    .is_some_and(|(p, q)| view::same_gpus(p, q))
+        })
+    };
+    for (id, why) in exclusive::conflicts(planned, exclusive_ids, &is_new, busy) {
+        let gpus = t.planned.remove(&id).unwrap_or_default();
+        t.unenforceable
+            .push((id, format!("{}: {why}", explain::placement_words(&gpus))));
+    }
+}
+
+/// The explain stage: each active job's decision in words, from the plan, what Slurm
+/// holds back, what cannot move, the rules' overrides and the site's priority and limits.
+#[allow(clippy::too_many_arguments)]
+fn explain_round(
+    snap: &RoundSnapshot,
+    config: &DaemonConfig,
+    cv: &ClusterView,
+    planned: &Planned,
+    origins: &BTreeMap<u64, RateOrigins>,
+    blocked: &BTreeMap<u64, Blocked>,
+    unmovable: &BTreeSet<u64>,
+    site_waits: &SiteWaits,
+) -> Vec<Decision> {
+    let t = &planned.t;
+    let mut decisions = decisions(
+        snap,
+        &planned.plan,
+        &t.planned,
+        origins,
+        &cv.unusable,
+        blocked,
+    );
+    released_not_started(snap, &mut decisions);
+    unmovable::explain(&snap.rows, unmovable, &mut decisions);
+    explain_overrides(snap, t, origins, &mut decisions);
+    if let Some(cluster) = &cv.cluster {
+        // The site's priority factors, and the limits on one type that keep a job off it.
+        snap.site.explain(
+            &mut decisions,
+            &planned.states,
+            &site_waits.typed_off,
+            snap.now_s,
+            cluster,
+            config.hadar.priority_strength,
+        );
+    }
+    decisions
 }
 
 /// The waiting jobs Slurm would not start yet, with why: each job's own hold, dependency,
@@ -353,7 +409,6 @@ fn job_states(
 #[allow(clippy::too_many_arguments)]
 fn served(
     snap: &RoundSnapshot,
-    site: &Site,
     config: &DaemonConfig,
     cluster: &Cluster,
     states: &[JobState],
@@ -363,6 +418,7 @@ fn served(
 ) -> Result<ServedDecision, DaemonError> {
     let mut target = facts::target(&snap.rows, typed, &snap.nodes);
     let chosen = snap.chosen_nodes();
+    let site = &snap.site;
     crate::site::reservations::leave_out_of_lookahead(site, chosen, &mut target);
     let input = RoundInput {
         now_s: snap.now_s,
