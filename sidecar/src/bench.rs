@@ -45,10 +45,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), Failure> {
     }
 }
 
-/// Answers captured on the 26.05 test cluster (`tests/slurm_release.rs` writes them).
-const CAPTURED_JOBS_JSON: &str = include_str!("../slurm/tests/data/26.05/jobs.json");
-const CAPTURED_JOBS_TEXT: &str = include_str!("../slurm/tests/data/26.05/jobs.txt");
-
 /// Times the daemon's two readers of Slurm's job listing on answers of `--jobs` jobs.
 fn read_slurm_bench(a: BenchReadSlurmArgs) -> Result<(), Failure> {
     if a.jobs == 0 || a.repetitions == 0 {
@@ -56,7 +52,8 @@ fn read_slurm_bench(a: BenchReadSlurmArgs) -> Result<(), Failure> {
             "--jobs and --repetitions must be at least 1"
         )));
     }
-    let (json_text, text) = scaled_answers(a.jobs).map_err(Failure::runtime)?;
+    let (json_text, text) =
+        crate::bench_answers::scaled_answers(a.jobs).map_err(Failure::runtime)?;
     let time = |f: &dyn Fn() -> usize| {
         f();
         let mut ms: Vec<f64> = (0..a.repetitions)
@@ -88,38 +85,6 @@ fn read_slurm_bench(a: BenchReadSlurmArgs) -> Result<(), Failure> {
         text_ms
     );
     Ok(())
-}
-
-/// The captured answers grown to `jobs` jobs: the captured jobs copied in turn, each copy
-/// under a new id (the text copy's records renumbered the same way).
-pub(crate) fn scaled_answers(jobs: u32) -> anyhow::Result<(String, String)> {
-    let mut answer: serde_json::Value = serde_json::from_str(CAPTURED_JOBS_JSON)?;
-    let captured = answer["jobs"]
-        .as_array()
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("the captured answer has no jobs"))?;
-    let records: Vec<&str> = CAPTURED_JOBS_TEXT
-        .split("\n\n")
-        .filter(|r| r.starts_with("JobId="))
-        .collect();
-    anyhow::ensure!(
-        records.len() == captured.len(),
-        "the captured answers differ"
-    );
-    let mut grown = Vec::with_capacity(jobs as usize);
-    let mut text = String::new();
-    for i in 0..jobs as usize {
-        let k = i % captured.len();
-        let id = 100_000 + i as u64;
-        let mut job = captured[k].clone();
-        job["job_id"] = id.into();
-        grown.push(job);
-        let old = captured[k]["job_id"].as_u64().unwrap_or(0);
-        text.push_str(&records[k].replacen(&format!("JobId={old} "), &format!("JobId={id} "), 1));
-        text.push_str("\n\n");
-    }
-    answer["jobs"] = serde_json::Value::Array(grown);
-    Ok((serde_json::to_string_pretty(&answer)?, text))
 }
 
 /// Times Hadar rounds on a synthetic workload: one untimed warm-up, then `repetitions`
@@ -207,7 +172,7 @@ fn round_bench(a: BenchRoundArgs) -> Result<(), Failure> {
         running: running.len(),
         moved,
     };
-    crate::dry_run::emit(&render_round(&a, &summary, &times)?)?;
+    crate::output::emit(&render_round(&a, &summary, &times)?)?;
     Ok(())
 }
 

@@ -33,7 +33,7 @@ fn snapshot(jobs: u32, nodes: u32) -> anyhow::Result<RoundSnapshot> {
         n.name = format!("node{i:04}");
         node_list.push(n);
     }
-    let (answer, _) = crate::bench::scaled_answers(jobs)?;
+    let (answer, _) = crate::bench_answers::scaled_answers(jobs)?;
     let mut slurm_jobs = hadar_slurm::json::parse_jobs(&answer)?;
     for (i, j) in slurm_jobs.iter_mut().enumerate() {
         j.admin_comment = Some(RECORDS[i % RECORDS.len()].to_string());

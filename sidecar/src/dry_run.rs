@@ -118,7 +118,7 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
             serde_json::to_string_pretty(&report.json()).map_err(Failure::runtime)? + "\n"
         }
     };
-    emit(&text)
+    crate::output::emit(&text)
 }
 
 /// The cluster `--cluster` names (or the embedded example), with where it came from.
@@ -230,16 +230,6 @@ fn fork_jobs(
         )));
     }
     Ok(Some(ids))
-}
-
-/// Writes to standard output; a reader that went away (`| head`) is not an error.
-pub(crate) fn emit(text: &str) -> Result<(), Failure> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(Failure::runtime),
-    }
 }
 
 struct Report<'a> {

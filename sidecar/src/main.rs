@@ -6,6 +6,7 @@
 
 mod average;
 mod bench;
+mod bench_answers;
 mod bench_snapshot;
 mod check_config;
 mod cli;
@@ -15,6 +16,7 @@ mod estimate;
 mod fork_consolidate;
 mod generate;
 mod logging;
+mod output;
 mod replay;
 mod report;
 mod serve;

@@ -30,7 +30,7 @@ pub fn capture(a: SiteCaptureArgs) -> Result<(), Failure> {
         .to_toml()
         .map_err(|e| Failure::runtime(anyhow!("writing the site as TOML: {e}")))?;
     if a.out.as_os_str() == "-" {
-        return crate::dry_run::emit(&text);
+        return crate::output::emit(&text);
     }
     std::fs::write(&a.out, text)
         .with_context(|| format!("writing {}", a.out.display()))

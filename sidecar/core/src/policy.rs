@@ -67,7 +67,7 @@ pub trait Policy: Send {
 
     /// The pricing statistics of the last round planned, for a policy that prices GPUs
     /// (Hadar: its price bounds, what it admitted and kept); `None` for the others.
-    fn last_round_stats(&self) -> Option<crate::policies::hadar::RoundStats> {
+    fn last_round_stats(&self) -> Option<crate::market::RoundStats> {
         None
     }
 }

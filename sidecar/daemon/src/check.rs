@@ -7,6 +7,7 @@
 //! answering what the checks need to know about paths on this machine.
 
 use crate::config::DaemonConfig;
+use crate::key_lines::Lines;
 use hadar_core::estimate::{GpuCatalog, SiteGpu, SiteGpuKind};
 use hadar_slurm::NodeInfo;
 use std::collections::{BTreeMap, BTreeSet};
@@ -275,7 +276,7 @@ fn check_slurm(
             format!("partition \"{p}\" has no node in the live cluster (its partitions: {known})"),
         );
     }
-    let plugin = hadar_request::Config::parse("", lines.text).ok();
+    let plugin = hadar_request::Config::parse("", lines.text()).ok();
     if let Some(p) = plugin
         .and_then(|c| c.slurm.default_partition)
         .filter(|p| !live.contains(p.as_str()))
@@ -517,68 +518,6 @@ fn rate(
             model: spec.name.clone(),
             site,
         },
-    }
-}
-
-/// Line numbers of keys in the file's text.
-pub(crate) struct Lines<'a> {
-    text: &'a str,
-    table: Option<toml::de::DeTable<'a>>,
-}
-
-impl<'a> Lines<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
-        let table = toml::de::DeTable::parse(text).ok().map(|t| t.into_inner());
-        Lines { text, table }
-    }
-
-    /// The line of `text` holding byte `offset`.
-    fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())]
-            .matches('\n')
-            .count()
-            + 1
-    }
-
-    /// The key at `path` and its value.
-    fn find(
-        &self,
-        path: &[&str],
-    ) -> Option<(
-        &toml::Spanned<toml::de::DeString<'a>>,
-        &toml::Spanned<toml::de::DeValue<'a>>,
-    )> {
-        let (first, rest) = path.split_first()?;
-        let mut here = self
-            .table
-            .as_ref()?
-            .iter()
-            .find(|(k, _)| k.get_ref() == first)?;
-        for part in rest {
-            let toml::de::DeValue::Table(t) = here.1.get_ref() else {
-                return None;
-            };
-            here = t.iter().find(|(k, _)| k.get_ref() == part)?;
-        }
-        Some(here)
-    }
-
-    /// The line of the key at `path`, if the file writes it.
-    pub(crate) fn key(&self, path: &[&str]) -> Option<usize> {
-        self.find(path).map(|(k, _)| self.line_of(k.span().start))
-    }
-
-    /// The line of the string `value` in the array at `path`, else the key's line.
-    fn element(&self, path: &[&str], value: &str) -> Option<usize> {
-        let (k, v) = self.find(path)?;
-        let at = match v.get_ref() {
-            toml::de::DeValue::Array(a) => a
-                .into_iter()
-                .find(|e| matches!(e.get_ref(), toml::de::DeValue::String(s) if s == value))
-                .map(|e| e.span().start),
-            _ => None,
-        };
-        Some(self.line_of(at.unwrap_or(k.span().start)))
     }
 }
 

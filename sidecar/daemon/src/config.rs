@@ -607,7 +607,7 @@ fn check_gpu_types(path: &str, text: &str, file: &File) -> Result<(), ConfigErro
             reason: format!(
                 "gpu_types.{} (line {}): {e}",
                 hadar_request::excerpt(&name),
-                crate::check::Lines::new(text)
+                crate::key_lines::Lines::new(text)
                     .key(&["gpu_types", &name])
                     .unwrap_or(0)
             ),

@@ -15,8 +15,7 @@ use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, RateOrigins};
 use crate::{decide, failopen, faults, record};
 use hadar_formats::ThroughputTable;
-use hadar_slurm::job::Refused;
-use hadar_slurm::{GpuSpec, NodeInfo, Slurm, SlurmError, SlurmJob};
+use hadar_slurm::SlurmError;
 use hadar_store::{Horizon, LeaseGrant, Outcome, Store, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,170 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+pub use crate::error::DaemonError;
+pub use crate::record::RoundReport;
+pub use crate::slurm_api::{SlurmApi, now_unix};
+
 /// The shortest time from one round's start to the next when a notice wakes the daemon.
 pub const MIN_WOKEN_GAP: Duration = Duration::from_secs(2);
 
 /// Seconds between a job's requeue and its next start (see the start action).
 pub(crate) const REQUEUE_SETTLE_SECONDS: f64 = 2.5;
-
-/// What the daemon needs from Slurm; implemented by [`Slurm`] and by test doubles.
-pub trait SlurmApi {
-    /// All nodes.
-    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError>;
-    /// All jobs, and refused records.
-    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError>;
-    /// One job.
-    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError>;
-    /// Gives a pending job its GPUs.
-    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError>;
-    /// Makes a job eligible now.
-    fn start_now(&self, id: u64) -> Result<(), SlurmError>;
-    /// Releases a held job.
-    fn release(&self, id: u64) -> Result<(), SlurmError>;
-    /// Holds a pending job.
-    fn hold(&self, id: u64) -> Result<(), SlurmError>;
-    /// Signals a job.
-    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
-    /// Requeues a job held.
-    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
-    /// Sets a job's admin comment (the record; used to take back a failed-open job).
-    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError>;
-    /// Removes a pending job's GPU request, as the plugin does at submission.
-    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError>;
-    /// The Slurm release answering, when known (for the log and `hadar status`).
-    fn slurm_release(&self) -> Option<String> {
-        None
-    }
-    /// Splits a pending array element off into a job record of its own
-    /// ([`Slurm::split_array_element`]); test doubles have no arrays.
-    fn split_array_element(
-        &self,
-        _array_id: u64,
-        _task: u32,
-        _admin_comment: &str,
-    ) -> Result<(), SlurmError> {
-        Ok(())
-    }
-    /// Sets a waiting job's `Comment` (why it waits, for `squeue`); test doubles ignore it.
-    fn set_comment(&self, _id: u64, _text: &str) -> Result<(), SlurmError> {
-        Ok(())
-    }
-    /// Whether updating a pending job's GPU types replaces them (24.11 and later) rather than
-    /// adding to them for the job's life (22.05, and the default).
-    fn retypes_pending_jobs(&self) -> bool {
-        false
-    }
-    /// The site's priority settings, job accounts and limits ([`crate::site`]); none by
-    /// default.
-    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
-        Ok(Default::default())
-    }
-    /// The site's `scontrol show config` settings alone (shadow mode reads `JobRequeue`);
-    /// Slurm's defaults by default.
-    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
-        Ok(Default::default())
-    }
-}
-
-impl SlurmApi for Slurm {
-    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
-        Slurm::site_figures(self)
-    }
-    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
-        Slurm::site_config(self)
-    }
-    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
-        Slurm::nodes(self)
-    }
-    fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
-        Slurm::set_comment(self, id, text)
-    }
-    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
-        Slurm::jobs(self)
-    }
-    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
-        Slurm::job(self, id)
-    }
-    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
-        Slurm::set_placement(self, id, spec)
-    }
-    fn start_now(&self, id: u64) -> Result<(), SlurmError> {
-        Slurm::start_now(self, id)
-    }
-    fn release(&self, id: u64) -> Result<(), SlurmError> {
-        Slurm::release(self, id)
-    }
-    fn hold(&self, id: u64) -> Result<(), SlurmError> {
-        Slurm::hold(self, id)
-    }
-    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
-        Slurm::signal(self, id, signal)
-    }
-    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
-        Slurm::requeue_hold(self, id)
-    }
-    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
-        Slurm::set_admin_comment(self, id, text)
-    }
-    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
-        Slurm::clear_gpu_request(self, id)
-    }
-    fn slurm_release(&self) -> Option<String> {
-        Slurm::slurm_release(self).ok().map(|r| r.to_string())
-    }
-    fn split_array_element(
-        &self,
-        array_id: u64,
-        task: u32,
-        admin_comment: &str,
-    ) -> Result<(), SlurmError> {
-        Slurm::split_array_element(self, array_id, task, admin_comment)
-    }
-    fn retypes_pending_jobs(&self) -> bool {
-        Slurm::slurm_release(self).is_ok_and(|r| r.retypes_pending_jobs())
-    }
-}
-
-/// Why a round failed (the next round starts again from Slurm's state).
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// Slurm could not be read.
-    #[error("reading Slurm: {0}")]
-    Slurm(#[from] SlurmError),
-    /// The state database failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Another daemon holds the leader's lease: this one stands by and does nothing.
-    #[error("standing by: {holder} leads until {expires_unix:.0}")]
-    Standby {
-        /// The leader.
-        holder: String,
-        /// Its lease's expiry, Unix seconds.
-        expires_unix: f64,
-    },
-    /// The policy produced a plan that breaks capacity or gang rules (a bug; nothing enforced).
-    #[error("the plan is invalid, nothing was enforced: {0}")]
-    InvalidPlan(String),
-}
-
-/// What one round did.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoundReport {
-    /// The round number.
-    pub round: u64,
-    /// Active managed jobs.
-    pub active: usize,
-    /// Actions carried out, `(job, action, outcome)`.
-    pub actions: Vec<(u64, String, String)>,
-    /// Milliseconds the policy took.
-    pub decision_ms: f64,
-    /// Milliseconds spent reading Slurm's nodes and jobs.
-    pub read_ms: f64,
-    /// Milliseconds spent carrying out the actions (preemption grace periods included).
-    pub enforce_ms: f64,
-    /// Milliseconds of the whole round: read, reconcile, decide, enforce, record.
-    pub total_ms: f64,
-}
 
 /// Reads a hadar record into a job spec.
 pub type Decoder = Box<dyn Fn(&str) -> Result<JobSpec, String> + Send>;
@@ -580,12 +424,4 @@ impl<S: SlurmApi> Daemon<S> {
 /// An action's outcome: Slurm's error, when it failed, is the outcome.
 pub(crate) fn outcome(result: Result<Outcome, SlurmError>) -> Outcome {
     result.unwrap_or_else(|e| Outcome::Error(e.to_string()))
-}
-
-/// Seconds since 1970 by the system clock.
-pub fn now_unix() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }

@@ -6,8 +6,8 @@
 
 use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
-use crate::daemon::DaemonError;
 use crate::eligible::{self, Blocked};
+use crate::error::DaemonError;
 use crate::fork::{ForkStart, PlainSide};
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};

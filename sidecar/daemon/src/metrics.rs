@@ -3,7 +3,8 @@
 //! stuck scraper never holds up a round) and written as a node_exporter textfile. The
 //! metrics and their meaning are listed in `docs/operations.md`.
 
-use crate::daemon::{DaemonError, RoundReport};
+use crate::error::DaemonError;
+use crate::record::RoundReport;
 use hadar_store::{Phase, Store, StoreError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;

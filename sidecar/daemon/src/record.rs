@@ -10,6 +10,25 @@ use hadar_core::market::PriceBook;
 use hadar_slurm::JobStatus;
 use hadar_store::RoundRow;
 
+/// What one round did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundReport {
+    /// The round number.
+    pub round: u64,
+    /// Active managed jobs.
+    pub active: usize,
+    /// Actions carried out, `(job, action, outcome)`.
+    pub actions: Vec<(u64, String, String)>,
+    /// Milliseconds the policy took.
+    pub decision_ms: f64,
+    /// Milliseconds spent reading Slurm's nodes and jobs.
+    pub read_ms: f64,
+    /// Milliseconds spent carrying out the actions (preemption grace periods included).
+    pub enforce_ms: f64,
+    /// Milliseconds of the whole round: read, reconcile, decide, enforce, record.
+    pub total_ms: f64,
+}
+
 /// The round's summary; the caller adds the policy's name, its time and the actions.
 pub fn summary(snap: &RoundSnapshot, decision: &RoundDecision, partitions: &[String]) -> RoundRow {
     let cv = &decision.cv;

@@ -18,9 +18,10 @@
 //! those Hadar predicts through the simulator.
 
 use crate::config::DaemonConfig;
-use crate::daemon::{DaemonError, SlurmApi};
 use crate::decide::RoundDecision;
+use crate::error::DaemonError;
 use crate::sd_notify::Notifier;
+use crate::slurm_api::SlurmApi;
 use crate::snapshot::RoundSnapshot;
 use crate::spec::JobSpec;
 use crate::{explain, view};

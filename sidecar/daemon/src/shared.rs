@@ -2,7 +2,7 @@
 //! plugin's own reader (`hadar_request::Config`), so that both programs accept and refuse
 //! exactly the same `[slurm]` and `[plugin]` tables.
 
-use crate::config::ConfigError;
+use hadar_request::ConfigError;
 use std::path::PathBuf;
 
 /// What the daemon uses from `[slurm]`.

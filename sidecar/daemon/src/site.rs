@@ -7,7 +7,7 @@ pub mod node_choice;
 pub mod reservations;
 pub mod simulated;
 
-use crate::daemon::SlurmApi;
+use crate::slurm_api::SlurmApi;
 use hadar_core::site::reservations::Chosen;
 use hadar_core::site::{
     Factors, Limit, PriorityInputs, PriorityWeights, SiteJob, SiteRound, SiteWaits,

@@ -7,7 +7,9 @@
 //! (forked copies), so that neither reaches into the other's module.
 
 pub mod prices;
+pub mod stats;
 pub mod utility;
 
 pub use prices::{PriceBook, PriceBounds, PriceBoundsError};
+pub use stats::RoundStats;
 pub use utility::{DEFAULT_CRITICALITY, JobUtility, Objective};

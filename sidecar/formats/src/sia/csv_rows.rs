@@ -2,7 +2,6 @@
 //! order their columns differently), each field checked with an error naming the file, line
 //! and column.
 
-use super::profile::Timing;
 use crate::error::{FormatError, Location, read_file};
 use std::path::Path;
 
@@ -123,25 +122,5 @@ impl Row {
                 ),
             ))
         }
-    }
-
-    /// Fields `i..i + 3` as a local batch size, step and sync seconds (a step positive and
-    /// at least its sync).
-    pub(super) fn timing(&self, i: usize) -> Result<Timing, FormatError> {
-        let t = Timing {
-            local_bsz: f64::from(self.whole(i)?),
-            step_s: self.number(i + 1)?,
-            sync_s: self.number(i + 2)?,
-        };
-        if t.step_s <= 0.0 || t.sync_s > t.step_s {
-            return Err(self.invalid(
-                i + 1,
-                format!(
-                    "a step must take longer than 0 s and at least its sync ({} s), found {} s",
-                    t.sync_s, t.step_s
-                ),
-            ));
-        }
-        Ok(t)
     }
 }

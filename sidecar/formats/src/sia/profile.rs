@@ -5,7 +5,7 @@
 //!
 //! Columns are found by their header names, as the files order them differently.
 
-use super::csv_rows::Csv;
+use super::csv_rows::{Csv, Row};
 use crate::error::{FormatError, Location};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -315,6 +315,28 @@ impl Validation {
         };
         let scale = batch / self.batch_range().0 as f64;
         Some((var + sqr) / (var / scale + sqr))
+    }
+}
+
+impl Row {
+    /// Fields `i..i + 3` as a local batch size, step and sync seconds (a step positive and
+    /// at least its sync).
+    pub(super) fn timing(&self, i: usize) -> Result<Timing, FormatError> {
+        let t = Timing {
+            local_bsz: f64::from(self.whole(i)?),
+            step_s: self.number(i + 1)?,
+            sync_s: self.number(i + 2)?,
+        };
+        if t.step_s <= 0.0 || t.sync_s > t.step_s {
+            return Err(self.invalid(
+                i + 1,
+                format!(
+                    "a step must take longer than 0 s and at least its sync ({} s), found {} s",
+                    t.sync_s, t.step_s
+                ),
+            ));
+        }
+        Ok(t)
     }
 }
 

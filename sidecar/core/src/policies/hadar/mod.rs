@@ -58,7 +58,8 @@ pub use crate::market::Objective;
 pub use packing::Packing;
 
 use crate::job::{JobId, JobState};
-use crate::market::{JobUtility, PriceBook, PriceBounds};
+pub use crate::market::RoundStats;
+use crate::market::{JobUtility, PriceBook};
 use crate::placement::{Placement, PlacementKind};
 use crate::plan::{Assignment, RoundPlan, WaitReason, Waiting};
 use crate::policy::{Policy, RoundInput};
@@ -251,31 +252,6 @@ impl Default for HadarConfig {
             tail_jobs: DEFAULT_TAIL_JOBS,
         }
     }
-}
-
-/// What happened in the last round, for reports and tests.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoundStats {
-    /// `L` and `U` of the round over all types (`None` when no job could run).
-    pub price_bounds: Option<PriceBounds>,
-    /// `L` and `U` of each GPU type (all equal to `price_bounds` without per-type prices).
-    pub type_price_bounds: Vec<PriceBounds>,
-    /// Jobs admitted by the primal-dual test (payoff > 0).
-    pub admitted: usize,
-    /// Jobs placed by work conservation.
-    pub filled: usize,
-    /// Running jobs that kept their placement.
-    pub kept: usize,
-    /// Jobs the makespan guard found urgent (placed first, regardless of price).
-    pub urgent: usize,
-    /// The makespan guard's fluid horizon of the remaining work, seconds from now.
-    pub horizon_s: Option<f64>,
-    /// Whether the tail plan ([`tail`]) chose who runs this round.
-    pub tail: bool,
-    /// The round's objective: total utility of the placed jobs ([`round_objective`]).
-    pub objective: f64,
-    /// In exact mode, whether the search proved its answer optimal.
-    pub exact_proven: Option<bool>,
 }
 
 /// The Hadar policy.

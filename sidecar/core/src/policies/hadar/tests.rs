@@ -4,6 +4,7 @@
 use super::*;
 use crate::cluster::{Cluster, GpuType, Node, NodeId};
 use crate::job::{Job, JobId, JobState};
+use crate::market::PriceBounds;
 use crate::placement::Part;
 use crate::throughput::{RateCurve, ThroughputProfile};
 use proptest::prelude::*;

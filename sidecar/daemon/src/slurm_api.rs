@@ -1,0 +1,132 @@
+//! The one interface through which the daemon reaches Slurm ([`SlurmApi`]), implemented by
+//! the Slurm adapter ([`hadar_slurm::Slurm`]) and by test doubles; and the clock the daemon
+//! reads.
+
+use hadar_slurm::job::Refused;
+use hadar_slurm::{GpuSpec, NodeInfo, Slurm, SlurmError, SlurmJob};
+
+/// What the daemon needs from Slurm; implemented by [`Slurm`] and by test doubles.
+pub trait SlurmApi {
+    /// All nodes.
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError>;
+    /// All jobs, and refused records.
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError>;
+    /// One job.
+    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError>;
+    /// Gives a pending job its GPUs.
+    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError>;
+    /// Makes a job eligible now.
+    fn start_now(&self, id: u64) -> Result<(), SlurmError>;
+    /// Releases a held job.
+    fn release(&self, id: u64) -> Result<(), SlurmError>;
+    /// Holds a pending job.
+    fn hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Signals a job.
+    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
+    /// Requeues a job held.
+    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Sets a job's admin comment (the record; used to take back a failed-open job).
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError>;
+    /// Removes a pending job's GPU request, as the plugin does at submission.
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError>;
+    /// The Slurm release answering, when known (for the log and `hadar status`).
+    fn slurm_release(&self) -> Option<String> {
+        None
+    }
+    /// Splits a pending array element off into a job record of its own
+    /// ([`Slurm::split_array_element`]); test doubles have no arrays.
+    fn split_array_element(
+        &self,
+        _array_id: u64,
+        _task: u32,
+        _admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        Ok(())
+    }
+    /// Sets a waiting job's `Comment` (why it waits, for `squeue`); test doubles ignore it.
+    fn set_comment(&self, _id: u64, _text: &str) -> Result<(), SlurmError> {
+        Ok(())
+    }
+    /// Whether updating a pending job's GPU types replaces them (24.11 and later) rather than
+    /// adding to them for the job's life (22.05, and the default).
+    fn retypes_pending_jobs(&self) -> bool {
+        false
+    }
+    /// The site's priority settings, job accounts and limits ([`crate::site`]); none by
+    /// default.
+    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
+        Ok(Default::default())
+    }
+    /// The site's `scontrol show config` settings alone (shadow mode reads `JobRequeue`);
+    /// Slurm's defaults by default.
+    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
+        Ok(Default::default())
+    }
+}
+
+impl SlurmApi for Slurm {
+    fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
+        Slurm::site_figures(self)
+    }
+    fn site_config(&self) -> Result<hadar_slurm::site::SiteConfig, SlurmError> {
+        Slurm::site_config(self)
+    }
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        Slurm::nodes(self)
+    }
+    fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        Slurm::set_comment(self, id, text)
+    }
+    fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
+        Slurm::jobs(self)
+    }
+    fn job(&self, id: u64) -> Result<Option<SlurmJob>, SlurmError> {
+        Slurm::job(self, id)
+    }
+    fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
+        Slurm::set_placement(self, id, spec)
+    }
+    fn start_now(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::start_now(self, id)
+    }
+    fn release(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::release(self, id)
+    }
+    fn hold(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::hold(self, id)
+    }
+    fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
+        Slurm::signal(self, id, signal)
+    }
+    fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::requeue_hold(self, id)
+    }
+    fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
+        Slurm::set_admin_comment(self, id, text)
+    }
+    fn clear_gpu_request(&self, id: u64) -> Result<(), SlurmError> {
+        Slurm::clear_gpu_request(self, id)
+    }
+    fn slurm_release(&self) -> Option<String> {
+        Slurm::slurm_release(self).ok().map(|r| r.to_string())
+    }
+    fn split_array_element(
+        &self,
+        array_id: u64,
+        task: u32,
+        admin_comment: &str,
+    ) -> Result<(), SlurmError> {
+        Slurm::split_array_element(self, array_id, task, admin_comment)
+    }
+    fn retypes_pending_jobs(&self) -> bool {
+        Slurm::slurm_release(self).is_ok_and(|r| r.retypes_pending_jobs())
+    }
+}
+
+/// Seconds since 1970 by the system clock.
+pub fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
