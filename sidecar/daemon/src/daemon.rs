@@ -13,7 +13,7 @@ use crate::fork::Forker;
 use crate::metrics::Metrics;
 use crate::sd_notify::Notifier;
 use crate::spec::{self, JobSpec, RateOrigins};
-use crate::{decide, failopen, faults, record};
+use crate::{decide, failopen, faults, summary};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::SlurmError;
 use hadar_store::{Horizon, LeaseGrant, Outcome, Store, StoreError};
@@ -24,7 +24,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 pub use crate::error::DaemonError;
-pub use crate::record::RoundReport;
+pub use crate::summary::RoundReport;
 pub use crate::slurm_api::{SlurmApi, now_unix};
 
 /// The shortest time from one round's start to the next when a notice wakes the daemon.
@@ -368,14 +368,14 @@ impl<S: SlurmApi> Daemon<S> {
                 d.text = format!("forked (HadarE): its round's copies could not start: {why}");
             }
         }
-        let mut summary = record::summary(&snap, &decision, &self.config.partitions);
+        let mut summary = summary::summary(&snap, &decision, &self.config.partitions);
         summary.decision_ms = decision_ms;
         summary.policy = if self.fork.is_some() {
             "hadar+hadare".into()
         } else {
             self.config.sidecar.policy.name().plain().to_string()
         };
-        summary.actions = record::action_texts(&enforced.done);
+        summary.actions = summary::action_texts(&enforced.done);
         self.store.write(|w| {
             w.put_round(&summary, &decisions)?;
             w.set_meta("round", &snap.round.to_string())

@@ -29,6 +29,7 @@
 //! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
 
 pub mod actions;
+pub mod apply;
 pub mod arrays;
 pub mod check;
 pub mod config;
@@ -36,7 +37,6 @@ pub mod daemon;
 pub mod decide;
 pub mod dependency;
 pub mod eligible;
-pub mod enforce;
 pub mod error;
 pub mod exclusive;
 pub mod explain;
@@ -51,7 +51,6 @@ pub mod notices;
 pub mod progress;
 pub mod read;
 pub mod reconcile;
-pub mod record;
 pub mod replay;
 pub mod sd_notify;
 pub mod shadow;
@@ -61,6 +60,7 @@ pub mod site_limits;
 pub mod slurm_api;
 pub mod snapshot;
 pub mod spec;
+pub mod summary;
 pub mod unmovable;
 pub mod upkeep;
 pub mod view;

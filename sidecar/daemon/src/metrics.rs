@@ -4,7 +4,7 @@
 //! metrics and their meaning are listed in `docs/operations.md`.
 
 use crate::error::DaemonError;
-use crate::record::RoundReport;
+use crate::summary::RoundReport;
 use hadar_store::{Phase, Store, StoreError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;

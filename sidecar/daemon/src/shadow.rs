@@ -497,7 +497,7 @@ impl<S: SlurmApi> Shadow<S> {
         let t0 = Instant::now();
         let d = crate::decide::decide(snap, &self.config, &self.table, self.policy.as_mut())?;
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let mut summary = crate::record::summary(snap, &d, &self.config.partitions);
+        let mut summary = crate::summary::summary(snap, &d, &self.config.partitions);
         summary.decision_ms = decision_ms;
         summary.policy = format!("{} (shadow)", self.config.sidecar.policy.name().plain());
         summary.slurm_release = self.slurm.slurm_release();
