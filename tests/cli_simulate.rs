@@ -1,21 +1,12 @@
 //! `hadar simulate` end to end: the default run, the JSON contract other tools read, and the
 //! Job Tracker written by `--trace-out`.
 
+#[path = "support/cli.rs"]
+mod cli;
+
+use cli::hadar;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
-
-fn hadar(args: &[&str]) -> (String, String, i32) {
-    let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar");
-    (
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-        o.status.code().unwrap(),
-    )
-}
 
 /// `hadar simulate ARGS --format json`, which must succeed, parsed.
 fn simulate_json(args: &[&str]) -> Value {

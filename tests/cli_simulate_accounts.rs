@@ -1,20 +1,11 @@
 //! `hadar simulate --accounts`: fair-share from an accounts file weighs the trace's jobs as
 //! the daemon's multifactor priority would (issue #14), and a bad file is one clear line.
 
-use serde_json::Value;
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
 
-fn hadar(args: &[&str]) -> (String, String, i32) {
-    let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar");
-    (
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-        o.status.code().unwrap(),
-    )
-}
+use cli::hadar;
+use serde_json::Value;
 
 const ACCOUNTS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

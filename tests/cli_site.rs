@@ -2,20 +2,11 @@
 //! the plan as the daemon's would, and a bad file is refused naming what is wrong and where.
 //! (`hadar site capture` needs a live Slurm: `tests/site_policy_slurm.rs`.)
 
-use serde_json::Value;
-use std::process::Command;
+#[path = "support/cli.rs"]
+mod cli;
 
-fn hadar(args: &[&str]) -> (String, String, i32) {
-    let o = Command::new(env!("CARGO_BIN_EXE_hadar"))
-        .args(args)
-        .output()
-        .expect("run hadar");
-    (
-        String::from_utf8(o.stdout).unwrap(),
-        String::from_utf8(o.stderr).unwrap(),
-        o.status.code().unwrap(),
-    )
-}
+use cli::hadar;
+use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
     let mut all = args.to_vec();

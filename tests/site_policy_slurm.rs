@@ -1061,8 +1061,8 @@ fn nodes_of(bed: &Testbed, id: u32) -> Vec<String> {
     n
 }
 
-fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
-    account(bed, "resv_acct", &["root", USER.2], &[]);
+/// Reservation [`RESV`]: node n2 for root, from now for 30 minutes.
+fn reserve_n2_for_root(bed: &Testbed) {
     bed.client(
         "scontrol",
         &[
@@ -1076,6 +1076,11 @@ fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
         ],
     )
     .unwrap_or_else(|e| panic!("scontrol create reservation: {e}"));
+}
+
+fn a_reserved_node_goes_only_to_its_reservations_jobs(bed: &mut Testbed) {
+    account(bed, "resv_acct", &["root", USER.2], &[]);
+    reserve_n2_for_root(bed);
     println!(
         "{}",
         bed.client("scontrol", &["show", "reservation", RESV])
@@ -1167,19 +1172,7 @@ fn site_capture_writes_the_rules_the_daemon_reads(bed: &mut Testbed) {
     use hadar_slurm::site::PartitionState;
     sacctmgr(bed, &["add", "qos", "cap4", "GrpTRES=gres/gpu=4"]);
     account(bed, "cap_acct", &["root"], &["cap4"]);
-    bed.client(
-        "scontrol",
-        &[
-            "create",
-            "reservation",
-            &format!("reservationname={RESV}"),
-            "starttime=now",
-            "duration=30",
-            "nodes=n2",
-            "users=root",
-        ],
-    )
-    .unwrap_or_else(|e| panic!("scontrol create reservation: {e}"));
+    reserve_n2_for_root(bed);
     bed.client("scontrol", &["update", "partitionname=gpu", "state=down"])
         .unwrap_or_else(|e| panic!("scontrol update partition: {e}"));
     let out = bed.path("site-captured.toml");

@@ -206,22 +206,31 @@ pub fn build(name: PolicyName, opts: &PolicyOptions) -> Option<Box<dyn Policy>> 
         PolicyName::Slurm => Some(Box::new(slurm_backfill::SlurmBackfill::new())),
         PolicyName::Hadar => Some(Box::new(hadar::HadarPolicy::new(opts.hadar.clone()))),
         PolicyName::HadarE => Some(Box::new(hadare::HadarEPolicy::new(opts.hadare.clone()))),
-        PolicyName::Served => {
-            let served = Box::new(crate::passes::served::ServedPolicy::new(
-                opts.served.clone(),
-                build_served_inner(opts)?,
-            ));
-            if opts.forked.is_empty() {
-                Some(served)
-            } else {
-                Some(Box::new(crate::passes::mixed::MixedPolicy::new(
-                    served,
-                    opts.hadare.clone(),
-                    opts.forked.clone(),
-                )))
-            }
-        }
+        PolicyName::Served => Some(served_around(opts, build_served_inner(opts)?, None)),
         PolicyName::LowerBound | PolicyName::LowerBoundFork => None,
+    }
+}
+
+/// The served passes of `opts` around `inner` (the round policy, [`build_served_inner`] or
+/// a wrapper of it); with forked jobs, the mixed round over them, each forked job offered
+/// the nodes `forked_offers` gives it (all without).
+pub fn served_around(
+    opts: &PolicyOptions,
+    inner: Box<dyn Policy>,
+    forked_offers: Option<crate::passes::mixed::ForkedOffers>,
+) -> Box<dyn Policy> {
+    let served = Box::new(crate::passes::served::ServedPolicy::new(
+        opts.served.clone(),
+        inner,
+    ));
+    if opts.forked.is_empty() {
+        return served;
+    }
+    let mixed =
+        crate::passes::mixed::MixedPolicy::new(served, opts.hadare.clone(), opts.forked.clone());
+    match forked_offers {
+        Some(offers) => Box::new(mixed.with_forked_offers(offers)),
+        None => Box::new(mixed),
     }
 }
 

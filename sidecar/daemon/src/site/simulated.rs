@@ -346,22 +346,9 @@ pub fn within(
     let inner = policies::build_served_inner(opts)?;
     let offers_site = site.clone();
     let offers_of = forked.clone();
+    let offers: hadar_core::passes::mixed::ForkedOffers =
+        Box::new(move |input| offers_site.forked_offers(input, &offers_of));
     Some(Box::new(SiteGate::new(site, forked, |stage| {
-        let served = Box::new(hadar_core::passes::served::ServedPolicy::new(
-            opts.served.clone(),
-            stage.around(inner),
-        ));
-        if opts.forked.is_empty() {
-            served
-        } else {
-            let mixed = hadar_core::passes::mixed::MixedPolicy::new(
-                served,
-                opts.hadare.clone(),
-                opts.forked.clone(),
-            );
-            Box::new(mixed.with_forked_offers(Box::new(move |input| {
-                offers_site.forked_offers(input, &offers_of)
-            })))
-        }
+        policies::served_around(opts, stage.around(inner), Some(offers))
     })))
 }
