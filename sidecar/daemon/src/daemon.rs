@@ -24,8 +24,8 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 pub use crate::error::DaemonError;
-pub use crate::summary::RoundReport;
 pub use crate::slurm_api::{SlurmApi, now_unix};
+pub use crate::summary::RoundReport;
 
 /// The shortest time from one round's start to the next when a notice wakes the daemon.
 pub const MIN_WOKEN_GAP: Duration = Duration::from_secs(2);
