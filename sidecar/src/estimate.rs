@@ -189,6 +189,9 @@ fn pct(x: f64) -> String {
     format!("{x:.1}")
 }
 
+/// The evaluation of the estimator against the table at `path`, as text: accuracy per GPU
+/// type, the estimated and measured rates side by side, how fast online refinement
+/// converges, and what was skipped.
 fn render_report(path: &Path, r: &EvalReport) -> String {
     let k = &r.constants_all;
     let mut out = format!(
@@ -203,6 +206,27 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         k.step_overhead_s * 1e3,
         k.layer_overhead_s * 1e3,
     );
+    out.push_str(&render_accuracy(r));
+    out.push_str(&render_rates(r));
+    out.push_str(&render_refinement(r));
+    if !r.skipped_job_types.is_empty() {
+        out.push_str(&format!(
+            "skipped job types (no traits): {}\n",
+            r.skipped_job_types.join(", ")
+        ));
+    }
+    if !r.skipped_gpu_types.is_empty() {
+        out.push_str(&format!(
+            "skipped GPU types (not in the GPU table): {}\n",
+            r.skipped_gpu_types.join(", ")
+        ));
+    }
+    out
+}
+
+/// The leave-one-job-out accuracy per GPU type and overall, with the in-sample error for
+/// contrast.
+fn render_accuracy(r: &EvalReport) -> String {
     let mut t = Table::new(&[
         "GPU type",
         "jobs",
@@ -233,13 +257,18 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         format!("{:.3}", o.kendall),
         o.multi_worker_mape_pct.map(pct).unwrap_or_default(),
     ]);
-    out.push_str(&t.render());
+    let mut out = t.render();
     out.push_str(&format!(
         "mean per-type Spearman {:.3}; in-sample MAPE with constants fitted on all job types {}% (for contrast)\n\n",
         o.mean_type_spearman,
         pct(o.in_sample_mape_pct)
     ));
-    out.push_str("single-worker steps/s, estimated / measured:\n");
+    out
+}
+
+/// Each job type's single-worker rate per GPU type, estimated beside measured.
+fn render_rates(r: &EvalReport) -> String {
+    let mut out = String::from("single-worker steps/s, estimated / measured:\n");
     let mut header = vec!["job type".to_string()];
     header.extend(r.gpu_types.iter().cloned());
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
@@ -258,9 +287,15 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         t.row(row);
     }
     out.push_str(&t.render());
+    out
+}
+
+/// How many rounds of online refinement the estimates took to come within tolerance, and
+/// what one observation on a type does to the estimates on the job's other types.
+fn render_refinement(r: &EvalReport) -> String {
     let c = &r.refinement;
     let s = &c.settings;
-    out.push_str(&format!(
+    let mut out = format!(
         "\nonline refinement (each job observed on one GPU type per round; measurements = true rate x (1 + {} z), seed {}):\n\
          \x20 {} of {} (job, GPU type) cells within {}% after a median of {} rounds (90th percentile {}, max {}); {} already within from the prior; {} within at round {}\n",
         s.noise,
@@ -268,31 +303,25 @@ fn render_report(path: &Path, r: &EvalReport) -> String {
         c.reached,
         c.cells,
         s.tolerance * 100.0,
-        c.median_rounds.map(|m| format!("{m}")).unwrap_or_else(|| "-".into()),
-        c.p90_rounds.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
-        c.max_rounds_needed.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+        c.median_rounds
+            .map(|m| format!("{m}"))
+            .unwrap_or_else(|| "-".into()),
+        c.p90_rounds
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| "-".into()),
+        c.max_rounds_needed
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| "-".into()),
         c.prior_within,
         c.within_at_end,
         s.max_rounds,
-    ));
+    );
     for x in &c.cross_type {
         out.push_str(&format!(
             "  one observation on {}: MAPE on the job's other GPU types {}% -> {}%\n",
             x.observed_type,
             pct(x.others_prior_mape_pct),
             pct(x.others_after_one_mape_pct)
-        ));
-    }
-    if !r.skipped_job_types.is_empty() {
-        out.push_str(&format!(
-            "skipped job types (no traits): {}\n",
-            r.skipped_job_types.join(", ")
-        ));
-    }
-    if !r.skipped_gpu_types.is_empty() {
-        out.push_str(&format!(
-            "skipped GPU types (not in the GPU table): {}\n",
-            r.skipped_gpu_types.join(", ")
         ));
     }
     out

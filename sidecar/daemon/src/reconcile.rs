@@ -84,7 +84,6 @@ pub fn reconcile(
     decode: &dyn Fn(&str) -> Result<JobSpec, String>,
     untrusted: &BTreeSet<u64>,
 ) -> Vec<Event> {
-    let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
     let mut events = Vec::new();
     let by_id: BTreeMap<u64, &SlurmJob> = slurm_jobs.iter().map(|j| (j.id, j)).collect();
     let fresh = adopt(
@@ -108,75 +107,113 @@ pub fn reconcile(
             events.push(Event::Finished(row.id, "vanished".into()));
             continue;
         };
-        let left_hold = row.phase == Phase::Waiting
-            && !(fresh.contains(&row.id) && has_gpus(sj))
-            && (sj.status == JobStatus::Running
-                || (sj.status == JobStatus::Pending && !sj.is_held()));
-        if left_hold {
-            events.push(Event::LeftHold {
-                job: row.id,
-                running: sj.status == JobStatus::Running,
-            });
-            continue;
-        }
-        row.restarts = sj.restarts;
-        if row.group_id.is_none() {
-            row.group_id = sj.group_id;
-        }
-        if row.bound_types.is_none() {
-            // A typed request the store has no record of (a crash right after Slurm took it,
-            // a rebuilt database) binds the job all the same: read it back from Slurm.
-            let types = sj.requested_gpu_types();
-            if !types.is_empty() {
-                row.bound_types = Some(types);
-            }
-        }
-        let report = sj.comment.as_deref().and_then(Progress::decode);
-        if let Some(p) = report
-            && (p.steps != row.steps_done || row.last_rate != Some(p.rate))
-        {
-            row.steps_done = p.steps;
-            row.last_rate = Some(p.rate);
-            row.last_report_s = Some(now_s);
-            if sj.status == JobStatus::Running && p.rate > 0.0 {
-                events.push(Event::Progress {
-                    job: row.id,
-                    rate: p.rate,
-                    placement: allocation(sj),
-                });
-            }
-        }
-        match &sj.status {
-            s if s.is_terminal() => {
-                ran_unseen(row, sj, now_s, epoch_unix);
-                account(row, now_s, rel(sj.end_time));
-                row.phase = Phase::Finished;
-                row.final_state = Some(s.as_str().to_string());
-                row.finished_s = Some(rel(sj.end_time).unwrap_or(now_s).min(now_s));
-                events.push(Event::Finished(row.id, s.as_str().to_string()));
-            }
-            JobStatus::Running => seen_running(row, sj, now_s, epoch_unix, &mut events),
-            JobStatus::Pending => {
-                account(row, now_s, None);
-                row.accounted_s = None;
-                if sj.is_held() {
-                    if matches!(
-                        row.phase,
-                        Phase::Running | Phase::Preempting | Phase::Starting
-                    ) && sj.restarts > 0
-                    {
-                        events.push(Event::Requeued(row.id));
-                    }
-                    row.phase = Phase::Waiting;
-                    row.placement = None;
-                } else if row.phase != Phase::Starting {
-                    row.phase = Phase::Starting;
-                }
-            }
-            _ => {}
-        }
+        reconcile_row(
+            row,
+            sj,
+            fresh.contains(&row.id),
+            now_s,
+            epoch_unix,
+            &mut events,
+        );
     }
     events
+}
+
+/// Brings one unfinished row in line with its job `sj` as Slurm shows it; `fresh` when the
+/// row was adopted this round.
+fn reconcile_row(
+    row: &mut JobRow,
+    sj: &SlurmJob,
+    fresh: bool,
+    now_s: f64,
+    epoch_unix: f64,
+    events: &mut Vec<Event>,
+) {
+    let left_hold = row.phase == Phase::Waiting
+        && !(fresh && has_gpus(sj))
+        && (sj.status == JobStatus::Running || (sj.status == JobStatus::Pending && !sj.is_held()));
+    if left_hold {
+        events.push(Event::LeftHold {
+            job: row.id,
+            running: sj.status == JobStatus::Running,
+        });
+        return;
+    }
+    row.restarts = sj.restarts;
+    if row.group_id.is_none() {
+        row.group_id = sj.group_id;
+    }
+    if row.bound_types.is_none() {
+        // A typed request the store has no record of (a crash right after Slurm took it,
+        // a rebuilt database) binds the job all the same: read it back from Slurm.
+        let types = sj.requested_gpu_types();
+        if !types.is_empty() {
+            row.bound_types = Some(types);
+        }
+    }
+    take_progress_report(row, sj, now_s, events);
+    follow_status(row, sj, now_s, epoch_unix, events);
+}
+
+/// Takes the progress report in the job's comment, if it says something new; a running
+/// job's report with a rate is an event, for learning.
+fn take_progress_report(row: &mut JobRow, sj: &SlurmJob, now_s: f64, events: &mut Vec<Event>) {
+    let report = sj.comment.as_deref().and_then(Progress::decode);
+    if let Some(p) = report
+        && (p.steps != row.steps_done || row.last_rate != Some(p.rate))
+    {
+        row.steps_done = p.steps;
+        row.last_rate = Some(p.rate);
+        row.last_report_s = Some(now_s);
+        if sj.status == JobStatus::Running && p.rate > 0.0 {
+            events.push(Event::Progress {
+                job: row.id,
+                rate: p.rate,
+                placement: allocation(sj),
+            });
+        }
+    }
+}
+
+/// Moves the row's phase to follow the job's Slurm state: finished, running, or waiting
+/// (held) or starting (released) while pending.
+fn follow_status(
+    row: &mut JobRow,
+    sj: &SlurmJob,
+    now_s: f64,
+    epoch_unix: f64,
+    events: &mut Vec<Event>,
+) {
+    let rel = |t: Option<i64>| t.map(|t| t as f64 - epoch_unix);
+    match &sj.status {
+        s if s.is_terminal() => {
+            ran_unseen(row, sj, now_s, epoch_unix);
+            account(row, now_s, rel(sj.end_time));
+            row.phase = Phase::Finished;
+            row.final_state = Some(s.as_str().to_string());
+            row.finished_s = Some(rel(sj.end_time).unwrap_or(now_s).min(now_s));
+            events.push(Event::Finished(row.id, s.as_str().to_string()));
+        }
+        JobStatus::Running => seen_running(row, sj, now_s, epoch_unix, events),
+        JobStatus::Pending => {
+            account(row, now_s, None);
+            row.accounted_s = None;
+            if sj.is_held() {
+                if matches!(
+                    row.phase,
+                    Phase::Running | Phase::Preempting | Phase::Starting
+                ) && sj.restarts > 0
+                {
+                    events.push(Event::Requeued(row.id));
+                }
+                row.phase = Phase::Waiting;
+                row.placement = None;
+            } else if row.phase != Phase::Starting {
+                row.phase = Phase::Starting;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Rows for the managed jobs the store does not know yet (Slurm's unseen, unfinished ones

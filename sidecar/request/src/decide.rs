@@ -444,6 +444,23 @@ fn check_against_inventory(
     } else {
         "the whole cluster".to_string()
     };
+    check_type_names(request, directives, inventory)?;
+    check_capacity(
+        request,
+        min_nodes,
+        directives.job.gpu_types.as_deref(),
+        &usable_nodes,
+        scope,
+    )
+}
+
+/// Checks that every GPU type the request and its directives name exists in the cluster,
+/// and that the request's types are among the job's `gpu-types=`, if it limits them.
+fn check_type_names(
+    request: &GpuRequest,
+    directives: &Directives,
+    inventory: &Inventory,
+) -> Result<(), RequestError> {
     let known = || inventory.type_names().join(", ");
     let unknown = |t: &str, place| RequestError::UnknownType {
         gpu_type: t.to_string(),
@@ -481,7 +498,19 @@ fn check_against_inventory(
             });
         }
     }
+    Ok(())
+}
 
+/// Checks that `usable_nodes` (those of the job's partitions, `scope` naming them in an
+/// error) can hold the request: a per-job request in their sum, a per-node one on enough of
+/// them. `allowed` limits the types an untyped count may use.
+fn check_capacity(
+    request: &GpuRequest,
+    min_nodes: Option<u32>,
+    allowed: Option<&[String]>,
+    usable_nodes: &[&crate::inventory::NodeGpus],
+    scope: String,
+) -> Result<(), RequestError> {
     let per_node_need = |node: &crate::inventory::NodeGpus| {
         request.counts.iter().all(|c| match &c.gpu_type {
             Some(t) => u64::from(node.typed.get(t).copied().unwrap_or(0)) >= u64::from(c.count),

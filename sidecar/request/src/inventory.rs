@@ -130,6 +130,8 @@ impl Inventory {
         Ok(inv)
     }
 
+    /// Reads the lines of one file (the top one or an `Include`d one) into the inventory,
+    /// `depth` counting the includes that led here.
     fn read(
         &mut self,
         file: &str,
@@ -167,82 +169,107 @@ impl Inventory {
                 .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v)))
                 .collect();
             if let Some((_, name)) = pairs.first().filter(|(k, _)| k == "partitionname") {
-                let nodes = pairs
-                    .iter()
-                    .find(|(k, _)| k == "nodes")
-                    .map(|(_, v)| v.to_string());
-                if name.eq_ignore_ascii_case("default") {
-                    if nodes.is_some() {
-                        defaults.partition_nodes = nodes;
-                    }
-                    continue;
-                }
-                let nodes = match nodes.or_else(|| defaults.partition_nodes.clone()) {
-                    Some(n) if n.eq_ignore_ascii_case("all") => PartitionNodes::All,
-                    Some(n) => {
-                        PartitionNodes::Names(expand_hostlist(&n, MAX_NODES).map_err(|_| {
-                            InventoryError::Hostlist {
-                                file: file.to_string(),
-                                line: line_no,
-                                text: crate::excerpt(&n),
-                            }
-                        })?)
-                    }
-                    None => PartitionNodes::Names(Vec::new()),
-                };
-                self.partitions.retain(|p| p.name != *name);
-                self.partitions.push(Partition {
-                    name: name.to_string(),
-                    nodes,
-                });
+                self.read_partition_line(file, line_no, name, &pairs, defaults)?;
                 continue;
             }
-            let Some((_, names)) = pairs.first().filter(|(k, _)| k == "nodename") else {
-                continue;
+            if let Some((_, names)) = pairs.first().filter(|(k, _)| k == "nodename") {
+                self.read_node_line(file, line_no, names, &pairs, defaults)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one `PartitionName=` line (its `key=value` `pairs`): a `DEFAULT` line sets the
+    /// nodes of later partitions that name none, any other defines (or redefines) `name`.
+    fn read_partition_line(
+        &mut self,
+        file: &str,
+        line_no: usize,
+        name: &str,
+        pairs: &[(String, &str)],
+        defaults: &mut Defaults,
+    ) -> Result<(), InventoryError> {
+        let nodes = pairs
+            .iter()
+            .find(|(k, _)| k == "nodes")
+            .map(|(_, v)| v.to_string());
+        if name.eq_ignore_ascii_case("default") {
+            if nodes.is_some() {
+                defaults.partition_nodes = nodes;
+            }
+            return Ok(());
+        }
+        let nodes = match nodes.or_else(|| defaults.partition_nodes.clone()) {
+            Some(n) if n.eq_ignore_ascii_case("all") => PartitionNodes::All,
+            Some(n) => PartitionNodes::Names(expand_hostlist(&n, MAX_NODES).map_err(|_| {
+                InventoryError::Hostlist {
+                    file: file.to_string(),
+                    line: line_no,
+                    text: crate::excerpt(&n),
+                }
+            })?),
+            None => PartitionNodes::Names(Vec::new()),
+        };
+        self.partitions.retain(|p| p.name != *name);
+        self.partitions.push(Partition {
+            name: name.to_string(),
+            nodes,
+        });
+        Ok(())
+    }
+
+    /// Reads one `NodeName=` line (its `key=value` `pairs`): a `DEFAULT` line sets the GRES
+    /// of later nodes that declare none, any other defines the nodes `names` expands to, a
+    /// node already defined being replaced in place.
+    fn read_node_line(
+        &mut self,
+        file: &str,
+        line_no: usize,
+        names: &str,
+        pairs: &[(String, &str)],
+        defaults: &mut Defaults,
+    ) -> Result<(), InventoryError> {
+        let gres = pairs
+            .iter()
+            .find(|(k, _)| k == "gres")
+            .map(|(_, v)| v.to_string());
+        if names.eq_ignore_ascii_case("default") {
+            if gres.is_some() {
+                defaults.gres = gres;
+            }
+            return Ok(());
+        }
+        let gres = gres.or_else(|| defaults.gres.clone());
+        let (typed, untyped) = parse_node_gres(gres.as_deref().unwrap_or("")).map_err(|text| {
+            InventoryError::Gres {
+                file: file.to_string(),
+                line: line_no,
+                text: crate::excerpt(&text),
+            }
+        })?;
+        let expanded =
+            expand_hostlist(names, MAX_NODES - self.nodes.len()).map_err(|e| match e {
+                HostlistError::Malformed => InventoryError::Hostlist {
+                    file: file.to_string(),
+                    line: line_no,
+                    text: crate::excerpt(names),
+                },
+                HostlistError::TooMany => InventoryError::TooManyNodes {
+                    file: file.to_string(),
+                    line: line_no,
+                },
+            })?;
+        for name in expanded {
+            let node = NodeGpus {
+                name: name.clone(),
+                typed: typed.clone(),
+                untyped,
             };
-            let gres = pairs
-                .iter()
-                .find(|(k, _)| k == "gres")
-                .map(|(_, v)| v.to_string());
-            if names.eq_ignore_ascii_case("default") {
-                if gres.is_some() {
-                    defaults.gres = gres;
-                }
-                continue;
-            }
-            let gres = gres.or_else(|| defaults.gres.clone());
-            let (typed, untyped) =
-                parse_node_gres(gres.as_deref().unwrap_or("")).map_err(|text| {
-                    InventoryError::Gres {
-                        file: file.to_string(),
-                        line: line_no,
-                        text: crate::excerpt(&text),
-                    }
-                })?;
-            let expanded =
-                expand_hostlist(names, MAX_NODES - self.nodes.len()).map_err(|e| match e {
-                    HostlistError::Malformed => InventoryError::Hostlist {
-                        file: file.to_string(),
-                        line: line_no,
-                        text: crate::excerpt(names),
-                    },
-                    HostlistError::TooMany => InventoryError::TooManyNodes {
-                        file: file.to_string(),
-                        line: line_no,
-                    },
-                })?;
-            for name in expanded {
-                let node = NodeGpus {
-                    name: name.clone(),
-                    typed: typed.clone(),
-                    untyped,
-                };
-                match defaults.node_index.get(&name) {
-                    Some(&i) => self.nodes[i] = node,
-                    None => {
-                        defaults.node_index.insert(name, self.nodes.len());
-                        self.nodes.push(node);
-                    }
+            match defaults.node_index.get(&name) {
+                Some(&i) => self.nodes[i] = node,
+                None => {
+                    defaults.node_index.insert(name, self.nodes.len());
+                    self.nodes.push(node);
                 }
             }
         }

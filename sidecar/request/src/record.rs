@@ -125,103 +125,123 @@ impl Record {
         if words.next() != Some(TAG) {
             return Err(RecordError::NotARecord(crate::excerpt(text)));
         }
-        let mut gpus = None;
-        let mut nodes = None;
-        let mut het_offset = None;
-        let mut tasks = None;
-        let mut gpus_per_task = None;
-        let mut cpus_per_gpu = None;
-        let mut mem_per_gpu_mb = None;
-        let mut directive_words = Vec::new();
-        let mut user_hold = false;
-        let mut array = false;
-        let mut array_throttle = None;
-        let mut exclusive = false;
+        let mut fields = RecordFields::default();
         for word in words {
-            if word == USER_HOLD {
-                user_hold = true;
-                continue;
-            }
-            let (key, value) = word
-                .split_once('=')
-                .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
-            match key {
-                "gpus" | "gpus-per-node" => {
-                    if gpus.is_some() {
-                        return Err(RecordError::Field(crate::excerpt(word)));
-                    }
-                    let scope = if key == "gpus" {
-                        Scope::PerJob
-                    } else {
-                        Scope::PerNode
-                    };
-                    gpus = Some(
-                        decode_spec(value, scope)
-                            .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?,
-                    );
-                }
-                "array" | "exclusive" if value == "yes" => {
-                    let flag = if key == "array" {
-                        &mut array
-                    } else {
-                        &mut exclusive
-                    };
-                    if std::mem::replace(flag, true) {
-                        return Err(RecordError::Field(crate::excerpt(word)));
-                    }
-                }
-                "nodes" | "het" | "tasks" | "gpus-per-task" | "array-throttle" => {
-                    let n: u32 = value
-                        .parse()
-                        .map_err(|_| RecordError::Field(crate::excerpt(word)))?;
-                    let slot = match key {
-                        "nodes" => &mut nodes,
-                        "het" => &mut het_offset,
-                        "tasks" => &mut tasks,
-                        "array-throttle" => &mut array_throttle,
-                        _ => &mut gpus_per_task,
-                    };
-                    if slot.replace(n).is_some() {
-                        return Err(RecordError::Field(crate::excerpt(word)));
-                    }
-                }
-                "cpus-per-gpu" | "mem-per-gpu" => {
-                    let n: u64 = value
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
-                    let slot = match key {
-                        "cpus-per-gpu" => &mut cpus_per_gpu,
-                        _ => &mut mem_per_gpu_mb,
-                    };
-                    if slot.replace(n).is_some() {
-                        return Err(RecordError::Field(crate::excerpt(word)));
-                    }
-                }
-                // The fail-open mark is the fail-open command's, not part of the request.
-                FAIL_OPEN_RELEASING | FAIL_OPEN_RELEASED => {
-                    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                        return Err(RecordError::Field(crate::excerpt(word)));
-                    }
-                }
-                _ => directive_words.push(word),
-            }
+            fields.read_word(word)?;
         }
+        fields.into_record()
+    }
+}
+
+/// The fields of a record being decoded, gathered word by word.
+#[derive(Default)]
+struct RecordFields<'a> {
+    gpus: Option<GpuRequest>,
+    nodes: Option<u32>,
+    het_offset: Option<u32>,
+    tasks: Option<u32>,
+    gpus_per_task: Option<u32>,
+    cpus_per_gpu: Option<u64>,
+    mem_per_gpu_mb: Option<u64>,
+    /// The words the directive parser reads, kept for it in their order.
+    directive_words: Vec<&'a str>,
+    user_hold: bool,
+    array: bool,
+    array_throttle: Option<u32>,
+    exclusive: bool,
+}
+
+impl<'a> RecordFields<'a> {
+    /// Takes one word of the record, refusing a malformed or repeated field.
+    fn read_word(&mut self, word: &'a str) -> Result<(), RecordError> {
+        if word == USER_HOLD {
+            self.user_hold = true;
+            return Ok(());
+        }
+        let (key, value) = word
+            .split_once('=')
+            .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
+        match key {
+            "gpus" | "gpus-per-node" => {
+                if self.gpus.is_some() {
+                    return Err(RecordError::Field(crate::excerpt(word)));
+                }
+                let scope = if key == "gpus" {
+                    Scope::PerJob
+                } else {
+                    Scope::PerNode
+                };
+                self.gpus = Some(
+                    decode_spec(value, scope)
+                        .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?,
+                );
+            }
+            "array" | "exclusive" if value == "yes" => {
+                let flag = if key == "array" {
+                    &mut self.array
+                } else {
+                    &mut self.exclusive
+                };
+                if std::mem::replace(flag, true) {
+                    return Err(RecordError::Field(crate::excerpt(word)));
+                }
+            }
+            "nodes" | "het" | "tasks" | "gpus-per-task" | "array-throttle" => {
+                let n: u32 = value
+                    .parse()
+                    .map_err(|_| RecordError::Field(crate::excerpt(word)))?;
+                let slot = match key {
+                    "nodes" => &mut self.nodes,
+                    "het" => &mut self.het_offset,
+                    "tasks" => &mut self.tasks,
+                    "array-throttle" => &mut self.array_throttle,
+                    _ => &mut self.gpus_per_task,
+                };
+                if slot.replace(n).is_some() {
+                    return Err(RecordError::Field(crate::excerpt(word)));
+                }
+            }
+            "cpus-per-gpu" | "mem-per-gpu" => {
+                let n: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| RecordError::Field(crate::excerpt(word)))?;
+                let slot = match key {
+                    "cpus-per-gpu" => &mut self.cpus_per_gpu,
+                    _ => &mut self.mem_per_gpu_mb,
+                };
+                if slot.replace(n).is_some() {
+                    return Err(RecordError::Field(crate::excerpt(word)));
+                }
+            }
+            // The fail-open mark is the fail-open command's, not part of the request.
+            FAIL_OPEN_RELEASING | FAIL_OPEN_RELEASED => {
+                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(RecordError::Field(crate::excerpt(word)));
+                }
+            }
+            _ => self.directive_words.push(word),
+        }
+        Ok(())
+    }
+
+    /// The record the gathered fields make, its directive words parsed.
+    fn into_record(self) -> Result<Record, RecordError> {
         let mut directives = Directives::default();
-        directives.add_words(&directive_words.join(" "), Origin::Record)?;
-        directives.job.tasks = tasks;
-        directives.job.gpus_per_task = gpus_per_task;
-        directives.job.cpus_per_gpu = cpus_per_gpu;
-        directives.job.mem_per_gpu_mb = mem_per_gpu_mb;
-        directives.job.user_hold = user_hold;
-        directives.job.array = array;
-        directives.job.array_throttle = array_throttle;
-        directives.job.exclusive = exclusive;
+        directives.add_words(&self.directive_words.join(" "), Origin::Record)?;
+        directives.job.tasks = self.tasks;
+        directives.job.gpus_per_task = self.gpus_per_task;
+        directives.job.cpus_per_gpu = self.cpus_per_gpu;
+        directives.job.mem_per_gpu_mb = self.mem_per_gpu_mb;
+        directives.job.user_hold = self.user_hold;
+        directives.job.array = self.array;
+        directives.job.array_throttle = self.array_throttle;
+        directives.job.exclusive = self.exclusive;
         Ok(Record {
-            gpus: gpus.ok_or(RecordError::NoGpus)?,
-            nodes,
-            het_offset,
+            gpus: self.gpus.ok_or(RecordError::NoGpus)?,
+            nodes: self.nodes,
+            het_offset: self.het_offset,
             directives: directives.job,
         })
     }

@@ -201,21 +201,10 @@ pub fn simulate_with(
         busy_by_type: vec![0.0f64; types],
         ..Tally::default()
     };
-    let mut rounds_without_progress = 0u64;
+    let mut stalled_rounds = 0u64;
 
     loop {
-        while next < order.len() && order[next].arrival_s <= now {
-            let truth = order[next].clone();
-            let mut t = Tracked::new(truth.clone(), types);
-            if let Some(b) = beliefs.as_deref_mut() {
-                t.state.job = Arc::new(Job {
-                    throughput: b.on_arrival(&truth),
-                    ..(*truth).clone()
-                });
-            }
-            active.push(t);
-            next += 1;
-        }
+        next = admit_arrivals(&order, next, now, &mut active, types, &mut beliefs);
         if active.is_empty() {
             if next < order.len() {
                 now = order[next].arrival_s + read_s;
@@ -239,23 +228,19 @@ pub fn simulate_with(
             },
         )?;
 
+        let next_arrival = order.get(next).map(|j| j.arrival_s);
         if plan.assignments.is_empty() && flying.is_empty() {
-            for t in &mut active {
-                t.state.placement = None;
+            match wait_for_arrival(&mut active, next_arrival, read_s, now) {
+                Some(until) => {
+                    now = until;
+                    tally.rounds += 1;
+                    continue;
+                }
+                None => return Err(stuck(name, now, &active, &plan)),
             }
-            if next < order.len() {
-                let until = (order[next].arrival_s + read_s).max(now);
-                add_contention(&mut active, until - now);
-                now = until;
-                tally.rounds += 1;
-                continue;
-            }
-            return Err(stuck(name, now, &active, &plan));
         }
 
-        let round_len =
-            cfg.model
-                .round_length(cfg.round_s, now, order.get(next).map(|j| j.arrival_s));
+        let round_len = cfg.model.round_length(cfg.round_s, now, next_arrival);
         let record = play_round(
             &mut active,
             &plan,
@@ -268,37 +253,8 @@ pub fn simulate_with(
         let end = record.end_s;
         observe(&record);
         tally.rounds += 1;
-        if record.runs.iter().any(|r| r.steps > 0.0) {
-            rounds_without_progress = 0;
-        } else {
-            rounds_without_progress += 1;
-            if rounds_without_progress >= cfg.max_rounds_without_progress {
-                return Err(SimError::NoProgress {
-                    policy: name,
-                    rounds: rounds_without_progress,
-                    at_s: end,
-                    active: active.len(),
-                    restart_s: cfg.restart_s,
-                    round_s: cfg.round_s,
-                    start_s: cfg.model.start_latency_s,
-                });
-            }
-        }
-
-        let mut still = Vec::with_capacity(active.len());
-        for mut t in active {
-            if t.state.remaining_steps <= 0.0 && !t.in_flight(end) {
-                // On the daemon's clock a forked job ends when the next round counts its
-                // copies' steps: at the end of this one.
-                if cfg.model.fixed_rounds && t.forked() {
-                    t.stop_s = end;
-                }
-                outcomes.push(t.finish());
-            } else {
-                still.push(t);
-            }
-        }
-        active = still;
+        check_progress(&record, &mut stalled_rounds, cfg, &name, active.len())?;
+        active = retire_finished(active, end, cfg, &mut outcomes);
         now = end;
     }
     Ok(report(
@@ -309,6 +265,102 @@ pub fn simulate_with(
         tally,
         order.len(),
     ))
+}
+
+/// Adds the jobs of `order` from `next` on that have arrived by `now` to `active`, each
+/// planned with the throughputs `beliefs` give it when there are beliefs. Returns the index
+/// of the next job still to arrive.
+fn admit_arrivals(
+    order: &[Arc<Job>],
+    mut next: usize,
+    now: f64,
+    active: &mut Vec<Tracked>,
+    types: usize,
+    beliefs: &mut Option<&mut dyn crate::Beliefs>,
+) -> usize {
+    while next < order.len() && order[next].arrival_s <= now {
+        let truth = order[next].clone();
+        let mut t = Tracked::new(truth.clone(), types);
+        if let Some(b) = beliefs.as_deref_mut() {
+            t.state.job = Arc::new(Job {
+                throughput: b.on_arrival(&truth),
+                ..(*truth).clone()
+            });
+        }
+        active.push(t);
+        next += 1;
+    }
+    next
+}
+
+/// A round in which nothing runs: every job loses its placement and waits until the next
+/// arrival is read (`next_arrival`, `None` when no job is left to arrive). Returns that
+/// time, or `None` when there is nothing to wait for.
+fn wait_for_arrival(
+    active: &mut [Tracked],
+    next_arrival: Option<f64>,
+    read_s: f64,
+    now: f64,
+) -> Option<f64> {
+    for t in active.iter_mut() {
+        t.state.placement = None;
+    }
+    let until = (next_arrival? + read_s).max(now);
+    add_contention(active, until - now);
+    Some(until)
+}
+
+/// Counts the rounds in a row in which no job advanced (`stalled_rounds`, this round's
+/// `record` included), and stops the run once there are too many: a policy that never lets
+/// a job advance would otherwise play until `max_rounds`.
+fn check_progress(
+    record: &RoundRecord,
+    stalled_rounds: &mut u64,
+    cfg: &SimConfig,
+    policy: &str,
+    active: usize,
+) -> Result<(), SimError> {
+    if record.runs.iter().any(|r| r.steps > 0.0) {
+        *stalled_rounds = 0;
+    } else {
+        *stalled_rounds += 1;
+        if *stalled_rounds >= cfg.max_rounds_without_progress {
+            return Err(SimError::NoProgress {
+                policy: policy.to_string(),
+                rounds: *stalled_rounds,
+                at_s: record.end_s,
+                active,
+                restart_s: cfg.restart_s,
+                round_s: cfg.round_s,
+                start_s: cfg.model.start_latency_s,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Moves the jobs done by `end` (no steps left, no copies in flight) from `active` to
+/// `outcomes`; returns the jobs still active.
+fn retire_finished(
+    active: Vec<Tracked>,
+    end: f64,
+    cfg: &SimConfig,
+    outcomes: &mut Vec<JobOutcome>,
+) -> Vec<Tracked> {
+    let mut still = Vec::with_capacity(active.len());
+    for mut t in active {
+        if t.state.remaining_steps <= 0.0 && !t.in_flight(end) {
+            // On the daemon's clock a forked job ends when the next round counts its
+            // copies' steps: at the end of this one.
+            if cfg.model.fixed_rounds && t.forked() {
+                t.stop_s = end;
+            }
+            outcomes.push(t.finish());
+        } else {
+            still.push(t);
+        }
+    }
+    still
 }
 
 /// The round's plan, checked: the active jobs whose copies are not in flight, as the model

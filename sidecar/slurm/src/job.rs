@@ -452,10 +452,7 @@ pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
 }
 
 fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
-    let bad = |detail: String| SlurmError::Parse {
-        what: "scontrol show job",
-        detail,
-    };
+    let bad = job_parse_error;
     let id_text = r
         .value("JobId")
         .ok_or_else(|| bad("a record without JobId".into()))?;
@@ -481,22 +478,8 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
     let nodes = node_list("NodeList")?;
     let req_nodes = node_list("ReqNodeList")?;
     let exc_nodes = node_list("ExcNodeList")?;
-    let mut alloc: Vec<NodeAlloc> = Vec::new();
-    for d in &r.details {
-        let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
-        let names = hostlist::expand(get("Nodes").unwrap_or(""))
-            .map_err(|e| bad(format!("job {id}: {e}")))?;
-        let gpus = match get("GRES").filter(|g| !g.is_empty() && *g != "(null)") {
-            Some(g) => parse_gres(g).ok_or_else(|| bad(format!("job {id}: GRES={g}")))?,
-            None => Vec::new(),
-        };
-        for node in names {
-            alloc.push(NodeAlloc {
-                node,
-                gpus: gpus.clone(),
-            });
-        }
-    }
+    let alloc = allocation_from_record(r, id)?;
+    let array = array_from_record(r, id)?;
     Ok(SlurmJob {
         id,
         name: r.get("JobName").unwrap_or("").to_string(),
@@ -524,38 +507,80 @@ fn job_from_record(r: &Record) -> Result<SlurmJob, SlurmError> {
         start_time: r.value("StartTime").and_then(parse_time),
         end_time: r.value("EndTime").and_then(parse_time),
         exit_code: r.value("ExitCode").map(str::to_string),
-        site: JobSite {
-            dependency: r.value("Dependency").map(str::to_string),
-            eligible_time: r.value("EligibleTime").and_then(parse_time),
-            account: r.value("Account").map(str::to_string),
-            qos: r.value("QOS").map(str::to_string),
-            time_limit_min: r.value("TimeLimit").and_then(parse_minutes),
-            cpus: r.value("NumCPUs").and_then(|v| v.parse().ok()),
-            mem_per_node_mb: r
-                .value("MinMemoryNode")
-                .and_then(parse_mb)
-                .filter(|m| *m > 0),
-            tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
-            deadline: r.value("Deadline").and_then(parse_time),
-            licenses: r.value("Licenses").map(str::to_string),
-            requeue: match r.value("Requeue") {
-                Some("1") => Some(true),
-                Some("0") => Some(false),
-                _ => None,
-            },
-        },
-        array: match (r.value("ArrayJobId"), r.value("ArrayTaskId")) {
-            (Some(a), Some(t)) => {
-                let a = a.parse().map_err(|_| bad(format!("ArrayJobId={a}")))?;
-                let throttle = r.value("ArrayTaskThrottle").and_then(|v| v.parse().ok());
-                Some(
-                    ArrayPart::parse(a, t, throttle)
-                        .ok_or_else(|| bad(format!("job {id}: ArrayTaskId={t}")))?,
-                )
-            }
+        site: site_from_record(r),
+        array,
+    })
+}
+
+/// Why a record of `scontrol show job` could not be read.
+fn job_parse_error(detail: String) -> SlurmError {
+    SlurmError::Parse {
+        what: "scontrol show job",
+        detail,
+    }
+}
+
+/// The allocation of job `id` from its record's detail lines: each names nodes and the GRES
+/// each of them holds.
+fn allocation_from_record(r: &Record, id: u64) -> Result<Vec<NodeAlloc>, SlurmError> {
+    let bad = job_parse_error;
+    let mut alloc: Vec<NodeAlloc> = Vec::new();
+    for d in &r.details {
+        let get = |k: &str| d.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let names = hostlist::expand(get("Nodes").unwrap_or(""))
+            .map_err(|e| bad(format!("job {id}: {e}")))?;
+        let gpus = match get("GRES").filter(|g| !g.is_empty() && *g != "(null)") {
+            Some(g) => parse_gres(g).ok_or_else(|| bad(format!("job {id}: GRES={g}")))?,
+            None => Vec::new(),
+        };
+        for node in names {
+            alloc.push(NodeAlloc {
+                node,
+                gpus: gpus.clone(),
+            });
+        }
+    }
+    Ok(alloc)
+}
+
+/// The array part of job `id`, `None` when its record is not an array's.
+fn array_from_record(r: &Record, id: u64) -> Result<Option<ArrayPart>, SlurmError> {
+    let bad = job_parse_error;
+    Ok(match (r.value("ArrayJobId"), r.value("ArrayTaskId")) {
+        (Some(a), Some(t)) => {
+            let a = a.parse().map_err(|_| bad(format!("ArrayJobId={a}")))?;
+            let throttle = r.value("ArrayTaskThrottle").and_then(|v| v.parse().ok());
+            Some(
+                ArrayPart::parse(a, t, throttle)
+                    .ok_or_else(|| bad(format!("job {id}: ArrayTaskId={t}")))?,
+            )
+        }
+        _ => None,
+    })
+}
+
+/// The job's eligibility and accounting fields, as its record shows them.
+fn site_from_record(r: &Record) -> JobSite {
+    JobSite {
+        dependency: r.value("Dependency").map(str::to_string),
+        eligible_time: r.value("EligibleTime").and_then(parse_time),
+        account: r.value("Account").map(str::to_string),
+        qos: r.value("QOS").map(str::to_string),
+        time_limit_min: r.value("TimeLimit").and_then(parse_minutes),
+        cpus: r.value("NumCPUs").and_then(|v| v.parse().ok()),
+        mem_per_node_mb: r
+            .value("MinMemoryNode")
+            .and_then(parse_mb)
+            .filter(|m| *m > 0),
+        tasks: r.value("NumTasks").and_then(|v| v.parse().ok()),
+        deadline: r.value("Deadline").and_then(parse_time),
+        licenses: r.value("Licenses").map(str::to_string),
+        requeue: match r.value("Requeue") {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
             _ => None,
         },
-    })
+    }
 }
 
 /// Parses Slurm's `YYYY-MM-DDTHH:MM:SS` into seconds since 1970, reading it as UTC: Slurm's

@@ -397,48 +397,15 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
     let nodes = expand("nodes", j.nodes.get())?;
     let req_nodes = expand("required_nodes", j.required_nodes.get())?;
     let exc_nodes = expand("excluded_nodes", j.excluded_nodes.get())?;
-    // One allocation per node of job_resources (as the text form's detail lines), with the
-    // GPUs of gres_detail, which lists them in the same node order (and is empty once the
-    // job has ended).
-    let alloc_nodes: Vec<String> = match &j.job_resources {
-        Some(JobResources { nodes: Some(r) }) => {
-            r.allocation.iter().map(|a| a.name.clone()).collect()
-        }
-        _ => Vec::new(),
-    };
-    if j.gres_detail.len() > alloc_nodes.len() {
-        return Err(format!(
-            "job {id}: gres_detail has {} entries for {} allocated nodes",
-            j.gres_detail.len(),
-            alloc_nodes.len()
-        ));
-    }
-    let mut alloc = Vec::new();
-    for (i, node) in alloc_nodes.into_iter().enumerate() {
-        let gpus = match j.gres_detail.get(i).map(String::as_str) {
-            None | Some("") | Some("(null)") => Vec::new(),
-            Some(detail) => {
-                parse_gres(detail).ok_or_else(|| format!("job {id}: gres_detail {detail:?}"))?
-            }
-        };
-        alloc.push(NodeAlloc { node, gpus });
-    }
+    let alloc = allocation_from_json(id, j.job_resources.as_ref(), &j.gres_detail)?;
     let status = JobStatus::parse(&job_state_text(&j.job_state));
-    let array = match j.array_job_id.0.filter(|a| *a > 0) {
-        Some(a) => {
-            let task = match (j.array_task_id.0, j.array_task_string.get()) {
-                (Some(t), _) => t.to_string(),
-                (None, Some(s)) => s,
-                (None, None) => return Err(format!("job {id}: an array record without tasks")),
-            };
-            let throttle = j.array_max_tasks.0.and_then(|t| u32::try_from(t).ok());
-            Some(
-                crate::job::ArrayPart::parse(a as u64, &task, throttle)
-                    .ok_or_else(|| format!("job {id}: array_task_string {task:?}"))?,
-            )
-        }
-        None => None,
-    };
+    let array = array_from_json(
+        id,
+        j.array_job_id,
+        j.array_task_id,
+        j.array_task_string,
+        j.array_max_tasks,
+    )?;
     let exit_code = j.exit_code.map(|e| {
         format!(
             "{}:{}",
@@ -494,4 +461,61 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
         },
         array,
     })
+}
+
+/// The allocation of job `id`: one entry per node of job_resources (as the text form's
+/// detail lines), with the GPUs of gres_detail, which lists them in the same node order (and
+/// is empty once the job has ended).
+fn allocation_from_json(
+    id: u64,
+    job_resources: Option<&JobResources>,
+    gres_detail: &[String],
+) -> Result<Vec<NodeAlloc>, String> {
+    let alloc_nodes: Vec<String> = match job_resources {
+        Some(JobResources { nodes: Some(r) }) => {
+            r.allocation.iter().map(|a| a.name.clone()).collect()
+        }
+        _ => Vec::new(),
+    };
+    if gres_detail.len() > alloc_nodes.len() {
+        return Err(format!(
+            "job {id}: gres_detail has {} entries for {} allocated nodes",
+            gres_detail.len(),
+            alloc_nodes.len()
+        ));
+    }
+    let mut alloc = Vec::new();
+    for (i, node) in alloc_nodes.into_iter().enumerate() {
+        let gpus = match gres_detail.get(i).map(String::as_str) {
+            None | Some("") | Some("(null)") => Vec::new(),
+            Some(detail) => {
+                parse_gres(detail).ok_or_else(|| format!("job {id}: gres_detail {detail:?}"))?
+            }
+        };
+        alloc.push(NodeAlloc { node, gpus });
+    }
+    Ok(alloc)
+}
+
+/// The array part of job `id` from its array fields, `None` when it is not an array's.
+fn array_from_json(
+    id: u64,
+    array_job_id: Number,
+    array_task_id: Number,
+    array_task_string: Text,
+    array_max_tasks: Number,
+) -> Result<Option<crate::job::ArrayPart>, String> {
+    let Some(a) = array_job_id.0.filter(|a| *a > 0) else {
+        return Ok(None);
+    };
+    let task = match (array_task_id.0, array_task_string.get()) {
+        (Some(t), _) => t.to_string(),
+        (None, Some(s)) => s,
+        (None, None) => return Err(format!("job {id}: an array record without tasks")),
+    };
+    let throttle = array_max_tasks.0.and_then(|t| u32::try_from(t).ok());
+    Ok(Some(
+        crate::job::ArrayPart::parse(a as u64, &task, throttle)
+            .ok_or_else(|| format!("job {id}: array_task_string {task:?}"))?,
+    ))
 }

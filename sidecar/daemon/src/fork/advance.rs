@@ -51,6 +51,9 @@ impl Forker {
         done
     }
 
+    /// Moves job `id`'s open round on (adopts or redoes one being submitted, settles a
+    /// running one), marks the forked job cancelled if the logical job left Slurm, then shows
+    /// its progress.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn advance_one(
         &mut self,
@@ -80,48 +83,9 @@ impl Forker {
                 adopt_or_redo(store, &mut round, &row, slurm_jobs, now_s, done)?;
             }
             if round.state == RoundState::Running {
-                let copy = round.copy_job.unwrap_or(0);
-                let active = copy_job_active(slurm_jobs, copy);
-                if gone {
-                    if active {
-                        self.api.cancel(copy)?;
-                    }
-                    round.state = RoundState::Abandoned;
-                    round.ended_s = Some(now_s);
-                    round.message = Some("the logical job left Slurm; copies cancelled".into());
-                    fj.state = ForkState::Cancelled;
-                    fj.message = Some(format!(
-                        "job {} was {}; its copies were cancelled",
-                        id,
-                        row.final_state.as_deref().unwrap_or("cancelled")
-                    ));
-                    store.write(|w| {
-                        w.put_fork_round(&round)?;
-                        w.put_fork_job(&fj)
-                    })?;
-                    done.push((id, "fork-cancel".into(), format!("copy job {copy}")));
-                    return Ok(());
-                }
-                if active {
-                    let pending_past_deadline = slurm_jobs
-                        .iter()
-                        .filter(|j| j.id == copy || j.het_job_id == Some(copy))
-                        .any(|j| j.status == JobStatus::Pending)
-                        && now_unix > round.deadline_unix as f64;
-                    if pending_past_deadline {
-                        // Its GPUs were taken before it started: give the round up.
-                        self.api.cancel(copy)?;
-                        round.state = RoundState::Abandoned;
-                        round.ended_s = Some(now_s);
-                        round.message =
-                            Some("its copy job did not start before its deadline".into());
-                        store.write(|w| w.put_fork_round(&round))?;
-                        done.push((id, "fork-redo".into(), format!("round {}", round.round)));
-                    }
-                } else {
-                    self.consolidate(store, &mut fj, round, &row, slurm_jobs, now_s, done)?;
-                    fj = store.fork_job(id)?.unwrap_or(fj);
-                }
+                self.advance_running_round(
+                    store, id, &mut fj, round, &row, slurm_jobs, now_unix, now_s, done,
+                )?;
             }
         } else if gone && fj.state == ForkState::Active {
             fj.state = ForkState::Cancelled;
@@ -135,10 +99,85 @@ impl Forker {
         if gone {
             return Ok(());
         }
-        // The logical job's comment shows its progress; a finished job is released.
+        self.show_progress(store, rows, id, &fj, slurm_jobs, done)
+    }
+
+    /// Settles a round whose copy job was submitted: cancels it when the logical job left
+    /// Slurm, gives it up when it is still pending past its deadline, consolidates it once it
+    /// ended (`fj` then reread, as consolidating rewrites it).
+    #[allow(clippy::too_many_arguments)]
+    fn advance_running_round(
+        &mut self,
+        store: &mut Store,
+        id: u64,
+        fj: &mut ForkJob,
+        mut round: ForkRound,
+        row: &JobRow,
+        slurm_jobs: &[SlurmJob],
+        now_unix: f64,
+        now_s: f64,
+        done: &mut Vec<(u64, String, String)>,
+    ) -> Result<(), ForkError> {
+        let copy = round.copy_job.unwrap_or(0);
+        let active = copy_job_active(slurm_jobs, copy);
+        if row.phase == Phase::Finished {
+            if active {
+                self.api.cancel(copy)?;
+            }
+            round.state = RoundState::Abandoned;
+            round.ended_s = Some(now_s);
+            round.message = Some("the logical job left Slurm; copies cancelled".into());
+            fj.state = ForkState::Cancelled;
+            fj.message = Some(format!(
+                "job {} was {}; its copies were cancelled",
+                id,
+                row.final_state.as_deref().unwrap_or("cancelled")
+            ));
+            store.write(|w| {
+                w.put_fork_round(&round)?;
+                w.put_fork_job(fj)
+            })?;
+            done.push((id, "fork-cancel".into(), format!("copy job {copy}")));
+            return Ok(());
+        }
+        if active {
+            let pending_past_deadline = slurm_jobs
+                .iter()
+                .filter(|j| j.id == copy || j.het_job_id == Some(copy))
+                .any(|j| j.status == JobStatus::Pending)
+                && now_unix > round.deadline_unix as f64;
+            if pending_past_deadline {
+                // Its GPUs were taken before it started: give the round up.
+                self.api.cancel(copy)?;
+                round.state = RoundState::Abandoned;
+                round.ended_s = Some(now_s);
+                round.message = Some("its copy job did not start before its deadline".into());
+                store.write(|w| w.put_fork_round(&round))?;
+                done.push((id, "fork-redo".into(), format!("round {}", round.round)));
+            }
+        } else {
+            self.consolidate(store, fj, round, row, slurm_jobs, now_s, done)?;
+            if let Some(reread) = store.fork_job(id)? {
+                *fj = reread;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shows the logical job's progress in its comment and releases it once the forked job
+    /// is no longer active, so its batch script runs once more and ends it.
+    fn show_progress(
+        &mut self,
+        store: &mut Store,
+        rows: &mut BTreeMap<u64, JobRow>,
+        id: u64,
+        fj: &ForkJob,
+        slurm_jobs: &[SlurmJob],
+        done: &mut Vec<(u64, String, String)>,
+    ) -> Result<(), ForkError> {
         let sj = slurm_jobs.iter().find(|j| j.id == id);
         let open = store.open_fork_round(id)?;
-        let text = comment(&fj, open.as_ref());
+        let text = comment(fj, open.as_ref());
         if sj.is_some_and(|j| j.comment.as_deref() != Some(text.as_str())) {
             self.api.set_comment(id, &text)?;
         }

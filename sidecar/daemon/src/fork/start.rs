@@ -55,6 +55,7 @@ impl Forker {
         (done, failed)
     }
 
+    /// Records round `start` of a forked job and submits its copy job as the job's user.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start_round(
         &mut self,
@@ -76,9 +77,6 @@ impl Forker {
         let r = start.round;
         let job_dir = self.config.spool.join(id.to_string());
         let round_dir = job_dir.join(format!("round-{r}"));
-        // The spool is only written by the copy job, on its node, as the job's user: the
-        // user's script goes to it inside the copy job's own script.
-        let script = job_dir.join("job.sh");
         let user_script = self.api.batch_script(id)?;
         let deadline =
             (now_unix + self.round_s - self.config.deadline_margin_seconds).floor() as u64;
@@ -88,7 +86,7 @@ impl Forker {
             p.state == RoundState::Consolidated && Some(&p.consolidated) == fj.checkpoint.as_ref()
         });
         let copies = plan_copies(&start.copies, &round_dir, previous.as_ref());
-        let mut round = ForkRound {
+        let round = ForkRound {
             job: id,
             round: r,
             state: RoundState::Submitting,
@@ -108,6 +106,34 @@ impl Forker {
             outer: outer_step(outer, fj, &job_dir, r),
             copy_seconds: None,
         };
+        let text = self.copy_job_script(
+            &round,
+            fj,
+            &copy_options(sj, row.workers),
+            &job_dir,
+            &round_dir,
+            &user_script,
+            epoch,
+        );
+        self.submit_round(store, fj, round, &text, (uid, gid), now_unix - epoch)
+    }
+
+    /// The batch script of `round`'s copy job, with the logical job's `user_script` and the
+    /// round's plan inside it.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_job_script(
+        &self,
+        round: &ForkRound,
+        fj: &ForkJob,
+        options: &str,
+        job_dir: &Path,
+        round_dir: &Path,
+        user_script: &str,
+        epoch: f64,
+    ) -> String {
+        // The spool is only written by the copy job, on its node, as the job's user: the
+        // user's script goes to it inside the copy job's own script.
+        let script = job_dir.join("job.sh");
         let plan = RoundPlan {
             round: round.clone(),
             epoch,
@@ -116,23 +142,38 @@ impl Forker {
         };
         let in_job = InJob {
             hadar_bin: &self.hadar_bin,
-            job_dir: &job_dir,
-            user_script: &user_script,
+            job_dir,
+            user_script,
             plan: &serde_json::to_string(&plan).unwrap_or_default(),
         };
-        let text = copy_script(
-            &round,
+        copy_script(
+            round,
             &self.config.runner,
             &script,
             fj.steps_done as u64,
-            &copy_options(sj, row.workers),
-            &round_dir,
+            options,
+            round_dir,
             &in_job,
-        );
+        )
+    }
+
+    /// Writes `round` (and the forked job's next round number) to the store, then submits
+    /// the copy job `text` as the job's user `(uid, gid)`. The round is written first so that
+    /// a daemon restarted in between finds the copy job it submitted. On success the round
+    /// is running; if sbatch fails it is abandoned, `now_s` its end.
+    fn submit_round(
+        &mut self,
+        store: &mut Store,
+        fj: &ForkJob,
+        mut round: ForkRound,
+        text: &str,
+        (uid, gid): (u32, u32),
+        now_s: f64,
+    ) -> Result<ForkRound, ForkError> {
         // sbatch reads the script on the daemon's host: a private temporary file.
-        let tmp = private_script(&text, uid, gid)?;
+        let tmp = private_script(text, uid, gid)?;
         let mut next = fj.clone();
-        next.next_round = r + 1;
+        next.next_round = round.round + 1;
         store.write(|w| {
             w.put_fork_round(&round)?;
             w.put_fork_job(&next)
@@ -152,7 +193,7 @@ impl Forker {
             Err(e) => {
                 round.state = RoundState::Abandoned;
                 round.message = Some(format!("sbatch failed: {e}"));
-                round.ended_s = Some(now_unix - epoch);
+                round.ended_s = Some(now_s);
                 store.write(|w| w.put_fork_round(&round))?;
                 Err(e.into())
             }
