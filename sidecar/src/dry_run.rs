@@ -44,7 +44,6 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
     let file = match &a.config {
         Some(path) => {
             let c = hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?;
-            hadar_core::estimate::install_catalog(c.gpu_catalog());
             Some(c)
         }
         None => None,
@@ -65,7 +64,8 @@ pub fn run(a: DryRunArgs) -> Result<(), Failure> {
     let table = match &a.throughputs {
         Some(p) => ThroughputTable::load(p).map_err(Failure::input)?,
         None => embedded::throughputs().map_err(Failure::runtime)?,
-    };
+    }
+    .with_catalog(file.as_ref().map(|c| c.gpu_catalog()).unwrap_or_default());
     let (mut queue, jobs_origin) = read_queue(&a, &table, &cluster)?;
     if let Some(c) = &file {
         // As `hadar serve` would plan: the file's round and restart seconds.

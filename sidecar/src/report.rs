@@ -160,7 +160,10 @@ pub fn shadow_comparison(
     store: &Store,
 ) -> anyhow::Result<(Run, Run, hadar_report::ShadowComparison)> {
     use anyhow::Context;
-    let table = hadar_formats::embedded::throughputs()?;
+    let catalog = kept_config(store)?
+        .map(|c| c.gpu_catalog())
+        .unwrap_or_default();
+    let table = hadar_formats::embedded::throughputs()?.with_catalog(catalog);
     let last = store.last_round()?.unwrap_or_default();
     let node_types = node_types(&last);
     let cluster = last_cluster(&last).context("the last shadow round recorded no GPU node")?;
@@ -297,16 +300,24 @@ fn predicted_run(
 fn shadow_policy(store: &Store) -> anyhow::Result<Box<dyn hadar_core::Policy>> {
     use anyhow::Context;
     use hadar_core::policies::{PolicyName, PolicyOptions, build};
-    let kept = store.meta(hadar_daemon::shadow::CONFIG_KEY)?;
-    let (name, opts) = match kept {
-        Some(text) => {
-            let config: hadar_daemon::DaemonConfig = serde_json::from_str(&text)
-                .context("the shadow's kept configuration (meta shadow_config)")?;
-            (PolicyName::Served, config.policy_options(0))
-        }
+    let (name, opts) = match kept_config(store)? {
+        Some(config) => (PolicyName::Served, config.policy_options(0)),
         None => (PolicyName::Hadar, PolicyOptions::default()),
     };
     build(name, &opts).with_context(|| format!("the policy `{name}` is not a round policy"))
+}
+
+/// The configuration a shadow daemon kept in its store ([`hadar_daemon::shadow::CONFIG_KEY`]);
+/// `None` for a store a hadar before that kept none.
+fn kept_config(store: &Store) -> anyhow::Result<Option<hadar_daemon::DaemonConfig>> {
+    use anyhow::Context;
+    store
+        .meta(hadar_daemon::shadow::CONFIG_KEY)?
+        .map(|text| {
+            serde_json::from_str(&text)
+                .context("the shadow's kept configuration (meta shadow_config)")
+        })
+        .transpose()
 }
 
 /// The cluster of the last round's nodes (every node with GPUs, usable or not).

@@ -29,8 +29,6 @@ fn load_config(path: &Path) -> Result<DaemonConfig, Failure> {
 pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     let mut config = load_config(&a.config)?;
     config.sidecar.shadow |= a.shadow;
-    // Every estimate of this process (rounds, explain) rates the site's GPU type names alike.
-    hadar_core::estimate::install_catalog(config.gpu_catalog());
     if let Some(point) = hadar_daemon::faults::arm_from_env().map_err(Failure::input)? {
         tracing::warn!("fault injection armed: the daemon will kill itself at {point}");
     }

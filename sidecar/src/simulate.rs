@@ -4,6 +4,7 @@ use crate::Failure;
 use crate::cli::{Format, SimulateArgs, ThroughputSource};
 use crate::table::Table;
 use anyhow::Context;
+use hadar_core::estimate::GpuCatalog;
 use hadar_core::policies::{self, PolicyName, PolicyOptions};
 use hadar_core::tracker::TrackerRecord;
 use hadar_core::{Cluster, Job, JobId};
@@ -41,12 +42,14 @@ pub struct ForkJobs {
     pub forked: bool,
 }
 
-/// Reads cluster, throughputs and trace (or their embedded defaults).
+/// Reads cluster, throughputs and trace (or their embedded defaults); the throughputs rate
+/// the types they have no column for with `catalog`.
 pub fn load_inputs(
     cluster: Option<&str>,
     gpus_per_node: u32,
     throughputs: Option<&std::path::Path>,
     trace: Option<&std::path::Path>,
+    catalog: &GpuCatalog,
 ) -> Result<Inputs, Failure> {
     let (cluster, cluster_origin) = match cluster {
         Some(spec) => (
@@ -61,7 +64,8 @@ pub fn load_inputs(
     let table = match throughputs {
         Some(p) => ThroughputTable::load(p).map_err(Failure::input)?,
         None => embedded::throughputs().map_err(Failure::runtime)?,
-    };
+    }
+    .with_catalog(catalog.clone());
     let (jobs, trace_origin) = match trace {
         Some(p) => (
             load_trace(p, &table, &cluster).map_err(Failure::input)?,
@@ -186,6 +190,7 @@ pub fn run(args: SimulateArgs) -> Result<(), Failure> {
             args.gpus_per_node,
             args.throughputs.as_deref(),
             args.trace.as_deref(),
+            &settings.catalog,
         )?,
     };
     if args.throughput_source == ThroughputSource::Estimated {
@@ -343,6 +348,9 @@ struct Settings {
     site: Option<hadar_daemon::site::simulated::SimulatedSite>,
     /// With --config: the file's `[hadar] priority_strength`.
     file_strength: Option<f64>,
+    /// The GPUs the estimator knows: the built-in ones, and with --config or --gpu-types the
+    /// file's `[gpu_types]`.
+    catalog: GpuCatalog,
 }
 
 impl Settings {
@@ -357,10 +365,6 @@ impl Settings {
             Some(path) => Some(hadar_daemon::DaemonConfig::load(path).map_err(Failure::input)?),
             None => None,
         };
-        if let Some(config) = &file {
-            // Before any rate is estimated: every lookup of this run sees the site's names.
-            hadar_core::estimate::install_catalog(config.gpu_catalog());
-        }
         // With --config, the file says what `hadar serve` would run; --gpu-types only names
         // types.
         let serve = file.as_ref().filter(|_| args.config.is_some());
@@ -412,6 +416,7 @@ impl Settings {
             fork_policy: serve.map(|c| c.sidecar.policy),
             site: None,
             file_strength: serve.map(|c| c.hadar.priority_strength),
+            catalog: file.as_ref().map(|c| c.gpu_catalog()).unwrap_or_default(),
         })
     }
 }
@@ -485,9 +490,11 @@ fn play(
     let mut estimated = match args.throughput_source {
         ThroughputSource::True => None,
         ThroughputSource::Estimated => Some(
-            EstimatedThroughputs::new(&workload.cluster, &workload.jobs).map_err(|e| {
-                Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}"))
-            })?,
+            EstimatedThroughputs::new(&workload.cluster, &workload.jobs)
+                .map(|b| b.with_catalog(settings.catalog.clone()))
+                .map_err(|e| {
+                    Failure::input(anyhow::anyhow!("--throughput-source estimated: {e}"))
+                })?,
         ),
     };
     let beliefs = estimated.as_mut().map(|b| b as &mut dyn Beliefs);

@@ -60,13 +60,16 @@ pub struct Daemon<S: SlurmApi> {
 }
 
 /// What a daemon (acting or shadow) reads as it opens its store: the embedded throughput
-/// table, the store's epoch and the last round it recorded (0 for a new store).
+/// table (rating the site's GPU type names by `config`'s catalog), the store's epoch and the
+/// last round it recorded (0 for a new store).
 pub(crate) fn opening(
     store: &mut Store,
     now_unix: f64,
+    config: &DaemonConfig,
 ) -> Result<(ThroughputTable, f64, u64), DaemonError> {
     let table = hadar_formats::embedded::throughputs()
-        .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?;
+        .map_err(|e| DaemonError::InvalidPlan(e.to_string()))?
+        .with_catalog(config.gpu_catalog());
     let epoch = store.epoch(now_unix)?;
     let round = store
         .meta("round")?
@@ -85,7 +88,7 @@ impl<S: SlurmApi> Daemon<S> {
         decode: Decoder,
         now_unix: f64,
     ) -> Result<Self, DaemonError> {
-        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix)?;
+        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix, &config)?;
         Ok(Daemon {
             slurm,
             store,

@@ -451,13 +451,10 @@ pub fn replay(
     }
     let config = config.unwrap_or(&inputs.config);
     let snapshot = RoundSnapshot::from(kept.snapshot);
-    let d = decide(
-        &snapshot,
-        config,
-        &inputs.table,
-        config.round_policy().as_mut(),
-    )
-    .map_err(|source| ReplayError::Decide { round, source })?;
+    // A kept table is kept without its GPU catalog: the configuration gives it again.
+    let table = inputs.table.with_catalog(config.gpu_catalog());
+    let d = decide(&snapshot, config, &table, config.round_policy().as_mut())
+        .map_err(|source| ReplayError::Decide { round, source })?;
     let again = Outcome::of(&d);
     Ok(match first_difference(&kept.outcome, &again) {
         None => Replayed::Identical,

@@ -338,7 +338,7 @@ impl<S: SlurmApi> Shadow<S> {
         config: DaemonConfig,
         now_unix: f64,
     ) -> Result<Self, DaemonError> {
-        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix)?;
+        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix, &config)?;
         store.set_meta(MODE_KEY, SHADOW)?;
         store.set_meta(ROUND_SECONDS_KEY, &config.sidecar.round_seconds.to_string())?;
         store.set_meta(

@@ -180,12 +180,17 @@ pub(crate) fn table_rate(
 }
 
 /// The estimator's steps/s for a job of these traits with `workers` workers of `gpu_type`
-/// (default constants); `None` for a GPU the datasheet table does not know, or one whose
-/// memory the model does not fit.
-fn model_rate(traits: &JobTraits, gpu_type: &str, workers: u32) -> Option<f64> {
-    use hadar_core::estimate::{ModelConstants, estimate_rate, gpu_spec};
-    let spec = gpu_spec(gpu_type)?;
-    estimate_rate(traits, &spec, workers, &ModelConstants::default())
+/// (default constants, the table's GPU catalog); `None` for a GPU the catalog does not
+/// know, or one whose memory the model does not fit.
+fn model_rate(
+    traits: &JobTraits,
+    gpu_type: &str,
+    workers: u32,
+    table: &ThroughputTable,
+) -> Option<f64> {
+    use hadar_core::estimate::{ModelConstants, estimate_rate};
+    let spec = table.catalog().lookup(gpu_type)?;
+    estimate_rate(traits, spec, workers, &ModelConstants::default())
 }
 
 /// The job's throughput profile on the cluster's types (`type_names`, in the cluster's
@@ -234,7 +239,7 @@ pub fn profile(
                 ),
                 TableRate::CannotRun => (None, RateSource::CannotRun),
             }
-        } else if let Some(r) = spec.model.as_ref().and_then(|m| model_rate(m, t, n)) {
+        } else if let Some(r) = spec.model.as_ref().and_then(|m| model_rate(m, t, n, table)) {
             (Some(r * priors.throughput_scale), RateSource::Model)
         } else {
             (

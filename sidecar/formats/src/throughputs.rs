@@ -6,6 +6,7 @@
 //! rate of zero, or no entry, means the job cannot run on that type with that many workers.
 
 use crate::error::{FormatError, Location, line_of, read_file};
+use hadar_core::estimate::GpuCatalog;
 use hadar_core::{Cluster, RateCurve, ThroughputProfile};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -17,9 +18,26 @@ pub struct ThroughputTable {
     /// job type -> GPU type (lower case) -> (workers, steps/s) points.
     rates: BTreeMap<String, BTreeMap<String, Vec<(u32, f64)>>>,
     gpu_types: Vec<String>,
+    /// The GPUs the estimator knows, for the types the table has no column for: the built-in
+    /// datasheets, plus a site's `[gpu_types]` ([`ThroughputTable::with_catalog`]). Not kept
+    /// with the table: whoever reads one back gives it its catalog again.
+    #[serde(skip)]
+    catalog: std::sync::Arc<GpuCatalog>,
 }
 
 impl ThroughputTable {
+    /// The table rating the types it has no column for with `catalog` (a site's GPU type
+    /// names, `[gpu_types]`, as well as the built-in datasheets).
+    pub fn with_catalog(mut self, catalog: GpuCatalog) -> Self {
+        self.catalog = std::sync::Arc::new(catalog);
+        self
+    }
+
+    /// The GPU catalog the table estimates with.
+    pub fn catalog(&self) -> &GpuCatalog {
+        &self.catalog
+    }
+
     /// Reads a table from a file.
     pub fn load(path: &Path) -> Result<Self, FormatError> {
         let text = read_file(path)?;
@@ -131,7 +149,7 @@ impl ThroughputTable {
                 .find(|g| g.eq_ignore_ascii_case(name))
                 .map(String::as_str)
         };
-        find(gpu_type.trim()).or_else(|| find(&hadar_core::estimate::gpu_spec(gpu_type)?.name))
+        find(gpu_type.trim()).or_else(|| find(&self.catalog.lookup(gpu_type)?.name))
     }
 
     /// The isolated rate of `job_type` with `workers` workers of `gpu_type`, if listed.
@@ -173,6 +191,7 @@ impl ThroughputTable {
                 .filter(|g| **g != drop)
                 .cloned()
                 .collect(),
+            catalog: self.catalog.clone(),
         }
     }
 
@@ -219,11 +238,13 @@ impl ThroughputTable {
     /// of adding up. `None` when the estimator does not know the job type (only Gavel's job
     /// types have traits) or the GPU, or the job does not fit in the GPU's memory.
     pub fn estimated_rate(&self, job_type: &str, gpu_type: &str, workers: u32) -> Option<f64> {
-        use hadar_core::estimate::{ModelConstants, estimate_rate, gavel_job, gpu_spec};
+        use hadar_core::estimate::{ModelConstants, estimate_rate, gavel_job};
         let traits = gavel_job(job_type)?;
         let k = ModelConstants::default();
-        let estimate =
-            |g: &str| gpu_spec(g).and_then(|spec| estimate_rate(&traits, &spec, workers, &k));
+        let estimate = |g: &str| {
+            let spec = self.catalog.lookup(g)?;
+            estimate_rate(&traits, spec, workers, &k)
+        };
         let target = estimate(gpu_type)?;
         let logs: Vec<f64> = self
             .gpu_types
@@ -274,7 +295,7 @@ impl ThroughputTable {
             .iter()
             .filter(|t| !self.measures(t))
             .cloned()
-            .partition(|t| hadar_core::estimate::gpu_spec(t).is_some())
+            .partition(|t| self.catalog.lookup(t).is_some())
     }
 
     /// The job type's profile on a cluster's GPU types. On a type the table measured, its

@@ -6,7 +6,7 @@
 //! [`hadar_core::estimate`] and is refined from the rates the job is measured at as it runs,
 //! while the simulator advances every job at its true rate.
 
-use hadar_core::estimate::{OnlineEstimate, gavel_job, profile_for};
+use hadar_core::estimate::{GpuCatalog, OnlineEstimate, gavel_job, profile_for};
 use hadar_core::{Cluster, GpuType, Job, JobId, RateCurve, ThroughputProfile};
 use std::collections::{HashMap, HashSet};
 
@@ -29,6 +29,8 @@ pub struct UnknownTraits(pub String);
 /// Traits-based estimates refined online from measurements.
 pub struct EstimatedThroughputs {
     cluster: Cluster,
+    /// The GPUs the estimator knows.
+    catalog: GpuCatalog,
     estimates: HashMap<JobId, OnlineEstimate>,
     cannot_run: HashSet<(JobId, GpuType, u32)>,
 }
@@ -43,9 +45,16 @@ impl EstimatedThroughputs {
         }
         Ok(EstimatedThroughputs {
             cluster: cluster.clone(),
+            catalog: GpuCatalog::default(),
             estimates: HashMap::new(),
             cannot_run: HashSet::new(),
         })
+    }
+
+    /// The same, estimating with `catalog` (a site's `[gpu_types]` beside the built-in GPUs).
+    pub fn with_catalog(mut self, catalog: GpuCatalog) -> Self {
+        self.catalog = catalog;
+        self
     }
 
     fn current(&self, job: JobId) -> ThroughputProfile {
@@ -72,7 +81,7 @@ impl EstimatedThroughputs {
 impl Beliefs for EstimatedThroughputs {
     fn on_arrival(&mut self, job: &Job) -> ThroughputProfile {
         let prior = gavel_job(&job.kind)
-            .map(|t| profile_for(&t, &self.cluster))
+            .map(|t| profile_for(&t, &self.cluster, &self.catalog))
             .unwrap_or_default();
         self.estimates.insert(job.id, OnlineEstimate::new(prior));
         self.current(job.id)

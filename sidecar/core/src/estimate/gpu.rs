@@ -425,32 +425,18 @@ fn all_digits(s: &str) -> bool {
     !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// The catalog installed for this process by [`install_catalog`], if any.
-static INSTALLED: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
-
-/// Makes `catalog` (the built-in table plus a site's `[gpu_types]`, see
-/// [`super::site`]) the one [`gpu_spec`] and [`GpuCatalog::current`] answer from for the rest
-/// of the process, so every estimate (daemon rounds, throughput tables, `explain`) rates a
-/// site's type names the same way. Set once, before the first lookup; `false` when a
-/// catalog was installed already (the first one stays).
-pub fn install_catalog(catalog: GpuCatalog) -> bool {
-    INSTALLED.set(catalog).is_ok()
-}
-
 impl GpuCatalog {
-    /// The installed catalog ([`install_catalog`]), else the built-in one.
-    pub fn current() -> &'static GpuCatalog {
-        // Built once: the daemon looks GPUs up for every job and type each round.
+    /// The built-in catalog, built once and shared.
+    pub fn shared_builtin() -> &'static GpuCatalog {
         static BUILTIN: std::sync::OnceLock<GpuCatalog> = std::sync::OnceLock::new();
-        INSTALLED
-            .get()
-            .unwrap_or_else(|| BUILTIN.get_or_init(GpuCatalog::builtin))
+        BUILTIN.get_or_init(GpuCatalog::builtin)
     }
 }
 
-/// Looks a GPU up in the current catalog ([`GpuCatalog::current`]).
+/// Looks a GPU up in the built-in catalog (a site's `[gpu_types]` are in the catalog the
+/// caller holds: [`GpuCatalog::lookup`]).
 pub fn gpu_spec(name: &str) -> Option<GpuSpec> {
-    GpuCatalog::current().lookup(name).cloned()
+    GpuCatalog::shared_builtin().lookup(name).cloned()
 }
 
 #[cfg(test)]

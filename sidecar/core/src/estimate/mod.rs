@@ -20,7 +20,7 @@ pub mod model;
 pub mod online;
 pub mod site;
 
-pub use gpu::{Arch, GpuCatalog, GpuSpec, SiteName, builtin_gpus, gpu_spec, install_catalog};
+pub use gpu::{Arch, GpuCatalog, GpuSpec, SiteName, builtin_gpus, gpu_spec};
 pub use job::{JobTraits, TraitsError, gavel_job, gavel_job_traits};
 pub use model::{ModelConstants, StepTime, estimate_rate, step_time};
 pub use online::{OnlineEstimate, RefineError, RefineSettings};
@@ -32,15 +32,14 @@ use crate::throughput::{RateCurve, ThroughputProfile};
 /// The worker counts an estimated profile lists.
 pub const WORKER_COUNTS: [u32; 4] = [1, 2, 4, 8];
 
-/// The job's estimated profile on the cluster's GPU types, with the current GPU table
-/// ([`GpuCatalog::current`]: built-in, plus a site's `[gpu_types]` when installed) and
-/// the default constants. A type the table does not know gets an empty curve (the job is
-/// treated as unable to run there until measured).
-pub fn profile_for(job: &JobTraits, cluster: &Cluster) -> ThroughputProfile {
+/// The job's estimated profile on the cluster's GPU types, with `catalog` (the built-in GPU
+/// table, plus a site's `[gpu_types]`) and the default constants. A type the catalog does
+/// not know gets an empty curve (the job is treated as unable to run there until measured).
+pub fn profile_for(job: &JobTraits, cluster: &Cluster, catalog: &GpuCatalog) -> ThroughputProfile {
     profile_for_types(
         job,
         cluster.type_names(),
-        GpuCatalog::current(),
+        catalog,
         &ModelConstants::default(),
     )
 }
@@ -79,7 +78,7 @@ mod tests {
         )
         .unwrap();
         let job = gavel_job("ResNet-50 (batch size 64)").unwrap();
-        let p = profile_for(&job, &cluster);
+        let p = profile_for(&job, &cluster, GpuCatalog::shared_builtin());
         assert_eq!(p.type_count(), 3);
         assert!(p.curve(GpuType(1)).is_empty());
         let (k80, v100) = (
