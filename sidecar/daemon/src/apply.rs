@@ -3,13 +3,13 @@
 //! starts; then the forked jobs' rounds the decision planned, as copy jobs. Each action is an intent in
 //! the store first and is closed with its outcome; a failed action does not stop the others.
 
+use crate::action_log::{ActionDone, ActionKind, ActionLog, ActionOutcome};
 use crate::actions::Action;
 use crate::daemon::{Daemon, DaemonError, REQUEUE_SETTLE_SECONDS, SlurmApi, now_unix, outcome};
 use crate::decide::RoundDecision;
 use crate::eligible;
 use crate::explain;
 use crate::faults;
-use crate::fork::ActionLog;
 use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
@@ -55,8 +55,8 @@ impl<S: SlurmApi> Daemon<S> {
             None => Default::default(),
         };
         fork_actions.extend(started);
-        for (job, action, outcome) in &fork_actions {
-            tracing::info!(job, action = %action, "{outcome}");
+        for a in &fork_actions {
+            tracing::info!(job = a.job, action = %a.action, "{}", a.outcome);
         }
         done.extend(fork_actions);
         Ok(Enforced {
@@ -111,7 +111,11 @@ impl<S: SlurmApi> Daemon<S> {
                 r.placement = None;
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, IntentKind::Hold.to_string(), text.to_string()));
+            done.push(ActionDone::new(
+                id,
+                ActionKind::Hold,
+                ActionOutcome::Intent(text),
+            ));
         }
         Ok(())
     }
@@ -150,7 +154,11 @@ impl<S: SlurmApi> Daemon<S> {
                 Err(e) => {
                     let text = Outcome::Error(e.to_string());
                     self.close(intent, &text, rows.get(&id))?;
-                    done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
+                    done.push(ActionDone::new(
+                        id,
+                        ActionKind::Preempt,
+                        ActionOutcome::Intent(text),
+                    ));
                 }
             }
         }
@@ -181,7 +189,11 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, IntentKind::Preempt.to_string(), text.to_string()));
+            done.push(ActionDone::new(
+                id,
+                ActionKind::Preempt,
+                ActionOutcome::Intent(text),
+            ));
         }
         Ok(())
     }
@@ -255,7 +267,11 @@ impl<S: SlurmApi> Daemon<S> {
                 }
             }
             self.close(intent, &text, rows.get(&id))?;
-            done.push((id, IntentKind::Start.to_string(), text.to_string()));
+            done.push(ActionDone::new(
+                id,
+                ActionKind::Start,
+                ActionOutcome::Intent(text),
+            ));
         }
         Ok(())
     }

@@ -28,6 +28,7 @@
 //! * [`shadow`]: shadow mode, recording what Hadar would do and acting on nothing.
 //! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
 
+pub mod action_log;
 pub mod actions;
 pub mod apply;
 pub mod arrays;

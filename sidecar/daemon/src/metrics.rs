@@ -3,6 +3,7 @@
 //! stuck scraper never holds up a round) and written as a node_exporter textfile. The
 //! metrics and their meaning are listed in `docs/operations.md`.
 
+use crate::action_log::{ActionDone, ActionKind};
 use crate::error::DaemonError;
 use crate::summary::RoundReport;
 use hadar_store::{Phase, Store, StoreError};
@@ -86,19 +87,19 @@ enum Done {
     Other,
 }
 
-/// Sorts `(action, outcome)` as the daemon words them: a failed Slurm command's outcome
-/// starts with `error`, a skipped action's with `skipped`.
-fn classify(action: &str, outcome: &str) -> Done {
-    if outcome.starts_with("error") {
+/// What an action counts as: a failure of Slurm's whatever it was, nothing when skipped,
+/// else by its kind.
+fn classify(done: &ActionDone) -> Done {
+    if done.outcome.failed() {
         return Done::SlurmFailed;
     }
-    if outcome.starts_with("skipped") {
+    if done.outcome.skipped() {
         return Done::Other;
     }
-    match action {
-        "start" => Done::Started,
-        "preempt" => Done::Preempted,
-        "fork-start" => Done::ForkRoundStarted,
+    match done.action {
+        ActionKind::Start => Done::Started,
+        ActionKind::Preempt => Done::Preempted,
+        ActionKind::ForkStart => Done::ForkRoundStarted,
         _ => Done::Other,
     }
 }
@@ -234,8 +235,8 @@ impl Metrics {
                 .get_or_create(&PhaseLabels { phase })
                 .observe(ms / 1000.0);
         }
-        for (_, action, outcome) in &report.actions {
-            match classify(action, outcome) {
+        for done in &report.actions {
+            match classify(done) {
                 Done::Started => self.starts.inc(),
                 Done::Preempted => self.preemptions.inc(),
                 Done::ForkRoundStarted => self.forked_rounds.inc(),
@@ -408,7 +409,8 @@ fn respond(metrics: &Metrics, url: &str) -> tiny_http::Response<std::io::Cursor<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hadar_store::{Decision, RoundRow};
+    use crate::action_log::ActionOutcome;
+    use hadar_store::{Decision, Outcome, RoundRow};
 
     fn decision(job: u64, runs: bool, reason: Option<&str>) -> Decision {
         Decision {
@@ -477,14 +479,22 @@ mod tests {
         let report = RoundReport {
             round: 3,
             actions: vec![
-                (1, "start".into(), "ok".into()),
-                (5, "preempt".into(), "ok".into()),
-                (6, "hold".into(), "error: scontrol timed out".into()),
-                (7, "fork-start".into(), "3 copies".into()),
-                (
+                ActionDone::new(1, ActionKind::Start, ActionOutcome::Intent(Outcome::Ok)),
+                ActionDone::new(5, ActionKind::Preempt, ActionOutcome::Intent(Outcome::Ok)),
+                ActionDone::new(
+                    6,
+                    ActionKind::Hold,
+                    ActionOutcome::Intent(Outcome::Error("scontrol timed out".into())),
+                ),
+                ActionDone::new(
+                    7,
+                    ActionKind::ForkStart,
+                    ActionOutcome::Done("3 copies".into()),
+                ),
+                ActionDone::new(
                     8,
-                    "start".into(),
-                    "skipped: not a released pending job".into(),
+                    ActionKind::Start,
+                    ActionOutcome::Intent(Outcome::Skipped("not a released pending job".into())),
                 ),
             ],
             read_ms: 20.0,

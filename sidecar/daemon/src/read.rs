@@ -7,9 +7,10 @@
 //! progress reports learned as rates. Each of those actions is an intent in the store, as in
 //! enforcement; the snapshot is taken after them.
 
+use crate::action_log::ActionLog;
 use crate::daemon::Daemon;
 use crate::error::DaemonError;
-use crate::fork::{ActionLog, ForkView};
+use crate::fork::ForkView;
 use crate::reconcile::{self, Event};
 use crate::slurm_api::SlurmApi;
 use crate::snapshot::RoundSnapshot;

@@ -2,8 +2,8 @@
 //! planner's prices, the nodes' use and the actions, from the snapshot and the decision
 //! (pure).
 
+use crate::action_log::ActionLog;
 use crate::decide::RoundDecision;
-use crate::fork::ActionLog;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
 use hadar_core::market::PriceBook;
@@ -17,8 +17,8 @@ pub struct RoundReport {
     pub round: u64,
     /// Active managed jobs.
     pub active: usize,
-    /// Actions carried out, `(job, action, outcome)`.
-    pub actions: Vec<(u64, String, String)>,
+    /// Actions carried out.
+    pub actions: ActionLog,
     /// Milliseconds the policy took.
     pub decision_ms: f64,
     /// Milliseconds spent reading Slurm's nodes and jobs.
@@ -86,7 +86,5 @@ pub fn summary(snap: &RoundSnapshot, decision: &RoundDecision, partitions: &[Str
 
 /// The actions as the record shows them, `(job, "action: outcome")`.
 pub fn action_texts(done: &ActionLog) -> Vec<(u64, String)> {
-    done.iter()
-        .map(|(j, a, o)| (*j, format!("{a}: {o}")))
-        .collect()
+    done.iter().map(|a| (a.job, a.to_string())).collect()
 }

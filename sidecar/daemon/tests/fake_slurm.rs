@@ -3,6 +3,7 @@
 //! makes a running job pending and held again). The real-cluster tests are in the
 //! workspace's `tests/serve_slurm.rs`; these check the daemon's logic in milliseconds.
 
+use hadar_daemon::action_log::{ActionKind, ActionOutcome};
 use hadar_daemon::daemon::SlurmApi;
 use hadar_daemon::spec::JobSpec;
 use hadar_daemon::{Daemon, DaemonConfig};
@@ -274,7 +275,8 @@ fn held_jobs_are_placed_started_and_then_left_alone() {
     assert_eq!(
         r.actions
             .iter()
-            .filter(|a| a.1 == "start" && a.2 == "ok")
+            .filter(|a| a.action == ActionKind::Start
+                && a.outcome == ActionOutcome::Intent(Outcome::Ok))
             .count(),
         2,
         "{r:?}"
@@ -561,9 +563,9 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
     slurm.set_node_state("n3", NodeState::Draining);
     let r = d.round(1_000_003.0).unwrap();
     assert!(
-        r.actions
-            .iter()
-            .any(|a| a.0 == on_n3 && a.1 == "preempt" && a.2 == "ok"),
+        r.actions.iter().any(|a| a.job == on_n3
+            && a.action == ActionKind::Preempt
+            && a.outcome == ActionOutcome::Intent(Outcome::Ok)),
         "{r:?}"
     );
     let log = slurm.log();
@@ -586,7 +588,9 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
         }
         let r = d.round(1_000_004.0).unwrap();
         assert!(
-            r.actions.iter().any(|a| a.0 == on_n3 && a.1 == "start"),
+            r.actions
+                .iter()
+                .any(|a| a.job == on_n3 && a.action == ActionKind::Start),
             "{r:?}"
         );
         slurm.schedule();
@@ -625,8 +629,10 @@ fn unmanaged_jobs_keep_their_gpus_out_of_the_plan() {
 fn started(r: &hadar_daemon::RoundReport) -> Vec<u64> {
     r.actions
         .iter()
-        .filter(|a| a.1 == "start" && a.2 == "ok")
-        .map(|a| a.0)
+        .filter(|a| {
+            a.action == ActionKind::Start && a.outcome == ActionOutcome::Intent(Outcome::Ok)
+        })
+        .map(|a| a.job)
         .collect()
 }
 
@@ -728,7 +734,10 @@ fn a_started_job_keeps_its_type_when_a_faster_one_frees_up() {
             .is_some_and(|a| a.gpus[0].0 == "p100");
         slurm.finish(1);
         let r = d.round(1_000_027.0).unwrap();
-        let moved = r.actions.iter().any(|a| a.0 == 2 && a.1 == "preempt");
+        let moved = r
+            .actions
+            .iter()
+            .any(|a| a.job == 2 && a.action == ActionKind::Preempt);
         (on_p100, moved)
     };
     assert_eq!(run(), (true, false), "kept on its P100s");

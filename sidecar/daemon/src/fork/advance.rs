@@ -45,7 +45,11 @@ impl Forker {
                 self.advance_one(store, rows, id, slurm_jobs, now_unix, epoch, &mut done)
             {
                 tracing::warn!(job = id, "forked job: {e}; retried next round");
-                done.push((id, "fork".into(), format!("error: {e}")));
+                done.push(ActionDone::new(
+                    id,
+                    ActionKind::Fork,
+                    ActionOutcome::Failed(e.to_string()),
+                ));
             }
         }
         done
@@ -63,7 +67,7 @@ impl Forker {
         slurm_jobs: &[SlurmJob],
         now_unix: f64,
         epoch: f64,
-        done: &mut Vec<(u64, String, String)>,
+        done: &mut ActionLog,
     ) -> Result<(), ForkError> {
         let now_s = now_unix - epoch;
         let Some(row) = rows.get(&id).cloned() else {
@@ -116,7 +120,7 @@ impl Forker {
         slurm_jobs: &[SlurmJob],
         now_unix: f64,
         now_s: f64,
-        done: &mut Vec<(u64, String, String)>,
+        done: &mut ActionLog,
     ) -> Result<(), ForkError> {
         let copy = round.copy_job.unwrap_or(0);
         let active = copy_job_active(slurm_jobs, copy);
@@ -137,7 +141,11 @@ impl Forker {
                 w.put_fork_round(&round)?;
                 w.put_fork_job(fj)
             })?;
-            done.push((id, "fork-cancel".into(), format!("copy job {copy}")));
+            done.push(ActionDone::new(
+                id,
+                ActionKind::ForkCancel,
+                ActionOutcome::Done(format!("copy job {copy}")),
+            ));
             return Ok(());
         }
         if active {
@@ -153,7 +161,11 @@ impl Forker {
                 round.ended_s = Some(now_s);
                 round.message = Some("its copy job did not start before its deadline".into());
                 store.write(|w| w.put_fork_round(&round))?;
-                done.push((id, "fork-redo".into(), format!("round {}", round.round)));
+                done.push(ActionDone::new(
+                    id,
+                    ActionKind::ForkRedo,
+                    ActionOutcome::Done(format!("round {}", round.round)),
+                ));
             }
         } else {
             self.consolidate(store, fj, round, row, slurm_jobs, now_s, done)?;
@@ -173,7 +185,7 @@ impl Forker {
         id: u64,
         fj: &ForkJob,
         slurm_jobs: &[SlurmJob],
-        done: &mut Vec<(u64, String, String)>,
+        done: &mut ActionLog,
     ) -> Result<(), ForkError> {
         let sj = slurm_jobs.iter().find(|j| j.id == id);
         let open = store.open_fork_round(id)?;
@@ -189,7 +201,11 @@ impl Forker {
             if let Some(r) = rows.get_mut(&id) {
                 r.phase = Phase::Starting;
             }
-            done.push((id, "fork-release".into(), fj.state.as_str().to_string()));
+            done.push(ActionDone::new(
+                id,
+                ActionKind::ForkRelease,
+                ActionOutcome::Done(fj.state.as_str().to_string()),
+            ));
         }
         if let Some(r) = rows.get_mut(&id) {
             r.steps_done = fj.steps_done;
@@ -209,7 +225,7 @@ impl Forker {
         row: &JobRow,
         slurm_jobs: &[SlurmJob],
         now_s: f64,
-        done: &mut Vec<(u64, String, String)>,
+        done: &mut ActionLog,
     ) -> Result<(), ForkError> {
         let copy = round.copy_job.unwrap_or(0);
         let Some(leader) = slurm_jobs.iter().find(|j| j.id == copy) else {
@@ -220,7 +236,11 @@ impl Forker {
                 "copy job {copy} left Slurm before its report was read; redone"
             ));
             store.write(|w| w.put_fork_round(&round))?;
-            done.push((row.id, "fork-redo".into(), format!("round {}", round.round)));
+            done.push(ActionDone::new(
+                row.id,
+                ActionKind::ForkRedo,
+                ActionOutcome::Done(format!("round {}", round.round)),
+            ));
             return Ok(());
         };
         // What Slurm bills for it (`sacct`'s Elapsed): the leader's run time.
@@ -253,7 +273,11 @@ impl Forker {
                 w.put_fork_round(&round)?;
                 w.put_fork_job(fj)
             })?;
-            done.push((row.id, "fork-round-failed".into(), errors.join("; ")));
+            done.push(ActionDone::new(
+                row.id,
+                ActionKind::ForkRoundFailed,
+                ActionOutcome::Done(errors.join("; ")),
+            ));
             return Ok(());
         }
         let steps: Vec<f64> = good
@@ -287,7 +311,11 @@ impl Forker {
                     w.put_fork_round(&round)?;
                     w.put_fork_job(fj)
                 })?;
-                done.push((row.id, "fork-round-failed".into(), why));
+                done.push(ActionDone::new(
+                    row.id,
+                    ActionKind::ForkRoundFailed,
+                    ActionOutcome::Done(why),
+                ));
             }
         }
         Ok(())
@@ -302,7 +330,7 @@ impl Forker {
         row: &JobRow,
         good: &[usize],
         steps: &[f64],
-        done: &mut Vec<(u64, String, String)>,
+        done: &mut ActionLog,
     ) -> Result<(), ForkError> {
         crate::faults::reached("fork-averaged");
         // The copies' measured rates are learned in the transaction that counts the
@@ -332,15 +360,15 @@ impl Forker {
         }
         crate::faults::reached("fork-counted");
         let total: f64 = steps.iter().sum();
-        done.push((
+        done.push(ActionDone::new(
             row.id,
-            "fork-consolidate".into(),
-            format!(
+            ActionKind::ForkConsolidate,
+            ActionOutcome::Done(format!(
                 "round {}: {} copies, {total} steps{}",
                 round.round,
                 good.len(),
                 if counted { "" } else { " (already counted)" }
-            ),
+            )),
         ));
         Ok(())
     }
@@ -418,7 +446,7 @@ fn adopt_or_redo(
     row: &JobRow,
     slurm_jobs: &[SlurmJob],
     now_s: f64,
-    done: &mut Vec<(u64, String, String)>,
+    done: &mut ActionLog,
 ) -> Result<(), ForkError> {
     // The daemon stopped between writing the round and recording its copy job.
     let found = slurm_jobs.iter().find(|j| {
@@ -431,14 +459,22 @@ fn adopt_or_redo(
             round.copy_job = Some(j.id);
             round.state = RoundState::Running;
             store.write(|w| w.put_fork_round(round))?;
-            done.push((row.id, "fork-adopt".into(), format!("copy job {}", j.id)));
+            done.push(ActionDone::new(
+                row.id,
+                ActionKind::ForkAdopt,
+                ActionOutcome::Done(format!("copy job {}", j.id)),
+            ));
         }
         None => {
             round.state = RoundState::Abandoned;
             round.ended_s = Some(now_s);
             round.message = Some("its copy job was never submitted; redone".into());
             store.write(|w| w.put_fork_round(round))?;
-            done.push((row.id, "fork-redo".into(), format!("round {}", round.round)));
+            done.push(ActionDone::new(
+                row.id,
+                ActionKind::ForkRedo,
+                ActionOutcome::Done(format!("round {}", round.round)),
+            ));
         }
     }
     Ok(())

@@ -123,8 +123,8 @@ pub enum ForkError {
     Moved(u64, u64),
 }
 
-/// What the fork pass did, as `(job, action, outcome)`.
-pub type ActionLog = Vec<(u64, String, String)>;
+pub use crate::action_log::ActionLog;
+use crate::action_log::{ActionDone, ActionKind, ActionOutcome};
 
 /// What the fork pass says about one forked job, for `hadar explain`.
 #[derive(Clone, Debug, PartialEq)]

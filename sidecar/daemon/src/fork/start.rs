@@ -33,21 +33,25 @@ impl Forker {
             match self.start_round(store, row, sj, start, outer, now_unix, epoch) {
                 Ok(round) => {
                     let placement = copies_gpus(&round.copies);
-                    done.push((
+                    done.push(ActionDone::new(
                         id,
-                        "fork-start".into(),
-                        format!(
+                        ActionKind::ForkStart,
+                        ActionOutcome::Done(format!(
                             "round {}: copy job {} with {} copies on {}",
                             round.round,
                             round.copy_job.unwrap_or(0),
                             round.copies.len(),
                             crate::explain::placement_words(&placement)
-                        ),
+                        )),
                     ));
                 }
                 Err(e) => {
                     tracing::warn!(job = id, "forked job: cannot start its copies: {e}");
-                    done.push((id, "fork-start".into(), format!("error: {e}")));
+                    done.push(ActionDone::new(
+                        id,
+                        ActionKind::ForkStart,
+                        ActionOutcome::Failed(e.to_string()),
+                    ));
                     failed.insert(id, e.to_string());
                 }
             }
