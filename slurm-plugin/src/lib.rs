@@ -2,7 +2,7 @@
 //!
 //! slurmctld calls [`job_submit`] for every submitted job (once per heterogeneous job
 //! component). The decision itself (managed or not, valid or not, what to record) is
-//! `hadar_request::decide`, a pure function; this crate is only the FFI edge around it:
+//! `hadar_request::decide` (`manage.rs`), a pure function; this crate is only the FFI edge around it:
 //! reading the C job description, writing the record and the stripped GPU fields back with
 //! Slurm's allocator, holding the job, notifying the sidecar, and logging through Slurm.
 //!

@@ -15,20 +15,20 @@
 
 pub mod config;
 pub mod constraint;
-pub mod decide;
 pub mod directive;
 pub mod gpu;
 pub mod inventory;
+pub mod manage;
 pub mod notify;
 pub mod record;
 
 pub use config::{Config, ConfigError, ConfigLocation};
-pub use decide::{Decision, Managed, NodeChoice, RequestError, Submission, Unmanaged, decide};
 pub use directive::{
     DirectiveError, Directives, JobDirectives, ModelTraits, OptChoice, Outer, ThroughputHint,
 };
 pub use gpu::{GpuCount, GpuRequest, GpuRequestError, Scope, TresFields};
 pub use inventory::{Inventory, InventoryError, NodeGpus};
+pub use manage::{Decision, Managed, NodeChoice, RequestError, Submission, Unmanaged, decide};
 pub use notify::{Notice, NoticeError};
 pub use record::{FailOpenMark, Record, RecordError};
 

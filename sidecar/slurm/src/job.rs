@@ -1,7 +1,7 @@
 //! Jobs as `scontrol -d show job` reports them: state, comments, and where their GPUs are.
 
 use crate::node::parse_gres;
-use crate::record::{self, Record};
+use crate::text_records::{self, Record};
 use crate::{SlurmError, hostlist};
 use serde::{Deserialize, Serialize};
 
@@ -418,7 +418,7 @@ pub type Refused = Vec<(String, String)>;
 /// field spanning lines, or two records with one job id) are dropped and reported in the
 /// second list as `(job id or "?", why)`.
 pub fn parse_jobs(text: &str) -> (Vec<SlurmJob>, Refused) {
-    let records = record::parse(text, "JobId");
+    let records = text_records::parse(text, "JobId");
     let mut jobs: Vec<SlurmJob> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();
     let mut duplicate_ids: Vec<u64> = Vec::new();

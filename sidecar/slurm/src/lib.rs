@@ -24,10 +24,10 @@ pub mod job;
 pub mod json;
 pub mod license;
 pub mod node;
-pub mod record;
 pub mod release;
 pub mod reservation;
 pub mod site;
+pub mod text_records;
 
 pub use client::{GpuSpec, Slurm, SlurmConfig};
 pub use command::CommandError;

@@ -60,7 +60,7 @@ pub fn parse_json(text: &str) -> Result<Vec<License>, SlurmError> {
 /// Parses `scontrol show licenses --oneliner` (releases without JSON). No licenses give an
 /// empty answer.
 pub fn parse_text(text: &str) -> Result<Vec<License>, SlurmError> {
-    crate::record::parse(text, "LicenseName")
+    crate::text_records::parse(text, "LicenseName")
         .iter()
         .map(|r| {
             let name = r.get("LicenseName").unwrap_or("").to_string();

@@ -1,7 +1,7 @@
 //! Nodes as `scontrol show node` reports them: GPUs per type and whether the node is usable.
 
 use crate::SlurmError;
-use crate::record::{self, Record};
+use crate::text_records::{self, Record};
 use serde::{Deserialize, Serialize};
 
 /// A node's scheduling state, reduced to what hadar needs.
@@ -151,7 +151,7 @@ impl NodeFree {
 
 /// Parses `scontrol show node` output (multi-line form).
 pub fn parse_nodes(text: &str) -> Result<Vec<NodeInfo>, SlurmError> {
-    record::parse(text, "NodeName")
+    text_records::parse(text, "NodeName")
         .iter()
         .map(node_from_record)
         .collect()

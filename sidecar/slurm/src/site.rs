@@ -534,7 +534,7 @@ pub fn parse_gpu_usage(text: &str) -> HashMap<(String, String), u64> {
 
 /// `scontrol show partition --oneliner` records.
 pub fn parse_partitions(text: &str) -> Result<Vec<PartitionFigures>, SlurmError> {
-    crate::record::parse(text, "PartitionName")
+    crate::text_records::parse(text, "PartitionName")
         .iter()
         .map(|r| {
             let name = r.get("PartitionName").unwrap_or("").to_string();
