@@ -8,18 +8,99 @@
 
 use std::fmt;
 
-/// The keys a directive may set, in the order the record writes them.
-pub const KEYS: [&str; 9] = [
-    "type",
-    "throughput",
-    "steps",
-    "epochs",
-    "fork",
-    "gpu-types",
-    "model",
-    "outer",
-    "restart",
-];
+/// The keys a directive may set, in the order the record writes them: the one table of the
+/// vocabulary (the parser, the record writer, the error messages and [`KEYS`] read it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectiveKey {
+    /// `type=`: the job type whose throughput profile hadar uses.
+    Type,
+    /// `throughput=`: per-type rate hints.
+    Throughput,
+    /// `steps=`: the steps the job runs.
+    Steps,
+    /// `epochs=`: the epochs the job runs.
+    Epochs,
+    /// `fork=`: whether HadarE may fork it.
+    Fork,
+    /// `gpu-types=`: the GPU types it may run on.
+    GpuTypes,
+    /// `model=`: its model's traits, for estimating its rates.
+    Model,
+    /// `outer=`: how its copies are consolidated.
+    Outer,
+    /// `restart=`: its own restart cost.
+    Restart,
+}
+
+impl DirectiveKey {
+    /// Every key, in the order the record writes them.
+    pub const ALL: [DirectiveKey; 9] = [
+        DirectiveKey::Type,
+        DirectiveKey::Throughput,
+        DirectiveKey::Steps,
+        DirectiveKey::Epochs,
+        DirectiveKey::Fork,
+        DirectiveKey::GpuTypes,
+        DirectiveKey::Model,
+        DirectiveKey::Outer,
+        DirectiveKey::Restart,
+    ];
+
+    /// The key as written, before its `=`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DirectiveKey::Type => "type",
+            DirectiveKey::Throughput => "throughput",
+            DirectiveKey::Steps => "steps",
+            DirectiveKey::Epochs => "epochs",
+            DirectiveKey::Fork => "fork",
+            DirectiveKey::GpuTypes => "gpu-types",
+            DirectiveKey::Model => "model",
+            DirectiveKey::Outer => "outer",
+            DirectiveKey::Restart => "restart",
+        }
+    }
+
+    /// The key written `word` (any case), if it is one.
+    pub fn parse(word: &str) -> Option<DirectiveKey> {
+        DirectiveKey::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(word))
+    }
+
+    /// The key's value in `d` as the record writes it after `key=`; `None` when unset.
+    pub fn value_in(self, d: &JobDirectives) -> Option<String> {
+        match self {
+            DirectiveKey::Type => d.job_type.clone(),
+            DirectiveKey::Throughput => (!d.throughput.is_empty()).then(|| {
+                let hints: Vec<String> = d
+                    .throughput
+                    .iter()
+                    .map(|h| format!("{}:{}", h.gpu_type, h.rate))
+                    .collect();
+                hints.join(",")
+            }),
+            DirectiveKey::Steps => d.steps.map(|s| s.to_string()),
+            DirectiveKey::Epochs => d.epochs.map(|e| e.to_string()),
+            DirectiveKey::Fork => d.may_fork.map(|f| if f { "yes" } else { "no" }.to_string()),
+            DirectiveKey::GpuTypes => d.gpu_types.as_ref().map(|t| t.join(",")),
+            DirectiveKey::Model => d.model.as_ref().map(ToString::to_string),
+            DirectiveKey::Outer => d.outer.as_ref().map(ToString::to_string),
+            DirectiveKey::Restart => d.restart_s.map(|r| r.to_string()),
+        }
+    }
+}
+
+/// The keys a directive may set, as written, in the order the record writes them.
+pub const KEYS: [&str; 9] = {
+    let mut out = [""; 9];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = DirectiveKey::ALL[i].as_str();
+        i += 1;
+    }
+    out
+};
 
 /// The largest `restart=` accepted, in seconds: a day.
 pub const MAX_RESTART_S: u32 = 86_400;
@@ -339,7 +420,7 @@ pub struct Directives {
     pub choice: Option<OptChoice>,
     /// The settings.
     pub job: JobDirectives,
-    origins: Vec<(&'static str, Origin)>,
+    origins: Vec<(DirectiveKey, Origin)>,
     off_origin: Option<Origin>,
 }
 
@@ -380,8 +461,7 @@ impl Directives {
                 word: crate::excerpt(word),
             });
         };
-        let key_lower = key.to_ascii_lowercase();
-        let Some(&key) = KEYS.iter().find(|k| **k == key_lower) else {
+        let Some(key) = DirectiveKey::parse(key) else {
             return Err(DirectiveError::Unknown {
                 origin: origin.clone(),
                 word: crate::excerpt(word),
@@ -389,7 +469,7 @@ impl Directives {
         };
         if let Some((_, first)) = self.origins.iter().find(|(k, _)| *k == key) {
             return Err(DirectiveError::Duplicate {
-                key,
+                key: key.as_str(),
                 first: first.clone(),
                 second: origin.clone(),
             });
@@ -397,21 +477,21 @@ impl Directives {
         self.set(key, value, origin)
     }
 
-    /// Sets `key` (one of [`KEYS`], not set before) to `value`, checked.
+    /// Sets `key` (not set before) to `value`, checked.
     fn set(
         &mut self,
-        key: &'static str,
+        key: DirectiveKey,
         value: &str,
         origin: &Origin,
     ) -> Result<(), DirectiveError> {
         let malformed = |expected| DirectiveError::Malformed {
             origin: origin.clone(),
-            key,
+            key: key.as_str(),
             value: crate::excerpt(value),
             expected,
         };
         match key {
-            "type" => {
+            DirectiveKey::Type => {
                 if !is_name(value) {
                     return Err(malformed(
                         "a job type name (letters, digits, `-`, `_`, `.`, `/`)",
@@ -419,11 +499,13 @@ impl Directives {
                 }
                 self.job.job_type = Some(value.to_string());
             }
-            "throughput" => self.job.throughput = parse_throughput(value).map_err(malformed)?,
-            "steps" | "epochs" => {
+            DirectiveKey::Throughput => {
+                self.job.throughput = parse_throughput(value).map_err(malformed)?
+            }
+            DirectiveKey::Steps | DirectiveKey::Epochs => {
                 let n = parse_work(value)
                     .ok_or_else(|| malformed("a whole number between 1 and 2^53"))?;
-                if key == "steps" {
+                if key == DirectiveKey::Steps {
                     self.job.steps = Some(n);
                 } else {
                     self.job.epochs = Some(n);
@@ -432,29 +514,30 @@ impl Directives {
                     return Err(DirectiveError::StepsAndEpochs);
                 }
             }
-            "fork" => {
+            DirectiveKey::Fork => {
                 self.job.may_fork = Some(match value.to_ascii_lowercase().as_str() {
                     "yes" | "true" | "1" => true,
                     "no" | "false" | "0" => false,
                     _ => return Err(malformed("yes or no")),
                 });
             }
-            "gpu-types" => self.job.gpu_types = Some(parse_gpu_types(value).map_err(malformed)?),
-            "model" => {
+            DirectiveKey::GpuTypes => {
+                self.job.gpu_types = Some(parse_gpu_types(value).map_err(malformed)?)
+            }
+            DirectiveKey::Model => {
                 self.job.model =
                     Some(ModelTraits::parse(value).ok_or_else(|| malformed(MODEL_EXPECTED))?);
             }
-            "outer" => {
+            DirectiveKey::Outer => {
                 self.job.outer =
                     Some(Outer::parse(value).ok_or_else(|| malformed(OUTER_EXPECTED))?);
             }
-            "restart" => {
+            DirectiveKey::Restart => {
                 self.job.restart_s =
                     Some(parse_restart(value).ok_or_else(|| {
                         malformed("whole seconds from 0 to 86400, e.g. 120 or 120s")
                     })?);
             }
-            _ => unreachable!("KEYS and this match list the same keys"),
         }
         self.origins.push((key, origin.clone()));
         self.opt_in(origin)

@@ -7,6 +7,7 @@
 //! `epochs=`, `fork=`, `gpu-types=`, `model=`, `outer=`). SPEC is `N` or `TYPE:N[,TYPE:N...]`. For example
 //! `hadar:v1 gpus-per-node=v100:2 nodes=2 type=resnet50 steps=1000 fork=yes`.
 
+use crate::directive::DirectiveKey;
 use crate::directive::{Directives, JobDirectives, Origin};
 use crate::gpu::{self, GpuCount, GpuRequest, Scope};
 
@@ -59,37 +60,10 @@ impl Record {
             out.push_str(&format!(" het={h}"));
         }
         let d = &self.directives;
-        if let Some(t) = &d.job_type {
-            out.push_str(&format!(" type={t}"));
-        }
-        if !d.throughput.is_empty() {
-            let hints: Vec<String> = d
-                .throughput
-                .iter()
-                .map(|h| format!("{}:{}", h.gpu_type, h.rate))
-                .collect();
-            out.push_str(&format!(" throughput={}", hints.join(",")));
-        }
-        if let Some(s) = d.steps {
-            out.push_str(&format!(" steps={s}"));
-        }
-        if let Some(e) = d.epochs {
-            out.push_str(&format!(" epochs={e}"));
-        }
-        if let Some(f) = d.may_fork {
-            out.push_str(if f { " fork=yes" } else { " fork=no" });
-        }
-        if let Some(types) = &d.gpu_types {
-            out.push_str(&format!(" gpu-types={}", types.join(",")));
-        }
-        if let Some(m) = &d.model {
-            out.push_str(&format!(" model={m}"));
-        }
-        if let Some(o) = &d.outer {
-            out.push_str(&format!(" outer={o}"));
-        }
-        if let Some(r) = d.restart_s {
-            out.push_str(&format!(" restart={r}"));
+        for key in DirectiveKey::ALL {
+            if let Some(value) = key.value_in(d) {
+                out.push_str(&format!(" {}={value}", key.as_str()));
+            }
         }
         if let Some(t) = d.tasks {
             out.push_str(&format!(" tasks={t}"));
