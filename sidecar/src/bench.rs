@@ -385,20 +385,7 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
     for name in names {
         let started = Instant::now();
         let started_cpu = thread_cpu_ms();
-        let (rounds, ttd) = if name.is_bound() {
-            let ttd = policies::bound(name, &workload.cluster, &workload.jobs)
-                .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
-            (0, ttd)
-        } else {
-            let mut p = policies::build(name, &opts).ok_or_else(|| {
-                Failure::input(anyhow::anyhow!(
-                    "--policy: `{name}` is not available in this build"
-                ))
-            })?;
-            let r = simulate(&workload, p.as_mut(), &cfg)
-                .map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
-            (r.metrics.rounds, r.metrics.ttd_s)
-        };
+        let (rounds, ttd) = play_policy(name, &workload, &opts, &cfg)?;
         rows.push((
             name,
             started.elapsed().as_secs_f64() * 1e3,
@@ -410,6 +397,41 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
     let total_ms = all.elapsed().as_secs_f64() * 1e3;
     let total_cpu_ms = thread_cpu_ms() - all_cpu;
 
+    print_simulate_bench(&a, &workload, &rows, (total_ms, total_cpu_ms))
+}
+
+/// One row of `hadar bench simulate`: the policy, wall and CPU milliseconds, rounds, TTD s.
+type SimulateRow = (PolicyName, f64, f64, u64, f64);
+
+/// Plays policy `name` on `workload` (or computes the bound): its rounds and TTD seconds.
+fn play_policy(
+    name: PolicyName,
+    workload: &Workload,
+    opts: &PolicyOptions,
+    cfg: &SimConfig,
+) -> Result<(u64, f64), Failure> {
+    if name.is_bound() {
+        let ttd = policies::bound(name, &workload.cluster, &workload.jobs)
+            .map_err(|e| Failure::runtime(anyhow::anyhow!("computing `{name}`: {e}")))?;
+        return Ok((0, ttd));
+    }
+    let mut p = policies::build(name, opts).ok_or_else(|| {
+        Failure::input(anyhow::anyhow!(
+            "--policy: `{name}` is not available in this build"
+        ))
+    })?;
+    let r = simulate(workload, p.as_mut(), cfg)
+        .map_err(|e| Failure::runtime(anyhow::anyhow!("simulating `{name}`: {e}")))?;
+    Ok((r.metrics.rounds, r.metrics.ttd_s))
+}
+
+/// Prints `hadar bench simulate`'s figures as a table or JSON.
+fn print_simulate_bench(
+    a: &BenchSimulateArgs,
+    workload: &Workload,
+    rows: &[SimulateRow],
+    (total_ms, total_cpu_ms): (f64, f64),
+) -> Result<(), Failure> {
     match a.format {
         Format::Table => {
             println!(
@@ -424,7 +446,7 @@ fn simulate_bench(a: BenchSimulateArgs) -> Result<(), Failure> {
                 }
             );
             let mut t = Table::new(&["policy", "wall ms", "cpu ms", "rounds", "TTD h"]);
-            for (name, ms, cpu, rounds, ttd) in &rows {
+            for (name, ms, cpu, rounds, ttd) in rows {
                 t.row(vec![
                     name.to_string(),
                     format!("{ms:.1}"),

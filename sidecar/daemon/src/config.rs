@@ -428,8 +428,24 @@ fn range(
 
 /// The `[sidecar]` table's ranges, and the relations between its keys.
 fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
-    // (key, its value, whether it is in range, what to give instead), checked in order.
-    let checks: [(&'static str, f64, bool, &'static str); 15] = [
+    for (key, value, ok, expected) in sidecar_checks(s) {
+        range(path, key, value, ok, expected)?;
+    }
+    if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ConfigError::Range {
+            path: path.to_string(),
+            key: "sidecar.preempt_signal",
+            value: s.preempt_signal.clone(),
+            expected: "give a signal name such as USR1",
+        });
+    }
+    Ok(())
+}
+
+/// The `[sidecar]` table's numeric checks: (key, its value, whether it is in range, what to
+/// give instead), in the order they are checked.
+fn sidecar_checks(s: &SidecarConfig) -> [(&'static str, f64, bool, &'static str); 15] {
+    [
         (
             "sidecar.round_seconds",
             s.round_seconds,
@@ -528,19 +544,7 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
             s.max_clock_skew_seconds.is_finite() && s.max_clock_skew_seconds >= 0.0,
             "give 0 or more",
         ),
-    ];
-    for (key, value, ok, expected) in checks {
-        range(path, key, value, ok, expected)?;
-    }
-    if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(ConfigError::Range {
-            path: path.to_string(),
-            key: "sidecar.preempt_signal",
-            value: s.preempt_signal.clone(),
-            expected: "give a signal name such as USR1",
-        });
-    }
-    Ok(())
+    ]
 }
 
 /// The `[fork]` table's ranges and `[hadar]` `priority_strength` and `tail_jobs`.

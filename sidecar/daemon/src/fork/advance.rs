@@ -257,28 +257,13 @@ impl Forker {
             .collect();
         round.ended_s = Some(now_s);
         if good.is_empty() {
-            round.state = RoundState::Failed;
-            round.message = Some(errors.join("; "));
-            fj.failed_rounds += 1;
-            fj.next_round = fj.next_round.max(round.round + 1);
-            if fj.failed_rounds >= self.config.max_failed_rounds {
-                fj.state = ForkState::Failed;
-                fj.message = Some(format!(
-                    "no copy succeeded in {} rounds in a row; last: {}",
-                    fj.failed_rounds,
-                    errors.join("; ")
-                ));
-            }
-            store.write(|w| {
-                w.put_fork_round(&round)?;
-                w.put_fork_job(fj)
-            })?;
-            done.push(ActionDone::new(
-                row.id,
-                ActionKind::ForkRoundFailed,
-                ActionOutcome::Done(errors.join("; ")),
-            ));
-            return Ok(());
+            let why = errors.join("; ");
+            // Counted as failed below: this is the count the job's message gives.
+            let job_message = format!(
+                "no copy succeeded in {} rounds in a row; last: {why}",
+                fj.failed_rounds + 1
+            );
+            return self.fail_round(store, fj, round, row.id, why.clone(), job_message, done);
         }
         let steps: Vec<f64> = good
             .iter()
@@ -288,36 +273,47 @@ impl Forker {
         for (k, w) in good.iter().zip(&weights) {
             round.copies[*k].weight = Some(*w);
         }
-        let averaging = if averaged {
-            Ok(())
-        } else {
-            Err(format!(
-                "averaging failed on the compute node (see {}/copies.out)",
-                round_dir(&round).display()
-            ))
-        };
-        match averaging {
-            Ok(()) => self.count_round(store, &round, row, &good, &steps, done)?,
-            Err(why) => {
-                round.state = RoundState::Failed;
-                round.message = Some(why.clone());
-                fj.failed_rounds += 1;
-                fj.next_round = fj.next_round.max(round.round + 1);
-                if fj.failed_rounds >= self.config.max_failed_rounds {
-                    fj.state = ForkState::Failed;
-                    fj.message = round.message.clone();
-                }
-                store.write(|w| {
-                    w.put_fork_round(&round)?;
-                    w.put_fork_job(fj)
-                })?;
-                done.push(ActionDone::new(
-                    row.id,
-                    ActionKind::ForkRoundFailed,
-                    ActionOutcome::Done(why),
-                ));
-            }
+        if averaged {
+            self.count_round(store, &round, row, &good, &steps, done)?;
+            return Ok(());
         }
+        let why = format!(
+            "averaging failed on the compute node (see {}/copies.out)",
+            round_dir(&round).display()
+        );
+        self.fail_round(store, fj, round, row.id, why.clone(), why, done)
+    }
+
+    /// Records `round` of job `job` failed (`why`), counts it against the job, and fails the
+    /// job (with `job_message`) when it has failed `[fork] max_failed_rounds` in a row.
+    #[allow(clippy::too_many_arguments)]
+    fn fail_round(
+        &self,
+        store: &mut Store,
+        fj: &mut ForkJob,
+        mut round: ForkRound,
+        job: u64,
+        why: String,
+        job_message: String,
+        done: &mut ActionLog,
+    ) -> Result<(), ForkError> {
+        round.state = RoundState::Failed;
+        round.message = Some(why.clone());
+        fj.failed_rounds += 1;
+        fj.next_round = fj.next_round.max(round.round + 1);
+        if fj.failed_rounds >= self.config.max_failed_rounds {
+            fj.state = ForkState::Failed;
+            fj.message = Some(job_message);
+        }
+        store.write(|w| {
+            w.put_fork_round(&round)?;
+            w.put_fork_job(fj)
+        })?;
+        done.push(ActionDone::new(
+            job,
+            ActionKind::ForkRoundFailed,
+            ActionOutcome::Done(why),
+        ));
         Ok(())
     }
 

@@ -137,6 +137,35 @@ fn offer_rate(job: &DualJob<'_>, placement: &Placement) -> f64 {
 /// job (with `previous` set) keeps its placement unless moving both pays more and earns
 /// more utility after the restart.
 pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
+    let usable = match usable_types(book, job) {
+        Ok(usable) => usable,
+        Err(reason) => return DualOutcome::NoPlacement(reason),
+    };
+    let keep = keep_offer(book, job);
+    let best = best_move(book, job, &usable, keep.as_ref());
+    // Stickiness: a running job moves only when its best move pays more and is worth more
+    // after the restart, i.e. it runs faster enough to make up for the lost time. Prices
+    // alone (a move to emptier nodes at the same speed) are no reason to restart, unless
+    // keeping would not be admitted at all.
+    let chosen = match (keep, best) {
+        (Some(k), Some(m)) => {
+            if m.payoff() > k.payoff() && (k.payoff() <= 0.0 || m.utility > k.utility) {
+                Some(m)
+            } else {
+                Some(k)
+            }
+        }
+        (k, m) => k.or(m),
+    };
+    match chosen {
+        Some(o) => DualOutcome::Offer(o),
+        None => DualOutcome::NoPlacement(WaitReason::DoesNotFit),
+    }
+}
+
+/// The types `job` can run on, fastest first (ties by type), or why it cannot be placed at
+/// all: no type it runs on, or too few free GPUs of those types.
+fn usable_types(book: &PriceBook, job: &DualJob<'_>) -> Result<Vec<(usize, f64)>, WaitReason> {
     let n = job.workers;
     let mut usable: Vec<(usize, f64)> = job
         .rates
@@ -146,42 +175,54 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
         .map(|(t, r)| (t, *r))
         .collect();
     if usable.is_empty() || n == 0 {
-        return DualOutcome::NoPlacement(WaitReason::CannotRunAnywhere);
+        return Err(WaitReason::CannotRunAnywhere);
     }
     usable.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let free_usable: u32 = usable.iter().map(|(t, _)| book.free_of_type(*t)).sum();
     if free_usable < n {
-        let reason = if book.free_total() >= n {
+        return Err(if book.free_total() >= n {
             WaitReason::NoThroughputOnFreeTypes
         } else {
             WaitReason::DoesNotFit
-        };
-        return DualOutcome::NoPlacement(reason);
+        });
     }
+    Ok(usable)
+}
 
-    let mut keep: Option<Offer> = None;
-    if let Some(prev) = job.previous {
-        let rate = offer_rate(job, prev);
-        if rate > 0.0
-            && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
-            && (!job.uniform || is_uniform(prev))
-            && (job.mixed_types || prev.types().len() == 1)
-            && let Some(price) = book.placement_cost(prev)
-        {
-            keep = Some(Offer {
-                placement: prev.clone(),
-                rate,
-                utility: job.utility.at(rate, false),
-                price,
-            });
-        }
+/// A running job's offer to stay where it is, when its placement is still one it may have.
+fn keep_offer(book: &PriceBook, job: &DualJob<'_>) -> Option<Offer> {
+    let prev = job.previous?;
+    let rate = offer_rate(job, prev);
+    if rate > 0.0
+        && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
+        && (!job.uniform || is_uniform(prev))
+        && (job.mixed_types || prev.types().len() == 1)
+        && let Some(price) = book.placement_cost(prev)
+    {
+        return Some(Offer {
+            placement: prev.clone(),
+            rate,
+            utility: job.utility.at(rate, false),
+            price,
+        });
     }
+    None
+}
 
+/// The best-paying placement over the `usable` types, searched bottleneck by bottleneck from
+/// the fastest, stopping when no slower one can beat the best found or `keep`.
+fn best_move(
+    book: &PriceBook,
+    job: &DualJob<'_>,
+    usable: &[(usize, f64)],
+    keep: Option<&Offer>,
+) -> Option<Offer> {
+    let n = job.workers;
     let mut best: Option<Offer> = None;
-    // A move is chosen only if it pays more than keeping (see below), so keeping's payoff
-    // is the bar from the start.
+    // A move is chosen only if it pays more than keeping (see `best_offer`), so keeping's
+    // payoff is the bar from the start.
     let bar = |best: &Option<Offer>| {
-        let k = keep.as_ref().map_or(f64::NEG_INFINITY, Offer::payoff);
+        let k = keep.map_or(f64::NEG_INFINITY, Offer::payoff);
         best.as_ref().map_or(k, |b| b.payoff().max(k))
     };
     let moved = job.previous.is_some();
@@ -223,24 +264,7 @@ pub fn best_offer(book: &PriceBook, job: &DualJob<'_>) -> DualOutcome {
             }
         }
     }
-    // Stickiness: a running job moves only when its best move pays more and is worth more
-    // after the restart, i.e. it runs faster enough to make up for the lost time. Prices
-    // alone (a move to emptier nodes at the same speed) are no reason to restart, unless
-    // keeping would not be admitted at all.
-    let chosen = match (keep, best) {
-        (Some(k), Some(m)) => {
-            if m.payoff() > k.payoff() && (k.payoff() <= 0.0 || m.utility > k.utility) {
-                Some(m)
-            } else {
-                Some(k)
-            }
-        }
-        (k, m) => k.or(m),
-    };
-    match chosen {
-        Some(o) => DualOutcome::Offer(o),
-        None => DualOutcome::NoPlacement(WaitReason::DoesNotFit),
-    }
+    best
 }
 
 /// The placements worth pricing for `job` over the `allowed` types: the cheapest within
