@@ -151,8 +151,16 @@ pub struct SiteGate {
     /// The jobs the mixed round forks: planned by HadarE outside the site's rules, as the
     /// daemon's fork pass plans them, so the gate leaves them as they are.
     forked: BTreeSet<JobId>,
-    /// The waits of the round being planned, for [`SitePlan`] to mark.
-    waits: Arc<Mutex<SiteWaits>>,
+    /// The round being planned, shared with the [`SitePlan`] inside.
+    round: Arc<Mutex<GateRound>>,
+}
+
+/// What the gate found for the round being planned, for the [`SitePlan`] inside it: the
+/// site at the round's time (derived once a round) and the waits to mark.
+#[derive(Default)]
+struct GateRound {
+    site: Option<Site>,
+    waits: SiteWaits,
 }
 
 impl SiteGate {
@@ -164,30 +172,29 @@ impl SiteGate {
         inner: impl FnOnce(SitePlanStage) -> Box<dyn Policy>,
     ) -> SiteGate {
         let site = Arc::new(site);
-        let waits = Arc::new(Mutex::new(SiteWaits::default()));
+        let round = Arc::new(Mutex::new(GateRound::default()));
         let stage = SitePlanStage {
             site: site.clone(),
-            waits: waits.clone(),
+            round: round.clone(),
         };
         SiteGate {
             site,
             inner: inner(stage),
             forked,
-            waits,
+            round,
         }
     }
 
     /// The jobs the policy plans (weighted, without those the site holds back), and the
     /// waits the gate found.
-    fn narrow(&self, input: &RoundInput<'_>) -> (Vec<JobState>, SiteWaits) {
-        let site = self.site.at(input.now_s, input.jobs);
+    fn narrow(&self, input: &RoundInput<'_>, site: &Site) -> (Vec<JobState>, SiteWaits) {
         let (forked, plain): (Vec<JobState>, Vec<JobState>) = input
             .jobs
             .iter()
             .cloned()
             .partition(|j| self.forked.contains(&j.id()));
-        let mut states = self.site.weigh(&site, &plain, input.now_s, input.cluster);
-        let mut held = self.closed_partitions(&site, &states);
+        let mut states = self.site.weigh(site, &plain, input.now_s, input.cluster);
+        let mut held = self.closed_partitions(site, &states);
         let waiting = states
             .iter()
             .filter(|j| j.placement.is_none() && !held.iter().any(|(h, _)| *h == j.id()));
@@ -196,7 +203,7 @@ impl SiteGate {
         states.retain(|s| !held.iter().any(|(j, _)| *j == s.id()));
         let mut waits = self
             .site
-            .round(&site, &states)
+            .round(site, &states)
             .limit_waits(&mut states, input.cluster);
         waits.waits.splice(0..0, held);
         states.extend(forked);
@@ -224,13 +231,19 @@ impl SiteGate {
             .collect()
     }
 
+    /// Plans the round with `plan` over the narrowed jobs, the site at the round's time
+    /// being `site`.
     fn plan_with(
         &mut self,
         input: &RoundInput<'_>,
+        site: Site,
         plan: impl FnOnce(&mut dyn Policy, &RoundInput<'_>) -> RoundPlan,
     ) -> RoundPlan {
-        let (states, waits) = self.narrow(input);
-        *self.waits.lock().unwrap_or_else(|e| e.into_inner()) = waits.clone();
+        let (states, waits) = self.narrow(input, &site);
+        *self.round.lock().unwrap_or_else(|e| e.into_inner()) = GateRound {
+            site: Some(site),
+            waits: waits.clone(),
+        };
         let narrowed = RoundInput {
             jobs: &states,
             ..*input
@@ -256,12 +269,17 @@ impl Policy for SiteGate {
     }
 
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
-        self.plan_with(input, |p, i| p.plan(i))
+        let site = self.site.at(input.now_s, input.jobs);
+        self.plan_with(input, site, |p, i| p.plan(i))
     }
 
     fn plan_on(&mut self, input: &RoundInput<'_>, facts: &TargetFacts) -> RoundPlan {
-        let facts = self.leave_out_of_lookahead(input, facts);
-        self.plan_with(input, |p, i| p.plan_on(i, &facts))
+        let site = self.site.at(input.now_s, input.jobs);
+        // The daemon leaves the waiting jobs a reservation restricts out of the look-ahead
+        // (`super::reservations::leave_out_of_lookahead`); so does the gate.
+        let mut facts = facts.clone();
+        super::reservations::leave_out_of_lookahead(&site, &no_choices(), &mut facts);
+        self.plan_with(input, site, |p, i| p.plan_on(i, &facts))
     }
 
     fn last_round_stats(&self) -> Option<hadar_core::policies::hadar::RoundStats> {
@@ -269,21 +287,10 @@ impl Policy for SiteGate {
     }
 }
 
-impl SiteGate {
-    /// `facts` without the waiting jobs a reservation restricts, as the daemon leaves them
-    /// out of the look-ahead ([`super::reservations::leave_out_of_lookahead`]).
-    fn leave_out_of_lookahead(&self, input: &RoundInput<'_>, facts: &TargetFacts) -> TargetFacts {
-        let site = self.site.at(input.now_s, input.jobs);
-        let mut facts = facts.clone();
-        super::reservations::leave_out_of_lookahead(&site, &no_choices(), &mut facts);
-        facts
-    }
-}
-
 /// What [`SiteGate::new`] hands the policy it builds, to make the [`SitePlan`] inside it.
 pub struct SitePlanStage {
     site: Arc<SimulatedSite>,
-    waits: Arc<Mutex<SiteWaits>>,
+    round: Arc<Mutex<GateRound>>,
 }
 
 impl SitePlanStage {
@@ -291,7 +298,7 @@ impl SitePlanStage {
     pub fn around(self, policy: Box<dyn Policy>) -> Box<dyn Policy> {
         Box::new(SitePlan {
             site: self.site,
-            waits: self.waits,
+            round: self.round,
             inner: policy,
         })
     }
@@ -301,7 +308,7 @@ impl SitePlanStage {
 /// reservations, the gate's waits marked, as the daemon's [`super::plan`] does.
 pub struct SitePlan {
     site: Arc<SimulatedSite>,
-    waits: Arc<Mutex<SiteWaits>>,
+    round: Arc<Mutex<GateRound>>,
     inner: Box<dyn Policy>,
 }
 
@@ -311,14 +318,22 @@ impl Policy for SitePlan {
     }
 
     fn plan(&mut self, input: &RoundInput<'_>) -> RoundPlan {
-        let site = self.site.at(input.now_s, input.jobs);
+        let round = self.round.lock().unwrap_or_else(|e| e.into_inner());
+        // The gate's site for this round; a plan stage used without its gate derives it.
+        let derived;
+        let site = match &round.site {
+            Some(site) => site,
+            None => {
+                derived = self.site.at(input.now_s, input.jobs);
+                &derived
+            }
+        };
         let inner = &mut self.inner;
         let mut plan = self
             .site
-            .round(&site, input.jobs)
+            .round(site, input.jobs)
             .plan(input, |i| inner.plan(i));
-        let waits = self.waits.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        waits.mark(&mut plan, input.jobs);
+        round.waits.mark(&mut plan, input.jobs);
         plan
     }
 
