@@ -81,78 +81,11 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
         free.extend_from_slice(&n.gpus);
     }
     let free_by_type = cluster.gpus_by_type();
-
-    let mut options = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let mut opts = Vec::new();
-        if let Some(prev) = job.previous {
-            let rate = gang_rate(job.rates, job.workers, prev);
-            let in_cluster = prev.parts().iter().all(|p| {
-                p.node.index() < cluster.nodes().len()
-                    && p.gpu_type.index() < types
-                    && p.gpus <= cluster.capacity(p.node, p.gpu_type)
-            });
-            let shape_ok = job.mixed_types || prev.types().len() == 1;
-            if rate > 0.0
-                && in_cluster
-                && shape_ok
-                && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
-                && (!job.uniform || is_uniform(prev))
-            {
-                opts.push(Opt {
-                    value: job.utility.at(rate, false),
-                    choice: Choice::Keep,
-                });
-            }
-        }
-        let mut usable: Vec<(usize, f64)> = job
-            .rates
-            .iter()
-            .enumerate()
-            .filter(|(t, r)| **r > 0.0 && *t < types)
-            .map(|(t, r)| (t, *r))
-            .collect();
-        usable.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut mask = 0u64;
-        let mut supply = 0;
-        let mut i = 0;
-        while i < usable.len() {
-            let rate_b = usable[i].1;
-            if !job.mixed_types {
-                mask = 0;
-                supply = 0;
-            }
-            while i < usable.len() && usable[i].1 == rate_b {
-                if usable[i].0 < 64 {
-                    mask |= 1 << usable[i].0;
-                }
-                supply += free_by_type[usable[i].0];
-                i += 1;
-            }
-            if supply >= job.workers && job.workers > 0 {
-                opts.push(Opt {
-                    value: job.utility.at(rate_b, job.previous.is_some()),
-                    choice: Choice::Move { mask },
-                });
-            }
-        }
-        opts.sort_by(|a, b| b.value.total_cmp(&a.value));
-        options.push(opts);
-    }
-    let top = |j: usize| options[j].first().map_or(0.0, |o| o.value);
-    let mut order: Vec<usize> = (0..jobs.len())
-        .filter(|&j| !options[j].is_empty())
+    let options: Vec<Vec<Opt>> = jobs
+        .iter()
+        .map(|job| job_options(cluster, job, &free_by_type))
         .collect();
-    order.sort_by(|&a, &b| top(b).total_cmp(&top(a)).then(a.cmp(&b)));
-    let mut suffix = Vec::with_capacity(order.len() + 1);
-    for d in 0..=order.len() {
-        let mut rest: Vec<(f64, u32)> = order[d..]
-            .iter()
-            .map(|&j| (top(j), jobs[j].workers))
-            .collect();
-        rest.sort_by(|a, b| (b.0 / b.1 as f64).total_cmp(&(a.0 / a.1 as f64)));
-        suffix.push(rest);
-    }
+    let (order, suffix) = search_order(jobs, &options);
     let mut s = Search {
         jobs,
         order,
@@ -172,7 +105,100 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
     };
     s.branch(0, 0.0);
     let placements = s.best.take().unwrap_or_else(|| vec![None; jobs.len()]);
-    let objective = placements
+    ExactSolution {
+        objective: objective(jobs, &placements),
+        placements,
+        proven: !s.aborted,
+        search_nodes: s.visited,
+    }
+}
+
+/// A job's choices, best first: keeping its placement where it still may, and a move to
+/// each set of its equally fast types (or, mixing types, to all types as fast or faster)
+/// with GPUs enough.
+fn job_options(cluster: &Cluster, job: &ExactJob<'_>, free_by_type: &[u32]) -> Vec<Opt> {
+    let types = cluster.type_count();
+    let mut opts: Vec<Opt> = keep_option(cluster, job).into_iter().collect();
+    let mut usable: Vec<(usize, f64)> = job
+        .rates
+        .iter()
+        .enumerate()
+        .filter(|(t, r)| **r > 0.0 && *t < types)
+        .map(|(t, r)| (t, *r))
+        .collect();
+    usable.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut mask = 0u64;
+    let mut supply = 0;
+    let mut i = 0;
+    while i < usable.len() {
+        let rate_b = usable[i].1;
+        if !job.mixed_types {
+            mask = 0;
+            supply = 0;
+        }
+        while i < usable.len() && usable[i].1 == rate_b {
+            if usable[i].0 < 64 {
+                mask |= 1 << usable[i].0;
+            }
+            supply += free_by_type[usable[i].0];
+            i += 1;
+        }
+        if supply >= job.workers && job.workers > 0 {
+            opts.push(Opt {
+                value: job.utility.at(rate_b, job.previous.is_some()),
+                choice: Choice::Move { mask },
+            });
+        }
+    }
+    opts.sort_by(|a, b| b.value.total_cmp(&a.value));
+    opts
+}
+
+/// Keeping the job's previous placement, when it is still in the cluster, of a shape the
+/// job may take, and runs.
+fn keep_option(cluster: &Cluster, job: &ExactJob<'_>) -> Option<Opt> {
+    let prev = job.previous?;
+    let rate = gang_rate(job.rates, job.workers, prev);
+    let in_cluster = prev.parts().iter().all(|p| {
+        p.node.index() < cluster.nodes().len()
+            && p.gpu_type.index() < cluster.type_count()
+            && p.gpus <= cluster.capacity(p.node, p.gpu_type)
+    });
+    let shape_ok = job.mixed_types || prev.types().len() == 1;
+    let keep = rate > 0.0
+        && in_cluster
+        && shape_ok
+        && prev.nodes().len() as u32 <= job.limit_on(&prev.types())
+        && (!job.uniform || is_uniform(prev));
+    keep.then(|| Opt {
+        value: job.utility.at(rate, false),
+        choice: Choice::Keep,
+    })
+}
+
+/// The order the search takes the jobs with choices in (best option first), and per depth
+/// the remaining jobs' (best value, workers), densest first, for the search's bound.
+fn search_order(jobs: &[ExactJob<'_>], options: &[Vec<Opt>]) -> (Vec<usize>, Vec<Vec<(f64, u32)>>) {
+    let top = |j: usize| options[j].first().map_or(0.0, |o| o.value);
+    let mut order: Vec<usize> = (0..jobs.len())
+        .filter(|&j| !options[j].is_empty())
+        .collect();
+    order.sort_by(|&a, &b| top(b).total_cmp(&top(a)).then(a.cmp(&b)));
+    let mut suffix = Vec::with_capacity(order.len() + 1);
+    for d in 0..=order.len() {
+        let mut rest: Vec<(f64, u32)> = order[d..]
+            .iter()
+            .map(|&j| (top(j), jobs[j].workers))
+            .collect();
+        rest.sort_by(|a, b| (b.0 / b.1 as f64).total_cmp(&(a.0 / a.1 as f64)));
+        suffix.push(rest);
+    }
+    (order, suffix)
+}
+
+/// The utility the placements earn.
+fn objective(jobs: &[ExactJob<'_>], placements: &[Option<Placement>]) -> f64 {
+    placements
         .iter()
         .zip(jobs)
         .filter_map(|(p, j)| {
@@ -183,13 +209,7 @@ pub fn solve(cluster: &Cluster, jobs: &[ExactJob<'_>], search_limit: u64) -> Exa
                 )
             })
         })
-        .sum();
-    ExactSolution {
-        placements,
-        objective,
-        proven: !s.aborted,
-        search_nodes: s.visited,
-    }
+        .sum()
 }
 
 impl Search<'_, '_> {

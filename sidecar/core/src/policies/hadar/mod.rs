@@ -814,6 +814,19 @@ fn primal_dual_pass(
     ready: &[Prepared<'_>],
     work: &mut RoundWork,
 ) {
+    let (mut owners, priced_out) = online_pass(config, input, ready, work);
+    fill_and_improve(config, input, ready, work, &mut owners, &priced_out);
+}
+
+/// The online pass: each job in order takes its best offer if it pays (an urgent job the
+/// offer it may take from yielding jobs). Returns, per assignment, the prepared job it is
+/// of, and the jobs left out.
+fn online_pass(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    work: &mut RoundWork,
+) -> (Vec<usize>, Vec<usize>) {
     let (book, assignments, waiting, stats) = work.parts();
     let mut priced_out: Vec<usize> = Vec::new();
     // owners[i]: the prepared job of assignments[i].
@@ -882,17 +895,31 @@ fn primal_dual_pass(
             }
         }
     }
+    (owners, priced_out)
+}
+
+/// After the online pass: work conservation and packing fill what it left free, and swaps
+/// improve what it admitted.
+fn fill_and_improve(
+    config: &HadarConfig,
+    input: &RoundInput<'_>,
+    ready: &[Prepared<'_>],
+    work: &mut RoundWork,
+    owners: &mut Vec<usize>,
+    priced_out: &[usize],
+) {
+    let (book, assignments, waiting, stats) = work.parts();
     if config.work_conservation {
         let plan = packing::Admitted {
             assignments,
-            owners: &mut owners,
+            owners,
             waiting,
         };
-        conserve_work(input, ready, book, plan, stats, &priced_out);
+        conserve_work(input, ready, book, plan, stats, priced_out);
     }
     let plan = packing::Admitted {
         assignments,
-        owners: &mut owners,
+        owners,
         waiting,
     };
     let packed = packing::pack(
@@ -908,11 +935,11 @@ fn primal_dual_pass(
         },
     );
     if config.swap_improvement {
-        swap::improve(ready, assignments, &owners);
+        swap::improve(ready, assignments, owners);
     }
     // Swaps change rates, and packing removes yielding jobs: count the round again.
     if config.swap_improvement || packed > 0 {
-        recount(ready, assignments, &owners, stats);
+        recount(ready, assignments, owners, stats);
     }
 }
 
