@@ -541,7 +541,7 @@ fn licenses_added_to_a_managed_job_are_waited_for(bed: &mut Testbed) {
         serde_json::from_str(&serve.hadar(&["explain", &managed.to_string(), "--format", "json"]))
             .expect("explain json");
     assert_eq!(
-        v["decision"]["wait_reason"]["blocked"]["licenses"], "matlab:1",
+        v["decision"]["wait_reason"]["hold"]["licenses"], "matlab:1",
         "{v}"
     );
     bed.client("scancel", &[&holder.to_string()])

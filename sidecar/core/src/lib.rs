@@ -35,6 +35,7 @@ pub mod bounds;
 pub mod capacity;
 pub mod cluster;
 pub mod estimate;
+pub mod gate;
 pub mod job;
 pub mod lp;
 pub mod market;

@@ -83,8 +83,8 @@ pub enum WaitReason {
     /// Slurm itself would not start it yet, whatever the GPUs: its partition starts no jobs
     /// (`DOWN`, `INACTIVE`), its user held it, a dependency or a begin time.
     SlurmHolds {
-        /// What it waits for, in words: `its partition to start jobs again: gpu (DOWN)`.
-        what: String,
+        /// What holds it back.
+        hold: crate::gate::Hold,
     },
 }
 
@@ -132,9 +132,7 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "its {choice} allows {nodes}, where not enough GPUs it can use are free"
             ),
-            WaitReason::SlurmHolds { what } => {
-                write!(f, "Slurm would not start it yet: waiting for {what}")
-            }
+            WaitReason::SlurmHolds { hold } => write!(f, "Slurm would not start it yet: {hold}"),
         }
     }
 }

@@ -6,19 +6,20 @@
 
 use crate::actions::{self, Action};
 use crate::config::DaemonConfig;
-use crate::eligible::{self, Blocked};
+use crate::eligible;
 use crate::error::DaemonError;
 use crate::fork::{ForkStart, PlainSide};
 use crate::snapshot::RoundSnapshot;
 use crate::spec::{self, JobSpec, Priors, RateOrigins, RateSource};
 use crate::view::{self, ClusterView};
 use crate::{exclusive, explain, facts, unmovable};
+use hadar_core::gate::Hold;
 use hadar_core::passes::enforce::Verdict;
 use hadar_core::passes::lookahead::Choice;
 use hadar_core::passes::served::{ServedDecision, decide_with};
 use hadar_core::policies::hadar::RoundStats;
 use hadar_core::site::SiteWaits;
-use hadar_core::{Cluster, Job, JobId, JobState, Policy, RoundInput, RoundPlan};
+use hadar_core::{Cluster, Job, JobId, JobState, Policy, RoundInput, RoundPlan, WaitReason};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::{JobStatus, NodeState};
 use hadar_store::{Decision, JobRow, NodeGpus, Phase};
@@ -31,7 +32,7 @@ pub struct RoundDecision {
     /// The cluster as the policy saw it.
     pub cv: ClusterView,
     /// Waiting jobs Slurm would not start yet (user hold, dependency, `--begin`).
-    pub blocked: BTreeMap<u64, Blocked>,
+    pub blocked: BTreeMap<u64, Hold>,
     /// Jobs whose Slurm request names GPU types.
     pub typed: HashSet<u64>,
     /// The planned jobs' states after the look-ahead.
@@ -215,7 +216,7 @@ fn explain_round(
     cv: &ClusterView,
     planned: &Planned,
     origins: &BTreeMap<u64, RateOrigins>,
-    blocked: &BTreeMap<u64, Blocked>,
+    blocked: &BTreeMap<u64, Hold>,
     unmovable: &BTreeSet<u64>,
     site_waits: &SiteWaits,
 ) -> Vec<Decision> {
@@ -249,7 +250,7 @@ fn explain_round(
 /// begin time or partition that starts no jobs, then, among the rest, the licenses the
 /// cluster has free; and the released jobs Slurm keeps pending for their licenses or in
 /// such a partition (not planned, so held again).
-fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
+fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Hold> {
     let status = eligible::states(&snap.slurm_jobs);
     let in_phase = |phase: Phase| {
         snap.slurm_jobs
@@ -257,7 +258,7 @@ fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
             .filter(move |j| snap.rows.get(&j.id).is_some_and(|r| r.phase == phase))
     };
     let partition_state = |p: &str| snap.site.partition_state(p);
-    let mut blocked: BTreeMap<u64, Blocked> = in_phase(Phase::Waiting)
+    let mut blocked: BTreeMap<u64, Hold> = in_phase(Phase::Waiting)
         .filter_map(|j| {
             let blocked = eligible::blocked(j, snap.now_unix, |id| status.get(&id).copied())
                 .or_else(|| eligible::partition_closed(j, partition_state))?;
@@ -277,7 +278,7 @@ fn blocked(snap: &RoundSnapshot) -> BTreeMap<u64, Blocked> {
         let starting = in_phase(Phase::Starting)
             .filter(|j| j.status == JobStatus::Pending && !blocked.contains_key(&j.id));
         for (id, asked) in eligible::short_of_licenses(waiting, starting, free) {
-            blocked.insert(id, Blocked::Licenses(asked));
+            blocked.insert(id, Hold::Licenses(asked));
         }
     }
     blocked
@@ -341,7 +342,7 @@ fn job_states(
     priors: &Priors,
     cluster: &Cluster,
     types: &[String],
-    blocked: &BTreeMap<u64, Blocked>,
+    blocked: &BTreeMap<u64, Hold>,
     unmovable: &BTreeSet<u64>,
     origins: &mut BTreeMap<u64, RateOrigins>,
 ) -> (Vec<JobState>, SiteWaits) {
@@ -522,7 +523,7 @@ fn decisions(
     planned: &BTreeMap<u64, NodeGpus>,
     origins: &BTreeMap<u64, RateOrigins>,
     unusable: &[(String, String)],
-    blocked: &BTreeMap<u64, Blocked>,
+    blocked: &BTreeMap<u64, Hold>,
 ) -> Vec<Decision> {
     // Looked up per job: a scan of the plan per job was quadratic in the queue length.
     let assigned: HashMap<u64, &hadar_core::Assignment> = plan
@@ -542,13 +543,11 @@ fn decisions(
             .map(|o| explain::rates_words(o))
             .unwrap_or_default();
         let base = Decision::new(r.id, snap.round);
-        let d = if let Some(b) = blocked.get(&r.id) {
+        let d = if let Some(hold) = blocked.get(&r.id) {
+            let reason = WaitReason::SlurmHolds { hold: hold.clone() };
             Decision {
-                wait_reason: Some(serde_json::json!({ "blocked": b })),
-                text: format!(
-                    "waits, not planned: Slurm would not start it yet: {}",
-                    b.words()
-                ),
+                wait_reason: serde_json::to_value(&reason).ok(),
+                text: format!("waits, not planned: {reason}"),
                 ..base
             }
         } else if plan.is_none() {

@@ -9,6 +9,7 @@
 //! meet does not block ([`crate::dependency`]). Pure.
 
 use crate::dependency;
+use hadar_core::gate::{self, Hold};
 use hadar_slurm::license::{License, LicenseRequest};
 use hadar_slurm::site::PartitionState;
 use hadar_slurm::{JobStatus, SlurmJob};
@@ -17,43 +18,6 @@ use std::collections::{BTreeMap, HashMap};
 /// Each listed job's state by id: what [`blocked`] looks a dependency's jobs up in.
 pub fn states(jobs: &[SlurmJob]) -> HashMap<u64, &JobStatus> {
     jobs.iter().map(|j| (j.id, &j.status)).collect()
-}
-
-/// Why a waiting job is not planned. Its JSON (in a decision's `wait_reason`, under
-/// `blocked`) is `"user_hold"`, `{"dependency": "afterok:8"}`, `{"begin": UNIX}`,
-/// `{"licenses": "matlab:1"}` or `{"partition_closed": "gpu (DOWN)"}`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Blocked {
-    /// Submitted held by its user and not released since.
-    UserHold,
-    /// Its dependency (as Slurm shows it) is not satisfied.
-    Dependency(String),
-    /// Not eligible before this Unix time (`--begin`).
-    Begin(i64),
-    /// The licenses it asks for (its `Licenses=`) are not free.
-    Licenses(String),
-    /// None of its partitions starts jobs (`State=DOWN` or `INACTIVE`, as an admin sets
-    /// for maintenance): `gpu (DOWN)`.
-    PartitionClosed(String),
-}
-
-impl Blocked {
-    /// Why, in words: `waiting for its dependency afterok:8`.
-    pub fn words(&self) -> String {
-        match self {
-            Blocked::UserHold => "held by its user; `scontrol release` it to queue it".into(),
-            Blocked::Dependency(d) => format!("waiting for its dependency {d}"),
-            Blocked::Begin(t) => format!(
-                "not before its begin time, {}",
-                hadar_slurm::job::format_time_utc(*t)
-            ),
-            Blocked::Licenses(l) => format!("waiting for its licenses {l}"),
-            Blocked::PartitionClosed(p) => {
-                format!("waiting for its partition to start jobs again: {p}")
-            }
-        }
-    }
 }
 
 /// Why Slurm would not start `job` at `now_unix` whatever GPUs it had, if it would not;
@@ -66,7 +30,7 @@ pub fn blocked<'a>(
     job: &SlurmJob,
     now_unix: f64,
     status_of: impl Fn(u64) -> Option<&'a JobStatus>,
-) -> Option<Blocked> {
+) -> Option<Hold> {
     if job.status != JobStatus::Pending {
         return None;
     }
@@ -75,7 +39,7 @@ pub fn blocked<'a>(
             .any(|w| w == hadar_request::record::USER_HOLD)
     });
     if user_hold && job.restarts == 0 && job.reason.as_deref() == Some("JobHeldUser") {
-        return Some(Blocked::UserHold);
+        return Some(Hold::UserHold);
     }
     if let Some(d) = job
         .site
@@ -83,12 +47,12 @@ pub fn blocked<'a>(
         .as_deref()
         .filter(|d| !dependency::met(d, &status_of))
     {
-        return Some(Blocked::Dependency(d.to_string()));
+        return Some(Hold::Dependency(d.to_string()));
     }
     // A requeued job's eligible time is Slurm's own delay after the requeue (the daemon
     // starts it at once when it places it); only a never-run job's is its user's `--begin`.
     match job.site.eligible_time {
-        Some(t) if job.restarts == 0 && t as f64 > now_unix => Some(Blocked::Begin(t)),
+        Some(t) if job.restarts == 0 && t as f64 > now_unix => Some(Hold::Begin(t)),
         _ => None,
     }
 }
@@ -97,12 +61,12 @@ pub fn blocked<'a>(
 /// another job after hadar placed it), with what it asks for. It would hold its planned
 /// GPUs idle until they are free, so it is held again and waits like any job short of its
 /// licenses.
-pub fn pending_for_licenses(job: &SlurmJob) -> Option<Blocked> {
+pub fn pending_for_licenses(job: &SlurmJob) -> Option<Hold> {
     let waits = job.status == JobStatus::Pending
         && !job.is_held()
         && job.reason.as_deref() == Some(SLURM_LICENSES_REASON);
     waits.then(|| {
-        Blocked::Licenses(
+        Hold::Licenses(
             job.site
                 .licenses
                 .clone()
@@ -118,7 +82,7 @@ pub fn pending_for_licenses(job: &SlurmJob) -> Option<Blocked> {
 pub fn partition_closed(
     job: &SlurmJob,
     state_of: impl Fn(&str) -> Option<PartitionState>,
-) -> Option<Blocked> {
+) -> Option<Hold> {
     if job.status != JobStatus::Pending {
         return None;
     }
@@ -130,14 +94,11 @@ pub fn partition_closed(
         .filter(|p| !p.is_empty())
         .map(|p| Some((p, state_of(p)?)))
         .collect::<Option<_>>()?;
-    if states.is_empty() || states.iter().any(|(_, s)| s.starts_jobs()) {
-        return None;
-    }
-    let words: Vec<String> = states
-        .iter()
-        .map(|(p, s)| format!("{p} ({})", s.as_str()))
-        .collect();
-    Some(Blocked::PartitionClosed(words.join(", ")))
+    gate::partition_closed(
+        states
+            .iter()
+            .map(|(p, s)| (*p, s.as_str(), s.starts_jobs())),
+    )
 }
 
 /// Slurm's `Reason` for a job waiting for licenses (`WAIT_LICENSES` in
@@ -184,13 +145,13 @@ pub fn short_of_licenses<'a>(
 /// The words a waiting job's `Comment` carries: why it is blocked, or what it waits for
 /// (`workers` GPUs, `types` when restricted) and its place among the waiting jobs.
 pub fn reason_words(
-    blocked: Option<&Blocked>,
+    blocked: Option<&Hold>,
     workers: u32,
     types: Option<&[String]>,
     position: usize,
 ) -> String {
     match blocked {
-        Some(b) => format!("hadar: {}", b.words()),
+        Some(b) => format!("hadar: {b}"),
         None => {
             let of = types
                 .map(|t| format!(" of {}", t.join("/")))
@@ -247,7 +208,7 @@ mod tests {
     #[test]
     fn a_user_hold_blocks_only_while_the_user_holds_it() {
         let held = job("JobHeldUser", "hadar:v1 gpus=1 hold=user");
-        assert_eq!(blocked(&held, 0.0, none), Some(Blocked::UserHold));
+        assert_eq!(blocked(&held, 0.0, none), Some(Hold::UserHold));
         // Released by its user and held again by the daemon (an operator's hold).
         let admin = job("JobHeldAdmin", "hadar:v1 gpus=1 hold=user");
         assert_eq!(blocked(&admin, 0.0, none), None);
@@ -265,7 +226,7 @@ mod tests {
         j.site.dependency = Some("afterok:5(unfulfilled)".into());
         assert_eq!(
             blocked(&j, 0.0, none),
-            Some(Blocked::Dependency("afterok:5(unfulfilled)".into()))
+            Some(Hold::Dependency("afterok:5(unfulfilled)".into()))
         );
         // Job 5 completed: met, whatever Slurm has not cleared yet.
         let done = JobStatus::Completed;
@@ -274,7 +235,7 @@ mod tests {
         assert!(blocked(&j, 0.0, |id| (id == 5).then_some(&running)).is_some());
         j.site.dependency = None;
         j.site.eligible_time = Some(1000);
-        assert_eq!(blocked(&j, 999.0, none), Some(Blocked::Begin(1000)));
+        assert_eq!(blocked(&j, 999.0, none), Some(Hold::Begin(1000)));
         assert_eq!(blocked(&j, 1000.0, none), None);
         j.restarts = 1;
         assert_eq!(blocked(&j, 999.0, none), None);
@@ -287,7 +248,7 @@ mod tests {
             reason_words(None, 2, Some(&types), 3),
             "hadar: waiting for 2 GPUs of a100 (queue position 3)"
         );
-        assert!(reason_words(Some(&Blocked::UserHold), 1, None, 1).contains("held by its user"));
+        assert!(reason_words(Some(&Hold::UserHold), 1, None, 1).contains("held by its user"));
         assert!(may_write(None, "hadar: x"));
         assert!(may_write(Some("hadar: type=resnet50"), "hadar: x"));
         assert!(!may_write(Some("hadar: x"), "hadar: x"));
@@ -333,13 +294,11 @@ mod tests {
         };
         assert_eq!(
             partition_closed(&job("gpu"), state),
-            Some(Blocked::PartitionClosed("gpu (DOWN)".into()))
+            Some(Hold::PartitionClosed("gpu (DOWN)".into()))
         );
         assert_eq!(
             partition_closed(&job("gpu,old"), state),
-            Some(Blocked::PartitionClosed(
-                "gpu (DOWN), old (INACTIVE)".into()
-            ))
+            Some(Hold::PartitionClosed("gpu (DOWN), old (INACTIVE)".into()))
         );
         // One partition that starts jobs is enough; a draining one still starts its queue.
         assert_eq!(partition_closed(&job("gpu,up"), state), None);
@@ -350,7 +309,7 @@ mod tests {
         running.status = JobStatus::Running;
         assert_eq!(partition_closed(&running, state), None);
         assert_eq!(
-            Blocked::PartitionClosed("gpu (DOWN)".into()).words(),
+            Hold::PartitionClosed("gpu (DOWN)".into()).to_string(),
             "waiting for its partition to start jobs again: gpu (DOWN)"
         );
     }
@@ -393,7 +352,7 @@ mod tests {
         );
         assert_eq!(short.keys().copied().collect::<Vec<_>>(), [1]);
         assert_eq!(
-            reason_words(Some(&Blocked::Licenses("matlab:1".into())), 1, None, 1),
+            reason_words(Some(&Hold::Licenses("matlab:1".into())), 1, None, 1),
             "hadar: waiting for its licenses matlab:1"
         );
     }

@@ -6,6 +6,7 @@
 use crate::action_log::{ActionDone, ActionKind};
 use crate::error::DaemonError;
 use crate::summary::RoundReport;
+use hadar_core::WaitReason;
 use hadar_store::{Phase, Store, StoreError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -371,25 +372,25 @@ pub fn serve_http(addr: &str, metrics: Arc<Metrics>) -> std::io::Result<std::net
     Ok(bound)
 }
 
-/// A waiting job's `reason` label from its decision's `wait_reason`: the core's
-/// WaitReason, stored as JSON tagged by `reason`; `blocked_KIND` for a job Slurm would not
-/// start yet (`{"blocked": "user_hold"}`, `{"blocked": {"dependency": ...}}`: the
-/// daemon's [`crate::eligible::Blocked`]); `held_by_daemon` for a job the daemon holds back
-/// for another reason (a committed type, an unenforceable placement), which has none.
+/// A waiting job's `reason` label from its decision's `wait_reason` (the core's
+/// [`WaitReason`], tagged by `reason`): the reason's tag, but `blocked_KIND` for a job
+/// Slurm would not start yet (`blocked_user_hold`, `blocked_dependency`: the kind of its
+/// [`hadar_core::gate::Hold`]); `held_by_daemon` for a job the daemon holds back for
+/// another reason (a committed type, an unenforceable placement), which has none.
 fn waiting_label(wait_reason: Option<&serde_json::Value>) -> String {
     let Some(r) = wait_reason else {
         return "held_by_daemon".into();
     };
-    if let Some(reason) = r.get("reason").and_then(|r| r.as_str()) {
-        return reason.to_string();
+    if let Ok(WaitReason::SlurmHolds { hold }) = serde_json::from_value(r.clone()) {
+        let kind = match serde_json::to_value(hold) {
+            Ok(serde_json::Value::String(kind)) => kind,
+            Ok(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
+            _ => String::new(),
+        };
+        return format!("blocked_{kind}");
     }
-    let kind = match r.get("blocked") {
-        Some(serde_json::Value::String(kind)) => Some(kind.as_str()),
-        Some(serde_json::Value::Object(m)) => m.keys().next().map(String::as_str),
-        _ => None,
-    };
-    match kind {
-        Some(kind) => format!("blocked_{kind}"),
+    match r.get("reason").and_then(|r| r.as_str()) {
+        Some(reason) => reason.to_string(),
         None => "held_by_daemon".into(),
     }
 }
@@ -422,20 +423,23 @@ mod tests {
 
     #[test]
     fn a_blocked_job_is_counted_by_what_blocks_it() {
-        use crate::eligible::Blocked;
-        let label = |b: Blocked| waiting_label(Some(&serde_json::json!({ "blocked": b })));
-        assert_eq!(label(Blocked::UserHold), "blocked_user_hold");
+        use hadar_core::gate::Hold;
+        let label = |hold: Hold| {
+            waiting_label(
+                serde_json::to_value(WaitReason::SlurmHolds { hold })
+                    .ok()
+                    .as_ref(),
+            )
+        };
+        assert_eq!(label(Hold::UserHold), "blocked_user_hold");
         assert_eq!(
-            label(Blocked::Dependency("afterok:3".into())),
+            label(Hold::Dependency("afterok:3".into())),
             "blocked_dependency"
         );
-        assert_eq!(label(Blocked::Begin(5)), "blocked_begin");
+        assert_eq!(label(Hold::Begin(5)), "blocked_begin");
+        assert_eq!(label(Hold::Licenses("matlab:1".into())), "blocked_licenses");
         assert_eq!(
-            label(Blocked::Licenses("matlab:1".into())),
-            "blocked_licenses"
-        );
-        assert_eq!(
-            label(Blocked::PartitionClosed("gpu (DOWN)".into())),
+            label(Hold::PartitionClosed("gpu (DOWN)".into())),
             "blocked_partition_closed"
         );
         assert_eq!(

@@ -1025,7 +1025,7 @@ fn a_blocked_job_s_decision_says_what_it_waits_for() {
     );
     let reason = dependent.wait_reason.expect("a machine-readable reason");
     assert_eq!(
-        reason["blocked"]["dependency"], "afterok:3(unfulfilled)",
+        reason["hold"]["dependency"], "afterok:3(unfulfilled)",
         "{reason}"
     );
 }

@@ -153,6 +153,10 @@ pub struct SiteGate {
     forked: BTreeSet<JobId>,
     /// The round being planned, shared with the [`SitePlan`] inside.
     round: Arc<Mutex<GateRound>>,
+    /// The daemon's pre-pass: the waiting jobs that would go over a limit if every job
+    /// before them started are left out before the plan ([`SiteRound::limit_waits`]).
+    /// Slurm's own scheduler has none: it checks a job's limits as it starts it.
+    limits_before_plan: bool,
 }
 
 /// What the gate found for the round being planned, for the [`SitePlan`] inside it: the
@@ -182,7 +186,16 @@ impl SiteGate {
             inner: inner(stage),
             forked,
             round,
+            limits_before_plan: true,
         }
+    }
+
+    /// The gate as Slurm's own scheduler keeps it, for a model of Slurm alone: without the
+    /// daemon's limit pre-pass, so a job the limits would let start is not held back for an
+    /// earlier one that cannot start for want of nodes.
+    pub fn as_slurm_alone(mut self) -> SiteGate {
+        self.limits_before_plan = false;
+        self
     }
 
     /// The jobs the policy plans (weighted, without those the site holds back), and the
@@ -201,10 +214,13 @@ impl SiteGate {
         let (_, reserved) = site.offers(waiting.map(|j| j.id().0), &no_choices());
         held.extend(reserved);
         states.retain(|s| !held.iter().any(|(j, _)| *j == s.id()));
-        let mut waits = self
-            .site
-            .round(site, &states)
-            .limit_waits(&mut states, input.cluster);
+        let mut waits = match self.limits_before_plan {
+            true => self
+                .site
+                .round(site, &states)
+                .limit_waits(&mut states, input.cluster),
+            false => SiteWaits::default(),
+        };
         waits.waits.splice(0..0, held);
         states.extend(forked);
         states.sort_by(|a, b| a.job.arrival_order(&b.job));
@@ -218,15 +234,19 @@ impl SiteGate {
             .iter()
             .filter(|j| j.placement.is_none())
             .filter_map(|j| {
-                let partition = &self.site.figures.jobs.get(&j.id().0)?.partition;
-                let state = site.partition_state(partition)?;
-                (!state.starts_jobs()).then(|| {
-                    let what = format!(
-                        "its partition to start jobs again: {partition} ({})",
-                        state.as_str()
-                    );
-                    (j.id(), WaitReason::SlurmHolds { what })
-                })
+                let partitions = &self.site.figures.jobs.get(&j.id().0)?.partition;
+                let states: Vec<_> = partitions
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| Some((p, site.partition_state(p)?)))
+                    .collect::<Option<_>>()?;
+                let hold = hadar_core::gate::partition_closed(
+                    states
+                        .iter()
+                        .map(|(p, s)| (*p, s.as_str(), s.starts_jobs())),
+                )?;
+                Some((j.id(), WaitReason::SlurmHolds { hold }))
             })
             .collect()
     }
