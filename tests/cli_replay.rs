@@ -6,7 +6,7 @@
 use hadar_daemon::DaemonConfig;
 use hadar_daemon::decide::decide;
 use hadar_daemon::fork::ForkView;
-use hadar_daemon::replay::keep;
+use hadar_daemon::kept::keep;
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
 use hadar_slurm::{NodeInfo, NodeState, SlurmJob};

@@ -4,9 +4,9 @@
 use crate::Failure;
 use crate::cli::BenchSnapshotArgs;
 use hadar_daemon::DaemonConfig;
-use hadar_daemon::replay::{self, Replayed};
 use hadar_daemon::snapshot::RoundSnapshot;
 use hadar_daemon::spec::JobSpec;
+use hadar_ops::replay::{self, Replayed};
 use hadar_slurm::JobStatus;
 use hadar_store::{JobRow, Store};
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,7 +97,7 @@ pub fn run(a: BenchSnapshotArgs) -> Result<(), Failure> {
     let mut costs = Vec::new();
     for _ in 0..=a.repetitions {
         costs.push(
-            replay::keep(&mut store, &snap, &decision, &config, &table)
+            hadar_daemon::kept::keep(&mut store, &snap, &decision, &config, &table)
                 .map_err(Failure::runtime)?,
         );
     }

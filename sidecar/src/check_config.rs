@@ -1,12 +1,12 @@
 //! `hadar check-config`: reads the file and the live cluster (through `hadar_slurm`), runs
-//! the checks of `hadar_daemon::check`, and prints the GPU types and the findings.
+//! the checks of `hadar_ops::check`, and prints the GPU types and the findings.
 
 use crate::Failure;
 use crate::cli::CheckConfigArgs;
 use crate::table::Table;
 use anyhow::anyhow;
 use hadar_daemon::DaemonConfig;
-use hadar_daemon::check::{self, Live, Report, Severity};
+use hadar_ops::check::{self, Live, Report, Severity};
 use hadar_slurm::{Slurm, SlurmConfig};
 use std::time::Duration;
 

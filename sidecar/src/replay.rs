@@ -1,11 +1,11 @@
 //! `hadar replay`: past rounds decided again from their kept snapshots
-//! ([`hadar_daemon::replay`]), one line per round.
+//! ([`hadar_ops::replay`]), one line per round.
 
 use crate::Failure;
 use crate::cli::ReplayArgs;
 use anyhow::anyhow;
 use hadar_daemon::DaemonConfig;
-use hadar_daemon::replay::{self, ReplayError, Replayed};
+use hadar_ops::replay::{self, ReplayError, Replayed};
 use hadar_store::Store;
 
 /// Runs `hadar replay`: exit 0 when every round asked for is identical, 1 when one differs

@@ -146,7 +146,7 @@ fn job_segments(
     out
 }
 
-/// A shadow-mode serve run (see `hadar_daemon::shadow`) compared with Hadar's prediction:
+/// A shadow-mode serve run (see `hadar_ops::shadow`) compared with Hadar's prediction:
 /// the run Slurm made (`slurm`), the same jobs played through the simulator under Hadar on
 /// the last round's cluster (`hadar-predicted`), and the per-job comparison.
 ///
@@ -190,7 +190,7 @@ pub fn shadow_comparison(
         else {
             continue;
         };
-        let spec = hadar_daemon::shadow::spec_of(r, &table);
+        let spec = hadar_ops::shadow::spec_of(r, &table);
         let (throughput, origins) =
             hadar_daemon::spec::profile(&spec, &types, &[], &table, &priors);
         let mut ran: Vec<String> = Vec::new();
@@ -272,10 +272,10 @@ fn predicted_run(
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(d)
     };
-    let round_s = meta(hadar_daemon::shadow::ROUND_SECONDS_KEY, 360.0);
+    let round_s = meta(hadar_ops::shadow::ROUND_SECONDS_KEY, 360.0);
     let cfg = hadar_sim::SimConfig {
         round_s,
-        restart_s: meta(hadar_daemon::shadow::RESTART_SECONDS_KEY, 0.0).min(round_s / 2.0),
+        restart_s: meta(hadar_ops::shadow::RESTART_SECONDS_KEY, 0.0).min(round_s / 2.0),
         ..Default::default()
     };
     let mut policy = shadow_policy(store)?;
@@ -295,7 +295,7 @@ fn predicted_run(
 
 /// The policy a shadow run decided with, as the simulator runs it: `served` at the shadow's
 /// configuration (its `[sidecar] policy`, `[hadar]` and passes), kept in the store
-/// ([`hadar_daemon::shadow::CONFIG_KEY`]); Hadar with its defaults for a store a hadar before
+/// ([`hadar_ops::shadow::CONFIG_KEY`]); Hadar with its defaults for a store a hadar before
 /// that kept none.
 fn shadow_policy(store: &Store) -> anyhow::Result<Box<dyn hadar_core::Policy>> {
     use anyhow::Context;
@@ -307,12 +307,12 @@ fn shadow_policy(store: &Store) -> anyhow::Result<Box<dyn hadar_core::Policy>> {
     build(name, &opts).with_context(|| format!("the policy `{name}` is not a round policy"))
 }
 
-/// The configuration a shadow daemon kept in its store ([`hadar_daemon::shadow::CONFIG_KEY`]);
+/// The configuration a shadow daemon kept in its store ([`hadar_ops::shadow::CONFIG_KEY`]);
 /// `None` for a store a hadar before that kept none.
 fn kept_config(store: &Store) -> anyhow::Result<Option<hadar_daemon::DaemonConfig>> {
     use anyhow::Context;
     store
-        .meta(hadar_daemon::shadow::CONFIG_KEY)?
+        .meta(hadar_ops::shadow::CONFIG_KEY)?
         .map(|text| {
             serde_json::from_str(&text)
                 .context("the shadow's kept configuration (meta shadow_config)")

@@ -5,9 +5,9 @@ use crate::cli::{ExplainArgs, FailOpenArgs, Format, ServeArgs, StatusArgs};
 use anyhow::anyhow;
 use hadar_daemon::daemon::now_unix;
 use hadar_daemon::failopen;
-use hadar_daemon::metrics::Metrics;
-use hadar_daemon::shadow;
 use hadar_daemon::{Daemon, DaemonConfig};
+use hadar_ops::metrics::{Metrics, MetricsObserver};
+use hadar_ops::shadow;
 use hadar_slurm::{Slurm, SlurmConfig};
 use hadar_store::{ForkRound, JobRow, Phase, Store};
 use std::path::{Path, PathBuf};
@@ -86,6 +86,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
     if config.sidecar.shadow {
         return serve_shadow(slurm, store, config, &wake_rx);
     }
+    let textfile = config.sidecar.metrics_textfile.clone();
     let forker = (config.sidecar.policy.forks()).then(|| {
         let me = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hadar"));
         hadar_daemon::fork::Forker::new(Box::new(slurm.clone()), &config, me)
@@ -102,9 +103,9 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         daemon = daemon.with_forking(f);
     }
     if let Some(m) = metrics {
-        daemon = daemon.with_metrics(m);
+        daemon = daemon.with_observer(Box::new(MetricsObserver::new(m, textfile)));
     }
-    daemon = daemon.with_notifier(hadar_daemon::sd_notify::Notifier::from_env());
+    daemon = daemon.with_observer(Box::new(hadar_ops::sd_notify::Notifier::from_env()));
     tracing::info!("hadar serve: started");
     daemon.run(&STOP, &wake_rx, &now_unix);
     tracing::info!("hadar serve: stopped");
@@ -121,7 +122,7 @@ fn serve_shadow(
 ) -> Result<(), Failure> {
     let mut daemon = shadow::Shadow::new(slurm, store, config, now_unix())
         .map_err(Failure::runtime)?
-        .with_notifier(hadar_daemon::sd_notify::Notifier::from_env());
+        .with_notifier(hadar_ops::sd_notify::Notifier::from_env());
     tracing::info!(
         "hadar serve: started in SHADOW mode: it records what it would do each round and acts on nothing (no release, hold, update, requeue or cancel)"
     );
@@ -140,7 +141,7 @@ fn start_metrics(config: &DaemonConfig) -> Result<Option<Arc<Metrics>>, Failure>
     }
     let metrics = Arc::new(Metrics::new());
     if let Some(addr) = &s.metrics_listen {
-        let bound = hadar_daemon::metrics::serve_http(addr, metrics.clone()).map_err(|e| {
+        let bound = hadar_ops::metrics::serve_http(addr, metrics.clone()).map_err(|e| {
             Failure::runtime(anyhow!(
                 "cannot serve metrics on {addr} (sidecar.metrics_listen): {e}"
             ))
@@ -159,7 +160,7 @@ fn listen_for_notices(
     wake: std::sync::mpsc::Sender<()>,
     metrics: Option<Arc<Metrics>>,
 ) {
-    use hadar_daemon::notices;
+    use hadar_ops::notices;
     // slurm.conf as the Slurm commands find it: the configured one, else $SLURM_CONF, else
     // Slurm's default path.
     let conf_path = slurm_conf

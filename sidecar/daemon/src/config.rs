@@ -267,7 +267,7 @@ pub struct SidecarConfig {
     /// The largest difference allowed between the clocks of two daemons' hosts.
     pub max_clock_skew_seconds: f64,
     /// Shadow mode: read the cluster and queue every round and record what hadar would do,
-    /// acting on nothing (see [`crate::shadow`]); `hadar serve --shadow` sets it too.
+    /// acting on nothing (`hadar_ops::shadow`); `hadar serve --shadow` sets it too.
     pub shadow: bool,
 }
 

@@ -10,15 +10,13 @@
 
 use crate::config::DaemonConfig;
 use crate::fork::Forker;
-use crate::metrics::Metrics;
-use crate::sd_notify::Notifier;
+use crate::observe::{RoundEnd, RoundObserver};
 use crate::spec::{self, JobSpec, RateOrigins};
 use crate::{decide, failopen, faults, summary};
 use hadar_formats::ThroughputTable;
 use hadar_slurm::SlurmError;
 use hadar_store::{Horizon, LeaseGrant, Outcome, Store, StoreError};
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -51,8 +49,8 @@ pub struct Daemon<S: SlurmApi> {
     pub(crate) first_round: u64,
     pub(crate) refused: HashSet<u64>,
     pub(crate) fork: Option<Forker>,
-    pub(crate) metrics: Option<Arc<Metrics>>,
-    pub(crate) notifier: Notifier,
+    /// What watches the rounds (metrics, systemd's notifications).
+    pub(crate) observers: Vec<Box<dyn RoundObserver>>,
     /// Who this daemon is in the lease (`host:pid`).
     pub(crate) holder: String,
     /// Whether it held the lease at its last check.
@@ -62,7 +60,7 @@ pub struct Daemon<S: SlurmApi> {
 /// What a daemon (acting or shadow) reads as it opens its store: the embedded throughput
 /// table (rating the site's GPU type names by `config`'s catalog), the store's epoch and the
 /// last round it recorded (0 for a new store).
-pub(crate) fn opening(
+pub fn opening(
     store: &mut Store,
     now_unix: f64,
     config: &DaemonConfig,
@@ -101,8 +99,7 @@ impl<S: SlurmApi> Daemon<S> {
             first_round: round + 1,
             refused: HashSet::new(),
             fork: None,
-            metrics: None,
-            notifier: Notifier::new(None, None, None),
+            observers: Vec::new(),
             holder: failopen::holder(),
             leading: false,
         })
@@ -169,16 +166,16 @@ impl<S: SlurmApi> Daemon<S> {
         self
     }
 
-    /// Records each round in these metrics.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
+    /// Tells `observer` of the daemon's life and each round's end (metrics, systemd).
+    pub fn with_observer(mut self, observer: Box<dyn RoundObserver>) -> Self {
+        self.observers.push(observer);
         self
     }
 
-    /// Tells systemd through this notifier that the daemon is ready, alive and stopping.
-    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
-        self.notifier = notifier;
-        self
+    fn tell(&mut self, what: impl Fn(&mut dyn RoundObserver)) {
+        for o in &mut self.observers {
+            what(o.as_mut());
+        }
     }
 
     /// The store (for reports and tests).
@@ -250,7 +247,7 @@ impl<S: SlurmApi> Daemon<S> {
             // also waits `wake_settle_seconds` from the first notice, so that it sees the
             // burst rather than its first few jobs.
             while !stop.load(Ordering::SeqCst) {
-                self.notifier.tick();
+                self.tell(|o| o.tick());
                 // A woken round also waits out the settle time from its first notice.
                 let settle = woken.map_or(Duration::ZERO, |w| {
                     self.config
@@ -282,39 +279,30 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
         self.resign();
-        self.notifier.stopping();
+        self.tell(|o| o.stopping());
     }
 
-    /// One round, then what follows every round: metrics, systemd's notifications, and the
-    /// pruning of history past the configured horizon.
+    /// One round, then what follows every round: the observers told (metrics, systemd's
+    /// notifications), and the pruning of history past the configured horizon.
     pub fn round_with_upkeep(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
         let result = self.round(now_unix);
-        match &result {
-            Ok(report) => {
-                self.notifier.ready();
-                if let Some(m) = &self.metrics
-                    && let Err(e) = m.round_done(report, &self.store, now_unix)
-                {
-                    tracing::warn!("metrics: {e}");
-                }
-                if let Err(e) = self.prune(now_unix) {
-                    tracing::warn!("pruning old history: {e}");
-                }
-            }
-            // A standby is up and doing its job: systemd must see it ready (or it would be
-            // restarted at TimeoutStartSec), and its waiting is not a failed round.
-            Err(DaemonError::Standby { .. }) => self.notifier.ready(),
-            Err(e) => {
-                if let Some(m) = &self.metrics {
-                    m.round_failed(e);
-                }
-            }
-        }
-        self.notifier.tick();
-        if let (Some(m), Some(path)) = (&self.metrics, &self.config.sidecar.metrics_textfile)
-            && let Err(e) = m.write_textfile(path)
+        if result.is_ok()
+            && let Err(e) = self.prune(now_unix)
         {
-            tracing::warn!("writing the metrics textfile {}: {e}", path.display());
+            tracing::warn!("pruning old history: {e}");
+        }
+        let end = match &result {
+            Ok(report) => RoundEnd::Done {
+                report,
+                store: &self.store,
+                now_unix,
+            },
+            Err(DaemonError::Standby { .. }) => RoundEnd::Standby,
+            Err(e) => RoundEnd::Failed(e),
+        };
+        for o in &mut self.observers {
+            o.round_end(&end);
+            o.tick();
         }
         result
     }

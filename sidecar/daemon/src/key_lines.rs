@@ -1,19 +1,19 @@
 //! Where keys stand in a TOML file's text, so that a problem with a value can name its line.
 
 /// Line numbers of keys in the file's text.
-pub(crate) struct Lines<'a> {
+pub struct Lines<'a> {
     text: &'a str,
     table: Option<toml::de::DeTable<'a>>,
 }
 
 impl<'a> Lines<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
+    pub fn new(text: &'a str) -> Self {
         let table = toml::de::DeTable::parse(text).ok().map(|t| t.into_inner());
         Lines { text, table }
     }
 
     /// The file's text.
-    pub(crate) fn text(&self) -> &'a str {
+    pub fn text(&self) -> &'a str {
         self.text
     }
 
@@ -49,12 +49,12 @@ impl<'a> Lines<'a> {
     }
 
     /// The line of the key at `path`, if the file writes it.
-    pub(crate) fn key(&self, path: &[&str]) -> Option<usize> {
+    pub fn key(&self, path: &[&str]) -> Option<usize> {
         self.find(path).map(|(k, _)| self.line_of(k.span().start))
     }
 
     /// The line of the string `value` in the array at `path`, else the key's line.
-    pub(crate) fn element(&self, path: &[&str], value: &str) -> Option<usize> {
+    pub fn element(&self, path: &[&str], value: &str) -> Option<usize> {
         let (k, v) = self.find(path)?;
         let at = match v.get_ref() {
             toml::de::DeValue::Array(a) => a

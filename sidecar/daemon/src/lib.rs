@@ -1,7 +1,9 @@
-//! `hadar serve`: the daemon that schedules a real Slurm cluster with the Hadar core.
+//! `hadar serve`'s round loop: the daemon that schedules a real Slurm cluster with the
+//! Hadar core, and its Slurm I/O. What runs beside the loop (metrics, systemd's
+//! notifications, the notice socket, check-config, shadow mode, replay) is `hadar-ops`,
+//! plugged in through [`observe::RoundObserver`].
 //!
 //! * [`config`]: its settings in the shared `hadar.toml`.
-//! * [`check`]: `hadar check-config`, the file checked against the live cluster.
 //! * [`spec`]: a managed job's size, length and throughput priors.
 //! * [`progress`]: the progress channel (the job's own Slurm comment).
 //! * [`view`]: the cluster as the policy sees it, and placement name translation.
@@ -13,26 +15,23 @@
 //! * [`dependency`]: whether a job's dependency is already met by the jobs in sight (pure).
 //! * [`actions`]: the plan turned into actions (pure).
 //! * [`explain`]: decisions in words.
-//! * [`notices`]: the plugin's notice socket, reachable only by slurmctld's user.
 //! * [`daemon`]: the round loop (read, decide, enforce, record) and crash safety.
-//! * [`snapshot`]: the round's reading of Slurm and the store, once, after its upkeep.
+//! * [`observe`]: what the loop tells those watching it, after each round.
+//! * [`read`]: the round's reading of Slurm and the store into a [`snapshot`], once.
 //! * [`upkeep`]: what precedes each plan (failed-open jobs, arrays, jobs released by others).
 //! * [`decide`]: the round's decision from its snapshot (pure).
-//! * [`enforce`]: the decision carried out on Slurm, each action an intent first.
-//! * [`record`]: the round's summary for `hadar status` (pure).
-//! * [`replay`]: each round's snapshot kept, and its decision computed again (`hadar replay`).
+//! * [`apply`]: the decision carried out on Slurm, each action an intent first.
+//! * [`summary`]: the round's summary for `hadar status` (pure).
+//! * [`kept`]: each round's snapshot kept for `hadar replay`.
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
 //! * [`failopen`]: the heartbeat, `hadar fail-open`, and taking failed-open jobs back.
 //! * [`faults`]: named crash points for the fault tests.
-//! * [`metrics`]: Prometheus metrics over HTTP and as a node_exporter textfile.
-//! * [`shadow`]: shadow mode, recording what Hadar would do and acting on nothing.
-//! * [`sd_notify`]: systemd's readiness, watchdog and stopping notifications.
+//! * [`site`]: the site's rules (limits, reservations, partitions), from Slurm or a file.
 
 pub mod action_log;
 pub mod actions;
 pub mod apply;
 pub mod arrays;
-pub mod check;
 pub mod config;
 pub mod daemon;
 pub mod decide;
@@ -46,15 +45,12 @@ pub mod failopen;
 pub mod faults;
 pub mod fork;
 pub mod fork_consolidate;
-pub(crate) mod key_lines;
-pub mod metrics;
-pub mod notices;
+pub mod kept;
+pub mod key_lines;
+pub mod observe;
 pub mod progress;
 pub mod read;
 pub mod reconcile;
-pub mod replay;
-pub mod sd_notify;
-pub mod shadow;
 pub mod shared;
 pub mod site;
 pub mod site_limits;

@@ -949,7 +949,7 @@ fn a_daemon_stopped_cleanly_hands_its_lease_over_at_once() {
 /// again from its kept snapshot; with another configuration the decision can differ.
 #[test]
 fn every_kept_round_replays_identically() {
-    use hadar_daemon::replay::{Replayed, replay};
+    use hadar_ops::replay::{Replayed, replay};
     let slurm = FakeSlurm::testbed();
     slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
     slurm.submit(2, "hadar:v1 gpus=4 steps=1000 gpu-types=k80");
@@ -1189,7 +1189,7 @@ fn unmanaged_pending(id: u64, name: &str, gpus: u32) -> SlurmJob {
 #[test]
 fn the_shadow_daemon_decides_as_the_acting_daemon_on_the_same_snapshot() {
     use hadar_daemon::decide::decide;
-    use hadar_daemon::shadow::{Shadow, Shadowed, observe, observed_snapshot};
+    use hadar_ops::shadow::{Shadow, Shadowed, observe, observed_snapshot};
     for policy in ["hadar", "gavel", "tiresias"] {
         let slurm = FakeSlurm::testbed();
         let jobs = [

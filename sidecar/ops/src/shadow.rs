@@ -17,14 +17,14 @@
 //! `hadar report --state DB` compares, for the jobs that ran, Slurm's measured JCTs with
 //! those Hadar predicts through the simulator.
 
-use crate::config::DaemonConfig;
-use crate::decide::RoundDecision;
-use crate::error::DaemonError;
 use crate::sd_notify::Notifier;
-use crate::slurm_api::SlurmApi;
-use crate::snapshot::RoundSnapshot;
-use crate::spec::JobSpec;
-use crate::{explain, view};
+use hadar_daemon::config::DaemonConfig;
+use hadar_daemon::decide::RoundDecision;
+use hadar_daemon::error::DaemonError;
+use hadar_daemon::slurm_api::SlurmApi;
+use hadar_daemon::snapshot::RoundSnapshot;
+use hadar_daemon::spec::JobSpec;
+use hadar_daemon::{explain, view};
 use hadar_formats::ThroughputTable;
 use hadar_request::gpu::{Scope, TresFields};
 use hadar_slurm::{JobStatus, NodeInfo, SlurmJob};
@@ -143,7 +143,7 @@ fn chose_nodes(job: &SlurmJob) -> bool {
 /// that ended between two rounds), its nodes with its GPUs spread evenly and the type left
 /// blank (the report takes it from the node).
 fn placement_of(job: &SlurmJob, gpus: u32) -> Option<NodeGpus> {
-    let held = crate::reconcile::allocation(job);
+    let held = hadar_daemon::reconcile::allocation(job);
     if !held.is_empty() {
         return Some(held);
     }
@@ -338,7 +338,7 @@ impl<S: SlurmApi> Shadow<S> {
         config: DaemonConfig,
         now_unix: f64,
     ) -> Result<Self, DaemonError> {
-        let (table, epoch, round) = crate::daemon::opening(&mut store, now_unix, &config)?;
+        let (table, epoch, round) = hadar_daemon::daemon::opening(&mut store, now_unix, &config)?;
         store.set_meta(MODE_KEY, SHADOW)?;
         store.set_meta(ROUND_SECONDS_KEY, &config.sidecar.round_seconds.to_string())?;
         store.set_meta(
@@ -440,7 +440,7 @@ impl<S: SlurmApi> Shadow<S> {
             site_requeues,
         };
         observe(&mut rows, &slurm_jobs, shadowed, now_s, self.epoch);
-        let site = crate::site::read(&self.slurm, now_unix);
+        let site = hadar_daemon::site::read(&self.slurm, now_unix);
         let snap = observed_snapshot(
             round,
             (now_unix, now_s),
@@ -479,25 +479,27 @@ impl<S: SlurmApi> Shadow<S> {
     /// fail-open timer (which finds nothing to release in shadow mode) sees a live daemon and
     /// `hadar status` reports no failed-open cluster.
     fn beat(&self, round: u64, now_unix: f64) {
-        let hb = crate::failopen::Heartbeat {
+        let hb = hadar_daemon::failopen::Heartbeat {
             round,
             at_unix: now_unix,
-            holder: crate::failopen::holder(),
+            holder: hadar_daemon::failopen::holder(),
         };
-        if let Err(e) = crate::failopen::write_heartbeat(&self.config.sidecar.heartbeat_path(), &hb)
+        if let Err(e) =
+            hadar_daemon::failopen::write_heartbeat(&self.config.sidecar.heartbeat_path(), &hb)
         {
             tracing::warn!("could not write the heartbeat: {e}");
         }
     }
 
-    /// The acting daemon's decision ([`crate::decide::decide`], with this config and round
+    /// The acting daemon's decision ([`hadar_daemon::decide::decide`], with this config and round
     /// policy) on the round as observed, as a round summary and decisions in the shadow's
     /// words.
     fn plan(&mut self, snap: &RoundSnapshot) -> Result<ShadowPlan, DaemonError> {
         let t0 = Instant::now();
-        let d = crate::decide::decide(snap, &self.config, &self.table, self.policy.as_mut())?;
+        let d =
+            hadar_daemon::decide::decide(snap, &self.config, &self.table, self.policy.as_mut())?;
         let decision_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let mut summary = crate::summary::summary(snap, &d, &self.config.partitions);
+        let mut summary = hadar_daemon::summary::summary(snap, &d, &self.config.partitions);
         summary.decision_ms = decision_ms;
         summary.policy = format!("{} (shadow)", self.config.sidecar.policy.name().plain());
         summary.slurm_release = self.slurm.slurm_release();
@@ -510,7 +512,7 @@ impl<S: SlurmApi> Shadow<S> {
     }
 }
 
-/// What the acting daemon's [`crate::decide::decide`] reads, from what the shadow daemon
+/// What the acting daemon's [`hadar_daemon::decide::decide`] reads, from what the shadow daemon
 /// observed: the shadowed jobs' rows as the managed jobs, each one's spec from its Slurm
 /// request ([`spec_of`]), no learned rates and no forked jobs (shadowed jobs report nothing
 /// and fork nothing). Pure.
@@ -522,7 +524,7 @@ pub fn observed_snapshot(
     slurm_jobs: Vec<SlurmJob>,
     rows: BTreeMap<u64, JobRow>,
     before: BTreeMap<u64, JobRow>,
-    site: crate::site::Site,
+    site: hadar_daemon::site::Site,
     table: &ThroughputTable,
 ) -> RoundSnapshot {
     let specs = rows

@@ -6,9 +6,9 @@
 //! text, the nodes Slurm reports (read by the caller through `hadar_slurm`), and a [`Probe`]
 //! answering what the checks need to know about paths on this machine.
 
-use crate::config::DaemonConfig;
-use crate::key_lines::Lines;
 use hadar_core::estimate::{GpuCatalog, SiteGpu, SiteGpuKind};
+use hadar_daemon::config::DaemonConfig;
+use hadar_daemon::key_lines::Lines;
 use hadar_slurm::NodeInfo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -3,10 +3,11 @@
 //! stuck scraper never holds up a round) and written as a node_exporter textfile. The
 //! metrics and their meaning are listed in `docs/operations.md`.
 
-use crate::action_log::{ActionDone, ActionKind};
-use crate::error::DaemonError;
-use crate::summary::RoundReport;
 use hadar_core::WaitReason;
+use hadar_daemon::action_log::{ActionDone, ActionKind};
+use hadar_daemon::error::DaemonError;
+use hadar_daemon::observe::{RoundEnd, RoundObserver};
+use hadar_daemon::summary::RoundReport;
 use hadar_store::{Phase, Store, StoreError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -395,6 +396,44 @@ fn waiting_label(wait_reason: Option<&serde_json::Value>) -> String {
     }
 }
 
+/// The metrics as the round loop's observer: each round's end recorded, then the
+/// node_exporter textfile (if one is configured) written.
+pub struct MetricsObserver {
+    metrics: Arc<Metrics>,
+    textfile: Option<std::path::PathBuf>,
+}
+
+impl MetricsObserver {
+    /// Records into `metrics` (shared with the HTTP endpoint) and writes `textfile` after
+    /// every round.
+    pub fn new(metrics: Arc<Metrics>, textfile: Option<std::path::PathBuf>) -> MetricsObserver {
+        MetricsObserver { metrics, textfile }
+    }
+}
+
+impl RoundObserver for MetricsObserver {
+    fn round_end(&mut self, end: &RoundEnd<'_>) {
+        match end {
+            RoundEnd::Done {
+                report,
+                store,
+                now_unix,
+            } => {
+                if let Err(e) = self.metrics.round_done(report, store, *now_unix) {
+                    tracing::warn!("metrics: {e}");
+                }
+            }
+            RoundEnd::Standby => {}
+            RoundEnd::Failed(e) => self.metrics.round_failed(e),
+        }
+        if let Some(path) = &self.textfile
+            && let Err(e) = self.metrics.write_textfile(path)
+        {
+            tracing::warn!("writing the metrics textfile {}: {e}", path.display());
+        }
+    }
+}
+
 fn respond(metrics: &Metrics, url: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     if url != "/metrics" {
         return tiny_http::Response::from_string("not found; try /metrics\n").with_status_code(404);
@@ -410,7 +449,7 @@ fn respond(metrics: &Metrics, url: &str) -> tiny_http::Response<std::io::Cursor<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action_log::ActionOutcome;
+    use hadar_daemon::action_log::ActionOutcome;
     use hadar_store::{Decision, Outcome, RoundRow};
 
     fn decision(job: u64, runs: bool, reason: Option<&str>) -> Decision {

@@ -86,6 +86,25 @@ impl Notifier {
     }
 }
 
+/// systemd hears of the loop: ready once a round completed or the daemon stands by (or it
+/// would be restarted at `TimeoutStartSec`), the watchdog between rounds, stopping.
+impl hadar_daemon::observe::RoundObserver for Notifier {
+    fn round_end(&mut self, end: &hadar_daemon::observe::RoundEnd<'_>) {
+        use hadar_daemon::observe::RoundEnd;
+        if matches!(end, RoundEnd::Done { .. } | RoundEnd::Standby) {
+            self.ready();
+        }
+    }
+
+    fn tick(&mut self) {
+        Notifier::tick(self);
+    }
+
+    fn stopping(&mut self) {
+        Notifier::stopping(self);
+    }
+}
+
 /// The socket address `$NOTIFY_SOCKET` names.
 fn address(name: &str) -> Option<SocketAddr> {
     match name.strip_prefix('@') {
