@@ -30,6 +30,7 @@ mod accuracy;
 mod daemon_config;
 mod model;
 mod predict;
+mod site_scenario;
 
 use hadar_daemon::config::PolicyChoice;
 use hadar_formats::short_name;
@@ -141,6 +142,11 @@ struct Cli {
     /// With --predict: model figures, KEY=SECONDS,... (docs/prediction.md lists the keys).
     #[arg(long, value_name = "KEY=SECONDS,...")]
     model: Vec<String>,
+    /// With --predict: run every seed under a site's rules (a QOS GPU limit, a reservation,
+    /// a partition set DOWN), capture them with `hadar site capture`, and predict within
+    /// them (docs/prediction.md); only Slurm alone and Hadar.
+    #[arg(long)]
+    site: bool,
     /// With --predict, a diagnostic: the time limits Slurm alone's model assumes (the test
     /// cluster's jobs have none: `unlimited`, the default).
     #[arg(long, value_enum, value_name = "LIMITS")]
@@ -207,10 +213,16 @@ fn args_of(cli: Cli) -> Result<Args, String> {
         record: cli.record,
         from: cli.from,
         first_round_as_measured: cli.first_round_as_measured,
+        site: cli.site,
         ..predict::PredictArgs::default()
     };
     if let Some(s) = &cli.schedulers {
         predict.schedulers = predict::parse_schedulers(s)?;
+    } else if predict.site {
+        predict.schedulers = vec![model::Scheduler::Slurm, model::Scheduler::Hadar];
+    }
+    if predict.site && predict.schedulers.contains(&model::Scheduler::HadarE) {
+        return Err("--site: the site scenario runs slurm and hadar, not hadare".into());
     }
     if let Some(s) = &cli.seeds {
         predict.seeds = predict::parse_seeds(s)?;
@@ -337,7 +349,16 @@ fn epoch_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunResult, String> {
+/// Runs the workload on the cluster: `managed` by a running `hadar serve` (each job asking
+/// for a GPU count), else by Slurm alone (each asking for its fastest type); `submit_args`
+/// go to every `sbatch`.
+fn run(
+    bed: &Testbed,
+    a: &Args,
+    work: &[WorkJob],
+    managed: bool,
+    submit_args: &[String],
+) -> Result<RunResult, String> {
     let mut ids = Vec::new();
     let mut submitted = Vec::new();
     for j in work {
@@ -347,10 +368,9 @@ fn run(bed: &Testbed, a: &Args, work: &[WorkJob], managed: bool) -> Result<RunRe
             format!("--gres=gpu:{}:{}", j.fastest, j.workers)
         };
         let out = format!("--output={}/cmp-%j.txt", bed.path("jobs").display());
-        let sub = bed.sbatch(
-            &[&gres, &out, "--job-name=cmp"],
-            Some(&script(&a.hadar, j, a.time_scale, managed)),
-        );
+        let mut args = vec![gres.as_str(), out.as_str(), "--job-name=cmp"];
+        args.extend(submit_args.iter().map(String::as_str));
+        let sub = bed.sbatch(&args, Some(&script(&a.hadar, j, a.time_scale, managed)));
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
@@ -424,7 +444,7 @@ fn start_daemon(bed: &Testbed, a: &Args, policy: PolicyChoice) -> Result<Child, 
 
 /// The test cluster, with the plugin installed by its install script; `None` (said on
 /// stderr) when it cannot start.
-fn start_testbed() -> Option<Testbed> {
+fn start_testbed(accounting: bool) -> Option<Testbed> {
     let root = std::env::temp_dir().join(format!(
         "hadar-serve-compare-{}",
         hadar_slurm_testbed::controller_port()
@@ -448,7 +468,8 @@ fn start_testbed() -> Option<Testbed> {
         );
         return None;
     }
-    let options = Options::installed(root);
+    let mut options = Options::installed(root);
+    options.accounting = accounting;
     Testbed::start(options)
         .inspect_err(|e| eprintln!("hadar-serve-compare: cannot start the Slurm test cluster: {e}"))
         .ok()
@@ -506,11 +527,11 @@ fn main() -> ExitCode {
         return trace_mode(&a);
     }
     let work = workload(a.jobs, a.seed, a.time_scale);
-    let Some(bed) = start_testbed() else {
+    let Some(bed) = start_testbed(false) else {
         return ExitCode::FAILURE;
     };
     eprintln!("workload: {} jobs, time scale {}", work.len(), a.time_scale);
-    let slurm = match run(&bed, &a, &work, false) {
+    let slurm = match run(&bed, &a, &work, false, &[]) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("hadar-serve-compare: Slurm-alone run: {e}");
@@ -539,7 +560,7 @@ fn run_served(
     policy: PolicyChoice,
 ) -> Result<RunResult, String> {
     let mut daemon = start_daemon(bed, a, policy)?;
-    let result = run(bed, a, work, true);
+    let result = run(bed, a, work, true, &[]);
     let _ = daemon.kill();
     let _ = daemon.wait();
     result
@@ -658,16 +679,32 @@ struct PolicyResult {
 /// Runs the trace with `hadar serve` under `policy` and measures it. GPU utilisation is the mean, over
 /// one-second samples from the first submission to the last completion, of the GPUs that
 /// Slurm shows allocated to running jobs (gang jobs or copies) over all GPUs.
+/// How one `hadar serve` run of a trace is made.
+struct PolicyRun<'a> {
+    /// HadarE, every job `fork=yes`; else Hadar.
+    forked: bool,
+    /// The daemon's round, seconds.
+    round_s: f64,
+    /// Names the run's directory.
+    seed: u64,
+    /// Given to every `sbatch`.
+    submit_args: &'a [String],
+}
+
 fn run_policy(
     bed: &Testbed,
     a: &Args,
     jobs: &[TraceJob],
     scale: f64,
-    forked: bool,
-    round_s: f64,
-    seed: u64,
+    run: &PolicyRun<'_>,
 ) -> Result<PolicyResult, String> {
     use std::os::unix::fs::PermissionsExt;
+    let PolicyRun {
+        forked,
+        round_s,
+        seed,
+        submit_args,
+    } = *run;
     let choice = if forked {
         PolicyChoice::HADARE
     } else {
@@ -717,7 +754,16 @@ fn run_policy(
     // submitted while the daemon starts would race its first round, which reads the queue
     // at once, where a running daemon's round woken by the burst waits for it to settle.
     let result = daemon_up(&dir.join("serve.log"))
-        .and_then(|()| submit_all(bed, a, jobs, scale, forked, &dir, &runner))
+        .and_then(|()| {
+            let how = Submission {
+                scale,
+                forked,
+                dir: &dir,
+                runner: &runner,
+                submit_args,
+            };
+            submit_all(bed, a, jobs, &how)
+        })
         .and_then(|(ids, submitted)| measure(bed, &ids, &submitted))
         .map(|r| PolicyResult { config: text, ..r });
     // Whatever happened, no job of this run may outlive it (job processes survive their
@@ -749,15 +795,31 @@ fn daemon_up(log: &std::path::Path) -> Result<(), String> {
 
 /// Submits `jobs` (forked through `runner` when `forked`), their output in `dir`; their ids
 /// and when each was submitted (Unix seconds).
+/// How [`submit_all`] submits a trace's jobs.
+struct Submission<'a> {
+    scale: f64,
+    /// Through `runner`, `fork=yes`.
+    forked: bool,
+    /// The jobs' output and working directory.
+    dir: &'a std::path::Path,
+    runner: &'a std::path::Path,
+    /// Given to every `sbatch`.
+    submit_args: &'a [String],
+}
+
 fn submit_all(
     bed: &Testbed,
     a: &Args,
     jobs: &[TraceJob],
-    scale: f64,
-    forked: bool,
-    dir: &std::path::Path,
-    runner: &std::path::Path,
+    how: &Submission<'_>,
 ) -> Result<(Vec<u64>, Vec<f64>), String> {
+    let Submission {
+        scale,
+        forked,
+        dir,
+        runner,
+        submit_args,
+    } = *how;
     let mut ids = Vec::new();
     let mut submitted = Vec::new();
     for j in jobs {
@@ -780,15 +842,15 @@ fn submit_all(
                 j.job_type, j.steps
             )
         };
-        let sub = bed.sbatch(
-            &[
-                &format!("--gpus={}", j.workers),
-                &format!("--output={}/out-%j.txt", dir.display()),
-                &format!("--chdir={}", dir.display()),
-                "--job-name=cmp",
-            ],
-            Some(&script),
-        );
+        let mut args = vec![
+            format!("--gpus={}", j.workers),
+            format!("--output={}/out-%j.txt", dir.display()),
+            format!("--chdir={}", dir.display()),
+            "--job-name=cmp".to_string(),
+        ];
+        args.extend_from_slice(submit_args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let sub = bed.sbatch(&args, Some(&script));
         if !sub.ok {
             return Err(format!("sbatch failed: {}", sub.stderr));
         }
@@ -898,13 +960,19 @@ fn trace_mode(a: &Args) -> ExitCode {
     };
     let longest = jobs.iter().map(|j| j.fastest_s).fold(0.0, f64::max);
     let scale = longest / a.longest_s;
-    let Some(bed) = start_testbed() else {
+    let Some(bed) = start_testbed(false) else {
         return ExitCode::FAILURE;
     };
     eprintln!("{} jobs, time scale {scale:.1}", jobs.len());
     let mut results = Vec::new();
     for forked in [false, true] {
-        match run_policy(&bed, a, &jobs, scale, forked, a.round_s, a.seed) {
+        let run = PolicyRun {
+            forked,
+            round_s: a.round_s,
+            seed: a.seed,
+            submit_args: &[],
+        };
+        match run_policy(&bed, a, &jobs, scale, &run) {
             Ok(r) => results.push(r),
             Err(e) => {
                 eprintln!(

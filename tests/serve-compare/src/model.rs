@@ -20,12 +20,18 @@
 //!   the daemon's fork pass calls, in the daemon's rounds, each round costing the copies'
 //!   start-up; a job ends a little after its last round (`finish_s`: the daemon counts the
 //!   round at its next round, releases the job, and its finish step runs).
+//!
+//! With a captured site (`--predict --site`, [`crate::site_scenario`]), Slurm alone's
+//! backfill runs behind the site's gate and Hadar as `hadar simulate --site --config` serves
+//! it: the site's limits, reservations and partitions, as the daemon's round applies them.
 
 use crate::WorkJob;
 use hadar_core::passes::served::ServedPolicy;
+use hadar_core::policies::PolicyName;
 use hadar_core::policies::slurm_backfill::{NodeLayout, SlurmBackfill, SlurmOptions, TimeLimits};
 use hadar_core::policies::{hadar::HadarPolicy, hadare::HadarEPolicy};
 use hadar_core::{Cluster, Job, JobId, Node, Policy, RateCurve, ThroughputProfile};
+use hadar_daemon::site::simulated::{SimulatedSite, SiteGate};
 use hadar_sim::{ClusterModel, SimConfig, Workload};
 
 /// The three ways a workload is run.
@@ -221,9 +227,13 @@ pub fn sim_setup(
     who: Scheduler,
     timing: &Timing,
     config: &str,
+    site: Option<SimulatedSite>,
 ) -> Result<(SimConfig, Box<dyn Policy>), String> {
     let c =
         hadar_daemon::DaemonConfig::parse("daemon config", config).map_err(|e| e.to_string())?;
+    if let Some(site) = site {
+        return within_site(who, timing, config, &c, site);
+    }
     Ok(match who {
         Scheduler::Slurm => (
             SimConfig {
@@ -269,6 +279,35 @@ pub fn sim_setup(
     })
 }
 
+/// [`sim_setup`] within a captured site (`--predict --site`): Slurm alone's backfill behind
+/// the site's gate, Hadar as `hadar simulate --site --config` serves it.
+fn within_site(
+    who: Scheduler,
+    timing: &Timing,
+    config: &str,
+    c: &hadar_daemon::DaemonConfig,
+    site: SimulatedSite,
+) -> Result<(SimConfig, Box<dyn Policy>), String> {
+    let (cfg, _) = sim_setup(who, timing, config, None)?;
+    let policy: Box<dyn Policy> = match who {
+        Scheduler::Slurm => {
+            let backfill = Box::new(SlurmBackfill::with_options(timing.slurm));
+            Box::new(
+                SiteGate::new(site, Default::default(), |stage| stage.around(backfill))
+                    .as_slurm_alone(),
+            )
+        }
+        Scheduler::Hadar => {
+            hadar_daemon::site::simulated::within(PolicyName::Served, &c.policy_options(0), site)
+                .ok_or("the served policy cannot be built")?
+        }
+        Scheduler::HadarE => {
+            return Err("the site scenario is run by Slurm alone and Hadar, not HadarE".into());
+        }
+    };
+    Ok((cfg, policy))
+}
+
 /// The daemon's `wake_settle_seconds` in its config file text. A record's config that does
 /// not name the key comes from a daemon that had none (it read the queue on the notice).
 pub fn wake_settle(config: &str) -> f64 {
@@ -288,18 +327,26 @@ pub struct Predicted {
     pub first_round_jobs: usize,
 }
 
-/// Plays the measured workload through the simulator as `who` runs it.
+/// Who ran a measured run, and under what: its daemon's config file text (empty for Slurm
+/// alone) and the site whose rules it obeyed, if any.
+pub struct RunBy<'a> {
+    pub who: Scheduler,
+    pub config: &'a str,
+    pub site: Option<SimulatedSite>,
+}
+
+/// Plays the measured workload through the simulator as `run.who` runs it.
 pub fn predict(
     work: &[WorkJob],
     arrivals: &[f64],
     scale: f64,
     cluster: &Cluster,
-    who: Scheduler,
     timing: &Timing,
-    config: &str,
+    run: RunBy<'_>,
 ) -> Result<Predicted, String> {
+    let RunBy { who, config, site } = run;
     let jobs = sim_jobs(work, arrivals, scale, cluster, who, timing)?;
-    let (cfg, mut policy) = sim_setup(who, timing, config)?;
+    let (cfg, mut policy) = sim_setup(who, timing, config, site)?;
     let w = Workload {
         cluster: cluster.clone(),
         jobs,
@@ -411,6 +458,14 @@ mod tests {
         assert!(sim_jobs(&work, &at[..2], 10.0, &c, Scheduler::Slurm, &t).is_err());
     }
 
+    fn by(who: Scheduler) -> RunBy<'static> {
+        RunBy {
+            who,
+            config: CONFIG,
+            site: None,
+        }
+    }
+
     #[test]
     fn one_job_alone_is_predicted_at_its_run_plus_overheads() {
         let c = test_cluster();
@@ -425,18 +480,18 @@ mod tests {
             .unwrap();
         let alone = work[0].steps as f64 / (rate * 10.0);
         let t = Timing::default();
-        let p = predict(&work, &[0.0], 10.0, &c, Scheduler::Slurm, &t, CONFIG).unwrap();
+        let p = predict(&work, &[0.0], 10.0, &c, &t, by(Scheduler::Slurm)).unwrap();
         assert!(
             (p.jct_s[0] - (alone + t.slurm_start_s)).abs() < 0.1,
             "{p:?}"
         );
         assert_eq!(p.makespan_s, p.jct_s[0]);
-        let h = predict(&work, &[0.0], 10.0, &c, Scheduler::Hadar, &t, CONFIG).unwrap();
+        let h = predict(&work, &[0.0], 10.0, &c, &t, by(Scheduler::Hadar)).unwrap();
         assert!(
             (h.jct_s[0] - (alone + t.hadar_start_s)).abs() < 0.1,
             "{h:?}"
         );
-        let e = predict(&work, &[0.0], 10.0, &c, Scheduler::HadarE, &t, CONFIG).unwrap();
+        let e = predict(&work, &[0.0], 10.0, &c, &t, by(Scheduler::HadarE)).unwrap();
         // Forked over several GPUs it ends sooner than alone on one, but pays every round.
         assert!(e.jct_s[0] > t.hadare_copy_startup_s + t.hadare_finish_s);
         assert!(e.jct_s[0].is_finite());
