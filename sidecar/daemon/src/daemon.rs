@@ -222,6 +222,8 @@ impl<S: SlurmApi> Daemon<S> {
                         read_ms = r.read_ms,
                         enforce_ms = r.enforce_ms,
                         total_ms = r.total_ms,
+                        slurm_commands = r.slurm_io.commands,
+                        slurm_bytes = r.slurm_io.bytes_read,
                         "round done"
                     )
                 }
@@ -343,6 +345,7 @@ impl<S: SlurmApi> Daemon<S> {
     /// Runs one round at wall-clock time `now_unix`: read (Slurm and the store, once, into a
     /// [`crate::snapshot::RoundSnapshot`]), decide (pure, [`decide::decide`]), enforce, record.
     pub fn round(&mut self, now_unix: f64) -> Result<RoundReport, DaemonError> {
+        let io_before = self.slurm.io();
         let (snap, reading) = self.read(now_unix)?;
         let t0 = Instant::now();
         let decision = decide::decide(&snap, &self.config, &self.table, self.policy.as_mut())?;
@@ -382,6 +385,7 @@ impl<S: SlurmApi> Daemon<S> {
             read_ms: reading.read_ms,
             enforce_ms: enforced.enforce_ms,
             total_ms: reading.started.elapsed().as_secs_f64() * 1000.0,
+            slurm_io: self.slurm.io().since(io_before),
         })
     }
 

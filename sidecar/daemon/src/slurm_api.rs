@@ -54,6 +54,12 @@ pub trait SlurmApi {
     }
     /// The site's priority settings, job accounts and limits ([`crate::site`]); none by
     /// default.
+    /// The commands run so far and the bytes they answered (zero for a double that does not
+    /// count them): what each round costs slurmctld, in the round's report.
+    fn io(&self) -> hadar_slurm::SlurmIo {
+        hadar_slurm::SlurmIo::default()
+    }
+
     fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
         Ok(Default::default())
     }
@@ -65,6 +71,9 @@ pub trait SlurmApi {
 }
 
 impl SlurmApi for Slurm {
+    fn io(&self) -> hadar_slurm::SlurmIo {
+        Slurm::io(self)
+    }
     fn site_figures(&self) -> Result<hadar_slurm::site::SiteFigures, SlurmError> {
         Slurm::site_figures(self)
     }

@@ -27,6 +27,8 @@ pub struct RoundReport {
     pub enforce_ms: f64,
     /// Milliseconds of the whole round: read, reconcile, decide, enforce, record.
     pub total_ms: f64,
+    /// The Slurm commands the round ran (reads and actions) and the bytes they answered.
+    pub slurm_io: hadar_slurm::SlurmIo,
 }
 
 /// The round's summary; the caller adds the policy's name, its time and the actions.

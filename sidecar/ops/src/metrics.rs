@@ -126,6 +126,8 @@ pub struct Metrics {
     forked_rounds: Counter,
     notices: Counter,
     slurm_failures: Counter,
+    slurm_commands: Counter,
+    slurm_bytes: Counter,
     last_round: Gauge<f64, AtomicU64>,
 }
 
@@ -151,6 +153,8 @@ impl Metrics {
             forked_rounds: Counter::default(),
             notices: Counter::default(),
             slurm_failures: Counter::default(),
+            slurm_commands: Counter::default(),
+            slurm_bytes: Counter::default(),
             last_round: Gauge::default(),
         };
         let r = &mut m.registry;
@@ -181,6 +185,16 @@ impl Metrics {
                 "slurm_command_failures",
                 "Slurm commands that failed: actions refused and rounds that could not read Slurm",
                 &m.slurm_failures,
+            ),
+            (
+                "slurm_commands",
+                "Slurm commands completed rounds ran (reads and actions): each is one or more RPCs to slurmctld",
+                &m.slurm_commands,
+            ),
+            (
+                "slurm_read_bytes",
+                "Bytes of the answers of those Slurm commands",
+                &m.slurm_bytes,
             ),
         ] {
             r.register(name, help, counter.clone());
@@ -227,6 +241,8 @@ impl Metrics {
         now_unix: f64,
     ) -> Result<(), StoreError> {
         self.rounds.inc();
+        self.slurm_commands.inc_by(report.slurm_io.commands);
+        self.slurm_bytes.inc_by(report.slurm_io.bytes_read);
         for (phase, ms) in [
             (RoundPhase::Read, report.read_ms),
             (RoundPhase::Decide, report.decision_ms),
@@ -542,6 +558,10 @@ mod tests {
             ],
             read_ms: 20.0,
             total_ms: 250.0,
+            slurm_io: hadar_slurm::SlurmIo {
+                commands: 9,
+                bytes_read: 123_456,
+            },
             ..Default::default()
         };
         let m = Metrics::new();
@@ -553,6 +573,8 @@ mod tests {
         assert_eq!(value(&t, "hadar_preemptions_total"), Some(1.0));
         assert_eq!(value(&t, "hadar_forked_rounds_total"), Some(1.0));
         assert_eq!(value(&t, "hadar_slurm_command_failures_total"), Some(1.0));
+        assert_eq!(value(&t, "hadar_slurm_commands_total"), Some(9.0));
+        assert_eq!(value(&t, "hadar_slurm_read_bytes_total"), Some(123_456.0));
         assert_eq!(value(&t, "hadar_notices_total"), Some(1.0));
         assert_eq!(value(&t, "hadar_running_jobs"), Some(1.0));
         assert_eq!(

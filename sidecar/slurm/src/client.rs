@@ -160,6 +160,32 @@ pub struct Slurm {
     /// slurmctld reads a bare `12` in an update, hold, release or scancel as the whole
     /// array, every element of it. Learned from each listing of the jobs; clones share it.
     array_names: Arc<Mutex<HashMap<u64, String>>>,
+    /// The commands run through this handle and the bytes they answered; clones share it.
+    io: Arc<IoCounters>,
+}
+
+/// What the Slurm commands run so far cost: how many ran and the bytes of their answers
+/// (standard output), the load hadar puts on slurmctld as seen from this side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlurmIo {
+    pub commands: u64,
+    pub bytes_read: u64,
+}
+
+impl SlurmIo {
+    /// What ran between `earlier` and `self`.
+    pub fn since(self, earlier: SlurmIo) -> SlurmIo {
+        SlurmIo {
+            commands: self.commands.saturating_sub(earlier.commands),
+            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct IoCounters {
+    commands: std::sync::atomic::AtomicU64,
+    bytes_read: std::sync::atomic::AtomicU64,
 }
 
 impl Slurm {
@@ -169,6 +195,17 @@ impl Slurm {
             config,
             release: Arc::new(OnceLock::new()),
             array_names: Arc::new(Mutex::new(HashMap::new())),
+            io: Arc::new(IoCounters::default()),
+        }
+    }
+
+    /// The commands run through this handle (and its clones) so far, and the bytes they
+    /// answered.
+    pub fn io(&self) -> SlurmIo {
+        use std::sync::atomic::Ordering::Relaxed;
+        SlurmIo {
+            commands: self.io.commands.load(Relaxed),
+            bytes_read: self.io.bytes_read.load(Relaxed),
         }
     }
 
@@ -280,9 +317,13 @@ impl Slurm {
     }
 
     pub(crate) fn run(&self, program: &str, args: &[String]) -> Result<String, CommandError> {
+        use std::sync::atomic::Ordering::Relaxed;
         self.conf_exists()?;
         let env = self.slurm_env();
-        Ok(command::run(&self.program(program), args, &env, self.config.timeout)?.stdout)
+        self.io.commands.fetch_add(1, Relaxed);
+        let stdout = command::run(&self.program(program), args, &env, self.config.timeout)?.stdout;
+        self.io.bytes_read.fetch_add(stdout.len() as u64, Relaxed);
+        Ok(stdout)
     }
 
     fn scontrol(&self, args: &[String]) -> Result<String, SlurmError> {
@@ -591,6 +632,9 @@ impl Slurm {
                 env.push((keep.to_string(), v));
             }
         }
+        self.io
+            .commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out = command::run_in(
             &self.program("sbatch"),
             &[
@@ -666,6 +710,24 @@ mod tests {
                 .contains("/nonexistent/hadar-test/slurm.conf"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn each_command_and_the_bytes_it_answered_are_counted_across_clones() {
+        let conf = tempfile::NamedTempFile::new().unwrap();
+        let client = Slurm::new(SlurmConfig {
+            conf: Some(conf.path().to_path_buf()),
+            bin_dir: Some(PathBuf::from("/bin")),
+            timeout: Duration::from_secs(10),
+        });
+        let before = client.io();
+        assert_eq!(client.run("echo", &["hello".into()]).unwrap(), "hello\n");
+        let clone = client.clone();
+        clone.run("echo", &["-n".into(), "abc".into()]).unwrap();
+        assert!(client.run("false", &[]).is_err());
+        let spent = client.io().since(before);
+        assert_eq!(spent.commands, 3, "a failed command counts too");
+        assert_eq!(spent.bytes_read, 6 + 3);
     }
 
     fn spec(nodes: &[(&str, &[(&str, u32)])]) -> GpuSpec {

@@ -29,7 +29,7 @@ pub mod reservation;
 pub mod site;
 pub mod text_records;
 
-pub use client::{GpuSpec, Slurm, SlurmConfig};
+pub use client::{GpuSpec, Slurm, SlurmConfig, SlurmIo};
 pub use command::CommandError;
 pub use job::{JobStatus, NodeAlloc, SlurmJob};
 pub use node::{NodeFree, NodeInfo, NodeState};
