@@ -43,6 +43,7 @@ fn main() -> std::process::ExitCode {
         time_zone: None,
         machine_config: false,
         accounting: false,
+        nodes: hadar_slurm_testbed::nodes::default_nodes(),
     };
     run_scenarios(SCENARIOS, options, |_| {})
 }

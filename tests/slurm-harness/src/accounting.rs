@@ -31,11 +31,8 @@ const DB_PASS: &str = "hadar-testbed";
 /// shows the types), enforcement, and multifactor priority with every weight set so that each
 /// factor shows in `sprio`. Clients and slurmctld find munged for their slurmdbd connection
 /// by `AccountingStoragePass` (`AuthInfo` is only for slurmctld and slurmd).
-pub(crate) fn slurm_conf_lines(scratch: &std::path::Path) -> String {
-    let types: Vec<String> = gpu_types()
-        .iter()
-        .map(|t| format!("gres/gpu:{t}"))
-        .collect();
+pub(crate) fn slurm_conf_lines(scratch: &std::path::Path, gpu_types: &[String]) -> String {
+    let types: Vec<String> = gpu_types.iter().map(|t| format!("gres/gpu:{t}")).collect();
     format!(
         "AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -57,19 +54,6 @@ PriorityMaxAge=1-0
         scratch.display(),
         types.join(",")
     )
-}
-
-/// The GPU types of the test cluster's nodes, each once.
-fn gpu_types() -> Vec<&'static str> {
-    let mut types: Vec<&str> = Vec::new();
-    for (_, gpus) in crate::NODES {
-        for (t, _) in gpus {
-            if !types.contains(t) {
-                types.push(t);
-            }
-        }
-    }
-    types
 }
 
 impl Testbed {

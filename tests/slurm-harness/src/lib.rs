@@ -24,6 +24,9 @@
 
 mod accounting;
 pub use accounting::{dbd_port, mariadb_port};
+pub mod bench;
+pub mod nodes;
+pub use nodes::NodeSpec;
 
 use std::fmt;
 use std::io::Write;
@@ -34,7 +37,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The default TCP port of the test slurmctld; the slurmd of node `nK` listens on
-/// `controller_port() + K`.
+/// `controller_port() + K` ([`slurmd_port`]).
 pub const CONTROLLER_PORT: u16 = 17000;
 
 /// The test slurmctld's TCP port: `HADAR_TESTBED_PORT` if set to a port number (so that two
@@ -44,6 +47,14 @@ pub fn controller_port() -> u16 {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(CONTROLLER_PORT)
+}
+
+/// The TCP port of the slurmd of the node at `index` (0-based): the controller's port plus
+/// its number for n1 to n4, then past slurmdbd's and MariaDB's ports (the controller's plus
+/// 5 and 6) for the nodes of a large cluster.
+pub fn slurmd_port(index: usize) -> u16 {
+    let k = index as u16 + 1;
+    controller_port() + if k <= 4 { k } else { k + 2 }
 }
 
 /// The test cluster's nodes and their GPUs: (node, [(type, count)]).
@@ -127,6 +138,8 @@ pub struct Options {
     /// Accounting: MariaDB and slurmdbd in the scratch folder, `priority/multifactor` with
     /// fair-share, associations, limits and QOS enforced (see the `accounting` module).
     pub accounting: bool,
+    /// The nodes: the four of [`NODES`] unless a size was asked for ([`nodes::sized`]).
+    pub nodes: Vec<NodeSpec>,
 }
 
 impl Options {
@@ -141,6 +154,7 @@ impl Options {
             time_zone: None,
             machine_config: false,
             accounting: false,
+            nodes: nodes::default_nodes(),
         }
     }
 }
@@ -227,6 +241,7 @@ pub struct Testbed {
     time_zone: Option<String>,
     machine_config: bool,
     accounting: bool,
+    nodes: Vec<NodeSpec>,
     /// Output of the install command, if the plugin was installed.
     pub install_output: String,
     last_reconfigure: Instant,
@@ -254,10 +269,11 @@ impl Testbed {
         let lock = acquire_lock(Duration::from_secs(900))?;
         let scratch = options.scratch.clone();
         stop_daemons(&scratch.join("run"));
+        let last_slurmd = slurmd_port(options.nodes.len().saturating_sub(1)) - controller_port();
         check_ports_free(if options.accounting {
-            6
+            last_slurmd.max(6)
         } else {
-            NODES.len() as u16
+            last_slurmd
         })?;
         if scratch.exists() {
             io(
@@ -273,10 +289,10 @@ impl Testbed {
                 std::fs::create_dir_all(scratch.join(sub)),
             )?;
         }
-        for (node, _) in NODES {
-            let dir = scratch.join("dev").join(node);
+        for node in &options.nodes {
+            let dir = scratch.join("dev").join(&node.name);
             io("creating fake GPU devices", std::fs::create_dir_all(&dir))?;
-            for i in 0..4 {
+            for i in 0..node.gpu_count() {
                 io(
                     "creating fake GPU devices",
                     std::os::unix::fs::symlink("/dev/null", dir.join(format!("gpu{i}"))),
@@ -288,6 +304,7 @@ impl Testbed {
             time_zone: options.time_zone.clone(),
             machine_config: options.machine_config,
             accounting: options.accounting,
+            nodes: options.nodes.clone(),
             install_output: String::new(),
             last_reconfigure: Instant::now(),
             _lock: lock,
@@ -323,12 +340,20 @@ impl Testbed {
         }
         let conf = testbed.path("etc/slurm.conf");
         testbed.checked(testbed.daemon("slurmctld").arg("-c").arg("-f").arg(&conf))?;
-        for (node, _) in NODES {
-            testbed.start_node(node)?;
+        for node in &testbed.nodes {
+            testbed.start_node(&node.name)?;
         }
-        testbed.wait_nodes_idle(Duration::from_secs(60))?;
+        // About 25 ms per node was measured for 128 nodes to come up; a minute covers the
+        // four-node cluster and leaves room for a loaded machine.
+        let up = Duration::from_secs(60) + Duration::from_millis(250) * testbed.nodes.len() as u32;
+        testbed.wait_nodes_idle(up)?;
         testbed.last_reconfigure = Instant::now();
         Ok(testbed)
+    }
+
+    /// Its nodes.
+    pub fn nodes(&self) -> &[NodeSpec] {
+        &self.nodes
     }
 
     /// A path inside the scratch folder.
@@ -402,18 +427,23 @@ PluginDir={c}/plugins:{slurm_plugins}
             conf.push_str(&format!("JobSubmitPlugins={p}\n"));
         }
         conf.push_str(&if self.accounting {
-            accounting::slurm_conf_lines(&self.scratch)
+            accounting::slurm_conf_lines(&self.scratch, &nodes::gpu_types(&self.nodes))
         } else {
             "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
                 .to_string()
         });
-        for (i, (node, gpus)) in NODES.iter().enumerate() {
-            let gres: Vec<String> = gpus.iter().map(|(t, n)| format!("gpu:{t}:{n}")).collect();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let gres: Vec<String> = node
+                .gpus
+                .iter()
+                .map(|(t, n)| format!("gpu:{t}:{n}"))
+                .collect();
             conf.push_str(&format!(
-                "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={} Features={}\n",
-                controller_port() + 1 + i as u16,
+                "NodeName={} NodeHostname=localhost NodeAddr=127.0.0.1 Port={} CPUs=8 RealMemory=4000 Gres={} Features={}\n",
+                node.name,
+                slurmd_port(i),
                 gres.join(","),
-                NODE_FEATURES[i]
+                node.features
             ));
         }
         // With accounting, usage (fair-share, `sshare`'s RawUsage) is billed in GPU-seconds,
@@ -423,10 +453,22 @@ PluginDir={c}/plugins:{slurm_plugins}
         } else {
             ""
         };
+        // `old`: the nodes with K80s (n3 and n4 of the four-node cluster).
+        let names = |keep: &dyn Fn(&NodeSpec) -> bool| {
+            let names: Vec<&str> = self
+                .nodes
+                .iter()
+                .filter(|n| keep(n))
+                .map(|n| n.name.as_str())
+                .collect();
+            names.join(",")
+        };
+        let all = names(&|_| true);
+        let old = names(&|n| n.gpus.iter().any(|(t, _)| t == "k80"));
         for line in [
-            "PartitionName=gpu Nodes=n[1-4] Default=YES",
-            "PartitionName=cpu Nodes=n[1-4]",
-            "PartitionName=old Nodes=n[3-4]",
+            format!("PartitionName=gpu Nodes={all} Default=YES"),
+            format!("PartitionName=cpu Nodes={all}"),
+            format!("PartitionName=old Nodes={old}"),
         ] {
             conf.push_str(&format!("{line} MaxTime=INFINITE State=UP{billing}\n"));
         }
@@ -435,15 +477,19 @@ PluginDir={c}/plugins:{slurm_plugins}
 
     fn gres_conf(&self) -> String {
         let mut text = String::from("AutoDetect=off\n");
-        for (node, gpus) in NODES {
+        for node in &self.nodes {
             let mut first = 0;
-            for (t, n) in gpus {
+            for (t, n) in &node.gpus {
                 let files = format!(
-                    "{}/dev/{node}/gpu[{first}-{}]",
+                    "{}/dev/{}/gpu[{first}-{}]",
                     self.scratch.display(),
+                    node.name,
                     first + n - 1
                 );
-                text.push_str(&format!("NodeName={node} Name=gpu Type={t} File={files}\n"));
+                text.push_str(&format!(
+                    "NodeName={} Name=gpu Type={t} File={files}\n",
+                    node.name
+                ));
                 first += n;
             }
         }
@@ -496,7 +542,7 @@ PluginDir={c}/plugins:{slurm_plugins}
             {
                 last = String::from_utf8_lossy(&out.stdout).into_owned();
                 let idle = last.lines().filter(|l| l.ends_with(" idle")).count();
-                if idle == NODES.len() {
+                if idle == self.nodes.len() {
                     return Ok(());
                 }
             }

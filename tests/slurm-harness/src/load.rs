@@ -14,10 +14,10 @@
 //! jobs were pending (read nodes and jobs, decide, enforce, total). Not a test: figures go
 //! in docs/hardening.md.
 
+use hadar_slurm_testbed::bench::{self, log_number, quantile, queue, summary};
 use hadar_slurm_testbed::{DEFAULT_HADAR_TOML, Options, Plugin, Testbed};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::Mutex;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: hadar-load --hadar PATH [--jobs N] [--submitters K] [--rounds R]\n\
@@ -76,111 +76,21 @@ const JOB_SCRIPT: &str = "#!/bin/sh\nsleep 20\n";
 /// The GPU request of every burst job.
 const GRES: &str = "--gres=gpu:1";
 
-/// The value at quantile `q` of sorted samples (nearest rank).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn summary(v: &mut [f64]) -> String {
-    v.sort_by(|a, b| a.total_cmp(b));
-    format!(
-        "n={} median {:.2} p99 {:.2} max {:.2}",
-        v.len(),
-        quantile(v, 0.5),
-        quantile(v, 0.99),
-        v[v.len() - 1]
-    )
-}
-
-/// Submits `n` jobs with `args` from `k` threads; returns each sbatch's wall time (ms) and
-/// the failures.
+/// Submits `n` of the burst's jobs with `args` from `k` threads: each sbatch's wall time (ms)
+/// and the failures.
 fn burst(bed: &Testbed, n: usize, k: usize, args: &[&str]) -> (Vec<f64>, Vec<String>) {
-    let next = Mutex::new(0usize);
-    let times = Mutex::new(Vec::with_capacity(n));
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..k {
-            s.spawn(|| {
-                loop {
-                    {
-                        let mut i = next.lock().unwrap();
-                        if *i >= n {
-                            return;
-                        }
-                        *i += 1;
-                    }
-                    let t = Instant::now();
-                    let sub = bed.sbatch(args, Some(JOB_SCRIPT));
-                    let ms = t.elapsed().as_secs_f64() * 1000.0;
-                    if sub.ok && sub.job_id.is_some() {
-                        times.lock().unwrap().push(ms);
-                    } else {
-                        failures.lock().unwrap().push(sub.stderr);
-                    }
-                }
-            });
-        }
-    });
-    (times.into_inner().unwrap(), failures.into_inner().unwrap())
-}
-
-/// Jobs in Slurm's queue: `(id, state, reason)`.
-fn queue(bed: &Testbed) -> Result<Vec<(String, String, String)>, Error> {
-    let out = bed.client("squeue", &["-h", "-o", "%i %T %r"])?;
-    Ok(out
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((
-                w.next()?.to_string(),
-                w.next()?.to_string(),
-                w.next().unwrap_or("").to_string(),
-            ))
-        })
-        .collect())
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let b = bench::burst(bed, n, k, |_| (args.clone(), JOB_SCRIPT.to_string()));
+    (b.ms, b.failures)
 }
 
 fn cancel_and_wait(bed: &Testbed) -> Result<(), Error> {
-    bed.cancel_all()?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !queue(bed)?.is_empty() {
-        if Instant::now() > deadline {
-            return Err("the queue did not empty after scancel".into());
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    Ok(())
-}
-
-/// `key=value` numbers of a log line.
-fn log_number(line: &str, key: &str) -> Option<f64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
+    Ok(bench::cancel_and_wait(bed, Duration::from_secs(120))?)
 }
 
 fn start_daemon(bed: &Testbed, hadar: &Path) -> Result<std::process::Child, Error> {
-    let config = bed.path("etc/serve-load.toml");
-    let text = format!(
-        "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
-         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 5\ncommand_timeout_seconds = 60\nlease_seconds = 120\n",
-        conf = bed.path("etc/slurm.conf").display(),
-        sock = bed.path("run/hadar.sock").display(),
-        state = bed.path("state-load.db").display(),
-    );
-    std::fs::write(&config, text)?;
-    let log = std::fs::File::create(bed.path("log/hadar-serve.log"))?;
-    Ok(Command::new(hadar)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("HADAR_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env("SLURM_CONF", bed.path("etc/slurm.conf"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?)
+    let log = bed.path("log/hadar-serve.log");
+    Ok(bench::start_serve(bed, hadar, "serve-load", 5.0, &log)?)
 }
 
 fn run(a: &Args) -> Result<(), Error> {
@@ -196,6 +106,7 @@ fn run(a: &Args) -> Result<(), Error> {
         time_zone: None,
         machine_config: false,
         accounting: false,
+        nodes: hadar_slurm_testbed::nodes::default_nodes(),
     })?;
     let (mut base, base_s) = baseline_burst(&mut bed, a)?;
     let mut managed = managed_burst(&mut bed, &hadar, a)?;

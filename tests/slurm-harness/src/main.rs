@@ -105,6 +105,7 @@ fn bench(count: usize, block: usize) -> Result<(), Box<dyn std::error::Error>> {
         time_zone: None,
         machine_config: false,
         accounting: false,
+        nodes: hadar_slurm_testbed::nodes::default_nodes(),
     })?;
     let mut measured = measure(&mut bed, count, block)?;
     print_latencies(count, &mut measured.samples, measured.notices);

@@ -8,9 +8,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use hadar_slurm_testbed::{
-    NODES, Options, Plugin, Testbed, kill_leftovers, slurm_release, stop_daemons,
-};
+use hadar_slurm_testbed::{Options, Plugin, Testbed, kill_leftovers, slurm_release, stop_daemons};
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -91,7 +89,12 @@ fn up(dir: &Path) -> Result<()> {
         );
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    eprintln!("hadar-playground: starting Slurm in {}", dir.display());
+    let nodes = hadar_slurm_testbed::nodes::from_env().map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "hadar-playground: starting Slurm with {} nodes in {}",
+        nodes.len(),
+        dir.display()
+    );
     let bed = Testbed::start(Options {
         scratch: dir.to_path_buf(),
         plugin: Plugin::InstallScript(root.join("slurm-plugin/install.sh")),
@@ -99,6 +102,7 @@ fn up(dir: &Path) -> Result<()> {
         time_zone: None,
         machine_config: false,
         accounting: false,
+        nodes,
     })
     .context("starting the Slurm cluster")?;
     let config = bed.path("etc/hadar.toml");
@@ -233,12 +237,15 @@ fn wait_first_round(hadar: &Path, config: &Path, log: &Path) -> Result<()> {
 fn print_tour(bed: &Testbed, hadar: &Path, config: &Path) {
     let conf = bed.path("etc/slurm.conf");
     let release = slurm_release().unwrap_or_else(|| "Debian's".into());
-    let nodes: Vec<String> = NODES
+    let nodes: Vec<String> = bed
+        .nodes()
         .iter()
-        .map(|(node, gpus)| {
-            let gpus: Vec<String> = gpus.iter().map(|(t, n)| format!("{n} {t}")).collect();
-            format!("{node} ({})", gpus.join(" + "))
+        .take(8)
+        .map(|node| {
+            let gpus: Vec<String> = node.gpus.iter().map(|(t, n)| format!("{n} {t}")).collect();
+            format!("{} ({})", node.name, gpus.join(" + "))
         })
+        .chain((bed.nodes().len() > 8).then(|| format!("... {} nodes in all", bed.nodes().len())))
         .collect();
     let path_line = match std::env::var("HADAR_SLURM_PREFIX") {
         Ok(prefix) if !prefix.is_empty() => format!(" PATH={prefix}/bin:$PATH"),
