@@ -15,7 +15,7 @@ use crate::snapshot::RoundSnapshot;
 use crate::view;
 use hadar_slurm::{GpuSpec, JobStatus};
 use hadar_store::{IntentKind, JobRow, NodeGpus, Outcome, Phase};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// What enforcement did.
@@ -303,6 +303,9 @@ impl<S: SlurmApi> Daemon<S> {
             .filter(|r| !planned.contains_key(&r.id) && !blocked.contains_key(&r.id))
             .collect();
         queue.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        // Looked up per job: a scan of the queue per job was quadratic in its length.
+        let positions: HashMap<u64, usize> =
+            queue.iter().enumerate().map(|(i, r)| (r.id, i + 1)).collect();
         let site_reasons: BTreeMap<u64, String> = decision
             .plan
             .iter()
@@ -316,7 +319,7 @@ impl<S: SlurmApi> Daemon<S> {
             if owned.contains(&r.id) {
                 continue;
             }
-            let position = queue.iter().position(|q| q.id == r.id).map_or(0, |p| p + 1);
+            let position = positions.get(&r.id).copied().unwrap_or(0);
             let types = specs.get(&r.id).and_then(|s| s.gpu_types.as_deref());
             let words = match planned.get(&r.id) {
                 Some(gpus) => format!("hadar: starting on {}", explain::placement_words(gpus)),

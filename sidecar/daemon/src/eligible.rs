@@ -157,10 +157,21 @@ pub fn reason_words(
                 .map(|t| format!(" of {}", t.join("/")))
                 .unwrap_or_default();
             let s = if workers == 1 { "" } else { "s" };
-            format!("hadar: waiting for {workers} GPU{s}{of} (queue position {position})")
+            let place = match position {
+                1..=EXACT_POSITIONS => format!("queue position {position}"),
+                _ => format!("queue position over {EXACT_POSITIONS}"),
+            };
+            format!("hadar: waiting for {workers} GPU{s}{of} ({place})")
         }
     }
 }
+
+/// The queue positions a waiting job's comment names exactly; further back it says "over"
+/// this. Each change of a comment is one `scontrol update` RPC, and every start moves each
+/// job behind it up one place: with exact positions throughout, a queue of 1,000 waiting
+/// jobs cost 751 updates in a round (`hadar-scale`, docs/operations.md). `hadar explain`
+/// gives the exact place.
+pub const EXACT_POSITIONS: usize = 10;
 
 /// The words for a job the site's rules keep waiting (a limit, a reservation, its time
 /// limit), as the plan gives the reason; `None` for the other reasons, which
@@ -247,6 +258,10 @@ mod tests {
         assert_eq!(
             reason_words(None, 2, Some(&types), 3),
             "hadar: waiting for 2 GPUs of a100 (queue position 3)"
+        );
+        assert_eq!(
+            reason_words(None, 1, None, 11),
+            "hadar: waiting for 1 GPU (queue position over 10)"
         );
         assert!(reason_words(Some(&Hold::UserHold), 1, None, 1).contains("held by its user"));
         assert!(may_write(None, "hadar: x"));
