@@ -237,9 +237,8 @@ impl<S: SlurmApi> Daemon<S> {
             let result = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
                     .slurm
-                    .set_placement(id, &spec)
+                    .place_and_start(&j, &spec)
                     .inspect(|_| faults::reached("start-placed"))
-                    .and_then(|_| self.slurm.start_now(id))
                     .and_then(|_| self.slurm.release(id))
                     .map(|_| Outcome::Ok),
                 Ok(Some(j)) => Ok(Outcome::Skipped(format!(
@@ -304,8 +303,11 @@ impl<S: SlurmApi> Daemon<S> {
             .collect();
         queue.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
         // Looked up per job: a scan of the queue per job was quadratic in its length.
-        let positions: HashMap<u64, usize> =
-            queue.iter().enumerate().map(|(i, r)| (r.id, i + 1)).collect();
+        let positions: HashMap<u64, usize> = queue
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id, i + 1))
+            .collect();
         let site_reasons: BTreeMap<u64, String> = decision
             .plan
             .iter()

@@ -17,6 +17,12 @@ pub trait SlurmApi {
     fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError>;
     /// Makes a job eligible now.
     fn start_now(&self, id: u64) -> Result<(), SlurmError>;
+    /// Gives the pending job `current` (as just read) its GPUs and makes it eligible now;
+    /// [`Slurm`] does both in one update.
+    fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
+        self.set_placement(current.id, spec)?;
+        self.start_now(current.id)
+    }
     /// Releases a held job.
     fn release(&self, id: u64) -> Result<(), SlurmError>;
     /// Holds a pending job.
@@ -97,6 +103,9 @@ impl SlurmApi for Slurm {
     }
     fn start_now(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::start_now(self, id)
+    }
+    fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
+        Slurm::place_and_start(self, current, spec)
     }
     fn release(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::release(self, id)

@@ -457,7 +457,30 @@ impl Slurm {
     /// so that a job placed again after a preemption carries only its new request.
     pub fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError> {
         let current = self.job(id)?;
-        let stale = match &current {
+        self.update_placement(id, current.as_ref(), spec, &[])
+    }
+
+    /// [`Slurm::set_placement`] of the pending job `current` (as just read: it is not read
+    /// again) and `StartTime=now` with it, in one `scontrol update` (two when a GPU request
+    /// of the other kind must be cleared first): a start costs slurmctld one update RPC
+    /// fewer, and one job read fewer, than the two calls.
+    pub fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
+        self.update_placement(
+            current.id,
+            Some(current),
+            spec,
+            &["StartTime=now".to_string()],
+        )
+    }
+
+    fn update_placement(
+        &self,
+        id: u64,
+        current: Option<&SlurmJob>,
+        spec: &GpuSpec,
+        more: &[String],
+    ) -> Result<(), SlurmError> {
+        let stale = match current {
             Some(j) if spec.is_uniform() && j.tres_per_job.is_some() => Some("TresPerJob="),
             Some(j) if !spec.is_uniform() && j.tres_per_node.is_some() => Some("Gres="),
             _ => None,
@@ -469,13 +492,12 @@ impl Slurm {
                 clear.to_string(),
             ])?;
         }
-        let tasks = current.as_ref().and_then(|j| j.recorded_tasks());
-        let (cpus, mem) = current
-            .as_ref()
-            .map_or((None, None), |j| j.recorded_per_gpu());
+        let tasks = current.and_then(|j| j.recorded_tasks());
+        let (cpus, mem) = current.map_or((None, None), |j| j.recorded_per_gpu());
         let mut args = vec!["update".to_string(), format!("JobId={}", self.target(id))];
         args.extend(spec.update_fields_keeping(tasks));
         args.extend(per_gpu_fields(cpus, mem));
+        args.extend_from_slice(more);
         self.scontrol(&args)?;
         Ok(())
     }
