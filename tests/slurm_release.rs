@@ -197,7 +197,22 @@ fn json_and_text_read_the_same_jobs_and_nodes(bed: &mut Testbed) {
             .iter()
             .find(|j| j.id == t.id)
             .expect("the same jobs");
-        assert_eq!(j, t, "job {} differs between JSON and text", t.id);
+        // A running job's end time is Slurm's projection (its start plus a year when it has
+        // no limit), which 24.11 showed in the JSON read but not yet in the text one read a
+        // moment earlier, just after the job started (CI, 2026-12-07). hadar reads a job's end
+        // time only once it has ended.
+        let projected = |mut job: hadar_slurm::SlurmJob| {
+            if job.status == hadar_slurm::JobStatus::Running {
+                job.end_time = None;
+            }
+            job
+        };
+        assert_eq!(
+            projected(j.clone()),
+            projected(t.clone()),
+            "job {} differs between JSON and text",
+            t.id
+        );
     }
     let run = from_json
         .iter()
