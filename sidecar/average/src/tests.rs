@@ -757,6 +757,13 @@ mod outer_step {
         }
     }
 
+    /// `e`'s message, checked to be one line.
+    fn one_line(e: AverageError) -> String {
+        let m = e.to_string();
+        assert!(!m.contains('\n'), "{m}");
+        m
+    }
+
     #[test]
     fn bad_outer_inputs_are_refused_naming_what_and_where() {
         let d = tempfile::tempdir().unwrap();
@@ -765,11 +772,6 @@ mod outer_step {
         let opt = OuterOptimizer {
             lr: 0.7,
             momentum: 0.9,
-        };
-        let one_line = |e: AverageError| {
-            let m = e.to_string();
-            assert!(!m.contains('\n'), "{m}");
-            m
         };
         // A start of another shape.
         let odd = put(

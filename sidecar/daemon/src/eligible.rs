@@ -86,9 +86,17 @@ pub fn partition_closed(
     if job.status != JobStatus::Pending {
         return None;
     }
-    let states: Vec<(&str, PartitionState)> = job
-        .partition
-        .as_deref()?
+    closed_partitions(job.partition.as_deref()?, state_of)
+}
+
+/// The hold of a job in the comma-separated `partitions` when none of them starts jobs
+/// (`state_of` as for [`partition_closed`]): the daemon's gate on Slurm's records and the
+/// simulated gate on a site file judge a job's partitions by this one rule.
+pub fn closed_partitions(
+    partitions: &str,
+    state_of: impl Fn(&str) -> Option<PartitionState>,
+) -> Option<Hold> {
+    let states: Vec<(&str, PartitionState)> = partitions
         .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())

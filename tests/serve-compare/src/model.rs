@@ -222,7 +222,8 @@ pub fn sim_jobs(
 }
 
 /// The simulator's settings and policy for one scheduler; `config` is the daemon's config
-/// file text (its `[hadar]`, `[hadare]` and look-ahead settings are the policies').
+/// file text (its `[hadar]`, `[hadare]` and look-ahead settings are the policies'), `site` the
+/// captured site the run obeyed.
 pub fn sim_setup(
     who: Scheduler,
     timing: &Timing,
@@ -231,65 +232,74 @@ pub fn sim_setup(
 ) -> Result<(SimConfig, Box<dyn Policy>), String> {
     let c =
         hadar_daemon::DaemonConfig::parse("daemon config", config).map_err(|e| e.to_string())?;
-    if let Some(site) = site {
-        return within_site(who, timing, config, &c, site);
-    }
-    Ok(match who {
-        Scheduler::Slurm => (
-            SimConfig {
-                round_s: timing.slurm_round_s,
-                ..SimConfig::default()
-            },
-            Box::new(SlurmBackfill::with_options(timing.slurm)),
-        ),
-        Scheduler::Hadar => (
-            SimConfig {
-                round_s: timing.hadar_round_s,
-                restart_s: timing.hadar_restart_s,
-                model: ClusterModel {
-                    start_latency_s: timing.hadar_start_s,
-                    wake_read_s: wake_settle(config) + timing.hadar_read_s,
-                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
-                    fixed_rounds: true,
-                    ..ClusterModel::default()
-                },
-                ..SimConfig::default()
-            },
-            Box::new(ServedPolicy::new(
-                c.served(),
-                Box::new(HadarPolicy::new(c.hadar.clone())),
-            )),
-        ),
-        Scheduler::HadarE => (
-            SimConfig {
-                round_s: timing.hadare_round_s,
-                restart_s: c.sidecar.restart_seconds,
-                model: ClusterModel {
-                    copy_startup_s: timing.hadare_copy_startup_s,
-                    // The same daemon loop: woken by submissions, as with Hadar.
-                    wake_read_s: wake_settle(config) + timing.hadar_read_s,
-                    wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
-                    fixed_rounds: true,
-                    ..ClusterModel::default()
-                },
-                ..SimConfig::default()
-            },
-            Box::new(HadarEPolicy::new(c.hadare.clone())),
-        ),
-    })
+    let policy = match site {
+        Some(site) => policy_within_site(who, timing, &c, site)?,
+        None => policy(who, timing, &c),
+    };
+    Ok((sim_config(who, timing, config, &c), policy))
 }
 
-/// [`sim_setup`] within a captured site (`--predict --site`): Slurm alone's backfill behind
-/// the site's gate, Hadar as `hadar simulate --site --config` serves it.
-fn within_site(
+/// The simulator's settings for `who`'s runs: its rounds, restart and timing.
+fn sim_config(
     who: Scheduler,
     timing: &Timing,
     config: &str,
     c: &hadar_daemon::DaemonConfig,
+) -> SimConfig {
+    // The daemon's loop, for Hadar and HadarE alike: woken by submissions.
+    let woken = |model: ClusterModel| ClusterModel {
+        wake_read_s: wake_settle(config) + timing.hadar_read_s,
+        wake_gap_s: hadar_daemon::daemon::MIN_WOKEN_GAP.as_secs_f64(),
+        fixed_rounds: true,
+        ..model
+    };
+    match who {
+        Scheduler::Slurm => SimConfig {
+            round_s: timing.slurm_round_s,
+            ..SimConfig::default()
+        },
+        Scheduler::Hadar => SimConfig {
+            round_s: timing.hadar_round_s,
+            restart_s: timing.hadar_restart_s,
+            model: woken(ClusterModel {
+                start_latency_s: timing.hadar_start_s,
+                ..ClusterModel::default()
+            }),
+            ..SimConfig::default()
+        },
+        Scheduler::HadarE => SimConfig {
+            round_s: timing.hadare_round_s,
+            restart_s: c.sidecar.restart_seconds,
+            model: woken(ClusterModel {
+                copy_startup_s: timing.hadare_copy_startup_s,
+                ..ClusterModel::default()
+            }),
+            ..SimConfig::default()
+        },
+    }
+}
+
+/// The policy `who` runs, configured by the daemon's config `c`.
+fn policy(who: Scheduler, timing: &Timing, c: &hadar_daemon::DaemonConfig) -> Box<dyn Policy> {
+    match who {
+        Scheduler::Slurm => Box::new(SlurmBackfill::with_options(timing.slurm)),
+        Scheduler::Hadar => Box::new(ServedPolicy::new(
+            c.served(),
+            Box::new(HadarPolicy::new(c.hadar.clone())),
+        )),
+        Scheduler::HadarE => Box::new(HadarEPolicy::new(c.hadare.clone())),
+    }
+}
+
+/// The policy `who` runs within a captured site (`--predict --site`): Slurm alone's
+/// backfill behind the site's gate, Hadar as `hadar simulate --site --config` serves it.
+fn policy_within_site(
+    who: Scheduler,
+    timing: &Timing,
+    c: &hadar_daemon::DaemonConfig,
     site: SimulatedSite,
-) -> Result<(SimConfig, Box<dyn Policy>), String> {
-    let (cfg, _) = sim_setup(who, timing, config, None)?;
-    let policy: Box<dyn Policy> = match who {
+) -> Result<Box<dyn Policy>, String> {
+    Ok(match who {
         Scheduler::Slurm => {
             let backfill = Box::new(SlurmBackfill::with_options(timing.slurm));
             Box::new(
@@ -304,8 +314,7 @@ fn within_site(
         Scheduler::HadarE => {
             return Err("the site scenario is run by Slurm alone and Hadar, not HadarE".into());
         }
-    };
-    Ok((cfg, policy))
+    })
 }
 
 /// The daemon's `wake_settle_seconds` in its config file text. A record's config that does

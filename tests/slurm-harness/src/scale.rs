@@ -41,17 +41,18 @@ struct Cli {
         long,
         value_name = "LIST",
         default_value = "1000,5000,10000",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = at_least_one
     )]
     jobs: Vec<usize>,
     /// The daemon's rounds to measure after the queue is filled.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = at_least_one)]
     rounds: usize,
     /// The daemon's round, seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = positive_seconds)]
     round_seconds: f64,
     /// Parallel submitters filling the queue.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = at_least_one)]
     submitters: usize,
     /// Which schedulers to run: hadar (hadar serve), slurm (Slurm alone), or both.
     #[arg(long, value_delimiter = ',', default_value = "slurm,hadar")]
@@ -81,6 +82,20 @@ impl Mode {
 
 type Error = Box<dyn std::error::Error>;
 
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("give a whole number, at least 1, not {s:?}")),
+    }
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("give a number of seconds above 0, not {s:?}")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
@@ -96,7 +111,10 @@ fn run(cli: &Cli) -> Result<(), Error> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()?;
-    let hadar = cli.hadar.canonicalize()?;
+    let hadar = cli
+        .hadar
+        .canonicalize()
+        .map_err(|e| format!("--hadar {}: {e}", cli.hadar.display()))?;
     let nodes = nodes::sized(cli.nodes)?;
     let gpus: u32 = nodes.iter().map(|n| n.gpu_count()).sum();
     eprintln!(

@@ -64,8 +64,9 @@ fn test_in_job() -> InJob<'static> {
     }
 }
 
-#[test]
-fn the_copy_script_has_one_component_per_copy_and_quotes_paths() {
+/// A round of job 1 with two copies, on n1's V100s and n3's K80s, the second carrying the
+/// previous round's inner optimizer state, starting from a path with a quote in it.
+fn two_copy_round() -> ForkRound {
     let copy = |node: &str, t: &str, k: usize| ForkCopy {
         node: node.into(),
         gpu_type: t.into(),
@@ -80,7 +81,7 @@ fn the_copy_script_has_one_component_per_copy_and_quotes_paths() {
         seconds: None,
         inner_state_from: (k == 1).then(|| "/sp/1/round-0/copy-1.safetensors.inner".into()),
     };
-    let round = ForkRound {
+    ForkRound {
         job: 1,
         round: 0,
         state: RoundState::Submitting,
@@ -96,7 +97,12 @@ fn the_copy_script_has_one_component_per_copy_and_quotes_paths() {
         message: None,
         outer: None,
         copy_seconds: None,
-    };
+    }
+}
+
+#[test]
+fn the_copy_script_has_one_component_per_copy_and_quotes_paths() {
+    let round = two_copy_round();
     let s = copy_script(
         &round,
         Path::new("/r/hadar-fork-run"),

@@ -235,17 +235,8 @@ impl SiteGate {
             .filter(|j| j.placement.is_none())
             .filter_map(|j| {
                 let partitions = &self.site.figures.jobs.get(&j.id().0)?.partition;
-                let states: Vec<_> = partitions
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|p| !p.is_empty())
-                    .map(|p| Some((p, site.partition_state(p)?)))
-                    .collect::<Option<_>>()?;
-                let hold = hadar_core::gate::partition_closed(
-                    states
-                        .iter()
-                        .map(|(p, s)| (*p, s.as_str(), s.starts_jobs())),
-                )?;
+                let hold =
+                    crate::eligible::closed_partitions(partitions, |p| site.partition_state(p))?;
                 Some((j.id(), WaitReason::SlurmHolds { hold }))
             })
             .collect()
