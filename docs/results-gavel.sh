@@ -6,16 +6,16 @@
 #   cargo build --release -p hadar && docs/results-gavel.sh > /tmp/tables.md
 #
 # Columns: the fluid lower bound, Gavel (max-min fairness), Gavel's makespan policy, Hadar
-# before the makespan guard (`--no-makespan-guard --order arrival --packing off --pace-weight 0`,
+# before the makespan guard (`--no-makespan-guard --order arrival --packing off --pace-weight 0 --overdue-factor 0`,
 # the defaults until then), Hadar with the guard but before gang packing, the guard's margin
-# share and the pace boost (`--packing off --guard-margin-share 0 --pace-weight 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
+# share and the pace boost (`--packing off --guard-margin-share 0 --pace-weight 0 --overdue-factor 0`), Hadar with today's defaults, and HadarE. Cells: TTD hours (ratio to the bound) /
 # average JCT hours [/ restarts]. Then the summary of the held-out runs (docs/results-heldout-runs.sh)
 # at both restart costs. Needs jq.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 hadar="${HADAR:-$root/target/release/hadar}"
-before=(--no-makespan-guard --order arrival --packing off --pace-weight 0 --tail-jobs 0)
-guard=(--packing off --guard-margin-share 0 --pace-weight 0 --tail-jobs 0)
+before=(--no-makespan-guard --order arrival --packing off --pace-weight 0 --tail-jobs 0 --overdue-factor 0)
+guard=(--packing off --guard-margin-share 0 --pace-weight 0 --tail-jobs 0 --overdue-factor 0)
 # shellcheck source=docs/results-gavel-runs.sh
 source "$root/docs/results-gavel-runs.sh"
 

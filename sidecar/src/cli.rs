@@ -399,6 +399,11 @@ pub struct HadarArgs {
     /// its own node). 0 turns it off; at most 6.
     #[arg(long, value_name = "N", default_value_t = hadar_core::policies::hadar::DEFAULT_TAIL_JOBS, value_parser = parse_tail_jobs, help_heading = "Hadar")]
     pub tail_jobs: usize,
+    /// Hadar's overdue gangs: a gang on multi-GPU nodes that jobs ranked after it keep
+    /// overtaking is placed after the urgent jobs, taking GPUs only from those jobs, once it
+    /// has waited X times its remaining best time. 0 turns it off.
+    #[arg(long, value_name = "X", default_value_t = hadar_core::policies::hadar::overdue::DEFAULT_OVERDUE_FACTOR, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
+    pub overdue_factor: f64,
     /// Tiresias' attained-service thresholds in GPU-seconds, ascending and comma-separated
     /// (N thresholds make N+1 queues), or `none` for a single FIFO queue.
     #[arg(long, value_name = "GPU_S,...", default_value = "3250,7200", value_parser = parse_thresholds, allow_negative_numbers = true, help_heading = "Tiresias")]
@@ -578,6 +583,7 @@ impl HadarArgs {
             pace_weight: self.pace_weight,
             pace_min_share: self.pace_min_share,
             tail_jobs: self.tail_jobs,
+            overdue_factor: self.overdue_factor,
             packing: match self.packing {
                 PackingArg::Off => hadar_core::policies::hadar::Packing::Off,
                 PackingArg::Shorter => hadar_core::policies::hadar::Packing::Shorter,

@@ -349,6 +349,12 @@ impl<'a> Report<'a> {
                         }
                     ));
                 }
+                if stats.overdue > 0 {
+                    out.push_str(&format!(
+                        "overdue: {} gang(s) placed after the urgent jobs (overtaken too long)\n",
+                        stats.overdue
+                    ));
+                }
             }
             None => out.push_str(&format!("policy:  {}\n", self.name)),
         }
@@ -440,9 +446,11 @@ impl<'a> Report<'a> {
                 "pace_weight": cfg.pace_weight,
                 "pace_min_share": cfg.pace_min_share,
                 "tail_jobs": cfg.tail_jobs,
+                "overdue_factor": cfg.overdue_factor,
                 "guard_type_tolerance": if cfg.guard_type_tolerance.is_finite() { json!(cfg.guard_type_tolerance) } else { json!(null) },
                 "horizon_s": stats.horizon_s.map(round6),
                 "urgent": stats.urgent,
+                "overdue": stats.overdue,
                 "tail": stats.tail,
                 "price_low": stats.price_bounds.map(|b| round6(b.low)),
                 "price_high": stats.price_bounds.map(|b| round6(b.high)),
@@ -524,6 +532,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
         if cfg.tail_jobs > 0 {
             parts.push(format!("tail plan up to {} jobs", cfg.tail_jobs));
         }
+    }
+    if !cfg.exact && cfg.overdue_factor > 0.0 {
+        parts.push(format!(
+            "overdue gangs after {} times their time",
+            cfg.overdue_factor
+        ));
     }
     if !cfg.exact {
         parts.push(format!("gang packing {}", cfg.packing.as_str()));

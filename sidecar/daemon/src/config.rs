@@ -547,7 +547,8 @@ fn sidecar_checks(s: &SidecarConfig) -> [(&'static str, f64, bool, &'static str)
     ]
 }
 
-/// The `[fork]` table's ranges and `[hadar]` `priority_strength` and `tail_jobs`.
+/// The `[fork]` table's ranges and `[hadar]` `priority_strength`, `overdue_factor` and
+/// `tail_jobs`.
 fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
     let s = &file.sidecar;
     let f = &file.fork;
@@ -576,6 +577,14 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         efficiency,
         efficiency > 0.0 && efficiency <= 1.0,
         "give a share above 0 and at most 1",
+    )?;
+    let overdue_factor = file.hadar.overdue_factor;
+    range(
+        path,
+        "hadar.overdue_factor",
+        overdue_factor,
+        overdue_factor.is_finite() && overdue_factor >= 0.0,
+        "give 0 or more",
     )?;
     let tail_jobs = file.hadar.tail_jobs;
     range(
@@ -774,6 +783,31 @@ mod tests {
         );
         let e = tail_jobs("-1").unwrap_err();
         assert!(e.contains("tail_jobs") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn the_overdue_factor_is_read_and_refused_below_zero() {
+        let factor = |value: &str| {
+            DaemonConfig::parse("h.toml", &format!("[hadar]\noverdue_factor = {value}\n"))
+                .map(|c| c.hadar.overdue_factor)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            DaemonConfig::parse("h.toml", "")
+                .unwrap()
+                .hadar
+                .overdue_factor,
+            hadar_core::policies::hadar::overdue::DEFAULT_OVERDUE_FACTOR
+        );
+        assert_eq!(factor("0"), Ok(0.0));
+        assert_eq!(factor("1.5"), Ok(1.5));
+        let e = factor("-2").unwrap_err();
+        assert!(
+            e.contains("hadar.overdue_factor") && e.contains("-2"),
+            "{e}"
+        );
+        let e = factor("nan").unwrap_err();
+        assert!(e.contains("hadar.overdue_factor"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub struct RoundStats {
     pub kept: usize,
     /// Jobs the makespan guard found urgent (placed first, regardless of price).
     pub urgent: usize,
+    /// Gangs placed after the urgent jobs because smaller jobs kept overtaking them
+    /// (`policies::hadar::overdue`).
+    pub overdue: usize,
     /// The makespan guard's fluid horizon of the remaining work, seconds from now.
     pub horizon_s: Option<f64>,
     /// Whether the tail plan (`policies::hadar::tail`) chose who runs this round.

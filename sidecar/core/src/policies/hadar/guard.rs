@@ -69,19 +69,36 @@ pub enum Urgency {
         /// Seconds it could still wait (under the margin, possibly zero).
         slack_s: f64,
     },
+    /// A gang smaller jobs keep overtaking ([`super::overdue`]): placed after the urgent
+    /// jobs and before the priced pass, longest waiting first.
+    Overdue {
+        /// Seconds it has waited, since it arrived, not running.
+        waited_s: f64,
+    },
 }
 
 impl Urgency {
-    /// True for [`Urgency::Urgent`].
+    /// True for a job placed before the priced pass: [`Urgency::Urgent`] or
+    /// [`Urgency::Overdue`].
     pub fn is_urgent(&self) -> bool {
-        matches!(self, Urgency::Urgent { .. })
+        matches!(self, Urgency::Urgent { .. } | Urgency::Overdue { .. })
     }
 
-    /// The slack of an urgent job (infinite for a job with slack to spare).
+    /// The slack of an urgent job (infinite for any other).
     pub fn slack_s(&self) -> f64 {
         match self {
             Urgency::Urgent { slack_s, .. } => *slack_s,
-            Urgency::Slack => f64::INFINITY,
+            Urgency::Overdue { .. } | Urgency::Slack => f64::INFINITY,
+        }
+    }
+
+    /// Where the job goes in the round: urgent jobs first, least slack first; then overdue
+    /// ones, longest waiting first; then the rest (a stable sort keeps their order).
+    pub fn place_key(&self) -> (u8, f64) {
+        match self {
+            Urgency::Urgent { slack_s, .. } => (0, *slack_s),
+            Urgency::Overdue { waited_s } => (1, -waited_s),
+            Urgency::Slack => (2, 0.0),
         }
     }
 }
@@ -434,7 +451,7 @@ mod tests {
                 assert!(close(min_rate, 2.0));
                 assert!(slack_s < 1.0);
             }
-            Urgency::Slack => panic!("the long job must be urgent"),
+            other => panic!("the long job must be urgent, not {other:?}"),
         }
         assert!(g.urgency[1..].iter().all(|u| *u == Urgency::Slack));
     }

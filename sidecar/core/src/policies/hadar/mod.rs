@@ -12,6 +12,9 @@
 //!    preempted) on the fastest types it can get, with jobs that have slack making room;
 //!    every other job is offered, in the priced pass, only the types its work belongs on
 //!    at the LP's shadow prices.
+//!    Overdue gangs ([`overdue`]), on multi-GPU nodes, that jobs ranked after them kept
+//!    overtaking for several times their own run time, come next, placed the same way but
+//!    taking GPUs only from the jobs that overtook them.
 //!    Then jobs are taken in order (utility per GPU by default, [`JobOrder`]). For each, the dual
 //!    subroutine ([`dual::best_offer`]) finds the gang placement of all its workers that
 //!    maximises utility minus price; the job is admitted when that payoff is positive, and
@@ -42,6 +45,7 @@
 pub mod dual;
 pub mod exact;
 pub mod guard;
+pub mod overdue;
 pub mod pace;
 mod packing;
 mod settle;
@@ -222,6 +226,10 @@ pub struct HadarConfig {
     /// put each worker on its own node, a configuration LP that packs whole gangs chooses
     /// who runs on which type. 0 turns it off; at most [`MAX_TAIL_JOBS`].
     pub tail_jobs: usize,
+    /// Overdue gangs ([`overdue`]): a gang on multi-GPU nodes that jobs ranked after it keep
+    /// overtaking is placed after the urgent jobs once it has waited this many times its
+    /// remaining best time. 0 turns it off.
+    pub overdue_factor: f64,
 }
 
 impl Default for HadarConfig {
@@ -250,6 +258,7 @@ impl Default for HadarConfig {
             pace_weight: DEFAULT_PACE_WEIGHT,
             pace_min_share: DEFAULT_PACE_MIN_SHARE,
             tail_jobs: DEFAULT_TAIL_JOBS,
+            overdue_factor: overdue::DEFAULT_OVERDUE_FACTOR,
         }
     }
 }
@@ -315,6 +324,10 @@ struct Prepared<'a> {
     /// `rates` with the types the guard finds inefficient for this job set to 0, for the
     /// priced pass (`None`: no restriction).
     priced_rates: Option<Vec<f64>>,
+    /// Its place in the round's order before urgent and overdue jobs move ahead.
+    rank: usize,
+    /// Whether it has waited long while jobs ranked after it ran ([`overdue`]).
+    long_waiting: bool,
 }
 
 impl Prepared<'_> {
@@ -407,6 +420,8 @@ fn prepare<'a>(config: &HadarConfig, input: &RoundInput<'a>) -> (Vec<Prepared<'a
             mixed_types: config.mixed_types,
             urgency: Urgency::Slack,
             priced_rates: None,
+            rank: 0,
+            long_waiting: false,
         });
     }
     let horizon = criticality_horizon(input);
@@ -569,11 +584,20 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     // started long job earns in the priced pass without moving it ahead of shorter jobs
     // (ordering after it was measured worse on both aims: docs/results-gavel.md).
     order_jobs(config, input, &mut ready);
-    if config.makespan_guard && !config.exact {
-        stats.horizon_s = Some(apply_guard(config, input, &mut ready));
-        // Urgent jobs first, least slack first; the rest keep their order (stable sort).
-        ready.sort_by(|a, b| a.urgency.slack_s().total_cmp(&b.urgency.slack_s()));
-        stats.urgent = ready.iter().filter(|p| p.urgency.is_urgent()).count();
+    if !config.exact {
+        if config.makespan_guard {
+            stats.horizon_s = Some(apply_guard(config, input, &mut ready));
+        }
+        // Ranked in the order just made, before urgent and overdue jobs move ahead.
+        overdue::mark(config.overdue_factor, input, &mut ready);
+        ready.sort_by(|a, b| {
+            let (ka, sa) = a.urgency.place_key();
+            let (kb, sb) = b.urgency.place_key();
+            ka.cmp(&kb).then(sa.total_cmp(&sb))
+        });
+        let urgent = |p: &&Prepared<'_>| matches!(p.urgency, Urgency::Urgent { .. });
+        stats.urgent = ready.iter().filter(urgent).count();
+        stats.overdue = ready.iter().filter(|p| p.urgency.is_urgent()).count() - stats.urgent;
     }
     let book = PriceBook::new(input.cluster, &stats.type_price_bounds)
         .with_type_pressure(config.type_pressure);
@@ -1046,8 +1070,20 @@ fn urgent_offer(
     max_restart_s: f64,
     round_s: f64,
 ) -> Option<dual::Offer> {
-    let Urgency::Urgent { min_rate, slack_s } = p.urgency else {
-        return None;
+    // An overdue job has no deadline: it tries its fastest types first, and takes GPUs only
+    // from the jobs that overtook it.
+    let (min_rate, slack_s, yielders) = match p.urgency {
+        Urgency::Urgent { min_rate, slack_s } => (min_rate, slack_s, yielders.to_vec()),
+        Urgency::Overdue { .. } => {
+            let best = p.rates.iter().copied().fold(0.0, f64::max);
+            let overtook = |&&k: &&usize| overdue::may_yield_to(p, &ready[k]);
+            (
+                best,
+                0.0,
+                yielders.iter().filter(overtook).copied().collect(),
+            )
+        }
+        Urgency::Slack => return None,
     };
     let may_preempt = max_restart_s < round_s - slack_s;
     let mut levels = rate_levels(&p.rates, min_rate);
@@ -1055,7 +1091,7 @@ fn urgent_offer(
         // Without room to make, only the deadline types and then anywhere (the last level).
         levels.drain(1..levels.len() - 1);
     }
-    let yielders = if may_preempt { yielders } else { &[] };
+    let yielders: &[usize] = if may_preempt { &yielders } else { &[] };
     levels.into_iter().find_map(|level| {
         let fast: Vec<f64> = p
             .rates

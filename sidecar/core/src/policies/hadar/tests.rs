@@ -1006,3 +1006,116 @@ fn a_job_whose_rate_falls_when_spread_is_packed_even_at_a_higher_price() {
         1.0
     );
 }
+
+/// Two nodes of four GPUs, each half held by a long two-worker job that arrived 600 s
+/// before `now_s`, and a short four-worker gang waiting since 0 that only a whole node
+/// holds (one node a job).
+fn overtaken_gang(now_s: f64) -> (Cluster, Vec<JobState>) {
+    let c = cluster(&["v100"], &[&[4], &[4]]);
+    let mut jobs = vec![job(1, 0.0, 4, 200.0, &[1.0])];
+    for (id, node) in [(2, 0), (3, 1)] {
+        let mut long = job(id, now_s - 600.0, 2, 1e5, &[1.0]);
+        long.placement = Some(Placement::gang([part(node, 0, 2)]));
+        jobs.push(long);
+    }
+    (c, jobs)
+}
+
+fn at<'a>(now_s: f64, cluster: &'a Cluster, jobs: &'a [JobState]) -> RoundInput<'a> {
+    RoundInput {
+        now_s,
+        round_s: 360.0,
+        restart_s: 0.0,
+        cluster,
+        jobs,
+    }
+}
+
+fn one_node_unguarded(overdue_factor: f64) -> HadarConfig {
+    HadarConfig {
+        max_nodes_per_job: Some(1),
+        makespan_guard: false,
+        overdue_factor,
+        ..HadarConfig::default()
+    }
+}
+
+#[test]
+fn a_gang_overtaken_too_long_takes_a_whole_node_from_the_jobs_that_overtook_it() {
+    // Waited 4,000 s, over three times a round (its 200 s are less): overdue.
+    let (c, jobs) = overtaken_gang(4000.0);
+    let (plan, stats) = plan_round(&one_node_unguarded(3.0), &at(4000.0, &c, &jobs));
+    plan.validate(&c, &jobs).unwrap();
+    assert_eq!(stats.overdue, 1);
+    let gang = plan.placement_of(JobId(1)).expect("the gang runs");
+    assert_eq!(per_node(gang), vec![4]);
+    let node = gang.parts()[0].node;
+    // The job it displaced moves beside the other on the second node.
+    for id in [2, 3] {
+        let p = plan
+            .placement_of(JobId(id))
+            .expect("both long jobs still run");
+        assert!(
+            p.parts().iter().all(|part| part.node != node),
+            "job {id}: {p:?}"
+        );
+    }
+    // Off, or not yet waited long enough, the gang waits behind the fragments.
+    for (factor, now_s) in [(0.0, 4000.0), (3.0, 1000.0)] {
+        let (c, jobs) = overtaken_gang(now_s);
+        let (plan, stats) = plan_round(&one_node_unguarded(factor), &at(now_s, &c, &jobs));
+        assert_eq!(stats.overdue, 0, "factor {factor}, now {now_s}");
+        assert!(reason(&plan, 1).is_some(), "factor {factor}, now {now_s}");
+    }
+}
+
+#[test]
+fn an_overdue_gang_never_preempts_a_gang_that_waited_as_long_nor_a_job_ranked_first() {
+    // Node 0: job 2, a gang that itself waited long before it started (since 0, nothing
+    // run) and that job 3, ranked after it, overtakes. Node 1: job 3, a latecomer, beside
+    // job 5, short, ranked before the waiting gang 1. Gang 1 could have a node only from job
+    // 2 or from job 5: it waits. Had job 2 come late too, it would yield its node.
+    let now_s = 1e6;
+    let c = cluster(&["v100"], &[&[4], &[4]]);
+    let running = |id, arrival, steps, node| {
+        let mut j = job(id, arrival, 2, steps, &[1.0]);
+        j.placement = Some(Placement::gang([part(node, 0, 2)]));
+        j
+    };
+    let plan_with = |job_2_arrival: f64| {
+        let jobs = vec![
+            job(1, 0.0, 4, 200.0, &[1.0]),
+            running(2, job_2_arrival, 1e5, 0),
+            running(3, now_s - 600.0, 1.1e5, 1),
+            running(5, now_s - 600.0, 100.0, 1),
+        ];
+        let (plan, stats) = plan_round(&one_node_unguarded(3.0), &at(now_s, &c, &jobs));
+        plan.validate(&c, &jobs).unwrap();
+        assert_eq!(stats.overdue, 1);
+        (plan, jobs)
+    };
+    let (plan, jobs) = plan_with(0.0);
+    assert!(reason(&plan, 1).is_some());
+    for running in &jobs[1..] {
+        assert_eq!(plan.placement_of(running.id()), running.placement.as_ref());
+    }
+    let (plan, _) = plan_with(now_s - 600.0);
+    assert_eq!(
+        plan.placement_of(JobId(1)),
+        Some(&Placement::gang([part(0, 0, 4)]))
+    );
+}
+
+#[test]
+fn on_one_gpu_nodes_no_gang_is_overdue() {
+    // Free GPUs, not free nodes, are what a gang needs there: gang packing's case.
+    let c = cluster(&["v100"], &[&[1], &[1], &[1], &[1]]);
+    let mut jobs = vec![job(1, 0.0, 4, 200.0, &[1.0])];
+    for id in 2..=4u64 {
+        let mut long = job(id, 3400.0, 1, 1e5, &[1.0]);
+        long.placement = Some(Placement::gang([part(id as u32 - 2, 0, 1)]));
+        jobs.push(long);
+    }
+    let (_, stats) = plan_round(&one_node_unguarded(3.0), &at(4000.0, &c, &jobs));
+    assert_eq!(stats.overdue, 0);
+}
