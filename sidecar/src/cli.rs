@@ -374,6 +374,11 @@ pub struct HadarArgs {
     /// this share of the bound.
     #[arg(long, value_name = "SHARE", default_value_t = hadar_core::policies::hadar::DEFAULT_GUARD_MARGIN_SHARE, value_parser = parse_share, allow_negative_numbers = true, help_heading = "Hadar")]
     pub guard_margin_share: f64,
+    /// The makespan guard acts only in rounds when jobs are not streaming in: fewer than two
+    /// distinct arrival times within the last N rounds. 0 (the default here): every round;
+    /// the daemon's default is 4.
+    #[arg(long, value_name = "N", default_value_t = 0.0, value_parser = parse_weight, allow_negative_numbers = true, help_heading = "Hadar")]
+    pub guard_quiet_rounds: f64,
     /// The makespan guard's type tolerance: the priced pass offers a job only the GPU types
     /// whose cost per step, at the fluid bound's shadow prices, is within this share of its
     /// cheapest (work conservation may use the others). `inf` turns it off.
@@ -579,6 +584,7 @@ impl HadarArgs {
             makespan_guard: !self.no_makespan_guard,
             guard_margin_rounds: self.guard_margin,
             guard_margin_share: self.guard_margin_share,
+            guard_quiet_rounds: self.guard_quiet_rounds,
             guard_type_tolerance: self.guard_type_tolerance,
             pace_weight: self.pace_weight,
             pace_min_share: self.pace_min_share,

@@ -442,6 +442,7 @@ impl<'a> Report<'a> {
                 "makespan_guard": cfg.makespan_guard,
                 "guard_margin_rounds": cfg.guard_margin_rounds,
                 "guard_margin_share": cfg.guard_margin_share,
+                "guard_quiet_rounds": cfg.guard_quiet_rounds,
                 "packing": cfg.packing.as_str(),
                 "pace_weight": cfg.pace_weight,
                 "pace_min_share": cfg.pace_min_share,
@@ -523,6 +524,12 @@ fn describe_config(cfg: &HadarConfig) -> String {
             "makespan guard (margin {} rounds + {} of the horizon, type tolerance {})",
             cfg.guard_margin_rounds, cfg.guard_margin_share, cfg.guard_type_tolerance
         ));
+        if cfg.guard_quiet_rounds > 0.0 {
+            parts.push(format!(
+                "the guard stands aside while jobs arrived at two times in {} rounds",
+                cfg.guard_quiet_rounds
+            ));
+        }
         if cfg.pace_weight > 0.0 {
             parts.push(format!(
                 "pace boost {} (jobs from {} of the horizon)",

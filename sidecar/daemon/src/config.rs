@@ -325,11 +325,16 @@ impl SidecarConfig {
     }
 }
 
+/// The daemon's `[hadar] guard_quiet_rounds`: a site's jobs arrive as a stream, not as one
+/// batch, and the makespan guard's target moves with every arrival (measured in
+/// docs/algorithms.md, "The guard in a stream of jobs").
+pub const DAEMON_GUARD_QUIET_ROUNDS: f64 = 4.0;
+
 /// Whether `[hadar]` sets `key`. Where the daemon's default differs from the simulator's,
 /// it applies only when the file leaves the key out: `max_nodes_per_job` (1, not "no
 /// limit") and `uniform_gangs` (true): one Slurm job gets the same GPUs on every node, so a
 /// placement spanning nodes is only enforceable when it is uniform, and on one node any mix
-/// of types is.
+/// of types is; `guard_quiet_rounds` ([`DAEMON_GUARD_QUIET_ROUNDS`]).
 fn text_sets_hadar_key(text: &str, key: &str) -> bool {
     toml::from_str::<toml::Table>(text)
         .ok()
@@ -383,6 +388,9 @@ impl DaemonConfig {
         }
         if !text_sets_hadar_key(text, "uniform_gangs") {
             hadar.uniform_gangs = true;
+        }
+        if !text_sets_hadar_key(text, "guard_quiet_rounds") {
+            hadar.guard_quiet_rounds = DAEMON_GUARD_QUIET_ROUNDS;
         }
         Ok(DaemonConfig {
             sidecar: file.sidecar,
@@ -578,6 +586,14 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         efficiency > 0.0 && efficiency <= 1.0,
         "give a share above 0 and at most 1",
     )?;
+    let quiet = file.hadar.guard_quiet_rounds;
+    range(
+        path,
+        "hadar.guard_quiet_rounds",
+        quiet,
+        quiet.is_finite() && quiet >= 0.0,
+        "give 0 or more",
+    )?;
     let overdue_factor = file.hadar.overdue_factor;
     range(
         path,
@@ -677,6 +693,7 @@ mod tests {
             HadarConfig {
                 max_nodes_per_job: Some(1),
                 uniform_gangs: true,
+                guard_quiet_rounds: DAEMON_GUARD_QUIET_ROUNDS,
                 ..HadarConfig::default()
             }
         );
@@ -786,7 +803,7 @@ mod tests {
     }
 
     #[test]
-    fn the_overdue_factor_is_read_and_refused_below_zero() {
+    fn the_overdue_factor_and_the_guards_quiet_rounds_are_read_and_refused_below_zero() {
         let factor = |value: &str| {
             DaemonConfig::parse("h.toml", &format!("[hadar]\noverdue_factor = {value}\n"))
                 .map(|c| c.hadar.overdue_factor)
@@ -801,6 +818,15 @@ mod tests {
         );
         assert_eq!(factor("0"), Ok(0.0));
         assert_eq!(factor("1.5"), Ok(1.5));
+        // The guard's quiet rounds: the daemon's own default unless the file sets them.
+        let quiet =
+            |text: &str| DaemonConfig::parse("h.toml", text).map(|c| c.hadar.guard_quiet_rounds);
+        assert_eq!(quiet(""), Ok(DAEMON_GUARD_QUIET_ROUNDS));
+        assert_eq!(quiet("[hadar]\nguard_quiet_rounds = 0\n"), Ok(0.0));
+        let e = quiet("[hadar]\nguard_quiet_rounds = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hadar.guard_quiet_rounds"), "{e}");
         let e = factor("-2").unwrap_err();
         assert!(
             e.contains("hadar.overdue_factor") && e.contains("-2"),

@@ -168,6 +168,28 @@ fn urgency(job: &GuardJob<'_>, horizon_s: f64, margin_s: f64) -> Urgency {
     }
 }
 
+/// Whether jobs are streaming in: the arrivals within the `window_s` seconds before `now_s`
+/// span `batch_s` or more (jobs submitted together, within `batch_s` of one another, are one
+/// batch, however large). The guard's horizon is the soonest the work present could end;
+/// while more keeps arriving, that is not when the work ends, and the urgent long jobs it
+/// puts first delay the short ones for a target that moves. A window of 0 sees no stream.
+pub fn streaming(
+    arrivals: impl IntoIterator<Item = f64>,
+    now_s: f64,
+    window_s: f64,
+    batch_s: f64,
+) -> bool {
+    let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+    for a in arrivals {
+        let recent = now_s - a < window_s;
+        if recent {
+            first = first.min(a);
+            last = last.max(a);
+        }
+    }
+    last - first >= batch_s.max(0.0) && last >= first
+}
+
 /// The fluid relaxation of the remaining work, solved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fluid {
@@ -409,6 +431,19 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-4 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn jobs_stream_in_when_recent_arrivals_span_a_batch_or_more() {
+        // A batch submitted together is one arrival, however large and however spread
+        // within the batch time.
+        assert!(!streaming([0.0, 0.0, 0.0], 10.0, 100.0, 3.0));
+        assert!(!streaming([0.0, 1.0, 2.5], 10.0, 100.0, 3.0));
+        assert!(streaming([0.0, 1.0, 5.0], 10.0, 100.0, 3.0));
+        // Arrivals older than the window do not count; a window of 0 sees none.
+        assert!(!streaming([0.0, 95.0], 100.0, 50.0, 3.0));
+        assert!(!streaming([90.0, 95.0], 100.0, 0.0, 3.0));
+        assert!(!streaming(std::iter::empty(), 100.0, 50.0, 3.0));
     }
 
     #[test]

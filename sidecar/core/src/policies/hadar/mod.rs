@@ -6,7 +6,8 @@
 //!    over all types from each job's best utility, and by default per type from each job's
 //!    utility with all its workers on that type ([`PriceBook::bounds_by_type`]). Utilities
 //!    and prices are the market HadarE shares ([`crate::market`]).
-//! 2. The makespan guard ([`guard`]) solves the fluid LP of the remaining work: jobs with
+//! 2. The makespan guard ([`guard`]), in rounds when jobs are not streaming in (with
+//!    `guard_quiet_rounds`), solves the fluid LP of the remaining work: jobs with
 //!    under a round of slack to its horizon are urgent and go first, placed whatever the
 //!    prices on types fast enough to end by it, or failing that (where jobs may be
 //!    preempted) on the fastest types it can get, with jobs that have slack making room;
@@ -195,6 +196,10 @@ pub struct HadarConfig {
     pub makespan_guard: bool,
     /// The makespan guard's margin, in rounds.
     pub guard_margin_rounds: f64,
+    /// The makespan guard acts only in rounds when jobs are not streaming in: when the
+    /// arrivals within the last this many rounds span less than a round
+    /// ([`guard::streaming`]). 0: every round.
+    pub guard_quiet_rounds: f64,
     /// A further margin of the makespan guard, as a share of its horizon: a job is urgent
     /// once its slack is under `guard_margin_rounds` rounds plus this share of the fluid
     /// horizon of the remaining work.
@@ -251,6 +256,7 @@ impl Default for HadarConfig {
             type_pressure: DEFAULT_TYPE_PRESSURE,
             makespan_guard: true,
             guard_margin_rounds: DEFAULT_GUARD_MARGIN_ROUNDS,
+            guard_quiet_rounds: 0.0,
             guard_margin_share: DEFAULT_GUARD_MARGIN_SHARE,
             guard_type_tolerance: DEFAULT_GUARD_TYPE_TOLERANCE,
             priority_strength: 1.0,
@@ -585,7 +591,11 @@ pub fn plan_round(config: &HadarConfig, input: &RoundInput<'_>) -> (RoundPlan, R
     // (ordering after it was measured worse on both aims: docs/results-gavel.md).
     order_jobs(config, input, &mut ready);
     if !config.exact {
-        if config.makespan_guard {
+        let window_s = config.guard_quiet_rounds.max(0.0) * input.round_s;
+        let arrivals = input.jobs.iter().map(|j| j.job.arrival_s);
+        if config.makespan_guard
+            && !guard::streaming(arrivals, input.now_s, window_s, input.round_s)
+        {
             stats.horizon_s = Some(apply_guard(config, input, &mut ready));
         }
         // Ranked in the order just made, before urgent and overdue jobs move ahead.
