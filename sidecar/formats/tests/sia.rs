@@ -147,3 +147,23 @@ fn malformed_fields_and_clusters_are_named() {
         assert!(e.contains(says), "{spec}: {e}");
     }
 }
+
+#[test]
+fn a_copy_with_fewer_gpus_trains_the_jobs_batch_at_that_placements_rate() {
+    let w = load("good.csv", "aws:2,rtx:1").unwrap();
+    let [a, b, c] = &w.jobs[..] else {
+        panic!("three jobs expected, got {}", w.jobs.len())
+    };
+    let t4 = |j: &Job| j.throughput.curve(GpuType(0)).points().to_vec();
+    // Job b (8 GPUs, batch 64) forked onto one T4 node trains batch 64 on "4", exactly as
+    // job c does alone: 382.5 s for the same 187.5 iterations, so 187.5 / 382.5 steps/s.
+    // Its own 8 GPUs keep their rate (225 s alone).
+    let points = t4(b);
+    assert_eq!(points.len(), 2, "{points:?}");
+    assert_eq!(points[0].0, 4);
+    assert!(close(points[0].1, 187.5 / 382.5), "{points:?}");
+    assert!(close(b.total_steps / points[1].1, 225.0), "{points:?}");
+    assert!(close(alone_s(c, 0).unwrap(), 382.5));
+    // Job a has no copy smaller than its 4 GPUs: no placement of 1 to 3 GPUs was profiled.
+    assert_eq!(t4(a).iter().map(|p| p.0).collect::<Vec<_>>(), vec![4]);
+}

@@ -178,7 +178,9 @@ pub fn load_sia(
                     let placements = &measured.placements[&(row.app.name, kind.sia_name)];
                     let validation = &measured.validation[row.app.name];
                     let spread = spread_rates(placements, validation, row, kind, *nodes, steps, r);
-                    curves.push(RateCurve::new([(row.gpus, r)]).with_spread(spread));
+                    let copies = copy_rates(placements, validation, row, kind, steps);
+                    let points = copies.into_iter().chain([(row.gpus, r)]);
+                    curves.push(RateCurve::new(points).with_spread(spread));
                 }
                 Err(e) => {
                     curves.push(RateCurve::default());
@@ -251,6 +253,26 @@ fn spread_rates(
     } else {
         points
     }
+}
+
+/// The job's rates with fewer GPUs than its own, on one node of `kind`: what a forked copy
+/// (HadarE) runs at. A copy trains the job's own batch, split over its GPUs with more
+/// accumulation as Sia's job model does, so its steps count as the job's. `(gpus, rate)`
+/// for each count the profiles cover at that batch; rigid policies never read them.
+fn copy_rates(
+    placements: &Placements,
+    validation: &Validation,
+    row: &Row,
+    kind: &GpuKind,
+    steps: f64,
+) -> Vec<(u32, f64)> {
+    (1..row.gpus.min(kind.gpus_per_node + 1))
+        .filter_map(|g| {
+            rigid::isolated_s(placements, validation, row.app, kind, g, row.batch)
+                .ok()
+                .map(|s| (g, steps / s))
+        })
+        .collect()
 }
 
 /// Parses a workload's rows, each checked; `origin` names it in errors.
