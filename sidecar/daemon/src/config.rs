@@ -424,6 +424,17 @@ impl DaemonConfig {
 }
 
 /// A key's value is in its range, or the error naming the key, the value and what to give.
+/// [`range`] for a weight or factor: a finite number, 0 or more.
+fn non_negative(path: &str, key: &'static str, value: f64) -> Result<(), ConfigError> {
+    range(
+        path,
+        key,
+        value,
+        value.is_finite() && value >= 0.0,
+        "give 0 or more",
+    )
+}
+
 fn range(
     path: &str,
     key: &'static str,
@@ -580,13 +591,7 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
             && (!s.policy.forks() || f.deadline_margin_seconds < s.round_seconds),
         "give 0 or more, below sidecar.round_seconds",
     )?;
-    range(
-        path,
-        "hadar.priority_strength",
-        priority_strength,
-        priority_strength.is_finite() && priority_strength >= 0.0,
-        "give 0 or more",
-    )?;
+    non_negative(path, "hadar.priority_strength", priority_strength)?;
     let efficiency = file.hadare.progress_efficiency;
     range(
         path,
@@ -596,21 +601,9 @@ fn check_fork_and_hadar(path: &str, file: &File) -> Result<(), ConfigError> {
         "give a share above 0 and at most 1",
     )?;
     let quiet = file.hadar.guard_quiet_rounds;
-    range(
-        path,
-        "hadar.guard_quiet_rounds",
-        quiet,
-        quiet.is_finite() && quiet >= 0.0,
-        "give 0 or more",
-    )?;
+    non_negative(path, "hadar.guard_quiet_rounds", quiet)?;
     let overdue_factor = file.hadar.overdue_factor;
-    range(
-        path,
-        "hadar.overdue_factor",
-        overdue_factor,
-        overdue_factor.is_finite() && overdue_factor >= 0.0,
-        "give 0 or more",
-    )?;
+    non_negative(path, "hadar.overdue_factor", overdue_factor)?;
     let tail_jobs = file.hadar.tail_jobs;
     range(
         path,
