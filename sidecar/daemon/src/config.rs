@@ -423,7 +423,6 @@ impl DaemonConfig {
     }
 }
 
-/// A key's value is in its range, or the error naming the key, the value and what to give.
 /// [`range`] for a weight or factor: a finite number, 0 or more.
 fn non_negative(path: &str, key: &'static str, value: f64) -> Result<(), ConfigError> {
     range(
@@ -435,6 +434,7 @@ fn non_negative(path: &str, key: &'static str, value: f64) -> Result<(), ConfigE
     )
 }
 
+/// A key's value is in its range, or the error naming the key, the value and what to give.
 fn range(
     path: &str,
     key: &'static str,
