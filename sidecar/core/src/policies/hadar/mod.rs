@@ -1083,14 +1083,16 @@ fn urgent_offer(
     // An overdue job has no deadline: it tries its fastest types first, and takes GPUs only
     // from the jobs that overtook it.
     let (min_rate, slack_s, yielders) = match p.urgency {
-        Urgency::Urgent { min_rate, slack_s } => (min_rate, slack_s, yielders.to_vec()),
+        Urgency::Urgent { min_rate, slack_s } => {
+            (min_rate, slack_s, std::borrow::Cow::Borrowed(yielders))
+        }
         Urgency::Overdue { .. } => {
             let best = p.rates.iter().copied().fold(0.0, f64::max);
             let overtook = |&&k: &&usize| overdue::may_yield_to(p, &ready[k]);
             (
                 best,
                 0.0,
-                yielders.iter().filter(overtook).copied().collect(),
+                std::borrow::Cow::Owned(yielders.iter().filter(overtook).copied().collect()),
             )
         }
         Urgency::Slack => return None,
