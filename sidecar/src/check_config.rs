@@ -63,6 +63,7 @@ pub(crate) fn slurm_for(config: Option<DaemonConfig>) -> Slurm {
         conf,
         bin_dir,
         timeout: Duration::from_secs_f64(timeout),
+        ..Default::default()
     })
 }
 

@@ -36,6 +36,8 @@ pub fn serve(a: ServeArgs) -> Result<(), Failure> {
         conf: config.slurm_conf.clone(),
         bin_dir: config.sidecar.slurm_bin_dir.clone(),
         timeout: Duration::from_secs_f64(config.sidecar.command_timeout_seconds),
+        full_read_every: Duration::from_secs_f64(config.sidecar.full_read_seconds),
+        site_read_every: Duration::from_secs_f64(config.sidecar.site_read_seconds),
     });
     if let Some(dir) = config
         .sidecar
@@ -263,6 +265,7 @@ pub fn fail_open(a: FailOpenArgs) -> Result<(), Failure> {
         conf: config.slurm_conf.clone(),
         bin_dir: config.sidecar.slurm_bin_dir.clone(),
         timeout: Duration::from_secs_f64(config.sidecar.command_timeout_seconds),
+        ..Default::default()
     });
     let report = failopen::run(&config, &slurm, &now_unix, a.dry_run).map_err(Failure::runtime)?;
     if a.format == Format::Json {

@@ -45,11 +45,13 @@ impl Serve {
         let config = bed.path(&format!("etc/serve-{name}.toml"));
         let state = bed.path(&format!("state-{name}.db"));
         let _ = std::fs::remove_file(&state);
+        // The tests change the site's rules (reservations, limits, partition states) while
+        // the daemon runs and look for them in the next round: it reads them every round.
         let text = format!(
             "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
              [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = 2\npreempt_grace_seconds = 1\n\
              restart_seconds = 2\nthroughput_scale = {TIME_SCALE}\ncommand_timeout_seconds = 10\n\
-             lease_seconds = 12\nmax_clock_skew_seconds = 1\n{sidecar}",
+             lease_seconds = 12\nmax_clock_skew_seconds = 1\nsite_read_seconds = 0\n{sidecar}",
             conf = bed.path("etc/slurm.conf").display(),
             sock = bed.path("run/hadar.sock").display(),
             state = state.display(),

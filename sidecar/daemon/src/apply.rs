@@ -13,7 +13,7 @@ use crate::faults;
 use crate::reconcile;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
-use hadar_slurm::{GpuSpec, JobStatus};
+use hadar_slurm::{GpuSpec, JobStatus, SlurmJob};
 use hadar_store::{IntentKind, JobRow, NodeGpus, Outcome, Phase};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -209,6 +209,7 @@ impl<S: SlurmApi> Daemon<S> {
     ) -> Result<(), DaemonError> {
         let round = snap.round;
         let now = |d: &Self| now_unix() - d.epoch;
+        let read: HashMap<u64, &SlurmJob> = snap.slurm_jobs.iter().map(|j| (j.id, j)).collect();
         for a in todo {
             let Action::Start { job: id, placement } = a else {
                 continue;
@@ -234,19 +235,24 @@ impl<S: SlurmApi> Daemon<S> {
                 .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
             faults::reached("start-intent");
             let spec = request(snap, placement, typed.contains(&id));
-            let result = match self.slurm.job(id) {
-                Ok(Some(j)) if j.status == JobStatus::Pending && j.is_held() => self
-                    .slurm
-                    .place_and_start(&j, &spec)
-                    .inspect(|_| faults::reached("start-placed"))
-                    .and_then(|_| self.slurm.release(id))
-                    .map(|_| Outcome::Ok),
-                Ok(Some(j)) => Ok(Outcome::Skipped(format!(
+            // The round's own read of the job, not another: Slurm refuses the update of a job
+            // that has started or ended since, which is then the outcome.
+            let result = match read.get(&id) {
+                Some(j) if j.status == JobStatus::Pending && j.is_held() => {
+                    let words = starting_words(placement);
+                    let comment =
+                        eligible::may_write(j.comment.as_deref(), &words).then_some(words);
+                    self.slurm
+                        .place_and_start(j, &spec, comment.as_deref())
+                        .inspect(|_| faults::reached("start-placed"))
+                        .and_then(|_| self.slurm.release(id))
+                        .map(|_| Outcome::Ok)
+                }
+                Some(j) => Ok(Outcome::Skipped(format!(
                     "job is {} and not held",
                     j.status.as_str()
                 ))),
-                Ok(None) => Ok(Outcome::Skipped("Slurm no longer knows the job".into())),
-                Err(e) => Err(e),
+                None => Ok(Outcome::Skipped("Slurm no longer knows the job".into())),
             };
             faults::reached("start-released");
             let text = outcome(result);
@@ -291,8 +297,9 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(())
     }
 
-    /// Writes in each waiting job's `Comment` why it waits (see [`eligible::reason_words`]);
-    /// best effort: a failed update is logged and retried next round.
+    /// Writes in each waiting job's `Comment` why it waits (see [`eligible::reason_words`]),
+    /// one command per distinct text; best effort: a failed update is logged and retried
+    /// next round.
     fn say_why_jobs_wait(&self, snap: &RoundSnapshot, decision: &RoundDecision) {
         let (slurm_jobs, rows, owned) = (&snap.slurm_jobs, &snap.rows, &snap.owned);
         let (planned, blocked, specs) = (&decision.planned, &decision.blocked, &snap.specs);
@@ -314,6 +321,14 @@ impl<S: SlurmApi> Daemon<S> {
             .flat_map(|p| &p.waiting)
             .filter_map(|w| Some((w.job.0, eligible::site_words(&w.reason)?)))
             .collect();
+        let starts: HashSet<u64> = decision
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Start { .. }))
+            .map(Action::job)
+            .collect();
+        // Jobs that wait for the same reason are told so in one command.
+        let mut by_words: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for j in slurm_jobs {
             let Some(r) = rows.get(&j.id).filter(|r| r.phase == Phase::Waiting) else {
                 continue;
@@ -323,20 +338,34 @@ impl<S: SlurmApi> Daemon<S> {
             }
             let position = positions.get(&r.id).copied().unwrap_or(0);
             let types = specs.get(&r.id).and_then(|s| s.gpu_types.as_deref());
+            if starts.contains(&r.id) {
+                continue; // its start writes the comment with the placement (`start_jobs`)
+            }
             let words = match planned.get(&r.id) {
-                Some(gpus) => format!("hadar: starting on {}", explain::placement_words(gpus)),
+                Some(gpus) => starting_words(gpus),
                 None => match (blocked.get(&r.id), site_reasons.get(&r.id)) {
                     (None, Some(words)) => words.clone(),
                     (b, _) => eligible::reason_words(b, r.workers, types, position),
                 },
             };
-            if eligible::may_write(j.comment.as_deref(), &words)
-                && let Err(e) = self.slurm.set_comment(r.id, &words)
-            {
-                tracing::warn!(job = r.id, "could not write why the job waits: {e}");
+            if eligible::may_write(j.comment.as_deref(), &words) {
+                by_words.entry(words).or_default().push(r.id);
+            }
+        }
+        for (words, ids) in by_words {
+            if let Err(e) = self.slurm.set_comments(&ids, &words) {
+                tracing::warn!(
+                    jobs = ids.len(),
+                    "could not write why jobs wait ({words:?}): {e}"
+                );
             }
         }
     }
+}
+
+/// What a job's comment says once the round starts it on `gpus`.
+fn starting_words(gpus: &NodeGpus) -> String {
+    format!("hadar: starting on {}", explain::placement_words(gpus))
 }
 
 /// The GPU request that gives a job `placement`: typed when the job must keep its types

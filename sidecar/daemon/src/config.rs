@@ -228,6 +228,12 @@ pub struct SidecarConfig {
     pub restart_seconds: f64,
     /// The most seconds one Slurm command may take.
     pub command_timeout_seconds: f64,
+    /// Seconds between full reads of every job; between them a round reads in full only
+    /// the jobs that changed. 0: every round reads every job in full.
+    pub full_read_seconds: f64,
+    /// Seconds the site's rules (partitions, reservations, QOS, associations, fair-share,
+    /// priority settings) are kept before they are read again. 0: every round reads them.
+    pub site_read_seconds: f64,
     /// The folder holding scontrol and scancel; unset: found on PATH.
     pub slurm_bin_dir: Option<PathBuf>,
     /// Steps assumed for a job that gives neither steps= nor epochs=.
@@ -282,6 +288,8 @@ impl Default for SidecarConfig {
             preempt_signal: "USR1".into(),
             restart_seconds: 60.0,
             command_timeout_seconds: 20.0,
+            full_read_seconds: 600.0,
+            site_read_seconds: 60.0,
             slurm_bin_dir: None,
             default_steps: 10_000,
             default_rate_per_gpu: 1.0,
@@ -456,7 +464,7 @@ fn range(
 
 /// The `[sidecar]` table's ranges, and the relations between its keys.
 fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
-    for (key, value, ok, expected) in sidecar_checks(s) {
+    for (key, value, ok, expected) in timing_checks(s).into_iter().chain(sidecar_checks(s)) {
         range(path, key, value, ok, expected)?;
     }
     if s.preempt_signal.is_empty() || !s.preempt_signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
@@ -470,9 +478,12 @@ fn check_sidecar(path: &str, s: &SidecarConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The `[sidecar]` table's numeric checks: (key, its value, whether it is in range, what to
-/// give instead), in the order they are checked.
-fn sidecar_checks(s: &SidecarConfig) -> [(&'static str, f64, bool, &'static str); 15] {
+/// One numeric check: (key, its value, whether it is in range, what to give instead).
+type Check = (&'static str, f64, bool, &'static str);
+
+/// The `[sidecar]` table's checks of its rounds' timing and reading, in the order they are
+/// checked.
+fn timing_checks(s: &SidecarConfig) -> [Check; 7] {
     [
         (
             "sidecar.round_seconds",
@@ -508,6 +519,24 @@ fn sidecar_checks(s: &SidecarConfig) -> [(&'static str, f64, bool, &'static str)
                 && (0.1..=600.0).contains(&s.command_timeout_seconds),
             "give 0.1 to 600",
         ),
+        (
+            "sidecar.full_read_seconds",
+            s.full_read_seconds,
+            s.full_read_seconds.is_finite() && (0.0..=86_400.0).contains(&s.full_read_seconds),
+            "give 0 to 86400",
+        ),
+        (
+            "sidecar.site_read_seconds",
+            s.site_read_seconds,
+            s.site_read_seconds.is_finite() && (0.0..=3600.0).contains(&s.site_read_seconds),
+            "give 0 to 3600",
+        ),
+    ]
+}
+
+/// The `[sidecar]` table's other numeric checks, in the order they are checked.
+fn sidecar_checks(s: &SidecarConfig) -> [Check; 10] {
+    [
         (
             "sidecar.default_steps",
             s.default_steps as f64,

@@ -224,6 +224,9 @@ impl<S: SlurmApi> Daemon<S> {
                         total_ms = r.total_ms,
                         slurm_commands = r.slurm_io.commands,
                         slurm_bytes = r.slurm_io.bytes_read,
+                        full_reads = r.slurm_io.full_reads,
+                        jobs_read = r.slurm_io.jobs_read,
+                        jobs_listed = r.slurm_io.jobs_listed,
                         "round done"
                     )
                 }

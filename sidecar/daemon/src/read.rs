@@ -43,8 +43,9 @@ impl<S: SlurmApi> Daemon<S> {
         self.lead(now_unix)?;
         let now_s = now_unix - self.epoch;
         let started = Instant::now();
-        let nodes = self.slurm.nodes()?;
+        // The jobs first: the nodes read last stand in when no job changed since.
         let (mut slurm_jobs, refused_records) = self.slurm.jobs()?;
+        let nodes = self.slurm.nodes()?;
         let read_ms = started.elapsed().as_secs_f64() * 1000.0;
         faults::reached("round-read");
         let mut untrusted: BTreeSet<u64> = refused_records
@@ -81,7 +82,7 @@ impl<S: SlurmApi> Daemon<S> {
             retypes,
         )?;
         self.make_released_jobs_eligible(now_unix, &slurm_jobs, &rows);
-        let site = crate::site::read(&self.slurm, now_unix);
+        let site = crate::site::read(&self.slurm, now_unix, &slurm_jobs);
         let specs: BTreeMap<u64, JobSpec> = rows
             .values()
             .filter(|r| r.phase != Phase::Finished)

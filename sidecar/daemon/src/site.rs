@@ -18,11 +18,17 @@ use hadar_slurm::{JobStatus, SlurmJob};
 use hadar_store::Decision;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-/// The site's rules as Slurm reports them this round, at `now_unix`; none (every job weighs
-/// 1, no limits, no reservations) when they cannot be read, with a warning.
-pub fn read<S: SlurmApi>(slurm: &S, now_unix: f64) -> Site {
+/// The site's rules as Slurm reports them this round, at `now_unix`, with what the limits
+/// need of `jobs` (the round's read of them); none (every job weighs 1, no limits, no
+/// reservations) when they cannot be read, with a warning.
+pub fn read<S: SlurmApi>(slurm: &S, now_unix: f64, jobs: &[SlurmJob]) -> Site {
     match slurm.site_figures() {
-        Ok(f) => Site::new(f).at(now_unix),
+        Ok(mut f) => {
+            for (id, account) in hadar_slurm::site::job_accounts(jobs, now_unix) {
+                f.jobs.entry(id).or_insert(account);
+            }
+            Site::new(f).at(now_unix)
+        }
         Err(e) => {
             tracing::warn!(
                 "cannot read the site's priority settings and limits from Slurm; planning without them this round: {e}"

@@ -17,11 +17,20 @@ pub trait SlurmApi {
     fn set_placement(&self, id: u64, spec: &GpuSpec) -> Result<(), SlurmError>;
     /// Makes a job eligible now.
     fn start_now(&self, id: u64) -> Result<(), SlurmError>;
-    /// Gives the pending job `current` (as just read) its GPUs and makes it eligible now;
-    /// [`Slurm`] does both in one update.
-    fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
+    /// Gives the pending job `current` (as the round read it) its GPUs, makes it eligible
+    /// now and, with `comment`, sets its `Comment`; [`Slurm`] does all of it in one update.
+    fn place_and_start(
+        &self,
+        current: &SlurmJob,
+        spec: &GpuSpec,
+        comment: Option<&str>,
+    ) -> Result<(), SlurmError> {
         self.set_placement(current.id, spec)?;
-        self.start_now(current.id)
+        self.start_now(current.id)?;
+        match comment {
+            Some(text) => self.set_comment(current.id, text),
+            None => Ok(()),
+        }
     }
     /// Releases a held job.
     fn release(&self, id: u64) -> Result<(), SlurmError>;
@@ -52,6 +61,11 @@ pub trait SlurmApi {
     /// Sets a waiting job's `Comment` (why it waits, for `squeue`); test doubles ignore it.
     fn set_comment(&self, _id: u64, _text: &str) -> Result<(), SlurmError> {
         Ok(())
+    }
+    /// Sets the `Comment` of each of the waiting jobs `ids` to `text`; [`Slurm`] names many
+    /// jobs in one command.
+    fn set_comments(&self, ids: &[u64], text: &str) -> Result<(), SlurmError> {
+        ids.iter().try_for_each(|id| self.set_comment(*id, text))
     }
     /// Whether updating a pending job's GPU types replaces them (24.11 and later) rather than
     /// adding to them for the job's life (22.05, and the default).
@@ -92,6 +106,9 @@ impl SlurmApi for Slurm {
     fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
         Slurm::set_comment(self, id, text)
     }
+    fn set_comments(&self, ids: &[u64], text: &str) -> Result<(), SlurmError> {
+        Slurm::set_comments(self, ids, text)
+    }
     fn jobs(&self) -> Result<(Vec<SlurmJob>, Refused), SlurmError> {
         Slurm::jobs(self)
     }
@@ -104,8 +121,13 @@ impl SlurmApi for Slurm {
     fn start_now(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::start_now(self, id)
     }
-    fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
-        Slurm::place_and_start(self, current, spec)
+    fn place_and_start(
+        &self,
+        current: &SlurmJob,
+        spec: &GpuSpec,
+        comment: Option<&str>,
+    ) -> Result<(), SlurmError> {
+        Slurm::place_and_start(self, current, spec, comment)
     }
     fn release(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::release(self, id)

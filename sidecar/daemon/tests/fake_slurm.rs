@@ -1246,6 +1246,7 @@ fn the_shadow_daemon_decides_as_the_acting_daemon_on_the_same_snapshot() {
         };
         observe(&mut rows, &slurm_jobs, shadowed, 0.0, now);
         let table = hadar_formats::embedded::throughputs().unwrap();
+        let site = hadar_daemon::site::read(&slurm, now, &slurm_jobs);
         let snap = observed_snapshot(
             1,
             (now, 0.0),
@@ -1253,7 +1254,7 @@ fn the_shadow_daemon_decides_as_the_acting_daemon_on_the_same_snapshot() {
             slurm_jobs,
             rows,
             BTreeMap::new(),
-            hadar_daemon::site::read(&slurm, now),
+            site,
             &table,
         );
         let acting = decide(&snap, &config, &table, config.round_policy().as_mut()).unwrap();

@@ -561,6 +561,7 @@ mod tests {
             slurm_io: hadar_slurm::SlurmIo {
                 commands: 9,
                 bytes_read: 123_456,
+                ..Default::default()
             },
             ..Default::default()
         };

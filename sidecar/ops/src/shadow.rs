@@ -427,8 +427,8 @@ impl<S: SlurmApi> Shadow<S> {
     pub fn round(&mut self, now_unix: f64) -> Result<ShadowRound, DaemonError> {
         let started = Instant::now();
         let now_s = now_unix - self.epoch;
-        let nodes = self.slurm.nodes()?;
         let (slurm_jobs, _) = self.slurm.jobs()?;
+        let nodes = self.slurm.nodes()?;
         let site_requeues = self.slurm.site_config()?.job_requeue;
         self.round += 1;
         let round = self.round;
@@ -440,7 +440,7 @@ impl<S: SlurmApi> Shadow<S> {
             site_requeues,
         };
         observe(&mut rows, &slurm_jobs, shadowed, now_s, self.epoch);
-        let site = hadar_daemon::site::read(&self.slurm, now_unix);
+        let site = hadar_daemon::site::read(&self.slurm, now_unix, &slurm_jobs);
         let snap = observed_snapshot(
             round,
             (now_unix, now_s),

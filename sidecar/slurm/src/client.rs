@@ -5,14 +5,16 @@
 use crate::SlurmError;
 use crate::command::{self, CommandError};
 use crate::job::{self, SlurmJob};
+use crate::job_cache::{self, Fetch, JobCache, Listing};
 use crate::json;
 use crate::node::{self, NodeInfo};
 use crate::release::{ReadForm, SlurmRelease};
+use crate::site::SiteFigures;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where Slurm's commands are and how long they may take.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +25,12 @@ pub struct SlurmConfig {
     pub bin_dir: Option<PathBuf>,
     /// The most time one command may take before it is killed.
     pub timeout: Duration,
+    /// How often [`Slurm::jobs`] reads every job in full; between full reads it reads only
+    /// the jobs that changed (see [`crate::job_cache`]). Zero: every read is full.
+    pub full_read_every: Duration,
+    /// How long [`Slurm::site_figures`] keeps the site's rules before reading them again.
+    /// Zero: every call reads them.
+    pub site_read_every: Duration,
 }
 
 impl Default for SlurmConfig {
@@ -31,6 +39,8 @@ impl Default for SlurmConfig {
             conf: None,
             bin_dir: None,
             timeout: Duration::from_secs(20),
+            full_read_every: Duration::ZERO,
+            site_read_every: Duration::ZERO,
         }
     }
 }
@@ -162,6 +172,26 @@ pub struct Slurm {
     array_names: Arc<Mutex<HashMap<u64, String>>>,
     /// The commands run through this handle and the bytes they answered; clones share it.
     io: Arc<IoCounters>,
+    /// The jobs as last read, for reading only what changed; clones share them.
+    reads: Arc<Mutex<JobReads>>,
+    /// The jobs this handle (or a clone) acted on since they were last read.
+    acted_on: Arc<Mutex<BTreeSet<u64>>>,
+    /// The site's rules as last read, and when; clones share them.
+    site: Arc<Mutex<Kept<SiteFigures>>>,
+    /// The nodes as last read, and when; clones share them.
+    nodes: Arc<Mutex<Kept<Vec<NodeInfo>>>>,
+}
+
+/// A read kept for later rounds, with when it was made.
+pub(crate) type Kept<T> = Option<(Instant, T)>;
+
+/// The jobs as last read and when they were last read in full.
+#[derive(Debug, Default)]
+struct JobReads {
+    cache: JobCache,
+    last_full: Option<Instant>,
+    /// Whether the last read found any job changed (or acted on) since the one before.
+    changed: bool,
 }
 
 /// What the Slurm commands run so far cost: how many ran and the bytes of their answers
@@ -170,6 +200,12 @@ pub struct Slurm {
 pub struct SlurmIo {
     pub commands: u64,
     pub bytes_read: u64,
+    /// Reads of every job in full.
+    pub full_reads: u64,
+    /// Job records read in full, by full reads and by reads of the jobs that changed.
+    pub jobs_read: u64,
+    /// Jobs shown by the listings of reads of what changed.
+    pub jobs_listed: u64,
 }
 
 impl SlurmIo {
@@ -178,6 +214,9 @@ impl SlurmIo {
         SlurmIo {
             commands: self.commands.saturating_sub(earlier.commands),
             bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+            full_reads: self.full_reads.saturating_sub(earlier.full_reads),
+            jobs_read: self.jobs_read.saturating_sub(earlier.jobs_read),
+            jobs_listed: self.jobs_listed.saturating_sub(earlier.jobs_listed),
         }
     }
 }
@@ -186,6 +225,15 @@ impl SlurmIo {
 struct IoCounters {
     commands: std::sync::atomic::AtomicU64,
     bytes_read: std::sync::atomic::AtomicU64,
+    full_reads: std::sync::atomic::AtomicU64,
+    jobs_read: std::sync::atomic::AtomicU64,
+    jobs_listed: std::sync::atomic::AtomicU64,
+}
+
+impl IoCounters {
+    fn add(counter: &std::sync::atomic::AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Slurm {
@@ -196,7 +244,27 @@ impl Slurm {
             release: Arc::new(OnceLock::new()),
             array_names: Arc::new(Mutex::new(HashMap::new())),
             io: Arc::new(IoCounters::default()),
+            reads: Arc::new(Mutex::new(JobReads::default())),
+            acted_on: Arc::new(Mutex::new(BTreeSet::new())),
+            site: Arc::new(Mutex::new(None)),
+            nodes: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Whether the site's rules, the nodes and the licenses read last may stand for this
+    /// round too: the last read of the jobs found none changed since the one before (no
+    /// job started, ended or was touched, so no GPUs, CPUs or licenses changed hands), and
+    /// `read_at` is within [`SlurmConfig::site_read_every`].
+    pub(crate) fn unchanged_since(&self, read_at: Instant) -> bool {
+        let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        !reads.changed
+            && !self.config.full_read_every.is_zero()
+            && read_at.elapsed() < self.config.site_read_every
+    }
+
+    /// The site's rules as last read (see [`Slurm::site_figures`]).
+    pub(crate) fn kept_site(&self) -> &Mutex<Kept<SiteFigures>> {
+        &self.site
     }
 
     /// The commands run through this handle (and its clones) so far, and the bytes they
@@ -206,12 +274,20 @@ impl Slurm {
         SlurmIo {
             commands: self.io.commands.load(Relaxed),
             bytes_read: self.io.bytes_read.load(Relaxed),
+            full_reads: self.io.full_reads.load(Relaxed),
+            jobs_read: self.io.jobs_read.load(Relaxed),
+            jobs_listed: self.io.jobs_listed.load(Relaxed),
         }
     }
 
     /// How Slurm's commands that act on a job must name job `id`: `A_I` (or `A_[...]`) for
-    /// the record of array A that carries the array's own id, else the id.
+    /// the record of array A that carries the array's own id, else the id. Every action on
+    /// a job names it through here, which marks the job to be read again in full.
     fn target(&self, id: u64) -> String {
+        self.acted_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id);
         let names = self.array_names.lock().unwrap_or_else(|e| e.into_inner());
         names.get(&id).cloned().unwrap_or_else(|| id.to_string())
     }
@@ -330,8 +406,23 @@ impl Slurm {
         Ok(self.run("scontrol", args)?)
     }
 
-    /// All nodes (`scontrol show node`, as JSON where the release has it).
+    /// All nodes (`scontrol show node`, as JSON where the release has it). The nodes read
+    /// last stand in while no job changed (see [`Slurm::unchanged_since`]): read the jobs
+    /// first. A node drained or downed meanwhile is seen within
+    /// [`SlurmConfig::site_read_every`]; Slurm starts nothing on it in between.
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        let mut kept = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((read_at, nodes)) = kept.as_ref()
+            && self.unchanged_since(*read_at)
+        {
+            return Ok(nodes.clone());
+        }
+        let nodes = self.read_nodes()?;
+        *kept = Some((Instant::now(), nodes.clone()));
+        Ok(nodes)
+    }
+
+    fn read_nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         match self.read_form()? {
             ReadForm::Json => json::parse_nodes(&self.scontrol(&[
                 "show".into(),
@@ -344,17 +435,116 @@ impl Slurm {
 
     /// All jobs Slurm still knows (`scontrol -d show job`), and the records refused as
     /// untrustworthy (see [`job::parse_jobs`]; none are from JSON, where no job's text can
-    /// imitate another record).
+    /// imitate another record). Where the release answers in JSON and
+    /// [`SlurmConfig::full_read_every`] is set, only the jobs that changed since the last
+    /// read are read in full ([`crate::job_cache`]).
     pub fn jobs(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
         let answer = match self.read_form()? {
-            ReadForm::Json => (
-                json::parse_jobs(&self.scontrol(&job_args(None, true))?)?,
-                Vec::new(),
-            ),
-            ReadForm::Text => self.jobs_from_text()?,
+            ReadForm::Json if self.config.full_read_every.is_zero() => {
+                (self.all_jobs()?, Vec::new())
+            }
+            ReadForm::Json => (self.changed_jobs()?, Vec::new()),
+            ReadForm::Text => {
+                let read = self.jobs_from_text()?;
+                IoCounters::add(&self.io.full_reads, 1);
+                IoCounters::add(&self.io.jobs_read, read.0.len());
+                read
+            }
         };
         self.learn_names(&answer.0);
         Ok(answer)
+    }
+
+    /// Every job, read in full as JSON.
+    fn all_jobs(&self) -> Result<Vec<SlurmJob>, SlurmError> {
+        let jobs = json::parse_jobs(&self.scontrol(&job_args(None, true))?)?;
+        IoCounters::add(&self.io.full_reads, 1);
+        IoCounters::add(&self.io.jobs_read, jobs.len());
+        Ok(jobs)
+    }
+
+    /// Every job: the listing, then in full only the jobs it shows changed, unless a full
+    /// read is due. A failed read forgets the cache, so the next one is full.
+    fn changed_jobs(&self) -> Result<Vec<SlurmJob>, SlurmError> {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let acted_on = self
+            .acted_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let read = self.read_changed(&mut reads, &acted_on);
+        match &read {
+            Ok(_) => {
+                reads.changed |= !acted_on.is_empty();
+                let mut marked = self.acted_on.lock().unwrap_or_else(|e| e.into_inner());
+                marked.retain(|id| !acted_on.contains(id));
+            }
+            Err(_) => *reads = JobReads::default(),
+        }
+        read
+    }
+
+    fn read_changed(
+        &self,
+        reads: &mut JobReads,
+        acted_on: &BTreeSet<u64>,
+    ) -> Result<Vec<SlurmJob>, SlurmError> {
+        let listing = Listing::parse(&self.run(
+            "squeue",
+            &[
+                "-h".into(),
+                "-a".into(),
+                "-t".into(),
+                "all".into(),
+                "-o".into(),
+                job_cache::LISTING_FORMAT.into(),
+            ],
+        )?);
+        IoCounters::add(&self.io.jobs_listed, listing.lines.len());
+        let due = reads
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.config.full_read_every);
+        let fetch = match due {
+            true => Fetch::All,
+            false => reads.cache.to_fetch(&listing, acted_on),
+        };
+        reads.changed = fetch != Fetch::Nothing || listing.lines.len() != reads.cache.len();
+        Ok(match fetch {
+            Fetch::All => {
+                let all = self.all_jobs()?;
+                reads.last_full = Some(Instant::now());
+                reads.cache.replace(&listing, all)
+            }
+            Fetch::Nothing => reads.cache.merge(&listing, Vec::new()),
+            Fetch::Some(ids) => {
+                let fresh = self.jobs_named(&ids)?;
+                reads.cache.merge(&listing, fresh)
+            }
+        })
+    }
+
+    /// Jobs `ids` read in full (`squeue --json --jobs`, which answers with the detail of
+    /// `scontrol -d show job --json`); a job that left Slurm meanwhile is not in the answer.
+    fn jobs_named(&self, ids: &BTreeSet<u64>) -> Result<Vec<SlurmJob>, SlurmError> {
+        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+        let args = [
+            "-a".to_string(),
+            "-t".into(),
+            "all".into(),
+            "--json".into(),
+            format!("--jobs={}", list.join(",")),
+        ];
+        match self.run("squeue", &args) {
+            Ok(text) => {
+                let jobs = json::parse_jobs(&text)?;
+                IoCounters::add(&self.io.jobs_read, jobs.len());
+                Ok(jobs)
+            }
+            Err(CommandError::Failed { stderr, .. }) if stderr.contains("Invalid job id") => {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn jobs_from_text(&self) -> Result<(Vec<SlurmJob>, job::Refused), SlurmError> {
@@ -460,17 +650,20 @@ impl Slurm {
         self.update_placement(id, current.as_ref(), spec, &[])
     }
 
-    /// [`Slurm::set_placement`] of the pending job `current` (as just read: it is not read
-    /// again) and `StartTime=now` with it, in one `scontrol update` (two when a GPU request
-    /// of the other kind must be cleared first): a start costs slurmctld one update RPC
-    /// fewer, and one job read fewer, than the two calls.
-    pub fn place_and_start(&self, current: &SlurmJob, spec: &GpuSpec) -> Result<(), SlurmError> {
-        self.update_placement(
-            current.id,
-            Some(current),
-            spec,
-            &["StartTime=now".to_string()],
-        )
+    /// [`Slurm::set_placement`] of the pending job `current` (as read: it is not read
+    /// again) and `StartTime=now` with it, and the job's `Comment` set to `comment` if given,
+    /// in one `scontrol update` (two when a GPU request of the other kind must be cleared
+    /// first): a start costs slurmctld one update RPC fewer, and one job read fewer, than
+    /// the separate calls.
+    pub fn place_and_start(
+        &self,
+        current: &SlurmJob,
+        spec: &GpuSpec,
+        comment: Option<&str>,
+    ) -> Result<(), SlurmError> {
+        let mut more = vec!["StartTime=now".to_string()];
+        more.extend(comment.map(|c| format!("Comment={c}")));
+        self.update_placement(current.id, Some(current), spec, &more)
     }
 
     fn update_placement(
@@ -692,6 +885,33 @@ impl Slurm {
         ])
     }
 
+    /// Sets the `Comment` of every job of `ids` to `text`, naming up to [`IDS_PER_COMMAND`]
+    /// jobs in one `scontrol update` (which updates them one by one: one process, an RPC
+    /// each). A job that failed does not stop the others; the first failure is returned.
+    pub fn set_comments(&self, ids: &[u64], text: &str) -> Result<(), SlurmError> {
+        // An array's record named `A_[1,3-5]` holds commas of its own: it goes alone.
+        let (alone, listed): (Vec<String>, Vec<String>) = ids
+            .iter()
+            .map(|id| self.target(*id))
+            .partition(|name| name.contains('['));
+        let lists = listed
+            .chunks(IDS_PER_COMMAND)
+            .map(|c| c.join(","))
+            .chain(alone);
+        let mut first_failure = None;
+        for list in lists {
+            let args = [
+                "update".to_string(),
+                format!("JobId={list}"),
+                format!("Comment={text}"),
+            ];
+            if let Err(e) = self.scontrol(&args) {
+                first_failure.get_or_insert(e);
+            }
+        }
+        first_failure.map_or(Ok(()), Err)
+    }
+
     /// Sets a job's `Comment` (the job's own progress channel; also what a job's owner may do).
     pub fn set_comment(&self, id: u64, text: &str) -> Result<(), SlurmError> {
         self.scontrol(&[
@@ -702,6 +922,10 @@ impl Slurm {
         .map(|_| ())
     }
 }
+
+/// The most job ids one command names (`scontrol update JobId=A,B,...`), which keeps its
+/// argument well under any system's limit.
+const IDS_PER_COMMAND: usize = 500;
 
 /// `scontrol -d show job [ID] [--json]`: the detail (`-d`) gives each node's GPUs.
 fn job_args(id: Option<String>, json: bool) -> Vec<String> {
@@ -724,6 +948,7 @@ mod tests {
             // A program that would wait out the timeout if it were run.
             bin_dir: Some(PathBuf::from("/bin")),
             timeout: Duration::from_secs(30),
+            ..Default::default()
         });
         let err = client.run("sleep", &["30".into()]).unwrap_err();
         assert!(matches!(err, CommandError::MissingConf { .. }), "{err:?}");
@@ -741,6 +966,7 @@ mod tests {
             conf: Some(conf.path().to_path_buf()),
             bin_dir: Some(PathBuf::from("/bin")),
             timeout: Duration::from_secs(10),
+            ..Default::default()
         });
         let before = client.io();
         assert_eq!(client.run("echo", &["hello".into()]).unwrap(), "hello\n");

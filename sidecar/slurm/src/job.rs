@@ -266,6 +266,12 @@ pub struct JobSite {
     /// site's `JobRequeue`); `None` when not shown.
     #[serde(default)]
     pub requeue: Option<bool>,
+    /// The user's name (`UserId=name(uid)`'s name).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `Reservation` (`--reservation`), `None` when it asks for none.
+    #[serde(default)]
+    pub reservation: Option<String>,
 }
 
 /// Minutes of a Slurm duration `[D-]HH:MM:SS` (or `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, ...).
@@ -580,6 +586,10 @@ fn site_from_record(r: &Record) -> JobSite {
             Some("0") => Some(false),
             _ => None,
         },
+        user: r
+            .value("UserId")
+            .map(|u| u.split_once('(').map_or(u, |(name, _)| name).to_string()),
+        reservation: r.value("Reservation").map(str::to_string),
     }
 }
 

@@ -301,6 +301,10 @@ struct JsonJob {
     #[serde(default)]
     licenses: Text,
     #[serde(default)]
+    user_name: Text,
+    #[serde(default)]
+    resv_name: Text,
+    #[serde(default)]
     requeue: Option<bool>,
     #[serde(default)]
     array_job_id: Number,
@@ -458,6 +462,8 @@ fn job_from_json(j: JsonJob) -> Result<SlurmJob, String> {
             deadline: j.deadline.0.filter(|t| *t > 0),
             licenses: j.licenses.get(),
             requeue: j.requeue,
+            user: j.user_name.get(),
+            reservation: j.resv_name.get(),
         },
         array,
     })

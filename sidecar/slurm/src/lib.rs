@@ -12,6 +12,7 @@
 //! * [`record`]: splitting `scontrol show` output into records of `Key=value` fields.
 //! * [`node`]: nodes, their GPUs per type and their state.
 //! * [`job`]: jobs, their state, comments and per-node GPU allocations.
+//! * [`job_cache`]: reading only the jobs that changed since the last full read.
 //! * [`json`]: nodes and jobs from Slurm's JSON (data_parser v0.0.40 to v0.0.45).
 //! * [`reservation`]: advance reservations: their nodes, times, users and accounts.
 //! * [`release`]: which release answers, and so which form is read.
@@ -21,6 +22,7 @@ pub mod client;
 pub mod command;
 pub mod hostlist;
 pub mod job;
+pub mod job_cache;
 pub mod json;
 pub mod license;
 pub mod node;

@@ -5,7 +5,7 @@
 //! which turns them into the scheduling core's priority weights and limits. Every parser is
 //! a pure function of the command's text.
 
-use crate::{Slurm, SlurmError};
+use crate::{JobStatus, Slurm, SlurmError, SlurmJob};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -379,38 +379,36 @@ pub fn parse_config(text: &str) -> Result<SiteConfig, SlurmError> {
     })
 }
 
-/// `squeue -h -a -o %A|%u|%a|%q|%P|%l|%v|%L` rows (`%A`: the job id, an array element's
-/// own; `%v`: the reservation it asked for, `(null)` for none; `%L`: its time left).
-pub fn parse_jobs(text: &str) -> Result<HashMap<u64, JobAccount>, SlurmError> {
-    let mut out = HashMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split('|').map(str::trim).collect();
-        let [id, user, account, qos, partition, limit, resv, left] = f[..] else {
-            return Err(bad("squeue", format!("expected 8 fields: {line:?}")));
-        };
-        // `%A` is each record's own job id (an array element's too); skip anything else.
-        let Ok(id) = id.parse::<u64>() else { continue };
-        let time_limit_s =
-            parse_duration(limit).map_err(|e| bad("squeue", format!("job {id}: {e}")))?;
-        // `%L` is `INVALID` for a job that has run past its limit: no time left.
-        let time_left_s = match left {
-            "INVALID" => Some(0.0),
-            l => parse_duration(l).map_err(|e| bad("squeue", format!("job {id}: {e}")))?,
-        };
-        out.insert(
-            id,
-            JobAccount {
-                user: user.into(),
-                account: account.into(),
-                qos: qos.into(),
-                partition: partition.into(),
-                time_limit_s,
-                reservation: (!matches!(resv, "" | "(null)")).then(|| resv.to_string()),
-                time_left_s,
-            },
-        );
+/// What a limit needs to know of each of `jobs` at `now_unix`, from the jobs' own records
+/// (the figures `squeue`'s `%u %a %q %P %l %v %L` show): [`SiteFigures::jobs`], which
+/// [`Slurm::site_figures`] leaves to its caller, who has read the jobs already.
+pub fn job_accounts(jobs: &[SlurmJob], now_unix: f64) -> HashMap<u64, JobAccount> {
+    jobs.iter()
+        .map(|j| (j.id, job_account(j, now_unix)))
+        .collect()
+}
+
+fn job_account(j: &SlurmJob, now_unix: f64) -> JobAccount {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let time_limit_s = j.site.time_limit_min.map(|m| m as f64 * 60.0);
+    let running = matches!(
+        j.status,
+        JobStatus::Running | JobStatus::Suspended | JobStatus::Completing
+    );
+    // A running job's limit less its time so far (none left once past it), as `%L` shows.
+    let time_left_s = match (time_limit_s, j.start_time) {
+        (Some(limit), Some(start)) if running => Some((limit - (now_unix - start as f64)).max(0.0)),
+        (limit, _) => limit,
+    };
+    JobAccount {
+        user: text(&j.site.user),
+        account: text(&j.site.account),
+        qos: text(&j.site.qos),
+        partition: text(&j.partition),
+        time_limit_s,
+        reservation: j.site.reservation.clone(),
+        time_left_s,
     }
-    Ok(out)
 }
 
 /// `sshare -n -P -a -o Account,User,FairShare` rows (rows are indented by depth).
@@ -569,13 +567,38 @@ impl Slurm {
         parse_config(&self.text("scontrol", &["show", "config"])?)
     }
 
-    /// The site's rules as Slurm reports them. Fair-share is read only under
-    /// `priority/multifactor`; QOS and associations only with accounting (when the site
-    /// enforces limits, or for QOS priorities under multifactor).
+    /// The site's rules as Slurm reports them (without [`SiteFigures::jobs`]: see
+    /// [`job_accounts`]). Read afresh at most every [`crate::SlurmConfig::site_read_every`]
+    /// and kept in between, but for the licenses, whose free counts move with every job:
+    /// those are read each time the site has any, unless no job changed since (see
+    /// [`Slurm::unchanged_since`]).
     pub fn site_figures(&self) -> Result<SiteFigures, SlurmError> {
+        let every = self.config().site_read_every;
+        let mut kept = self.kept_site().lock().unwrap_or_else(|e| e.into_inner());
+        match kept.as_mut() {
+            Some((read_at, figures)) if read_at.elapsed() < every => {
+                // Licenses change hands as jobs start and end: read again unless none did.
+                if !figures.licenses.is_empty() && !self.unchanged_since(*read_at) {
+                    figures.licenses = self.licenses()?;
+                }
+                Ok(figures.clone())
+            }
+            _ => {
+                let figures = self.read_site_figures();
+                *kept = match (&figures, every.is_zero()) {
+                    (Ok(f), false) => Some((std::time::Instant::now(), f.clone())),
+                    _ => None,
+                };
+                figures
+            }
+        }
+    }
+
+    /// The site's rules, read now. Fair-share is read only under `priority/multifactor`;
+    /// QOS and associations only with accounting (when the site enforces limits, or for QOS
+    /// priorities under multifactor).
+    fn read_site_figures(&self) -> Result<SiteFigures, SlurmError> {
         let config = self.site_config()?;
-        let jobs =
-            parse_jobs(&self.text("squeue", &["-h", "-a", "-o", "%A|%u|%a|%q|%P|%l|%v|%L"])?)?;
         let partitions =
             parse_partitions(&self.text("scontrol", &["show", "partition", "--oneliner"])?)?;
         let fairshare = if config.multifactor && config.weight_fairshare > 0.0 {
@@ -621,7 +644,7 @@ impl Slurm {
             reservations,
             licenses,
             config,
-            jobs,
+            jobs: HashMap::new(),
             fairshare,
             qos,
             assocs,
@@ -678,17 +701,28 @@ mod tests {
 
     #[test]
     fn tables() {
-        let j = parse_jobs(
-            "12|alice|phys|normal|gpu|1:00|(null)|0:40\n13_[1-2]|bob|chem|normal|gpu|UNLIMITED|r1|UNLIMITED\n14|bob|chem|normal|gpu|5|r1|5:00\n",
-        )
-        .unwrap();
-        assert_eq!(j.len(), 2);
+        let mut running = SlurmJob::held_with_record(12, "r");
+        running.status = JobStatus::Running;
+        running.start_time = Some(1_000);
+        running.site.time_limit_min = Some(1);
+        running.site.user = Some("alice".into());
+        let mut pending = SlurmJob::held_with_record(14, "r");
+        pending.site.time_limit_min = Some(5);
+        pending.site.reservation = Some("r1".into());
+        let late = SlurmJob {
+            id: 15,
+            start_time: Some(900),
+            ..running.clone()
+        };
+        let j = job_accounts(&[running, pending, late], 1_020.0);
+        assert_eq!(j[&12].user, "alice");
+        assert_eq!(j[&12].partition, "gpu");
         assert_eq!(j[&12].time_limit_s, Some(60.0));
         assert_eq!(j[&12].time_left_s, Some(40.0));
         assert_eq!(j[&12].reservation, None);
         assert_eq!(j[&14].reservation.as_deref(), Some("r1"));
         assert_eq!(j[&14].time_left_s, Some(300.0));
-        assert!(parse_jobs("12|alice\n").is_err());
+        assert_eq!(j[&15].time_left_s, Some(0.0), "past its limit: none left");
         let f = parse_fairshare("root||1.000000\n fs_a||0.5\n  fs_a|root|0.250000\n");
         assert_eq!(f[&("fs_a".to_string(), "root".to_string())], 0.25);
         let q = parse_qos(

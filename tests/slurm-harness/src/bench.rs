@@ -1,7 +1,9 @@
 //! What the benchmarks on the test cluster share (`hadar-load`, `hadar-scale`): bursts of
-//! submissions from parallel submitters, the queue, quantiles, and the daemon's log lines.
+//! submissions from parallel submitters, the queue, quantiles, the daemon's log lines and
+//! `sdiag`'s RPC counts.
 
 use crate::{Testbed, TestbedError};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -127,12 +129,24 @@ pub fn start_serve(
     round_s: f64,
     log: &Path,
 ) -> std::io::Result<Child> {
+    start_serve_with(bed, hadar, name, round_s, log, "")
+}
+
+/// [`start_serve`] with more `[sidecar]` lines (`key = value\n` each) in the config.
+pub fn start_serve_with(
+    bed: &Testbed,
+    hadar: &Path,
+    name: &str,
+    round_s: f64,
+    log: &Path,
+    sidecar: &str,
+) -> std::io::Result<Child> {
     let config = bed.path(&format!("etc/{name}.toml"));
     let state = bed.path(&format!("state-{name}.db"));
     let _ = std::fs::remove_file(&state);
     let text = format!(
         "[slurm]\nmanaged_partitions = [\"gpu\"]\ndefault_partition = \"gpu\"\nslurm_conf = \"{conf}\"\n\n\
-         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\ncommand_timeout_seconds = 120\nlease_seconds = 600\n",
+         [sidecar]\nsocket = \"{sock}\"\nstate = \"{state}\"\nround_seconds = {round_s}\ncommand_timeout_seconds = 120\nlease_seconds = 600\n{sidecar}",
         conf = bed.path("etc/slurm.conf").display(),
         sock = bed.path("run/hadar.sock").display(),
         state = state.display(),
@@ -150,9 +164,63 @@ pub fn start_serve(
         .spawn()
 }
 
+/// The counts of `sdiag`'s "Remote Procedure Call statistics by message type" section:
+/// lines `REQUEST_JOB_INFO ( 2003) count:12 ave_time:...`.
+pub fn rpc_counts(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut in_section = false;
+    for line in text.lines() {
+        if line.starts_with("Remote Procedure Call statistics by message type") {
+            in_section = true;
+            continue;
+        }
+        if line.starts_with("Remote Procedure Call statistics by user") {
+            break;
+        }
+        if !in_section {
+            continue;
+        }
+        let name = line.split_whitespace().next().unwrap_or("");
+        let count = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("count:"))
+            .and_then(|c| c.parse().ok());
+        if let Some(count) = count {
+            out.insert(name.to_string(), count);
+        }
+    }
+    out
+}
+
+/// Each type's count in `after` less that in `before`, the types that grew.
+pub fn rpc_delta(
+    after: &BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(*before.get(k).unwrap_or(&0))))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sdiags_rpc_section_is_read_by_type() {
+        let text = "Remote Procedure Call statistics by message type\n\
+            \tREQUEST_JOB_INFO                        ( 2003) count:12     ave_time:1000   total_time:12000\n\
+            \tREQUEST_UPDATE_JOB                      ( 3001) count:3      ave_time:50     total_time:150\n\
+            \n\
+            Remote Procedure Call statistics by user\n\
+            \troot            (       0) count:15     ave_time:800    total_time:12150\n";
+        let c = rpc_counts(text);
+        assert_eq!(c.get("REQUEST_JOB_INFO"), Some(&12));
+        assert_eq!(c.get("REQUEST_UPDATE_JOB"), Some(&3));
+        assert_eq!(c.len(), 2, "the by-user section is not counted: {c:?}");
+    }
 
     #[test]
     fn quantiles_are_nearest_rank_and_log_numbers_are_read() {

@@ -223,7 +223,7 @@ fn measure(
     });
     let window_s = window.elapsed().as_secs_f64();
     let ctld_cpu_s = ctld_cpu_s(bed) - cpu_before;
-    let rpcs = delta(&sdiag(bed)?, &sdiag_before);
+    let rpcs = bench::rpc_delta(&sdiag(bed)?, &sdiag_before);
     let hadar_peak_mib = daemon.as_ref().and_then(|c| peak_mib(c.id()));
     if let Some(d) = daemon.as_mut() {
         let _ = d.kill();
@@ -266,7 +266,8 @@ fn job(i: usize, mode: Mode) -> (Vec<String>, String) {
             "--job-name=scale".into(),
             "--output=/dev/null".into(),
         ],
-        format!("#!/bin/sh\n{directive}sleep {secs}\n"),
+        // A checkpointing job outlives the preemption signal; the requeue that follows ends it.
+        format!("#!/bin/sh\n{directive}trap '' USR1\nsleep {secs}\n"),
     )
 }
 
@@ -323,44 +324,7 @@ fn full_read(bed: &Testbed) -> Result<(usize, f64), Error> {
 
 /// `sdiag`'s RPC counts by message type.
 fn sdiag(bed: &Testbed) -> Result<BTreeMap<String, u64>, Error> {
-    Ok(rpc_counts(&bed.client("sdiag", &[])?))
-}
-
-/// The counts of `sdiag`'s "Remote Procedure Call statistics by message type" section:
-/// lines `REQUEST_JOB_INFO ( 2003) count:12 ave_time:...`.
-fn rpc_counts(text: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    let mut in_section = false;
-    for line in text.lines() {
-        if line.starts_with("Remote Procedure Call statistics by message type") {
-            in_section = true;
-            continue;
-        }
-        if line.starts_with("Remote Procedure Call statistics by user") {
-            break;
-        }
-        if !in_section {
-            continue;
-        }
-        let name = line.split_whitespace().next().unwrap_or("");
-        let count = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("count:"))
-            .and_then(|c| c.parse().ok());
-        if let Some(count) = count {
-            out.insert(name.to_string(), count);
-        }
-    }
-    out
-}
-
-/// Each type's count in `after` less that in `before`.
-fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v.saturating_sub(*before.get(k).unwrap_or(&0))))
-        .filter(|(_, v)| *v > 0)
-        .collect()
+    Ok(bench::rpc_counts(&bed.client("sdiag", &[])?))
 }
 
 /// slurmctld's user and system CPU seconds so far.
@@ -546,20 +510,6 @@ impl Figures {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sdiags_rpc_section_is_read_by_type() {
-        let text = "Remote Procedure Call statistics by message type\n\
-            \tREQUEST_JOB_INFO                        ( 2003) count:12     ave_time:1000   total_time:12000\n\
-            \tREQUEST_UPDATE_JOB                      ( 3001) count:3      ave_time:50     total_time:150\n\
-            \n\
-            Remote Procedure Call statistics by user\n\
-            \troot            (       0) count:15     ave_time:800    total_time:12150\n";
-        let c = rpc_counts(text);
-        assert_eq!(c.get("REQUEST_JOB_INFO"), Some(&12));
-        assert_eq!(c.get("REQUEST_UPDATE_JOB"), Some(&3));
-        assert_eq!(c.len(), 2, "the by-user section is not counted: {c:?}");
-    }
 
     #[test]
     fn the_queue_is_the_same_every_run_and_has_every_size() {

@@ -1,0 +1,209 @@
+//! What `hadar serve`'s rounds cost slurmctld, held to issue 45's bounds on a real Slurm of
+//! 32 emulated nodes (256 fake GPUs) with 1,000 managed jobs queued: once the burst is
+//! placed, a round in which nothing changed runs one command, the job listing (`squeue`,
+//! which slurmctld counts as two RPCs: the jobs and the partitions), and reads under a tenth
+//! of the bytes of a full `scontrol show job --json`; a round in which a few percent of the
+//! jobs changed reads those jobs alone, the nodes and the licenses, still under a tenth. The full size
+//! (256 nodes, 10,000 jobs) is the benchmark `hadar-scale` (docs/operations.md).
+//! `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
+
+use hadar_slurm_testbed::{Options, Scenario, Testbed, bench, nodes, run_scenarios};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const SCENARIOS: &[Scenario] = &[(
+    "rounds_read_only_what_changed_at_32_nodes_and_1000_jobs",
+    rounds_read_only_what_changed_at_32_nodes_and_1000_jobs,
+)];
+
+/// Managed jobs queued.
+const JOBS: usize = 1000;
+
+/// Jobs cancelled to make a round in which a few percent changed.
+const CANCELLED: usize = 40;
+
+fn main() -> ExitCode {
+    let mut options =
+        Options::installed(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("scale-testbed"));
+    options.nodes = nodes::sized(32).expect("32 nodes is a size the harness builds");
+    run_scenarios(SCENARIOS, options, |bed| {
+        let _ = bench::cancel_and_wait(bed, Duration::from_secs(300));
+    })
+}
+
+/// One `round done` line's figures.
+#[derive(Debug)]
+struct Round {
+    actions: f64,
+    commands: f64,
+    bytes: f64,
+    full_reads: f64,
+    jobs_read: f64,
+    jobs_listed: f64,
+}
+
+fn rounds(log: &Path) -> Vec<Round> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("round done"))
+        .map(|l| {
+            let n = |key| bench::log_number(l, key).unwrap_or_else(|| panic!("{key} in {l}"));
+            Round {
+                actions: n("actions"),
+                commands: n("slurm_commands"),
+                bytes: n("slurm_bytes"),
+                full_reads: n("full_reads"),
+                jobs_read: n("jobs_read"),
+                jobs_listed: n("jobs_listed"),
+            }
+        })
+        .collect()
+}
+
+/// Waits until the log holds `n` rounds (failing after `secs`), and returns them.
+fn wait_rounds(log: &Path, n: usize, secs: u64) -> Vec<Round> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let r = rounds(log);
+        if r.len() >= n {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hadar serve did {} of {n} rounds in {secs} s; see {}",
+            r.len(),
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Job `i`: 1, 2, 4 or 8 GPUs, running far longer than the test, so that nothing ends
+/// while the rounds are watched.
+fn job(i: usize) -> (Vec<String>, String) {
+    (
+        vec![
+            format!("--gpus={}", [1, 2, 4, 8][i % 4]),
+            "--job-name=scale".into(),
+            "--output=/dev/null".into(),
+        ],
+        "#!/bin/sh\ntrap '' USR1\nsleep 3600\n".into(),
+    )
+}
+
+fn sdiag_rpcs(bed: &Testbed) -> std::collections::BTreeMap<String, u64> {
+    bench::rpc_counts(&bed.client("sdiag", &[]).expect("sdiag"))
+}
+
+fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
+    // The queue is filled before the daemon starts (each job held by the plugin), so that
+    // its first round plans the whole queue: no later arrival makes it move jobs it started.
+    let burst = bench::burst(bed, JOBS, 4, job);
+    assert!(
+        burst.failures.is_empty(),
+        "submissions failed: {:?}",
+        &burst.failures[..1]
+    );
+    let full = bed
+        .client("scontrol", &["-d", "show", "job", "--json"])
+        .expect("a full read")
+        .len() as f64;
+    let log = bed.path("log/hadar-scale-test.log");
+    // The site's rules are read once at the start and kept through the test's rounds, as a
+    // round between two reads of them (`site_read_seconds`) reads none.
+    let mut daemon = bench::start_serve_with(
+        bed,
+        Path::new(env!("CARGO_BIN_EXE_hadar")),
+        "serve-scale-test",
+        2.0,
+        &log,
+        "site_read_seconds = 3600\n",
+    )
+    .expect("start hadar serve");
+
+    // The rounds that place the burst, then quiet ones: every job listed, none read again.
+    let settled =
+        |r: &Round| r.jobs_listed >= JOBS as f64 && r.jobs_read == 0.0 && r.actions == 0.0;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let first_quiet = loop {
+        if let Some(i) = rounds(&log).iter().position(settled) {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no quiet round within 240 s; see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let rpcs_before = sdiag_rpcs(bed);
+    let rounds_before = rounds(&log).len();
+    let quiet = wait_rounds(&log, first_quiet + 6, 60);
+    let rpcs = bench::rpc_delta(&sdiag_rpcs(bed), &rpcs_before);
+    let rounds_between = rounds(&log).len() - rounds_before + 1;
+    for r in &quiet[first_quiet..] {
+        println!("quiet round: {r:?}");
+        assert!(
+            settled(r),
+            "nothing changes once the burst is placed: {r:?}"
+        );
+        assert_eq!(
+            r.commands, 1.0,
+            "a round in which nothing changed lists the jobs alone: {r:?}"
+        );
+        assert!(
+            r.bytes <= full / 10.0,
+            "{r:?} reads over a tenth of a full read ({full} bytes)"
+        );
+    }
+    // slurmctld's own count while at most `rounds_between` rounds ran (sdiag's own left out).
+    let hadar_rpcs: u64 = rpcs
+        .iter()
+        .filter(|(kind, _)| kind.as_str() != "REQUEST_STATS_INFO")
+        .map(|(_, n)| n)
+        .sum();
+    println!("RPCs over at most {rounds_between} quiet rounds: {rpcs:?}");
+    assert!(
+        hadar_rpcs <= 2 * rounds_between as u64,
+        "slurmctld counted {hadar_rpcs} RPCs in at most {rounds_between} quiet rounds: {rpcs:?}"
+    );
+
+    // A few percent of the jobs change: the last ones submitted (waiting, far back in the
+    // queue, so no other job's reason changes) are cancelled.
+    let mut cancelled: Vec<u32> = burst.ids.clone();
+    cancelled.sort_unstable();
+    let cancelled: Vec<String> = cancelled[JOBS - CANCELLED..]
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let seen = rounds(&log).len();
+    bed.client("scancel", &[cancelled.join(",").as_str()])
+        .expect("scancel");
+    let after = wait_rounds(&log, seen + 3, 60);
+    let changed = after[seen..]
+        .iter()
+        .find(|r| r.jobs_read > 0.0)
+        .unwrap_or_else(|| panic!("no round read the cancelled jobs: {:?}", &after[seen..]));
+    println!("the round after {CANCELLED} cancellations: {changed:?}");
+    assert_eq!(changed.full_reads, 0.0, "{changed:?}");
+    assert!(
+        changed.jobs_read >= CANCELLED as f64 / 2.0
+            && changed.jobs_read * 10.0 < changed.jobs_listed,
+        "{changed:?}"
+    );
+    assert!(
+        changed.bytes <= full / 10.0,
+        "with {} of {} jobs changed the round read {} bytes; a full read is {full}",
+        changed.jobs_read,
+        changed.jobs_listed,
+        changed.bytes
+    );
+    assert!(
+        changed.commands <= 4.0,
+        "the listing, the changed jobs, the nodes and the licenses: {changed:?}"
+    );
+
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
