@@ -7,8 +7,11 @@
 //! partition, nodes, dependency, the job's comment, ...), compares each line with the one
 //! the job had when it was last read in full, and reads in full (one `squeue --json --jobs`)
 //! only the jobs whose line changed, the jobs that are new, and the jobs this handle acted
-//! on since. A full read still happens every `full_read_every` (and at the first read),
-//! which bounds how long a change to a field outside the listing goes unseen.
+//! on since. A running job that reports its progress (`hadar-progress:v1 ...` in its own
+//! comment, every few seconds) changes its line and nothing else: the new comment is taken
+//! from the line, without a read. A full read still happens every `full_read_every` (and at
+//! the first read), which bounds how long a change to a field outside the listing goes
+//! unseen.
 //!
 //! This module is the bookkeeping alone, without IO: which jobs to read in full, and the
 //! jobs of the round once they are read.
@@ -22,6 +25,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// are left out, so that an unchanged job lists the same line round after round.
 pub const LISTING_FORMAT: &str = "%A|%T|%r|%l|%P|%q|%a|%v|%E|%N|%D|%C|%m|%f|%b|%W|%k";
 
+/// How many `|` separate the fields before the comment in a line without the id.
+const FIELDS_BEFORE_COMMENT: usize = 15;
+
+/// What a progress report's comment starts with (the daemon's `progress` module reads it).
+const PROGRESS_TAG: &str = "hadar-progress:v1 ";
+
 /// Each job of the listing and its line; ids that occur more than once (a comment with line
 /// breaks can imitate another job's line) are set apart, to be read in full.
 #[derive(Debug, Default, PartialEq)]
@@ -30,6 +39,9 @@ pub struct Listing {
     pub lines: BTreeMap<u64, String>,
     /// Ids listed more than once.
     pub ambiguous: BTreeSet<u64>,
+    /// Ids whose line is followed by another job's line or by the end: their comment is
+    /// whole (a comment with a line break continues on lines that are not jobs' lines).
+    pub whole: BTreeSet<u64>,
 }
 
 impl Listing {
@@ -37,19 +49,43 @@ impl Listing {
     /// and `|` (the rest of a comment with line breaks) are not jobs and are skipped.
     pub fn parse(text: &str) -> Listing {
         let mut listing = Listing::default();
+        let mut previous: Option<u64> = None;
         for line in text.lines() {
-            let Some((id, rest)) = line.split_once('|') else {
+            let job = line
+                .split_once('|')
+                .and_then(|(id, rest)| Some((id.trim().parse::<u64>().ok()?, rest)));
+            let Some((id, rest)) = job else {
+                previous = None;
                 continue;
             };
-            let Ok(id) = id.trim().parse::<u64>() else {
-                continue;
-            };
+            if let Some(p) = previous.replace(id) {
+                listing.whole.insert(p);
+            }
             if listing.lines.insert(id, rest.to_string()).is_some() {
                 listing.ambiguous.insert(id);
             }
         }
+        listing.whole.extend(previous);
         listing
     }
+
+    /// The new comment of job `id` when its line differs from `seen` in a whole progress
+    /// report alone.
+    fn progress_only(&self, id: u64, seen: &str) -> Option<&str> {
+        let line = self.lines.get(&id)?;
+        if !self.whole.contains(&id) || self.ambiguous.contains(&id) {
+            return None;
+        }
+        let (head, comment) = split_comment(line)?;
+        let (seen_head, _) = split_comment(seen)?;
+        (head == seen_head && comment.starts_with(PROGRESS_TAG)).then_some(comment)
+    }
+}
+
+/// A line (without the id) split before its comment.
+fn split_comment(line: &str) -> Option<(&str, &str)> {
+    let at = line.match_indices('|').nth(FIELDS_BEFORE_COMMENT - 1)?.0;
+    Some((&line[..at], &line[at + 1..]))
 }
 
 /// The jobs as last read, each with its listing line when it was read.
@@ -81,14 +117,16 @@ impl JobCache {
     }
 
     /// Which jobs of `listing` to read in full: those not read before, those whose line
-    /// changed, those listed ambiguously, and those in `acted_on`. All of them when they
-    /// are more than half the listing.
+    /// changed (but in a progress report alone), those listed ambiguously, and those in
+    /// `acted_on`. All of them when they are more than half the listing.
     pub fn to_fetch(&self, listing: &Listing, acted_on: &BTreeSet<u64>) -> Fetch {
         let mut ids: BTreeSet<u64> = listing
             .lines
             .iter()
             .filter(|(id, line)| match self.jobs.get(id) {
-                Some((Some(seen), _)) => seen != *line,
+                Some((Some(seen), _)) => {
+                    seen != *line && listing.progress_only(**id, seen).is_none()
+                }
                 _ => true,
             })
             .map(|(id, _)| *id)
@@ -110,13 +148,21 @@ impl JobCache {
         self.merge(listing, jobs)
     }
 
-    /// The jobs of `listing`: `fresh` where read just now, else as cached. A cached job
-    /// the listing no longer shows has left Slurm and is dropped; a fresh job carries the
+    /// The jobs of `listing`: `fresh` where read just now, else as cached, with the new
+    /// comment of a job whose line changed in a progress report alone. A cached job the
+    /// listing no longer shows has left Slurm and is dropped; a fresh job carries the
     /// listing's line (none when it was not listed: it is read again next time).
     pub fn merge(&mut self, listing: &Listing, fresh: Vec<SlurmJob>) -> Vec<SlurmJob> {
         let fresh_ids: BTreeSet<u64> = fresh.iter().map(|j| j.id).collect();
         self.jobs
             .retain(|id, _| listing.lines.contains_key(id) && !fresh_ids.contains(id));
+        for (id, (seen, job)) in self.jobs.iter_mut() {
+            let Some(old) = seen.as_deref() else { continue };
+            if let Some(comment) = listing.progress_only(*id, old) {
+                job.comment = Some(comment.to_string());
+                *seen = listing.lines.get(id).cloned();
+            }
+        }
         for job in fresh {
             let line = match listing.ambiguous.contains(&job.id) {
                 true => None,
@@ -209,6 +255,76 @@ mod tests {
             cache.to_fetch(&l, &BTreeSet::new()),
             Fetch::Some(BTreeSet::from([1]))
         );
+    }
+
+    /// A line (without the id) of the listing's 16 fields, with `comment` last.
+    fn line(state: &str, comment: &str) -> String {
+        format!(
+            "{state}|None|1:00:00|gpu|normal|acct|(null)|(null)|n1|1|1|4000M|(null)|gres/gpu:1|(null)|{comment}"
+        )
+    }
+
+    #[test]
+    fn a_progress_report_is_taken_from_the_listing_without_a_read() {
+        let before = [
+            (1, line("RUNNING", "hadar-progress:v1 steps=10 rate=2")),
+            (2, line("PENDING", "")),
+            (3, line("PENDING", "")),
+        ];
+        let refs: Vec<(u64, &str)> = before.iter().map(|(i, l)| (*i, l.as_str())).collect();
+        let mut cache = filled(&refs);
+        let report = "hadar-progress:v1 steps=30 rate=2.5";
+        let now = [
+            (1, line("RUNNING", report)),
+            (2, line("PENDING", "")),
+            (3, line("PENDING", "")),
+        ];
+        let refs: Vec<(u64, &str)> = now.iter().map(|(i, l)| (*i, l.as_str())).collect();
+        let l = listing(&refs);
+        assert_eq!(cache.to_fetch(&l, &BTreeSet::new()), Fetch::Nothing);
+        let jobs = cache.merge(&l, Vec::new());
+        assert_eq!(jobs[0].comment.as_deref(), Some(report));
+        assert_eq!(cache.to_fetch(&l, &BTreeSet::new()), Fetch::Nothing);
+
+        // Anything else changed with it, a user's own comment, or a comment that goes on
+        // past a line break: read in full.
+        for (changed, text) in [
+            (
+                line("COMPLETING", report),
+                format!(
+                    "1|{}\n2|{}\n3|{}\n",
+                    line("COMPLETING", report),
+                    line("PENDING", ""),
+                    line("PENDING", "")
+                ),
+            ),
+            (
+                line("RUNNING", "my note"),
+                format!(
+                    "1|{}\n2|{}\n3|{}\n",
+                    line("RUNNING", "my note"),
+                    line("PENDING", ""),
+                    line("PENDING", "")
+                ),
+            ),
+            (
+                line("RUNNING", "hadar-progress:v1 steps=40 rate=1"),
+                format!(
+                    "2|{}\n1|{}\nmore text\n3|{}\n",
+                    line("PENDING", ""),
+                    line("RUNNING", "hadar-progress:v1 steps=40 rate=1"),
+                    line("PENDING", "")
+                ),
+            ),
+        ] {
+            let l = Listing::parse(&text);
+            assert_eq!(l.lines[&1], changed);
+            assert_eq!(
+                cache.to_fetch(&l, &BTreeSet::new()),
+                Fetch::Some(BTreeSet::from([1])),
+                "{text}"
+            );
+        }
     }
 
     #[test]
