@@ -3,19 +3,32 @@
 //! placed, a round in which nothing changed runs one command, the job listing (`squeue`,
 //! which slurmctld counts as two RPCs: the jobs and the partitions), and reads under a tenth
 //! of the bytes of a full `scontrol show job --json`; a round in which a few percent of the
-//! jobs changed reads those jobs alone, the nodes and the licenses, still under a tenth. The full size
+//! jobs changed reads those jobs alone, the nodes and the licenses, still under a tenth.
+//! Then faults at that size: slurmctld restarted while the queue drains and the daemon killed
+//! and restarted (its recovery time printed); every job completes exactly once. The full size
 //! (256 nodes, 10,000 jobs) is the benchmark `hadar-scale` (docs/operations.md).
 //! `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
+#[path = "support/serve.rs"]
+mod serve;
+
 use hadar_slurm_testbed::{Options, Scenario, Testbed, bench, nodes, run_scenarios};
+use serve::{Serve, wait_until};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const SCENARIOS: &[Scenario] = &[(
-    "rounds_read_only_what_changed_at_32_nodes_and_1000_jobs",
-    rounds_read_only_what_changed_at_32_nodes_and_1000_jobs,
-)];
+const SCENARIOS: &[Scenario] = &[
+    (
+        "rounds_read_only_what_changed_at_32_nodes_and_1000_jobs",
+        rounds_read_only_what_changed_at_32_nodes_and_1000_jobs,
+    ),
+    (
+        "controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once",
+        controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once,
+    ),
+];
 
 /// Managed jobs queued.
 const JOBS: usize = 1000;
@@ -206,4 +219,98 @@ fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
 
     let _ = daemon.kill();
     let _ = daemon.wait();
+}
+
+/// Job `i` of the fault scenario: 1, 2, 4 or 8 GPUs for 4 to 10 s; it writes `start ID`
+/// and `done ID` lines to `ran` (a requeued run ends before its `done`).
+fn short_job(i: usize, ran: &Path) -> (Vec<String>, String) {
+    let ran = ran.display();
+    (
+        vec![
+            format!("--gpus={}", [1, 2, 4, 8][i % 4]),
+            "--job-name=fault".into(),
+            "--output=/dev/null".into(),
+        ],
+        format!(
+            "#!/bin/sh\ntrap '' USR1\necho start $SLURM_JOB_ID >> {ran}\nsleep {}\necho done $SLURM_JOB_ID >> {ran}\n",
+            4 + i % 7
+        ),
+    )
+}
+
+/// How many times each job wrote `word` to `ran`.
+fn counts(ran: &Path, word: &str) -> BTreeMap<u32, usize> {
+    let mut out = BTreeMap::new();
+    for line in std::fs::read_to_string(ran).unwrap_or_default().lines() {
+        if let Some(id) = line.strip_prefix(word).and_then(|r| r.trim().parse().ok()) {
+            *out.entry(id).or_default() += 1;
+        }
+    }
+    out
+}
+
+fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mut Testbed) {
+    let ran = bed.path("jobs/fault-ran");
+    let _ = std::fs::remove_file(&ran);
+    let burst = bench::burst(bed, JOBS, 4, |i| short_job(i, &ran));
+    assert!(
+        burst.failures.is_empty(),
+        "submissions failed: {:?}",
+        &burst.failures[..1]
+    );
+    let mut serve = Serve::start(bed, "scale-faults");
+    let ran_path = ran.as_path();
+    let done = |n: usize| move || counts(ran_path, "done ").len() >= n;
+    wait_until("100 jobs done", 300, done(100));
+    bed.restart_controller().expect("restart slurmctld");
+    wait_until(
+        "300 jobs done after the controller's restart",
+        300,
+        done(300),
+    );
+    serve.kill();
+    let killed = Instant::now();
+    serve.restart(bed);
+    serve.wait_rounds(bed, 1);
+    println!(
+        "the daemon killed at {} of {JOBS} jobs done: its first round ended {:.1} s after the restart",
+        counts(&ran, "done ").len(),
+        killed.elapsed().as_secs_f64()
+    );
+    wait_until("every job done", 900, done(JOBS));
+    wait_until("the queue empty", 120, || {
+        bed.client("squeue", &["-h", "-o", "%i"])
+            .is_ok_and(|q| q.trim().is_empty())
+    });
+
+    let done = counts(&ran, "done ");
+    let started = counts(&ran, "start ");
+    let jobcomp = std::fs::read_to_string(bed.path("log/jobcomp.txt")).unwrap_or_default();
+    for id in &burst.ids {
+        assert_eq!(
+            done.get(id),
+            Some(&1),
+            "job {id} ran to its end exactly once"
+        );
+        let ends: Vec<&str> = jobcomp
+            .lines()
+            .filter(|l| l.starts_with(&format!("JobId={id} ")))
+            .filter_map(|l| l.split("JobState=").nth(1)?.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            ends.iter().filter(|s| **s == "COMPLETED").count(),
+            1,
+            "job {id} completed once in Slurm's record: {ends:?}"
+        );
+        assert!(
+            ends.iter()
+                .all(|s| !matches!(*s, "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL")),
+            "job {id}: {ends:?}"
+        );
+    }
+    let restarted = started.values().filter(|n| **n > 1).count();
+    println!(
+        "{} jobs completed once each; {restarted} of them were started more than once (requeued)",
+        burst.ids.len()
+    );
 }

@@ -198,7 +198,7 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(())
     }
 
-    /// Gives held jobs their planned GPUs and releases them.
+    /// Gives held jobs their planned GPUs, then releases them all (one command for many).
     fn start_jobs(
         &mut self,
         snap: &RoundSnapshot,
@@ -207,77 +207,120 @@ impl<S: SlurmApi> Daemon<S> {
         typed: &HashSet<u64>,
         done: &mut ActionLog,
     ) -> Result<(), DaemonError> {
-        let round = snap.round;
-        let now = |d: &Self| now_unix() - d.epoch;
         let read: HashMap<u64, &SlurmJob> = snap.slurm_jobs.iter().map(|j| (j.id, j)).collect();
+        let mut placed = Vec::new();
         for a in todo {
             let Action::Start { job: id, placement } = a else {
                 continue;
             };
-            let id = *id;
-            // slurmd refuses to launch a job whose credential is from the same second as the
-            // revocation of its last run ("Job credential revoked"; the job then fails): a
-            // job requeued moments ago (by this round, or by a run that crashed right after
-            // its requeue) is started only once the requeue has settled.
-            if let Some(prev) = self
-                .store
-                .last_intent(id)?
-                .filter(|i| matches!(i.action, IntentKind::Preempt | IntentKind::RequeueHold))
-            {
-                let since = now(self) - prev.done_s.unwrap_or(prev.created_s);
-                if since < REQUEUE_SETTLE_SECONDS {
-                    std::thread::sleep(Duration::from_secs_f64(REQUEUE_SETTLE_SECONDS - since));
-                }
-            }
-            let t = now(self);
-            let intent = self
-                .store
-                .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
-            faults::reached("start-intent");
-            let spec = request(snap, placement, typed.contains(&id));
+            let start = Start {
+                id: *id,
+                intent: self.start_intent(snap.round, *id, placement)?,
+                placement,
+                spec: request(snap, placement, typed.contains(id)),
+            };
             // The round's own read of the job, not another: Slurm refuses the update of a job
             // that has started or ended since, which is then the outcome.
-            let result = match read.get(&id) {
+            let result = match read.get(id) {
                 Some(j) if j.status == JobStatus::Pending && j.is_held() => {
                     let words = starting_words(placement);
                     let comment =
                         eligible::may_write(j.comment.as_deref(), &words).then_some(words);
                     self.slurm
-                        .place_and_start(j, &spec, comment.as_deref())
+                        .place_and_start(j, &start.spec, comment.as_deref())
                         .inspect(|_| faults::reached("start-placed"))
-                        .and_then(|_| self.slurm.release(id))
-                        .map(|_| Outcome::Ok)
+                        .map(|_| None)
                 }
-                Some(j) => Ok(Outcome::Skipped(format!(
+                Some(j) => Ok(Some(Outcome::Skipped(format!(
                     "job is {} and not held",
                     j.status.as_str()
+                )))),
+                None => Ok(Some(Outcome::Skipped(
+                    "Slurm no longer knows the job".into(),
                 ))),
-                None => Ok(Outcome::Skipped("Slurm no longer knows the job".into())),
             };
-            faults::reached("start-released");
-            let text = outcome(result);
-            if text.is_ok()
-                && let Some(r) = rows.get_mut(&id)
-            {
-                r.phase = Phase::Starting;
-                r.placement = Some(placement.clone());
-                r.starts += 1;
-                if spec.typed && !snap.retypes {
-                    // Slurm now holds the job to these types (and any it had) for good.
-                    let mut types = r.bound_types.clone().unwrap_or_default();
-                    types.extend(view::per_type(placement).into_keys());
-                    types.sort();
-                    types.dedup();
-                    r.bound_types = Some(types);
-                }
+            match result {
+                Ok(None) => placed.push(start),
+                Ok(Some(text)) => self.started(snap, rows, done, start, text)?,
+                Err(e) => self.started(snap, rows, done, start, Outcome::Error(e.to_string()))?,
             }
-            self.close(intent, &text, rows.get(&id))?;
-            done.push(ActionDone::new(
-                id,
-                ActionKind::Start,
-                ActionOutcome::Intent(text),
-            ));
         }
+        let ids: Vec<u64> = placed.iter().map(|s| s.id).collect();
+        let failed: HashMap<u64, String> = match self.slurm.release_many(&ids) {
+            Ok(failed) => failed.into_iter().collect(),
+            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
+        };
+        for start in placed {
+            faults::reached("start-released");
+            let text = match failed.get(&start.id) {
+                Some(why) => Outcome::Error(why.clone()),
+                None => Outcome::Ok,
+            };
+            self.started(snap, rows, done, start, text)?;
+        }
+        Ok(())
+    }
+
+    /// Records the intent to start job `id` on `placement`, once a requeue of it moments ago
+    /// has settled: slurmd refuses to launch a job whose credential is from the same second as
+    /// the revocation of its last run ("Job credential revoked"; the job then fails).
+    fn start_intent(
+        &mut self,
+        round: u64,
+        id: u64,
+        placement: &NodeGpus,
+    ) -> Result<i64, DaemonError> {
+        let now = |d: &Self| now_unix() - d.epoch;
+        if let Some(prev) = self
+            .store
+            .last_intent(id)?
+            .filter(|i| matches!(i.action, IntentKind::Preempt | IntentKind::RequeueHold))
+        {
+            let since = now(self) - prev.done_s.unwrap_or(prev.created_s);
+            if since < REQUEUE_SETTLE_SECONDS {
+                std::thread::sleep(Duration::from_secs_f64(REQUEUE_SETTLE_SECONDS - since));
+            }
+        }
+        let t = now(self);
+        let intent = self
+            .store
+            .write(|w| w.add_intent(round, id, IntentKind::Start, Some(placement), t))?;
+        faults::reached("start-intent");
+        Ok(intent)
+    }
+
+    /// Closes a start's intent with `text`; a job that started is `Starting` on its
+    /// placement from now on.
+    fn started(
+        &mut self,
+        snap: &RoundSnapshot,
+        rows: &mut BTreeMap<u64, JobRow>,
+        done: &mut ActionLog,
+        start: Start,
+        text: Outcome,
+    ) -> Result<(), DaemonError> {
+        let id = start.id;
+        if text.is_ok()
+            && let Some(r) = rows.get_mut(&id)
+        {
+            r.phase = Phase::Starting;
+            r.placement = Some(start.placement.clone());
+            r.starts += 1;
+            if start.spec.typed && !snap.retypes {
+                // Slurm now holds the job to these types (and any it had) for good.
+                let mut types = r.bound_types.clone().unwrap_or_default();
+                types.extend(view::per_type(start.placement).into_keys());
+                types.sort();
+                types.dedup();
+                r.bound_types = Some(types);
+            }
+        }
+        self.close(start.intent, &text, rows.get(&id))?;
+        done.push(ActionDone::new(
+            id,
+            ActionKind::Start,
+            ActionOutcome::Intent(text),
+        ));
         Ok(())
     }
 
@@ -361,6 +404,14 @@ impl<S: SlurmApi> Daemon<S> {
             }
         }
     }
+}
+
+/// One start under way: its intent, its placement and the request that gives it.
+struct Start<'a> {
+    id: u64,
+    intent: i64,
+    placement: &'a NodeGpus,
+    spec: GpuSpec,
 }
 
 /// What a job's comment says once the round starts it on `gpus`.

@@ -34,6 +34,14 @@ pub trait SlurmApi {
     }
     /// Releases a held job.
     fn release(&self, id: u64) -> Result<(), SlurmError>;
+    /// Releases the held jobs `ids`; the jobs whose release failed, with why. [`Slurm`]
+    /// names many jobs in one command.
+    fn release_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.release(*id).err().map(|e| (*id, e.to_string())))
+            .collect())
+    }
     /// Holds a pending job.
     fn hold(&self, id: u64) -> Result<(), SlurmError>;
     /// Signals a job.
@@ -131,6 +139,9 @@ impl SlurmApi for Slurm {
     }
     fn release(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::release(self, id)
+    }
+    fn release_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        Slurm::release_many(self, ids)
     }
     fn hold(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::hold(self, id)

@@ -711,6 +711,28 @@ impl Slurm {
             .map(|_| ())
     }
 
+    /// Releases the held jobs `ids`, naming up to [`IDS_PER_COMMAND`] in one `scontrol
+    /// release` (which releases them one by one, an RPC each, and carries on past a job it
+    /// cannot release); returns the jobs whose release failed, with Slurm's words. A command
+    /// that failed for another reason (it timed out, say) is an error for all.
+    pub fn release_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        let mut failed = Vec::new();
+        for chunk in ids.chunks(IDS_PER_COMMAND) {
+            let names: Vec<(u64, String)> =
+                chunk.iter().map(|id| (*id, self.target(*id))).collect();
+            let list: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+            let args = ["release".to_string(), list.join(",")];
+            match self.scontrol(&args) {
+                Ok(_) => {}
+                Err(SlurmError::Command(CommandError::Failed { stderr, .. })) => {
+                    failed.extend(release_failures(&names, &stderr));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(failed)
+    }
+
     /// Holds a pending job.
     pub fn hold(&self, id: u64) -> Result<(), SlurmError> {
         self.scontrol(&["hold".into(), self.target(id)]).map(|_| ())
@@ -927,6 +949,25 @@ impl Slurm {
 /// argument well under any system's limit.
 const IDS_PER_COMMAND: usize = 500;
 
+/// The jobs of `names` (id and the name the command gave it) that `scontrol release`'s
+/// `stderr` says failed: a line `<why> for job <name>` each. A failure it names no job of
+/// (it failed as a whole) counts for every job.
+fn release_failures(names: &[(u64, String)], stderr: &str) -> Vec<(u64, String)> {
+    let mut failed: Vec<(u64, String)> = Vec::new();
+    for line in stderr.lines() {
+        if let Some((why, name)) = line.rsplit_once(" for job ")
+            && let Some((id, _)) = names.iter().find(|(_, n)| n == name.trim())
+        {
+            failed.push((*id, why.trim().to_string()));
+        }
+    }
+    if failed.is_empty() {
+        let why = stderr.trim().to_string();
+        return names.iter().map(|(id, _)| (*id, why.clone())).collect();
+    }
+    failed
+}
+
 /// `scontrol -d show job [ID] [--json]`: the detail (`-d`) gives each node's GPUs.
 fn job_args(id: Option<String>, json: bool) -> Vec<String> {
     let mut args: Vec<String> = vec!["-d".into(), "show".into(), "job".into()];
@@ -940,6 +981,29 @@ fn job_args(id: Option<String>, json: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_of_many_names_the_jobs_that_failed() {
+        let names = [
+            (7, "7".to_string()),
+            (8, "8".to_string()),
+            (12, "12_3".to_string()),
+        ];
+        let stderr = "Job has already finished for job 8\nInvalid job id specified for job 12_3\n";
+        assert_eq!(
+            release_failures(&names, stderr),
+            vec![
+                (8, "Job has already finished".to_string()),
+                (12, "Invalid job id specified".to_string())
+            ]
+        );
+        let whole = release_failures(&names, "scontrol: error: slurm_conf: no such file\n");
+        assert_eq!(
+            whole.len(),
+            3,
+            "a failure naming no job counts for all: {whole:?}"
+        );
+    }
 
     #[test]
     fn a_missing_slurm_conf_fails_at_once_naming_the_file() {
