@@ -190,7 +190,7 @@ pub(crate) type Kept<T> = Option<(Instant, T)>;
 struct JobReads {
     cache: JobCache,
     last_full: Option<Instant>,
-    /// Whether the last read found any job changed (or acted on) since the one before.
+    /// Whether the last read saw a job take or give back resources, or one acted on.
     changed: bool,
 }
 
@@ -252,9 +252,9 @@ impl Slurm {
     }
 
     /// Whether the site's rules, the nodes and the licenses read last may stand for this
-    /// round too: the last read of the jobs found none changed since the one before (no
-    /// job started, ended or was touched, so no GPUs, CPUs or licenses changed hands), and
-    /// `read_at` is within [`SlurmConfig::site_read_every`].
+    /// round too: the last read of the jobs saw no job take or give back resources and
+    /// none acted on (so no GPUs, CPUs or licenses changed hands), and `read_at` is within
+    /// [`SlurmConfig::site_read_every`].
     pub(crate) fn unchanged_since(&self, read_at: Instant) -> bool {
         let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         !reads.changed
@@ -508,17 +508,24 @@ impl Slurm {
             true => Fetch::All,
             false => reads.cache.to_fetch(&listing, acted_on),
         };
-        reads.changed = fetch != Fetch::Nothing || listing.lines.len() != reads.cache.len();
+
         Ok(match fetch {
             Fetch::All => {
                 let all = self.all_jobs()?;
                 reads.last_full = Some(Instant::now());
+                reads.changed = true;
                 reads.cache.replace(&listing, all)
             }
-            Fetch::Nothing => reads.cache.merge(&listing, Vec::new()),
+            Fetch::Nothing => {
+                let jobs = reads.cache.merge(&listing, Vec::new());
+                reads.changed = reads.cache.resources_moved();
+                jobs
+            }
             Fetch::Some(ids) => {
                 let fresh = self.jobs_named(&ids)?;
-                reads.cache.merge(&listing, fresh)
+                let jobs = reads.cache.merge(&listing, fresh);
+                reads.changed = reads.cache.resources_moved();
+                jobs
             }
         })
     }

@@ -16,7 +16,7 @@
 //! This module is the bookkeeping alone, without IO: which jobs to read in full, and the
 //! jobs of the round once they are read.
 
-use crate::job::SlurmJob;
+use crate::job::{JobStatus, SlurmJob};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `squeue -o` fields of the listing, `|`-separated, the job's own id (`%A`) first and its
@@ -92,6 +92,25 @@ fn split_comment(line: &str) -> Option<(&str, &str)> {
 #[derive(Debug, Default)]
 pub struct JobCache {
     jobs: BTreeMap<u64, (Option<String>, SlurmJob)>,
+    /// Whether the last merge saw a job take or give back nodes' resources.
+    moved: bool,
+}
+
+/// Whether a job in `status` holds resources on its nodes (any state hadar does not know
+/// is taken to).
+fn holds_resources(status: &JobStatus) -> bool {
+    !matches!(
+        status,
+        JobStatus::Pending
+            | JobStatus::Completed
+            | JobStatus::Cancelled
+            | JobStatus::Failed
+            | JobStatus::Timeout
+            | JobStatus::NodeFail
+            | JobStatus::Preempted
+            | JobStatus::OutOfMemory
+            | JobStatus::Requeued
+    )
 }
 
 /// What one incremental read must fetch in full.
@@ -106,6 +125,12 @@ pub enum Fetch {
 }
 
 impl JobCache {
+    /// Whether the last merge saw a job start, end, or change while it held resources, or
+    /// one that held them leave: what moves the nodes' free CPUs, memory, GPUs and licenses.
+    pub fn resources_moved(&self) -> bool {
+        self.moved
+    }
+
     /// How many jobs it holds.
     pub fn len(&self) -> usize {
         self.jobs.len()
@@ -154,6 +179,17 @@ impl JobCache {
     /// listing's line (none when it was not listed: it is read again next time).
     pub fn merge(&mut self, listing: &Listing, fresh: Vec<SlurmJob>) -> Vec<SlurmJob> {
         let fresh_ids: BTreeSet<u64> = fresh.iter().map(|j| j.id).collect();
+        let holding = |jobs: &BTreeMap<u64, (Option<String>, SlurmJob)>, id: &u64| {
+            jobs.get(id)
+                .is_some_and(|(_, j)| holds_resources(&j.status))
+        };
+        self.moved = fresh
+            .iter()
+            .any(|j| holds_resources(&j.status) || holding(&self.jobs, &j.id))
+            || self
+                .jobs
+                .iter()
+                .any(|(id, (_, j))| !listing.lines.contains_key(id) && holds_resources(&j.status));
         self.jobs
             .retain(|id, _| listing.lines.contains_key(id) && !fresh_ids.contains(id));
         for (id, (seen, job)) in self.jobs.iter_mut() {
@@ -177,7 +213,6 @@ impl JobCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::JobStatus;
 
     fn job(id: u64) -> SlurmJob {
         SlurmJob::held_with_record(id, "hadar v1")
@@ -224,8 +259,32 @@ mod tests {
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
         assert_eq!(ids, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 11]);
         assert_eq!(jobs[1].status, JobStatus::Running);
+        assert!(cache.resources_moved(), "job 2 started");
         // Read in full with their new lines: nothing to fetch next time.
         assert_eq!(cache.to_fetch(&l, &BTreeSet::new()), Fetch::Nothing);
+    }
+
+    #[test]
+    fn a_new_or_cancelled_pending_job_moves_no_resources() {
+        let mut cache = filled(&[(1, "PENDING|"), (2, "PENDING|"), (3, "PENDING|")]);
+        let now = listing(&[
+            (1, "PENDING|"),
+            (2, "CANCELLED|"),
+            (3, "PENDING|"),
+            (4, "PENDING|"),
+        ]);
+        let mut cancelled = job(2);
+        cancelled.status = JobStatus::Cancelled;
+        cache.merge(&now, vec![cancelled, job(4)]);
+        assert!(!cache.resources_moved());
+        // A running job that leaves Slurm's listing gives its resources back.
+        let mut running = job(5);
+        running.status = JobStatus::Running;
+        let with_5 = listing(&[(1, "PENDING|"), (5, "RUNNING|")]);
+        cache.merge(&with_5, vec![running]);
+        assert!(cache.resources_moved());
+        cache.merge(&listing(&[(1, "PENDING|")]), Vec::new());
+        assert!(cache.resources_moved(), "job 5 left");
     }
 
     #[test]

@@ -417,7 +417,7 @@ fn med_p99(v: &[f64]) -> (f64, f64) {
 }
 
 /// The figures of the daemon's `round done` lines the benchmark reports.
-const ROUND_KEYS: [&str; 7] = [
+const ROUND_KEYS: [&str; 9] = [
     "read_ms",
     "decision_ms",
     "enforce_ms",
@@ -425,6 +425,8 @@ const ROUND_KEYS: [&str; 7] = [
     "slurm_commands",
     "slurm_bytes",
     "actions",
+    "jobs_read",
+    "jobs_listed",
 ];
 
 impl Figures {
