@@ -190,11 +190,34 @@ pub fn site_words(reason: &hadar_core::WaitReason) -> Option<String> {
         WaitReason::SiteLimit { limit } => {
             Some(format!("hadar: waiting for the site's limit {limit}"))
         }
+        WaitReason::NodeChoice { choice, .. } => Some(node_choice_words(choice)),
         WaitReason::Reservation { .. }
         | WaitReason::TimeLimit { .. }
-        | WaitReason::NodeChoice { .. }
         | WaitReason::SlurmHolds { .. } => Some(format!("hadar: {reason}")),
         _ => None,
+    }
+}
+
+/// The comment of a job the nodes it may use leave waiting: the user's own options as they
+/// wrote them, not the nodes they allow nor those short of the CPUs and memory it asks for,
+/// which change as jobs start and end and would rewrite thousands of comments a round
+/// (seen at 10,000 jobs); `hadar explain` names the nodes.
+fn node_choice_words(choice: &str) -> String {
+    const SHORT: &str = "need for CPUs and memory";
+    let (options, short) = match choice.find(SHORT) {
+        Some(at) => (choice[..at].trim(), true),
+        None => (choice.trim(), false),
+    };
+    let free = if short {
+        " with the CPUs and memory it asks for free"
+    } else {
+        ""
+    };
+    match options {
+        "" => format!("hadar: waiting for a node{free} where enough GPUs it can use are free"),
+        o => format!(
+            "hadar: waiting for a node its {o} allows{free} where enough GPUs it can use are free"
+        ),
     }
 }
 
@@ -211,6 +234,30 @@ pub fn may_write(current: Option<&str>, words: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_choice_comment_names_the_users_options_not_the_nodes() {
+        let words = |choice: &str| {
+            site_words(&hadar_core::WaitReason::NodeChoice {
+                choice: choice.into(),
+                nodes: "every node but n1".into(),
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            words("--exclude=n1"),
+            "hadar: waiting for a node its --exclude=n1 allows where enough GPUs it can use are free"
+        );
+        assert_eq!(
+            words("--exclude=n3 need for CPUs and memory (none free for it on n1,n2,n4)"),
+            "hadar: waiting for a node its --exclude=n3 allows with the CPUs and memory it asks for free where enough GPUs it can use are free"
+        );
+        // The nodes short of CPUs and memory change every round; the comment does not.
+        assert_eq!(
+            words("need for CPUs and memory (none free for it on n1,n2)"),
+            words("need for CPUs and memory (none free for it on n7)")
+        );
+    }
 
     fn job(reason: &str, comment: &str) -> SlurmJob {
         let text = format!(
