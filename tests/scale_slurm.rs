@@ -170,10 +170,11 @@ fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
             "{r:?} reads over a tenth of a full read ({full} bytes)"
         );
     }
-    // slurmctld's own count while at most `rounds_between` rounds ran (sdiag's own left out).
+    // slurmctld's own count while at most `rounds_between` rounds ran, less sdiag's own and
+    // the slurmd's messages (`MESSAGE_NODE_REGISTRATION_STATUS` and the like).
     let hadar_rpcs: u64 = rpcs
         .iter()
-        .filter(|(kind, _)| kind.as_str() != "REQUEST_STATS_INFO")
+        .filter(|(kind, _)| kind.as_str() != "REQUEST_STATS_INFO" && !kind.starts_with("MESSAGE_"))
         .map(|(_, n)| n)
         .sum();
     println!("RPCs over at most {rounds_between} quiet rounds: {rpcs:?}");
@@ -222,7 +223,8 @@ fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
 }
 
 /// Job `i` of the fault scenario: 1, 2, 4 or 8 GPUs for 4 to 10 s; it writes `start ID`
-/// and `done ID` lines to `ran` (a requeued run ends before its `done`).
+/// and, once its sleep ran to the end, `done ID` lines to `ran` (a run the daemon preempts
+/// has its sleep killed by the requeue, and writes no `done`).
 fn short_job(i: usize, ran: &Path) -> (Vec<String>, String) {
     let ran = ran.display();
     (
@@ -232,7 +234,7 @@ fn short_job(i: usize, ran: &Path) -> (Vec<String>, String) {
             "--output=/dev/null".into(),
         ],
         format!(
-            "#!/bin/sh\ntrap '' USR1\necho start $SLURM_JOB_ID >> {ran}\nsleep {}\necho done $SLURM_JOB_ID >> {ran}\n",
+            "#!/bin/sh\ntrap '' USR1\necho start $SLURM_JOB_ID >> {ran}\nsleep {} && echo done $SLURM_JOB_ID >> {ran}\n",
             4 + i % 7
         ),
     )
@@ -287,11 +289,6 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
     let started = counts(&ran, "start ");
     let jobcomp = std::fs::read_to_string(bed.path("log/jobcomp.txt")).unwrap_or_default();
     for id in &burst.ids {
-        assert_eq!(
-            done.get(id),
-            Some(&1),
-            "job {id} ran to its end exactly once"
-        );
         let ends: Vec<&str> = jobcomp
             .lines()
             .filter(|l| l.starts_with(&format!("JobId={id} ")))
@@ -306,6 +303,14 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
             ends.iter()
                 .all(|s| !matches!(*s, "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL")),
             "job {id}: {ends:?}"
+        );
+        // A run ends with its `done` line; the only runs before the last are ones the daemon
+        // preempted (a requeue: a record that is not the final one), which may reach their
+        // `done` just before the requeue stops them.
+        let runs_to_end = done.get(id).copied().unwrap_or(0);
+        assert!(
+            runs_to_end >= 1 && runs_to_end <= ends.len(),
+            "job {id} ran to its end {runs_to_end} times with Slurm's records {ends:?}"
         );
     }
     let restarted = started.values().filter(|n| **n > 1).count();
