@@ -814,6 +814,11 @@ impl Slurm {
         task: u32,
         admin_comment: &str,
     ) -> Result<(), SlurmError> {
+        // The array's own record loses the element: read it again.
+        self.acted_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(array_id);
         self.scontrol(&[
             "update".into(),
             format!("JobId={array_id}_{task}"),

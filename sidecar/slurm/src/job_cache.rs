@@ -23,10 +23,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// comment (free text, which may hold anything, line breaks too) last. The fields whose
 /// value moves while nothing happens to the job (time used, time left, an estimated start)
 /// are left out, so that an unchanged job lists the same line round after round.
-pub const LISTING_FORMAT: &str = "%A|%T|%r|%l|%P|%q|%a|%v|%E|%N|%D|%C|%m|%f|%b|%W|%k";
+pub const LISTING_FORMAT: &str = "%A|%T|%r|%l|%P|%q|%a|%v|%E|%N|%D|%C|%m|%f|%b|%W|%K|%k";
 
 /// How many `|` separate the fields before the comment in a line without the id.
-const FIELDS_BEFORE_COMMENT: usize = 15;
+const FIELDS_BEFORE_COMMENT: usize = 16;
 
 /// What a progress report's comment starts with (the daemon's `progress` module reads it).
 const PROGRESS_TAG: &str = "hadar-progress:v1 ";
@@ -316,10 +316,10 @@ mod tests {
         );
     }
 
-    /// A line (without the id) of the listing's 16 fields, with `comment` last.
+    /// A line (without the id) of the listing's 17 fields, with `comment` last.
     fn line(state: &str, comment: &str) -> String {
         format!(
-            "{state}|None|1:00:00|gpu|normal|acct|(null)|(null)|n1|1|1|4000M|(null)|gres/gpu:1|(null)|{comment}"
+            "{state}|None|1:00:00|gpu|normal|acct|(null)|(null)|n1|1|1|4000M|(null)|gres/gpu:1|(null)|N/A|{comment}"
         )
     }
 
