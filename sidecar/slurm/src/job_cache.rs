@@ -99,18 +99,7 @@ pub struct JobCache {
 /// Whether a job in `status` holds resources on its nodes (any state hadar does not know
 /// is taken to).
 fn holds_resources(status: &JobStatus) -> bool {
-    !matches!(
-        status,
-        JobStatus::Pending
-            | JobStatus::Completed
-            | JobStatus::Cancelled
-            | JobStatus::Failed
-            | JobStatus::Timeout
-            | JobStatus::NodeFail
-            | JobStatus::Preempted
-            | JobStatus::OutOfMemory
-            | JobStatus::Requeued
-    )
+    !status.is_terminal() && !matches!(status, JobStatus::Pending | JobStatus::Requeued)
 }
 
 /// What one incremental read must fetch in full.
