@@ -37,6 +37,9 @@ pub enum ActionKind {
     Start,
     /// A running job checkpointed and requeued held.
     Preempt,
+    /// A running job signalled to checkpoint (its preemption's first half: it is requeued
+    /// once its grace time is over).
+    Checkpoint,
     /// A pending job held.
     Hold,
     /// A forked job's open round could not be moved on.
@@ -64,6 +67,7 @@ impl ActionKind {
             ActionKind::Start => IntentKind::Start.as_str(),
             ActionKind::Preempt => IntentKind::Preempt.as_str(),
             ActionKind::Hold => IntentKind::Hold.as_str(),
+            ActionKind::Checkpoint => "checkpoint",
             ActionKind::Fork => "fork",
             ActionKind::ForkCancel => "fork-cancel",
             ActionKind::ForkRedo => "fork-redo",

@@ -1,6 +1,6 @@
 //! The round's last act before its record: the decision carried out on Slurm. Holds, then
-//! checkpoint signals to every job being preempted, one grace period, their requeues, then
-//! starts; then the forked jobs' rounds the decision planned, as copy jobs. Each action is an intent in
+//! checkpoint signals to the jobs being preempted and the requeues of those whose grace time
+//! is over (the round does not wait for it), then starts; then the forked jobs' rounds the decision planned, as copy jobs. Each action is an intent in
 //! the store first and is closed with its outcome; a failed action does not stop the others.
 
 use crate::action_log::{ActionDone, ActionKind, ActionLog, ActionOutcome};
@@ -24,7 +24,7 @@ pub struct Enforced {
     pub done: ActionLog,
     /// The forked jobs whose planned round could not start, with why.
     pub fork_failures: BTreeMap<u64, String>,
-    /// Milliseconds spent carrying out the plan's actions (grace periods included).
+    /// Milliseconds spent carrying out the plan's actions.
     pub enforce_ms: f64,
 }
 
@@ -120,8 +120,11 @@ impl<S: SlurmApi> Daemon<S> {
         Ok(())
     }
 
-    /// Signals every job being preempted to checkpoint, waits one grace period, and
-    /// requeues them held.
+    /// Signals the running jobs the plan preempts to checkpoint, then requeues held every
+    /// job whose grace time is over (signalled `preempt_grace_seconds` ago or more, in this
+    /// round or an earlier one), one command for each step. The round does not wait out a
+    /// grace time: a signalled job keeps its GPUs until its requeue, and the next round is
+    /// due when the first grace time still running ends ([`Daemon::requeue_due_unix`]).
     fn preempt_jobs(
         &mut self,
         round: u64,
@@ -129,54 +132,157 @@ impl<S: SlurmApi> Daemon<S> {
         rows: &mut BTreeMap<u64, JobRow>,
         done: &mut ActionLog,
     ) -> Result<(), DaemonError> {
-        let now = |d: &Self| now_unix() - d.epoch;
-        let signal = self.config.sidecar.preempt_signal.clone();
-        let preempts = todo.iter().filter(|a| matches!(a, Action::Preempt { .. }));
-        let mut signalled: Vec<(u64, i64)> = Vec::new();
-        for a in preempts {
-            let id = a.job();
-            let t = now(self);
+        let preempts: Vec<u64> = todo
+            .iter()
+            .filter(|a| matches!(a, Action::Preempt { .. }))
+            .map(Action::job)
+            .collect();
+        let in_phase = |rows: &BTreeMap<u64, JobRow>, phase: Phase| -> Vec<u64> {
+            preempts
+                .iter()
+                .copied()
+                .filter(|id| rows.get(id).is_some_and(|r| r.phase == phase))
+                .collect()
+        };
+        let running = in_phase(rows, Phase::Running);
+        self.signal_to_checkpoint(round, &running, rows, done)?;
+        self.close_ended_preemptions(rows)?;
+        let grace = self.config.sidecar.preempt_grace_seconds;
+        let now_s = now_unix() - self.epoch;
+        let mut over = Vec::new();
+        let mut first_end: Option<f64> = None;
+        for id in in_phase(rows, Phase::Preempting) {
+            // Signalled when its preemption's intent was written (this run's, or one an
+            // earlier run left unfinished); a job with no such intent is requeued now.
+            let last = self.store.last_intent(id)?;
+            let signalled_s = last
+                .filter(|i| i.action == IntentKind::Preempt)
+                .map_or(now_s - grace, |i| i.created_s);
+            if signalled_s + grace <= now_s {
+                over.push(id);
+            } else {
+                first_end =
+                    Some(first_end.map_or(signalled_s + grace, |t| t.min(signalled_s + grace)));
+            }
+        }
+        self.requeue_due_unix = first_end.map(|t| t + self.epoch);
+        self.requeue_checkpointed(round, &over, rows, done)
+    }
+
+    /// Signals the running jobs `ids` to checkpoint, in one command; each is `Preempting`
+    /// from then on, its preemption's intent left open until its requeue.
+    fn signal_to_checkpoint(
+        &mut self,
+        round: u64,
+        ids: &[u64],
+        rows: &mut BTreeMap<u64, JobRow>,
+        done: &mut ActionLog,
+    ) -> Result<(), DaemonError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let t = now_unix() - self.epoch;
+        let mut intents = HashMap::new();
+        for &id in ids {
             let intent = self
                 .store
                 .write(|w| w.add_intent(round, id, IntentKind::Preempt, None, t))?;
             faults::reached("preempt-intent");
-            match self.slurm.signal(id, &signal) {
-                Ok(()) => {
-                    if let Some(r) = rows.get_mut(&id) {
-                        r.phase = Phase::Preempting;
-                    }
-                    let r = rows.get(&id).cloned();
-                    self.store
-                        .write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
-                    signalled.push((id, intent));
-                    faults::reached("preempt-signalled");
-                }
-                Err(e) => {
-                    let text = Outcome::Error(e.to_string());
-                    self.close(intent, &text, rows.get(&id))?;
-                    done.push(ActionDone::new(
-                        id,
-                        ActionKind::Preempt,
-                        ActionOutcome::Intent(text),
-                    ));
-                }
-            }
+            intents.insert(id, intent);
         }
-        if !signalled.is_empty() {
-            std::thread::sleep(Duration::from_secs_f64(
-                self.config.sidecar.preempt_grace_seconds,
+        let signal = self.config.sidecar.preempt_signal.clone();
+        let failed: HashMap<u64, String> = match self.slurm.signal_many(ids, &signal) {
+            Ok(failed) => failed.into_iter().collect(),
+            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
+        };
+        let grace = self.config.sidecar.preempt_grace_seconds;
+        for &id in ids {
+            if let Some(why) = failed.get(&id) {
+                let text = Outcome::Error(why.clone());
+                self.close(intents[&id], &text, rows.get(&id))?;
+                done.push(ActionDone::new(
+                    id,
+                    ActionKind::Preempt,
+                    ActionOutcome::Intent(text),
+                ));
+                continue;
+            }
+            if let Some(r) = rows.get_mut(&id) {
+                r.phase = Phase::Preempting;
+            }
+            let r = rows.get(&id).cloned();
+            self.store
+                .write(|w| r.as_ref().map_or(Ok(()), |r| w.put_job(r)))?;
+            done.push(ActionDone::new(
+                id,
+                ActionKind::Checkpoint,
+                ActionOutcome::Done(format!("signalled {signal}; requeued after {grace} s")),
             ));
         }
-        for (id, intent) in signalled {
-            let result = match self.slurm.job(id) {
-                Ok(Some(j)) if j.status == JobStatus::Running => {
-                    self.slurm.requeue_hold(id).map(|_| Outcome::Ok)
+        faults::reached("preempt-signalled");
+        Ok(())
+    }
+
+    /// Closes the open preemptions of jobs that are no longer being preempted: they ended,
+    /// or Slurm requeued them itself, during their grace time.
+    fn close_ended_preemptions(&mut self, rows: &BTreeMap<u64, JobRow>) -> Result<(), DaemonError> {
+        let open: Vec<_> = self
+            .store
+            .open_intents()?
+            .into_iter()
+            .filter(|i| i.action == IntentKind::Preempt)
+            .filter(|i| {
+                rows.get(&i.job)
+                    .is_none_or(|r| r.phase != Phase::Preempting)
+            })
+            .collect();
+        for i in open {
+            let text = Outcome::Skipped("no longer running".into());
+            self.close(i.id, &text, rows.get(&i.job))?;
+        }
+        Ok(())
+    }
+
+    /// Requeues held the signalled jobs `ids`, whose grace time is over, in one command, and
+    /// closes their preemptions.
+    fn requeue_checkpointed(
+        &mut self,
+        round: u64,
+        ids: &[u64],
+        rows: &mut BTreeMap<u64, JobRow>,
+        done: &mut ActionLog,
+    ) -> Result<(), DaemonError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = |d: &Self| now_unix() - d.epoch;
+        let mut intents = HashMap::new();
+        for &id in ids {
+            let open = self
+                .store
+                .last_intent(id)?
+                .filter(|i| i.action == IntentKind::Preempt && i.outcome.is_none());
+            let intent = match open {
+                Some(i) => i.id,
+                // An earlier run's, closed as interrupted when this one began.
+                None => {
+                    let t = now(self);
+                    self.store
+                        .write(|w| w.add_intent(round, id, IntentKind::Preempt, None, t))?
                 }
-                Ok(_) => Ok(Outcome::Skipped("no longer running".into())),
-                Err(e) => Err(e),
             };
-            faults::reached("preempt-requeued");
-            let text = outcome(result);
+            intents.insert(id, intent);
+        }
+        let failed: HashMap<u64, String> = match self.slurm.requeue_hold_many(ids) {
+            Ok(failed) => failed.into_iter().collect(),
+            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
+        };
+        faults::reached("preempt-requeued");
+        for &id in ids {
+            let text = match failed.get(&id) {
+                Some(why) => Outcome::Error(why.clone()),
+                None => Outcome::Ok,
+            };
             if let Some(r) = rows.get_mut(&id) {
                 if text.is_ok() {
                     reconcile::account(r, now(self), None);
@@ -188,7 +294,7 @@ impl<S: SlurmApi> Daemon<S> {
                     r.phase = Phase::Running;
                 }
             }
-            self.close(intent, &text, rows.get(&id))?;
+            self.close(intents[&id], &text, rows.get(&id))?;
             done.push(ActionDone::new(
                 id,
                 ActionKind::Preempt,

@@ -587,13 +587,13 @@ fn sidecar_checks(s: &SidecarConfig) -> [Check; 10] {
             s.fail_open_after.is_finite() && s.fail_open_after >= 2.0 * s.round_seconds,
             "give at least twice sidecar.round_seconds",
         ),
-        // Between two renewals a leader waits at most one grace period or one command.
+        // Between two renewals a leader waits at most one command (no round waits out a
+        // preemption's grace time).
         (
             "sidecar.lease_seconds",
             s.lease_seconds,
-            s.lease_seconds.is_finite()
-                && s.lease_seconds > s.preempt_grace_seconds + s.command_timeout_seconds,
-            "give more than preempt_grace_seconds + command_timeout_seconds",
+            s.lease_seconds.is_finite() && s.lease_seconds > s.command_timeout_seconds,
+            "give more than command_timeout_seconds",
         ),
         (
             "sidecar.max_clock_skew_seconds",

@@ -55,6 +55,9 @@ pub struct Daemon<S: SlurmApi> {
     pub(crate) holder: String,
     /// Whether it held the lease at its last check.
     pub(crate) leading: bool,
+    /// When the first grace time of a job signalled to checkpoint ends (Unix seconds): the
+    /// round that requeues it is due then, whatever the round length.
+    pub(crate) requeue_due_unix: Option<f64>,
 }
 
 /// What a daemon (acting or shadow) reads as it opens its store: the embedded throughput
@@ -102,6 +105,7 @@ impl<S: SlurmApi> Daemon<S> {
             observers: Vec::new(),
             holder: failopen::holder(),
             leading: false,
+            requeue_due_unix: None,
         })
     }
 
@@ -212,7 +216,8 @@ impl<S: SlurmApi> Daemon<S> {
     pub fn run(&mut self, stop: &AtomicBool, wake: &Receiver<()>, clock: &dyn Fn() -> f64) {
         while !stop.load(Ordering::SeqCst) {
             let started = Instant::now();
-            match self.round_with_upkeep(clock()) {
+            let round_start = clock();
+            match self.round_with_upkeep(round_start) {
                 Ok(r) => {
                     tracing::info!(
                         round = r.round,
@@ -243,6 +248,11 @@ impl<S: SlurmApi> Daemon<S> {
             }
             let mut renewed = Instant::now();
             let mut period = self.config.sidecar.round();
+            // A checkpointed job is requeued by the first round after its grace time.
+            if let Some(due) = self.requeue_due_unix {
+                let wait = Duration::from_secs_f64((due - round_start).max(0.0));
+                period = period.min(wait.max(MIN_WOKEN_GAP));
+            }
             let mut woken: Option<Instant> = None;
             // Sleep in short steps so that a stop request is honoured promptly. A notice
             // shortens the wait to `MIN_WOKEN_GAP` after this round's start: during a burst

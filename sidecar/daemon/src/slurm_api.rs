@@ -48,6 +48,22 @@ pub trait SlurmApi {
     fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError>;
     /// Requeues a job held.
     fn requeue_hold(&self, id: u64) -> Result<(), SlurmError>;
+    /// Signals the jobs `ids`; the jobs it could not signal, with why. [`Slurm`] names many
+    /// jobs in one command.
+    fn signal_many(&self, ids: &[u64], signal: &str) -> Result<Vec<(u64, String)>, SlurmError> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.signal(*id, signal).err().map(|e| (*id, e.to_string())))
+            .collect())
+    }
+    /// Requeues the jobs `ids` held; the jobs it could not requeue, with why. [`Slurm`] names
+    /// many jobs in one command.
+    fn requeue_hold_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.requeue_hold(*id).err().map(|e| (*id, e.to_string())))
+            .collect())
+    }
     /// Sets a job's admin comment (the record; used to take back a failed-open job).
     fn set_admin_comment(&self, id: u64, text: &str) -> Result<(), SlurmError>;
     /// Removes a pending job's GPU request, as the plugin does at submission.
@@ -142,6 +158,12 @@ impl SlurmApi for Slurm {
     }
     fn release_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
         Slurm::release_many(self, ids)
+    }
+    fn signal_many(&self, ids: &[u64], signal: &str) -> Result<Vec<(u64, String)>, SlurmError> {
+        Slurm::signal_many(self, ids, signal)
+    }
+    fn requeue_hold_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        Slurm::requeue_hold_many(self, ids)
     }
     fn hold(&self, id: u64) -> Result<(), SlurmError> {
         Slurm::hold(self, id)

@@ -23,7 +23,7 @@ pub struct RoundReport {
     pub decision_ms: f64,
     /// Milliseconds spent reading Slurm's nodes and jobs.
     pub read_ms: f64,
-    /// Milliseconds spent carrying out the actions (preemption grace periods included).
+    /// Milliseconds spent carrying out the actions.
     pub enforce_ms: f64,
     /// Milliseconds of the whole round: read, reconcile, decide, enforce, record.
     pub total_ms: f64,

@@ -599,6 +599,97 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
 }
 
 #[test]
+fn a_preempted_job_keeps_its_gpus_through_its_grace_time_and_no_round_waits_for_it() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
+    let config = DaemonConfig::parse(
+        "test.toml",
+        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 1.5\n",
+    )
+    .unwrap();
+    let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
+    d.round(1_000_001.0).unwrap();
+    slurm.schedule();
+    d.round(1_000_002.0).unwrap();
+    let node = slurm.alloc(1)[0].node.clone();
+    slurm.set_node_state(&node, NodeState::Draining);
+    let signalled = std::time::Instant::now();
+    let r = d.round(1_000_003.0).unwrap();
+    assert!(
+        signalled.elapsed().as_secs_f64() < 1.5,
+        "the round returned before the grace time ended"
+    );
+    let kinds: Vec<ActionKind> = r
+        .actions
+        .iter()
+        .filter(|a| a.job == 1)
+        .map(|a| a.action)
+        .collect();
+    assert_eq!(kinds, vec![ActionKind::Checkpoint], "{r:?}");
+    assert!(slurm.log().contains(&"signal 1 USR1".to_string()));
+    assert!(!slurm.log().iter().any(|l| l.starts_with("requeuehold")));
+    assert_eq!(slurm.status(1), JobStatus::Running);
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Preempting);
+    assert_eq!(
+        d.store().open_intents().unwrap().len(),
+        1,
+        "the preemption stays open"
+    );
+    // A round inside the grace time neither signals again nor requeues.
+    let r = d.round(1_000_004.0).unwrap();
+    assert!(r.actions.iter().all(|a| a.job != 1), "{r:?}");
+    assert_eq!(
+        slurm
+            .log()
+            .iter()
+            .filter(|l| l.starts_with("signal 1"))
+            .count(),
+        1
+    );
+    std::thread::sleep(std::time::Duration::from_secs_f64(1.6).saturating_sub(signalled.elapsed()));
+    let r = d.round(1_000_005.0).unwrap();
+    assert!(
+        r.actions.iter().any(|a| a.job == 1
+            && a.action == ActionKind::Preempt
+            && a.outcome == ActionOutcome::Intent(Outcome::Ok)),
+        "{r:?}"
+    );
+    assert_eq!(slurm.status(1), JobStatus::Pending);
+    let row = d.store().job(1).unwrap().unwrap();
+    assert_eq!((row.phase, row.preemptions), (Phase::Waiting, 1));
+    assert!(d.store().open_intents().unwrap().is_empty());
+}
+
+#[test]
+fn a_job_that_ends_during_its_grace_time_closes_its_preemption() {
+    let slurm = FakeSlurm::testbed();
+    slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
+    let config = DaemonConfig::parse(
+        "test.toml",
+        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 60\n",
+    )
+    .unwrap();
+    let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
+    d.round(1_000_001.0).unwrap();
+    slurm.schedule();
+    d.round(1_000_002.0).unwrap();
+    let node = slurm.alloc(1)[0].node.clone();
+    slurm.set_node_state(&node, NodeState::Draining);
+    d.round(1_000_003.0).unwrap();
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Preempting);
+    slurm.finish(1);
+    d.round(1_000_004.0).unwrap();
+    assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Finished);
+    assert!(d.store().open_intents().unwrap().is_empty());
+    let i = d.store().last_intent(1).unwrap().unwrap();
+    assert_eq!(
+        i.outcome,
+        Some(Outcome::Skipped("no longer running".into()))
+    );
+    assert!(!slurm.log().iter().any(|l| l.starts_with("requeuehold")));
+}
+
+#[test]
 fn unmanaged_jobs_keep_their_gpus_out_of_the_plan() {
     let slurm = FakeSlurm::testbed();
     {

@@ -723,16 +723,51 @@ impl Slurm {
     /// cannot release); returns the jobs whose release failed, with Slurm's words. A command
     /// that failed for another reason (it timed out, say) is an error for all.
     pub fn release_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        self.each_listed(ids, |names| {
+            let args = vec!["release".to_string(), names.join(",")];
+            self.scontrol(&args).map(|_| ())
+        })
+    }
+
+    /// Sends `signal` (a name such as `USR1`) to every process of each job of `ids`, batch
+    /// scripts included, naming up to [`IDS_PER_COMMAND`] in one `scancel`; returns the jobs
+    /// it could not signal, with Slurm's words (as [`Slurm::release_many`]).
+    pub fn signal_many(&self, ids: &[u64], signal: &str) -> Result<Vec<(u64, String)>, SlurmError> {
+        self.each_listed(ids, |names| {
+            let mut args = vec!["--full".to_string(), format!("--signal={signal}")];
+            args.extend(names.iter().map(|n| n.to_string()));
+            Ok(self.run("scancel", &args).map(|_| ())?)
+        })
+    }
+
+    /// Requeues each running job of `ids` held, naming up to [`IDS_PER_COMMAND`] in one
+    /// `scontrol requeuehold`; returns the jobs it could not requeue, with Slurm's words (as
+    /// [`Slurm::release_many`]).
+    pub fn requeue_hold_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
+        self.each_listed(ids, |names| {
+            let args = vec!["requeuehold".to_string(), names.join(",")];
+            self.scontrol(&args).map(|_| ())
+        })
+    }
+
+    /// Runs `command` on the names of `ids`, up to [`IDS_PER_COMMAND`] at a time, each job
+    /// marked acted on; returns the jobs a failed command's stderr names, with why (all of
+    /// its jobs when it names none). A command that failed in another way (it timed out,
+    /// say) is an error for all.
+    fn each_listed(
+        &self,
+        ids: &[u64],
+        command: impl Fn(&[&str]) -> Result<(), SlurmError>,
+    ) -> Result<Vec<(u64, String)>, SlurmError> {
         let mut failed = Vec::new();
         for chunk in ids.chunks(IDS_PER_COMMAND) {
             let names: Vec<(u64, String)> =
                 chunk.iter().map(|id| (*id, self.target(*id))).collect();
             let list: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
-            let args = ["release".to_string(), list.join(",")];
-            match self.scontrol(&args) {
-                Ok(_) => {}
+            match command(&list) {
+                Ok(()) => {}
                 Err(SlurmError::Command(CommandError::Failed { stderr, .. })) => {
-                    failed.extend(release_failures(&names, &stderr));
+                    failed.extend(per_job_failures(&names, &stderr));
                 }
                 Err(e) => return Err(e),
             }
@@ -961,16 +996,30 @@ impl Slurm {
 /// argument well under any system's limit.
 const IDS_PER_COMMAND: usize = 500;
 
-/// The jobs of `names` (id and the name the command gave it) that `scontrol release`'s
-/// `stderr` says failed: a line `<why> for job <name>` each. A failure it names no job of
-/// (it failed as a whole) counts for every job.
-fn release_failures(names: &[(u64, String)], stderr: &str) -> Vec<(u64, String)> {
+/// The jobs of `names` (id and the name the command gave it) that a command's `stderr` says
+/// failed, with why. Slurm's tools word it three ways: `<why> for job <name>` (scontrol),
+/// `... on job id <name>: <why>` (scancel) and `<name>: <why>` (an array element's answer).
+/// A failure that names no job of `names` (the command failed as a whole) counts for every job.
+fn per_job_failures(names: &[(u64, String)], stderr: &str) -> Vec<(u64, String)> {
+    let named = |name: &str| {
+        names
+            .iter()
+            .find(|(_, n)| n == name.trim())
+            .map(|(id, _)| *id)
+    };
     let mut failed: Vec<(u64, String)> = Vec::new();
     for line in stderr.lines() {
-        if let Some((why, name)) = line.rsplit_once(" for job ")
-            && let Some((id, _)) = names.iter().find(|(_, n)| n == name.trim())
-        {
-            failed.push((*id, why.trim().to_string()));
+        let found = if let Some((why, name)) = line.rsplit_once(" for job ") {
+            named(name).map(|id| (id, why))
+        } else if let Some((_, rest)) = line.split_once(" on job id ") {
+            rest.split_once(':')
+                .and_then(|(name, why)| named(name).map(|id| (id, why)))
+        } else {
+            line.split_once(':')
+                .and_then(|(name, why)| named(name).map(|id| (id, why)))
+        };
+        if let Some((id, why)) = found {
+            failed.push((id, why.trim().to_string()));
         }
     }
     if failed.is_empty() {
@@ -995,7 +1044,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_release_of_many_names_the_jobs_that_failed() {
+    fn a_command_on_many_jobs_names_the_jobs_that_failed() {
         let names = [
             (7, "7".to_string()),
             (8, "8".to_string()),
@@ -1003,13 +1052,22 @@ mod tests {
         ];
         let stderr = "Job has already finished for job 8\nInvalid job id specified for job 12_3\n";
         assert_eq!(
-            release_failures(&names, stderr),
+            per_job_failures(&names, stderr),
             vec![
                 (8, "Job has already finished".to_string()),
                 (12, "Invalid job id specified".to_string())
             ]
         );
-        let whole = release_failures(&names, "scontrol: error: slurm_conf: no such file\n");
+        let scancel = "scancel: error: Kill job error on job id 7: Job/step already completing or completed\n";
+        assert_eq!(
+            per_job_failures(&names, scancel),
+            vec![(7, "Job/step already completing or completed".to_string())]
+        );
+        assert_eq!(
+            per_job_failures(&names, "12_3: Job is pending execution\n"),
+            vec![(12, "Job is pending execution".to_string())]
+        );
+        let whole = per_job_failures(&names, "scontrol: error: slurm_conf: no such file\n");
         assert_eq!(
             whole.len(),
             3,

@@ -113,7 +113,11 @@ pub fn run_in(
             if let Some(mut p) = pipe {
                 let _ = p.read_to_end(&mut buf);
             }
-            String::from_utf8_lossy(&buf).into_owned()
+            // A full read of a large queue is 100 MB and more: the answer becomes the string
+            // in place (no copy), and the slack of the buffer's doubling is given back.
+            buf.shrink_to_fit();
+            String::from_utf8(buf)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
         })
     };
     let out_thread = drain(out_pipe.map(|p| Box::new(p) as Box<dyn Read + Send>));

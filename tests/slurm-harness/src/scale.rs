@@ -57,6 +57,11 @@ struct Cli {
     /// Which schedulers to run: hadar (hadar serve), slurm (Slurm alone), or both.
     #[arg(long, value_delimiter = ',', default_value = "slurm,hadar")]
     modes: Vec<Mode>,
+    /// Managed jobs declare no steps, so hadar takes each for `default_steps` (10,000 steps
+    /// at 1 step/s per GPU: hours, where the jobs run minutes). By default each job says
+    /// `#HADAR steps=` what its run time is at that rate.
+    #[arg(long)]
+    no_steps: bool,
     /// Append each run's figures to FILE as JSON lines.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -185,7 +190,7 @@ fn measure(
         Mode::Slurm => None,
     };
     let t = Instant::now();
-    let fill = bench::burst(bed, jobs, cli.submitters, |i| job(i, mode));
+    let fill = bench::burst(bed, jobs, cli.submitters, |i| job(i, mode, !cli.no_steps));
     let fill_s = t.elapsed().as_secs_f64();
     if !fill.failures.is_empty() {
         return Err(format!(
@@ -245,8 +250,9 @@ fn measure(
 }
 
 /// Job `i` of the queue: 1, 2, 4, 8 or 16 GPUs (about 40/25/20/10/5 %; 16 spans two
-/// nodes), running 2 to 10 minutes once started. Slurm alone's jobs say `#HADAR off`.
-fn job(i: usize, mode: Mode) -> (Vec<String>, String) {
+/// nodes), running 2 to 10 minutes once started. Slurm alone's jobs say `#HADAR off`; with
+/// `steps`, hadar's declare their steps at the daemon's default rate (1 step/s per GPU).
+fn job(i: usize, mode: Mode, steps: bool) -> (Vec<String>, String) {
     let r = mix(i as u64);
     let gpus = match r % 20 {
         0..=7 => 1,
@@ -257,8 +263,9 @@ fn job(i: usize, mode: Mode) -> (Vec<String>, String) {
     };
     let secs = 120 + (r / 20) % 481;
     let directive = match mode {
-        Mode::Slurm => "#HADAR off\n",
-        Mode::Hadar => "",
+        Mode::Slurm => "#HADAR off\n".to_string(),
+        Mode::Hadar if steps => format!("#HADAR steps={}\n", secs * gpus),
+        Mode::Hadar => String::new(),
     };
     (
         vec![
@@ -495,6 +502,7 @@ impl Figures {
             "jobs": self.jobs,
             "mode": self.mode.as_str(),
             "round_seconds": cli.round_seconds,
+            "steps_declared": !cli.no_steps,
             "fill_s": self.fill_s,
             "fill_sbatch_ms": self.fill.ms,
             "full_read_bytes": self.full_read.0,
@@ -517,14 +525,16 @@ mod tests {
     fn the_queue_is_the_same_every_run_and_has_every_size() {
         let sizes: Vec<u32> = (0..2000)
             .map(|i| {
-                let (args, _) = job(i, Mode::Hadar);
+                let (args, _) = job(i, Mode::Hadar, true);
                 args[0].trim_start_matches("--gpus=").parse().unwrap()
             })
             .collect();
         for g in [1, 2, 4, 8, 16] {
             assert!(sizes.contains(&g), "no job of {g} GPUs");
         }
-        assert_eq!(job(7, Mode::Slurm).0, job(7, Mode::Hadar).0);
-        assert!(job(7, Mode::Slurm).1.contains("#HADAR off"));
+        assert_eq!(job(7, Mode::Slurm, true).0, job(7, Mode::Hadar, true).0);
+        assert!(job(7, Mode::Slurm, true).1.contains("#HADAR off"));
+        assert!(job(7, Mode::Hadar, true).1.contains("#HADAR steps="));
+        assert!(!job(7, Mode::Hadar, false).1.contains("#HADAR"));
     }
 }
