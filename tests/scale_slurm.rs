@@ -4,8 +4,9 @@
 //! which slurmctld counts as two RPCs: the jobs and the partitions), and reads under a tenth
 //! of the bytes of a full `scontrol show job --json`; a round in which a few percent of the
 //! jobs changed reads those jobs alone, the nodes and the licenses, still under a tenth.
-//! Then faults at that size: slurmctld restarted while the queue drains and the daemon killed
-//! and restarted (its recovery time printed); every job completes exactly once. The full size
+//! Then faults at that size: a burst of 200 more submissions while the daemon's rounds act,
+//! slurmctld restarted while the queue drains, and the daemon killed and restarted (its
+//! recovery time printed); every job completes exactly once. The full size
 //! (256 nodes, 10,000 jobs) is the benchmark `hadar-scale` (docs/operations.md).
 //! `harness = false`: arguments are name filters, `--skip NAME`, `--list`.
 
@@ -32,6 +33,9 @@ const SCENARIOS: &[Scenario] = &[
 
 /// Managed jobs queued.
 const JOBS: usize = 1000;
+
+/// Jobs submitted in a second burst while the daemon's rounds are starting the first.
+const LATE: usize = 200;
 
 /// Jobs cancelled to make a round in which a few percent changed.
 const CANCELLED: usize = 40;
@@ -264,6 +268,20 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
     let ran_path = ran.as_path();
     let done = |n: usize| move || counts(ran_path, "done ").len() >= n;
     wait_until("100 jobs done", 300, done(100));
+    // Jobs end every few seconds now, so the daemon's rounds are starting others as these
+    // arrive; each arrival also wakes a round.
+    let rounds_before = serve.rounds_done(bed);
+    let late = bench::burst(bed, LATE, 4, |i| short_job(JOBS + i, &ran));
+    assert!(
+        late.failures.is_empty(),
+        "late submissions failed: {:?}",
+        &late.failures[..1]
+    );
+    println!(
+        "{LATE} submissions in {:.1} s while {} rounds ran",
+        late.ms.iter().sum::<f64>() / 4000.0,
+        serve.rounds_done(bed) - rounds_before
+    );
     bed.restart_controller().expect("restart slurmctld");
     wait_until(
         "300 jobs done after the controller's restart",
@@ -279,7 +297,7 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
         counts(&ran, "done ").len(),
         killed.elapsed().as_secs_f64()
     );
-    wait_until("every job done", 900, done(JOBS));
+    wait_until("every job done", 900, done(JOBS + LATE));
     wait_until("the queue empty", 120, || {
         bed.client("squeue", &["-h", "-o", "%i"])
             .is_ok_and(|q| q.trim().is_empty())
@@ -288,7 +306,8 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
     let done = counts(&ran, "done ");
     let started = counts(&ran, "start ");
     let jobcomp = std::fs::read_to_string(bed.path("log/jobcomp.txt")).unwrap_or_default();
-    for id in &burst.ids {
+    let ids: Vec<u32> = burst.ids.iter().chain(&late.ids).copied().collect();
+    for id in &ids {
         let ends: Vec<&str> = jobcomp
             .lines()
             .filter(|l| l.starts_with(&format!("JobId={id} ")))
@@ -316,6 +335,6 @@ fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mu
     let restarted = started.values().filter(|n| **n > 1).count();
     println!(
         "{} jobs completed once each; {restarted} of them were started more than once (requeued)",
-        burst.ids.len()
+        ids.len()
     );
 }

@@ -171,6 +171,11 @@ impl Serve {
         );
     }
 
+    /// The rounds the daemon's log says are done so far (restarts included).
+    pub fn rounds_done(&self, bed: &Testbed) -> usize {
+        rounds_logged_since(&bed.path("log/hadar-serve.log"), 0)
+    }
+
     /// Runs `hadar ARGS --state <db>` and returns its standard output.
     pub fn hadar(&self, args: &[&str]) -> String {
         run_hadar(&self.state, args)

@@ -11,6 +11,7 @@ use crate::eligible;
 use crate::explain;
 use crate::faults;
 use crate::reconcile;
+use crate::room::Room;
 use crate::snapshot::RoundSnapshot;
 use crate::view;
 use hadar_slurm::{GpuSpec, JobStatus, SlurmJob};
@@ -77,7 +78,15 @@ impl<S: SlurmApi> Daemon<S> {
         let mut done = Vec::new();
         self.hold_jobs(snap.round, todo, rows, &mut done)?;
         self.preempt_jobs(snap.round, todo, rows, &mut done)?;
-        self.start_jobs(snap, todo, rows, typed, &mut done)?;
+        let requeued: HashSet<u64> = snap
+            .rows
+            .iter()
+            .filter(|(_, r)| matches!(r.phase, Phase::Running | Phase::Preempting))
+            .filter(|(id, _)| rows.get(id).is_some_and(|r| r.phase == Phase::Waiting))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut room = Room::new(&snap.nodes, &snap.slurm_jobs, &requeued, rows);
+        self.start_jobs(snap, todo, rows, typed, &mut room, &mut done)?;
         Ok(done)
     }
 
@@ -305,21 +314,28 @@ impl<S: SlurmApi> Daemon<S> {
     }
 
     /// Gives held jobs their planned GPUs and releases them, [`RELEASE_BATCH`] at a time
-    /// (one command for many).
+    /// (one command for many). A start whose GPUs are not free yet in `room` (a job in its
+    /// preemption's grace time holds them) waits for a later round.
     fn start_jobs(
         &mut self,
         snap: &RoundSnapshot,
         todo: &[Action],
         rows: &mut BTreeMap<u64, JobRow>,
         typed: &HashSet<u64>,
+        room: &mut Room,
         done: &mut ActionLog,
     ) -> Result<(), DaemonError> {
         let read: HashMap<u64, &SlurmJob> = snap.slurm_jobs.iter().map(|j| (j.id, j)).collect();
         let mut placed = Vec::new();
+        let mut waiting = 0usize;
         for a in todo {
             let Action::Start { job: id, placement } = a else {
                 continue;
             };
+            if !room.take(placement) {
+                waiting += 1;
+                continue;
+            }
             let start = Start {
                 id: *id,
                 intent: self.start_intent(snap.round, *id, placement)?,
@@ -354,6 +370,12 @@ impl<S: SlurmApi> Daemon<S> {
             if placed.len() >= RELEASE_BATCH {
                 self.release_placed(snap, rows, done, std::mem::take(&mut placed))?;
             }
+        }
+        if waiting > 0 {
+            tracing::info!(
+                starts = waiting,
+                "starts wait for GPUs that jobs in their preemption's grace time still hold"
+            );
         }
         self.release_placed(snap, rows, done, placed)
     }

@@ -21,6 +21,7 @@
 //! * [`upkeep`]: what precedes each plan (failed-open jobs, arrays, jobs released by others).
 //! * [`decide`]: the round's decision from its snapshot (pure).
 //! * [`apply`]: the decision carried out on Slurm, each action an intent first.
+//! * [`room`]: the GPUs a round's starts may take, free now (pure).
 //! * [`summary`]: the round's summary for `hadar status` (pure).
 //! * [`kept`]: each round's snapshot kept for `hadar replay`.
 //! * [`fork`]: forked (HadarE) jobs as rounds of heterogeneous copy jobs, consolidated.
@@ -51,6 +52,7 @@ pub mod observe;
 pub mod progress;
 pub mod read;
 pub mod reconcile;
+pub mod room;
 pub mod shared;
 pub mod site;
 pub mod site_limits;

@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
     about = "hadar serve on a large emulated Slurm cluster: per-round cost to slurmctld and a user's latency, hadar on and off"
 )]
 struct Cli {
-    /// The `hadar` binary the daemon runs.
-    #[arg(long, value_name = "PATH")]
-    hadar: PathBuf,
+    /// The `hadar` binary the daemon runs (needed unless --simulator-input).
+    #[arg(long, value_name = "PATH", required_unless_present = "simulator_input")]
+    hadar: Option<PathBuf>,
     /// Nodes of the test cluster (8 GPUs each), at most 256.
     #[arg(long, default_value_t = 256)]
     nodes: usize,
@@ -62,6 +62,12 @@ struct Cli {
     /// `#HADAR steps=` what its run time is at that rate.
     #[arg(long)]
     no_steps: bool,
+    /// Write the queue as the simulator's input instead of running it, to DIR: a trace
+    /// `scale-N.trace` (Gavel's format, all jobs arriving at 0) for each size of --jobs, the
+    /// cluster `cluster.toml` and `throughputs.json` (the daemon's default rate, 1 step/s per
+    /// GPU on every type); then `hadar simulate --trace ... --throughputs ... --cluster ...`.
+    #[arg(long, value_name = "DIR")]
+    simulator_input: Option<PathBuf>,
     /// Append each run's figures to FILE as JSON lines.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -113,13 +119,16 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), Error> {
+    if let Some(dir) = &cli.simulator_input {
+        return write_simulator_input(cli, dir);
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()?;
-    let hadar = cli
-        .hadar
+    let given = cli.hadar.as_ref().ok_or("give --hadar PATH")?;
+    let hadar = given
         .canonicalize()
-        .map_err(|e| format!("--hadar {}: {e}", cli.hadar.display()))?;
+        .map_err(|e| format!("--hadar {}: {e}", given.display()))?;
     let nodes = nodes::sized(cli.nodes)?;
     let gpus: u32 = nodes.iter().map(|n| n.gpu_count()).sum();
     eprintln!(
@@ -276,6 +285,67 @@ fn job(i: usize, mode: Mode, steps: bool) -> (Vec<String>, String) {
         // A checkpointing job outlives the preemption signal; the requeue that follows ends it.
         format!("#!/bin/sh\n{directive}trap '' USR1\nsleep {secs}\n"),
     )
+}
+
+/// The job type of the simulator's input: a name in Gavel's `MODEL (batch size B)` form.
+const SIM_JOB_TYPE: &str = "Scale (batch size 1)";
+
+/// Writes the queue, the cluster and the default rates as `hadar simulate`'s input (see
+/// `--simulator-input`).
+fn write_simulator_input(cli: &Cli, dir: &std::path::Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("--simulator-input {}: {e}", dir.display()))?;
+    for &n in &cli.jobs {
+        let mut trace = String::new();
+        for i in 0..n {
+            let (args, script) = job(i, Mode::Hadar, true);
+            let gpus: u64 = args[0].trim_start_matches("--gpus=").parse()?;
+            let steps: u64 = script
+                .lines()
+                .find_map(|l| l.strip_prefix("#HADAR steps="))
+                .ok_or("a job without its steps")?
+                .parse()?;
+            trace.push_str(&format!(
+                "{SIM_JOB_TYPE}\tpython3 train.py\t.\t--num_steps\t0\t{steps}\t{gpus}\t1\t-1.000000\t0\n"
+            ));
+        }
+        std::fs::write(dir.join(format!("scale-{n}.trace")), trace)?;
+    }
+    let mut cluster =
+        String::from("# hadar-scale's test cluster (tests/slurm-harness/src/nodes.rs)\n");
+    for node in nodes::sized(cli.nodes)? {
+        let gpus: Vec<String> = node
+            .gpus
+            .iter()
+            .map(|(t, c)| format!("{t} = {c}"))
+            .collect();
+        cluster.push_str(&format!(
+            "[[node]]\nname = \"{}\"\ngpus = {{ {} }}\n",
+            node.name,
+            gpus.join(", ")
+        ));
+    }
+    std::fs::write(dir.join("cluster.toml"), cluster)?;
+    let rates: serde_json::Map<String, serde_json::Value> = [1, 2, 4, 8, 16]
+        .iter()
+        .map(|g| {
+            (
+                format!("('{SIM_JOB_TYPE}', {g})"),
+                serde_json::json!({ "null": *g as f64 }),
+            )
+        })
+        .collect();
+    let table: serde_json::Map<String, serde_json::Value> = ["v100", "p100", "k80"]
+        .iter()
+        .flat_map(|t| [t.to_string(), format!("{t}_unconsolidated")])
+        .map(|t| (t, serde_json::Value::Object(rates.clone())))
+        .collect();
+    std::fs::write(
+        dir.join("throughputs.json"),
+        serde_json::to_string_pretty(&table)?,
+    )?;
+    println!("wrote the simulator's input to {}", dir.display());
+    Ok(())
 }
 
 /// A fixed scramble of `i` (SplitMix64's finaliser): the same queue every run.
