@@ -39,6 +39,10 @@ const SCENARIOS: &[Scenario] = &[
         a_requeued_held_job_runs_again_when_released,
     ),
     (
+        "an_ended_job_is_requeued_unless_incomplete_is_given",
+        an_ended_job_is_requeued_unless_incomplete_is_given,
+    ),
+    (
         "a_heterogeneous_job_starts_and_names_its_scheduler",
         a_heterogeneous_job_starts_and_names_its_scheduler,
     ),
@@ -413,6 +417,29 @@ fn a_requeued_held_job_runs_again_when_released(bed: &mut Testbed) {
         "release {}: requeuehold left Reason={reason} Restarts=1; released, it ran again on {}",
         release(),
         again.field("NodeList").unwrap_or_default()
+    );
+}
+
+/// Why the daemon's requeues say `Incomplete`: a job that ends between a round's read and
+/// its requeue would otherwise be requeued from `COMPLETED` and run a second time.
+fn an_ended_job_is_requeued_unless_incomplete_is_given(bed: &mut Testbed) {
+    let ended = |bed: &Testbed| {
+        let id = plain(bed, &["--wrap", "true"]);
+        assert_completed(&wait_state(bed, id, &["COMPLETED"], 60));
+        id
+    };
+    let guarded = ended(bed);
+    scontrol(bed, &["requeuehold", "Incomplete", &guarded.to_string()]);
+    let bare = ended(bed);
+    scontrol(bed, &["requeuehold", &bare.to_string()]);
+    let again = wait_state(bed, bare, &["PENDING"], 60);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_completed(&wait_state(bed, guarded, &["COMPLETED"], 5));
+    println!(
+        "release {}: requeuehold of a COMPLETED job: {} (Restarts={}); with Incomplete: left COMPLETED",
+        release(),
+        again.field("JobState").unwrap_or_default(),
+        again.field("Restarts").unwrap_or_default()
     );
 }
 

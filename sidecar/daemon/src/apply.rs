@@ -106,16 +106,27 @@ impl<S: SlurmApi> Daemon<S> {
                 .store
                 .write(|w| w.add_intent(round, id, IntentKind::Hold, None, t))?;
             faults::reached("hold-intent");
-            let result = match self.slurm.job(id) {
+            // A job Slurm started since the round's read stays `Starting`: the next round
+            // sees it running and plans it so (marked waiting, it would look released by
+            // someone else and be requeued).
+            let (result, held) = match self.slurm.job(id) {
                 Ok(Some(j)) if j.status == JobStatus::Pending && !j.is_held() => {
-                    self.slurm.hold(id).map(|_| Outcome::Ok)
+                    (self.slurm.hold(id).map(|_| Outcome::Ok), true)
                 }
-                Ok(_) => Ok(Outcome::Skipped("not a released pending job".into())),
-                Err(e) => Err(e),
+                Ok(Some(j)) if j.status == JobStatus::Pending => {
+                    (Ok(Outcome::Skipped("already held".into())), true)
+                }
+                Ok(_) => (
+                    Ok(Outcome::Skipped("not a released pending job".into())),
+                    false,
+                ),
+                Err(e) => (Err(e), false),
             };
             faults::reached("hold-done");
             let text = outcome(result);
-            if let (false, Some(r)) = (matches!(text, Outcome::Error(_)), rows.get_mut(&id)) {
+            if let (true, false, Some(r)) =
+                (held, matches!(text, Outcome::Error(_)), rows.get_mut(&id))
+            {
                 r.phase = Phase::Waiting;
                 r.placement = None;
             }

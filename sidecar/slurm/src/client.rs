@@ -745,7 +745,11 @@ impl Slurm {
     /// [`Slurm::release_many`]).
     pub fn requeue_hold_many(&self, ids: &[u64]) -> Result<Vec<(u64, String)>, SlurmError> {
         self.each_listed(ids, |names| {
-            let args = vec!["requeuehold".to_string(), names.join(",")];
+            let args = vec![
+                "requeuehold".to_string(),
+                REQUEUE_RUNNING_ONLY.to_string(),
+                names.join(","),
+            ];
             self.scontrol(&args).map(|_| ())
         })
     }
@@ -883,8 +887,12 @@ impl Slurm {
 
     /// Requeues a running job and holds it.
     pub fn requeue_hold(&self, id: u64) -> Result<(), SlurmError> {
-        self.scontrol(&["requeuehold".into(), self.target(id)])
-            .map(|_| ())
+        self.scontrol(&[
+            "requeuehold".into(),
+            REQUEUE_RUNNING_ONLY.into(),
+            self.target(id),
+        ])
+        .map(|_| ())
     }
 
     /// Submits the batch script at `script` on behalf of user `uid` and group `gid` (root
@@ -995,6 +1003,11 @@ impl Slurm {
 /// The most job ids one command names (`scontrol update JobId=A,B,...`), which keeps its
 /// argument well under any system's limit.
 const IDS_PER_COMMAND: usize = 500;
+
+/// `scontrol requeue`'s option that leaves a job alone unless it is running or suspended.
+/// Slurm requeues an ended job too, and runs it again: a job that ends between the round's
+/// read and its requeue must not be (slurmctld decides, under its own lock).
+const REQUEUE_RUNNING_ONLY: &str = "Incomplete";
 
 /// The jobs of `names` (id and the name the command gave it) that a command's `stderr` says
 /// failed, with why. Slurm's tools word it three ways: `<why> for job <name>` (scontrol),
