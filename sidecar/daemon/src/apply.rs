@@ -211,10 +211,7 @@ impl<S: SlurmApi> Daemon<S> {
             intents.insert(id, intent);
         }
         let signal = self.config.sidecar.preempt_signal.clone();
-        let failed: HashMap<u64, String> = match self.slurm.signal_many(ids, &signal) {
-            Ok(failed) => failed.into_iter().collect(),
-            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
-        };
+        let failed = failures_by_job(ids, self.slurm.signal_many(ids, &signal));
         let grace = self.config.sidecar.preempt_grace_seconds;
         for &id in ids {
             if let Some(why) = failed.get(&id) {
@@ -293,10 +290,7 @@ impl<S: SlurmApi> Daemon<S> {
             };
             intents.insert(id, intent);
         }
-        let failed: HashMap<u64, String> = match self.slurm.requeue_hold_many(ids) {
-            Ok(failed) => failed.into_iter().collect(),
-            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
-        };
+        let failed = failures_by_job(ids, self.slurm.requeue_hold_many(ids));
         faults::reached("preempt-requeued");
         for &id in ids {
             let text = match failed.get(&id) {
@@ -403,10 +397,7 @@ impl<S: SlurmApi> Daemon<S> {
             return Ok(());
         }
         let ids: Vec<u64> = placed.iter().map(|s| s.id).collect();
-        let failed: HashMap<u64, String> = match self.slurm.release_many(&ids) {
-            Ok(failed) => failed.into_iter().collect(),
-            Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
-        };
+        let failed = failures_by_job(&ids, self.slurm.release_many(&ids));
         for start in placed {
             faults::reached("start-released");
             let text = match failed.get(&start.id) {
@@ -598,4 +589,16 @@ fn request(snap: &RoundSnapshot, placement: &NodeGpus, typed: bool) -> GpuSpec {
             && spec.is_uniform()
             && view::leaves_the_type_to_slurm(&snap.nodes, placement));
     spec
+}
+
+/// The jobs of a command on many (`ids`) that failed, with why: those its answer names, or
+/// all of them when the command failed as a whole.
+fn failures_by_job(
+    ids: &[u64],
+    answer: Result<Vec<(u64, String)>, hadar_slurm::SlurmError>,
+) -> HashMap<u64, String> {
+    match answer {
+        Ok(failed) => failed.into_iter().collect(),
+        Err(e) => ids.iter().map(|id| (*id, e.to_string())).collect(),
+    }
 }

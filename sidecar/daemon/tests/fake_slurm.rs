@@ -598,13 +598,14 @@ fn jobs_on_a_drained_node_are_checkpointed_requeued_and_placed_again() {
     }
 }
 
-#[test]
-fn a_preempted_job_keeps_its_gpus_through_its_grace_time_and_no_round_waits_for_it() {
+/// Job 1 started (two rounds at a `grace` s preemption grace time), then its node drained:
+/// the next round preempts it.
+fn a_job_whose_node_drains(grace: f64) -> (FakeSlurm, Daemon<FakeSlurm>) {
     let slurm = FakeSlurm::testbed();
     slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
     let config = DaemonConfig::parse(
         "test.toml",
-        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 1.5\n",
+        &format!("[sidecar]\nround_seconds = 1\npreempt_grace_seconds = {grace}\n"),
     )
     .unwrap();
     let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
@@ -613,6 +614,12 @@ fn a_preempted_job_keeps_its_gpus_through_its_grace_time_and_no_round_waits_for_
     d.round(1_000_002.0).unwrap();
     let node = slurm.alloc(1)[0].node.clone();
     slurm.set_node_state(&node, NodeState::Draining);
+    (slurm, d)
+}
+
+#[test]
+fn a_preempted_job_keeps_its_gpus_through_its_grace_time_and_no_round_waits_for_it() {
+    let (slurm, mut d) = a_job_whose_node_drains(1.5);
     let signalled = std::time::Instant::now();
     let r = d.round(1_000_003.0).unwrap();
     assert!(
@@ -662,19 +669,7 @@ fn a_preempted_job_keeps_its_gpus_through_its_grace_time_and_no_round_waits_for_
 
 #[test]
 fn a_job_that_ends_during_its_grace_time_closes_its_preemption() {
-    let slurm = FakeSlurm::testbed();
-    slurm.submit(1, "hadar:v1 gpus=2 steps=1000 gpu-types=k80");
-    let config = DaemonConfig::parse(
-        "test.toml",
-        "[sidecar]\nround_seconds = 1\npreempt_grace_seconds = 60\n",
-    )
-    .unwrap();
-    let mut d = daemon_with(&slurm, Store::in_memory().unwrap(), config);
-    d.round(1_000_001.0).unwrap();
-    slurm.schedule();
-    d.round(1_000_002.0).unwrap();
-    let node = slurm.alloc(1)[0].node.clone();
-    slurm.set_node_state(&node, NodeState::Draining);
+    let (slurm, mut d) = a_job_whose_node_drains(60.0);
     d.round(1_000_003.0).unwrap();
     assert_eq!(d.store().job(1).unwrap().unwrap().phase, Phase::Preempting);
     slurm.finish(1);
