@@ -13,6 +13,7 @@
 #[path = "support/serve.rs"]
 mod serve;
 
+use hadar_slurm::{ReadForm, SlurmRelease};
 use hadar_slurm_testbed::{Options, Scenario, Testbed, bench, nodes, run_scenarios};
 use serve::{Serve, wait_until};
 use std::collections::BTreeMap;
@@ -114,6 +115,15 @@ fn sdiag_rpcs(bed: &Testbed) -> std::collections::BTreeMap<String, u64> {
 }
 
 fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
+    // Releases read as text (22.05) have no incremental read: every round reads every job
+    // (docs/slurm-releases.md), so the bounds are not theirs.
+    let release = hadar_slurm_testbed::slurm_release().and_then(|t| SlurmRelease::parse(&t));
+    if let Some(r) = release.filter(|r| r.read_form() == ReadForm::Text) {
+        println!(
+            "skipped on Slurm {r}: it is read as text, every job every round, so a round's reading is not bounded there"
+        );
+        return;
+    }
     // The queue is filled before the daemon starts (each job held by the plugin), so that
     // its first round plans the whole queue: no later arrival makes it move jobs it started.
     let burst = bench::burst(bed, JOBS, 4, job);
