@@ -50,6 +50,13 @@ fn main() -> ExitCode {
     })
 }
 
+/// The release under test, when it is one the daemon reads as text (22.05).
+fn read_as_text() -> Option<SlurmRelease> {
+    hadar_slurm_testbed::slurm_release()
+        .and_then(|t| SlurmRelease::parse(&t))
+        .filter(|r| r.read_form() == ReadForm::Text)
+}
+
 /// One `round done` line's figures.
 #[derive(Debug)]
 struct Round {
@@ -117,8 +124,7 @@ fn sdiag_rpcs(bed: &Testbed) -> std::collections::BTreeMap<String, u64> {
 fn rounds_read_only_what_changed_at_32_nodes_and_1000_jobs(bed: &mut Testbed) {
     // Releases read as text (22.05) have no incremental read: every round reads every job
     // (docs/slurm-releases.md), so the bounds are not theirs.
-    let release = hadar_slurm_testbed::slurm_release().and_then(|t| SlurmRelease::parse(&t));
-    if let Some(r) = release.filter(|r| r.read_form() == ReadForm::Text) {
+    if let Some(r) = read_as_text() {
         println!(
             "skipped on Slurm {r}: it is read as text, every job every round, so a round's reading is not bounded there"
         );
@@ -266,6 +272,17 @@ fn counts(ran: &Path, word: &str) -> BTreeMap<u32, usize> {
 }
 
 fn controller_and_daemon_restarted_at_1000_jobs_each_job_completes_once(bed: &mut Testbed) {
+    // Seen on Debian's 22.05.8: after the controller's restart slurmctld logged "gres/gpu:
+    // job N dealloc node n13 type v100 gres count underflow (2 4)" for a job it had just
+    // started, and kept two GPUs of that idle node counted as used (`GresUsed`), so jobs
+    // placed on all eight waited there for ever (docs/slurm-releases.md). faults_slurm's
+    // smaller controller restart runs on every release.
+    if let Some(r) = read_as_text() {
+        println!(
+            "skipped on Slurm {r}: its GPU accounting leaks across a controller restart at this size"
+        );
+        return;
+    }
     let ran = bed.path("jobs/fault-ran");
     let _ = std::fs::remove_file(&ran);
     let burst = bench::burst(bed, JOBS, 4, |i| short_job(i, &ran));
