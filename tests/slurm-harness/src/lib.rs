@@ -702,6 +702,14 @@ PluginDir={c}/plugins:{slurm_plugins}
         })
     }
 
+    /// Starts slurmctld again unless it answers `scontrol ping`.
+    pub fn ensure_controller(&mut self) -> Result<(), TestbedError> {
+        let up = self
+            .run(Command::new("scontrol").arg("ping"))
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"));
+        if up { Ok(()) } else { self.start_controller() }
+    }
+
     /// Starts slurmctld again on its saved state (no `-c`) and waits until it answers.
     pub fn start_controller(&mut self) -> Result<(), TestbedError> {
         let conf = self.path("etc/slurm.conf");
@@ -1211,6 +1219,12 @@ pub fn run_scenarios(
     for (name, scenario) in &selected {
         let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| scenario(&mut bed)));
+        // A scenario that failed while slurmctld was stopped would fail every one after it.
+        if outcome.is_err()
+            && let Err(e) = bed.ensure_controller()
+        {
+            eprintln!("slurmctld could not be started again after {name}: {e}");
+        }
         let _ = bed.cancel_all();
         after_each(&bed);
         match outcome {
